@@ -1,0 +1,46 @@
+/**
+ * What a protocol module gives the rest of gamewire. Each `src/protocols/<name>/index.ts`
+ * exports one `ProtocolModule`; `src/protocols/registry.ts` lists them; the CLI, `serve` and the
+ * bench runner only ever go through this interface.
+ */
+import type { Command } from 'commander';
+import type { Json } from '../wire/codec.js';
+import type { ServerDefinition } from './server.js';
+
+/** Who sent the bytes: `client` (upstream: client, NPC, requester) or `server` (downstream). */
+export type Direction = 'client' | 'server';
+
+export interface CodecOptions {
+  from?: Direction;
+  variant?: string;
+}
+
+/** A decode/encode entry for the CLI: bytes <-> the JSON of cli-contract.md. */
+export interface ProtocolCodec {
+  /** The name used on the command line (`vcmp-rpc`, `js5-container`). */
+  name: string;
+  summary: string;
+  /** Values accepted by `--variant`; the first is the default. */
+  variants?: readonly string[];
+  /** False for decode-only formats. */
+  canEncode: boolean;
+  /**
+   * Decodes every message in `bytes` (a datagram, or a stream of frames). One message gives
+   * one object; several give an array. Throws DecodeError only (ERR_INCOMPLETE when the input
+   * ends inside a message).
+   */
+  decode(bytes: Buffer, options: CodecOptions): Json;
+  /** Encodes the JSON that `decode` prints (an object, or an array of them). Throws EncodeError. */
+  encode(json: unknown, options: CodecOptions): Buffer;
+}
+
+export interface ProtocolModule {
+  name: string;
+  summary: string;
+  /** The protocol's own codec first, then any extra decode-only formats. */
+  codecs: readonly ProtocolCodec[];
+  /** Present when `gamewire serve <name>` can run a server. */
+  server?: ServerDefinition;
+  /** Adds protocol-specific subcommands (`gamewire js5 cache …`, `gamewire rmc call …`). */
+  registerCommands?(program: Command): void;
+}
