@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
-import Fastify from 'fastify';
+import { type FastifyInstance, fastify } from 'fastify';
 import { createLogger } from '../core/logger.js';
 import { createRegistry, ProtocolMetrics } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
@@ -115,10 +115,10 @@ async function runServers(selected: ProtocolModule[], flags: Record<string, unkn
     throw new CliError('ERR_SERVE', `could not start: ${(err as Error).message}`);
   }
 
-  let metricsServer: ReturnType<typeof Fastify> | undefined;
+  let metricsServer: FastifyInstance | undefined;
   if (flags.metricsPort !== undefined) {
     const registry = createRegistry(() => metrics);
-    metricsServer = Fastify();
+    metricsServer = fastify();
     metricsServer.get('/metrics', async (_req, reply) => {
       reply.header('content-type', registry.contentType);
       return registry.metrics();

@@ -22,6 +22,7 @@ export type CodecInfo =
   | { kind: 'bigint'; bits: 64; signed: boolean; endian: Endian }
   | { kind: 'float'; bits: 32 | 64; endian: Endian }
   | { kind: 'bool' }
+  | { kind: 'enum'; base: Codec<number>; values: Readonly<Record<string, number>> }
   | { kind: 'bytes'; length: LengthInfo }
   | { kind: 'string'; length: LengthInfo; encoding: StringEncoding; nulTerminated: boolean }
   | { kind: 'array'; length: LengthInfo; element: Codec<unknown> }
@@ -281,6 +282,49 @@ export const t = {
   bool: new BoolCodec(),
 } as const;
 
+// ---- enumerations -----------------------------------------------------------------------
+
+/** An integer restricted to named values (an identifier, a version, an opcode set). */
+export class EnumCodec extends Codec<number> {
+  readonly info: CodecInfo;
+  private readonly base: IntCodec;
+  private readonly allowed: ReadonlySet<number>;
+
+  constructor(base: IntCodec, values: Readonly<Record<string, number>>) {
+    super();
+    this.base = base;
+    this.allowed = new Set(Object.values(values));
+    this.info = { kind: 'enum', base, values };
+    this.fixedSize = base.fixedSize;
+    this.minSize = base.minSize;
+  }
+
+  read(r: WireReader): number {
+    const at = r.offset;
+    const v = this.base.read(r);
+    if (!this.allowed.has(v)) throw new DecodeError(ErrorCode.BAD_VALUE, `0x${v.toString(16)} is not an allowed value`, at);
+    return v;
+  }
+
+  write(w: WireWriter, value: number): void {
+    this.base.write(w, value);
+  }
+
+  toJson(value: number): Json {
+    return value;
+  }
+
+  fromJson(json: unknown, path: string): number {
+    const v = this.base.fromJson(json, path);
+    if (!this.allowed.has(v)) throw badInput(path, `${v} is not one of ${[...this.allowed].join(', ')}`);
+    return v;
+  }
+}
+
+export function enumOf(base: IntCodec, values: Readonly<Record<string, number>>): EnumCodec {
+  return new EnumCodec(base, values);
+}
+
 // ---- lengths --------------------------------------------------------------------------------
 
 /** Length declarations for bytes, strings and arrays. */
@@ -464,16 +508,17 @@ export class ArrayCodec<T> extends Codec<T[]> {
     const el = this.element;
     const out: T[] = [];
     if (this.counts === 'bytes' || len === 'rest') {
-      // Elements fill a byte range: read until it is consumed.
-      const n = len === 'rest' ? r.remaining : typeof len === 'number' ? len : len.read(r);
-      const previous = r.limit(n, 'array');
+      // Elements fill a byte range: read until it is consumed. `rest` needs no bound of its own,
+      // so a short last element still reads as ERR_INCOMPLETE.
+      const bounded = len !== 'rest';
+      const previous = bounded ? r.limit(typeof len === 'number' ? len : len.read(r), 'array') : 0;
       while (r.offset < r.end) {
         if (out.length >= r.limits.maxArrayLength) {
           throw new DecodeError(ErrorCode.TOO_LARGE, `array exceeds ${r.limits.maxArrayLength} elements`, r.offset);
         }
         out.push(readElement(el, r, out.length));
       }
-      r.restore(previous);
+      if (bounded) r.restore(previous);
       return out;
     }
     const at = r.offset;

@@ -28,6 +28,8 @@ export class WireReader {
   dataEnd = 0;
   /** Current nesting depth, maintained by `enter`/`leave`. */
   depth = 0;
+  /** How many `limit` bounds are active: a read past one is an overrun of its item, not a short input. */
+  bounds = 0;
   limits: DecodeLimits;
 
   constructor(bytes?: Uint8Array, limits?: Partial<DecodeLimits>, start = 0, end?: number) {
@@ -42,6 +44,7 @@ export class WireReader {
     this.end = end;
     this.dataEnd = end;
     this.depth = 0;
+    this.bounds = 0;
     return this;
   }
 
@@ -51,7 +54,7 @@ export class WireReader {
 
   /** Throws the right error for a read of `n` bytes at the current offset that does not fit. */
   fail(n: number, what = 'bytes'): never {
-    if (this.end < this.dataEnd && this.offset + n <= this.dataEnd) {
+    if (this.bounds > 0) {
       throw new DecodeError(
         ErrorCode.OVERRUN,
         `${what}: ${n} byte(s) needed but only ${this.end - this.offset} left in the enclosing item`,
@@ -76,20 +79,21 @@ export class WireReader {
    */
   limit(n: number, what = 'item'): number {
     if (n > this.end - this.offset) {
-      const code = this.offset + n <= this.dataEnd || this.end < this.dataEnd ? ErrorCode.OVERRUN : ErrorCode.INCOMPLETE;
-      if (code === ErrorCode.OVERRUN) {
-        throw new DecodeError(code, `${what} of ${n} byte(s) runs past its container`, this.offset);
+      if (this.bounds > 0) {
+        throw new DecodeError(ErrorCode.OVERRUN, `${what} of ${n} byte(s) runs past its container`, this.offset);
       }
-      throw new DecodeError(code, `${what}: input ends before its ${n} declared byte(s)`, this.offset);
+      throw new DecodeError(ErrorCode.INCOMPLETE, `${what}: input ends before its ${n} declared byte(s)`, this.offset);
     }
     const previous = this.end;
     this.end = this.offset + n;
+    this.bounds++;
     return previous;
   }
 
   /** Ends a `limit`. */
   restore(previousEnd: number): void {
     this.end = previousEnd;
+    this.bounds--;
   }
 
   /** Enters one level of nesting, enforcing `maxDepth`. */

@@ -1,0 +1,82 @@
+/**
+ * Whole-packet encode/decode for LibRPC ServerData, and the CLI adapter.
+ */
+import type { CodecOptions, ProtocolCodec } from '../../core/protocol.js';
+import { DecodeError, decode, EncodeError, ErrorCode, WireWriter } from '../../wire/index.js';
+import { Identifier, MAX_DEPTH, MAX_PACKET_BYTES, ServerDataCodec, ServerDataCodecs, type ServerData, type TopItem } from './messages.js';
+
+export interface DecodeServerDataOptions {
+  /** Accept what the C++ reader accepts (spec §6) instead of rejecting it. Default false. */
+  lenient?: boolean;
+  /** Who sent it: `server` (server→NPC, no g/h) or `client` (NPC→server). Default: either. */
+  from?: 'server' | 'client';
+  /** Largest packet accepted (default 4095). */
+  maxPacketBytes?: number;
+  /** Deepest nesting of calls and arrays (default 32). */
+  maxDepth?: number;
+}
+
+/** Decodes one ServerData packet. Throws only DecodeError. */
+export function decodeServerData(bytes: Uint8Array, options: DecodeServerDataOptions = {}): ServerData {
+  const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
+  if (bytes.length > max) {
+    throw new DecodeError(ErrorCode.TOO_LARGE, `packet of ${bytes.length} bytes exceeds the limit of ${max}`, 0);
+  }
+  const codec = ServerDataCodecs[options.lenient === true ? 'lenient' : 'strict'][options.from ?? 'any'];
+  return decode(codec, bytes, {
+    limits: { maxDepth: options.maxDepth ?? MAX_DEPTH, maxStringBytes: 0xffff, maxArrayLength: max },
+  });
+}
+
+export interface EncodeServerDataOptions {
+  /** Write the v1.6 beta..beta4 identifier 0x40000000 instead of 0x40000001. */
+  legacy?: boolean;
+  /** Largest packet produced (default 4095); a larger one is ERR_TOO_LARGE. */
+  maxPacketBytes?: number;
+  /** Encode into this reused writer and return a view of its bytes (no allocation). */
+  writer?: WireWriter;
+}
+
+/** Encodes a ServerData packet around one call (or `set`) item. */
+export function encodeServerData(item: TopItem, options: EncodeServerDataOptions = {}): Buffer {
+  const packet: ServerData = {
+    type: 'ServerData',
+    identifier: options.legacy === true ? Identifier.legacy : Identifier.current,
+    item,
+  };
+  return encodePacket(packet, options);
+}
+
+/** Encodes a ServerData object as given (its own identifier). */
+export function encodePacket(packet: ServerData, options: Omit<EncodeServerDataOptions, 'legacy'> = {}): Buffer {
+  const w = options.writer ?? new WireWriter({ initialCapacity: 128 });
+  w.reset();
+  ServerDataCodec.write(w, packet);
+  const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
+  if (w.offset > max) {
+    throw new EncodeError(ErrorCode.TOO_LARGE, `ServerData of ${w.offset} bytes exceeds the limit of ${max}`);
+  }
+  return options.writer !== undefined ? w.view() : w.toBuffer();
+}
+
+/** `gamewire decode|encode vcmp-rpc`: one ServerData per input. `--variant lenient` reads like the C++. */
+export const vcmpRpcCodec: ProtocolCodec = {
+  name: 'vcmp-rpc',
+  summary: 'VC-MP NPC LibRPC ServerData (one packet per input)',
+  variants: ['strict', 'lenient'],
+  canEncode: true,
+  decode(bytes: Buffer, options: CodecOptions) {
+    const packet = decodeServerData(bytes, { lenient: options.variant === 'lenient', ...(options.from ? { from: options.from } : {}) });
+    return ServerDataCodec.toJson(packet);
+  },
+  encode(json: unknown, options: CodecOptions) {
+    if (Array.isArray(json)) {
+      throw new EncodeError(ErrorCode.BAD_INPUT, 'vcmp-rpc carries one ServerData per packet; give one object');
+    }
+    const packet = ServerDataCodec.fromJson(json, '') as ServerData;
+    if (options.from === 'server' && packet.item.type === 'set') {
+      throw new EncodeError(ErrorCode.BAD_INPUT, "a 'set' item only travels NPC→server", 'item');
+    }
+    return encodePacket(packet);
+  },
+};
