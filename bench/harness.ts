@@ -69,7 +69,13 @@ export function compareOps(
   }
   const subjectOps = median(s);
   const baselineOps = median(b);
-  return { name, subject: subjectOps, baseline: baselineOps, unit: options.unit ?? 'msg/s', ratio: subjectOps / baselineOps };
+  return {
+    name,
+    subject: subjectOps,
+    baseline: baselineOps,
+    unit: options.unit ?? 'msg/s',
+    ratio: subjectOps / baselineOps,
+  };
 }
 
 /** Percentile of a list of numbers (p in 0..100). */

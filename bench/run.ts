@@ -34,7 +34,11 @@ async function runAll(names: string[]): Promise<void> {
     const result = await s.run();
     results.push(result);
     for (const row of result.rows) {
-      const extra = row.extra ? `  ${Object.entries(row.extra).map(([k, v]) => `${k}=${typeof v === 'number' ? formatNumber(v) : v}`).join(' ')}` : '';
+      const extra = row.extra
+        ? `  ${Object.entries(row.extra)
+            .map(([k, v]) => `${k}=${typeof v === 'number' ? formatNumber(v) : v}`)
+            .join(' ')}`
+        : '';
       console.log(
         `${row.name.padEnd(44)} gamewire ${formatNumber(row.subject).padStart(9)} ${row.unit}  baseline ${formatNumber(row.baseline).padStart(9)}  ratio ${(row.ratio * 100).toFixed(1)}%${extra}`,
       );

@@ -1,5 +1,6 @@
 /** gamewire's public entry: the wire core and every protocol module. */
-export * as wire from './wire/index.js';
-export * as vcmpRpc from './protocols/vcmp-rpc/index.js';
-export { protocols } from './protocols/registry.js';
+
 export type { ProtocolCodec, ProtocolModule } from './core/protocol.js';
+export { protocols } from './protocols/registry.js';
+export * as vcmpRpc from './protocols/vcmp-rpc/index.js';
+export * as wire from './wire/index.js';

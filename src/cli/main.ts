@@ -24,7 +24,8 @@ function readInput(file: string | undefined, what: string): Buffer {
 function codecOptions(codec: ProtocolCodec, opts: { from?: string; variant?: string }): CodecOptions {
   const out: CodecOptions = {};
   if (opts.from !== undefined) {
-    if (opts.from !== 'client' && opts.from !== 'server') throw new UsageError('--from takes client or server');
+    if (opts.from !== 'client' && opts.from !== 'server')
+      throw new UsageError('--from takes client or server');
     out.from = opts.from as Direction;
   }
   if (opts.variant !== undefined) {
@@ -40,7 +41,11 @@ function codecOptions(codec: ProtocolCodec, opts: { from?: string; variant?: str
 function lookupCodec(name: string, forEncode: boolean): ProtocolCodec {
   const codec = findCodec(name);
   if (codec === undefined) {
-    throw new UsageError(`unknown protocol "${name}" (known: ${allCodecs().map((c) => c.name).join(', ')})`);
+    throw new UsageError(
+      `unknown protocol "${name}" (known: ${allCodecs()
+        .map((c) => c.name)
+        .join(', ')})`,
+    );
   }
   if (forEncode && !codec.canEncode) throw new UsageError(`${name} is decode-only`);
   return codec;
@@ -63,38 +68,53 @@ export function buildProgram(): Command {
   program
     .command('decode')
     .description('decode bytes into JSON (one object per message; an array for several)')
-    .argument('<protocol>', `one of: ${allCodecs().map((c) => c.name).join(', ')}`)
+    .argument(
+      '<protocol>',
+      `one of: ${allCodecs()
+        .map((c) => c.name)
+        .join(', ')}`,
+    )
     .argument('[file]', 'a file of raw bytes, or - for stdin')
     .option('--hex <hex>', 'the bytes as hex (spaces allowed)')
     .option('--from <side>', 'who sent the bytes: client or server')
     .option('--variant <name>', 'protocol variant')
-    .action((name: string, file: string | undefined, opts: { hex?: string; from?: string; variant?: string }) => {
-      const codec = lookupCodec(name, false);
-      const options = codecOptions(codec, opts);
-      const bytes = opts.hex !== undefined ? parseHex(opts.hex) : readInput(file, 'bytes (--hex)');
-      printJson(codec.decode(bytes, options));
-    });
+    .action(
+      (name: string, file: string | undefined, opts: { hex?: string; from?: string; variant?: string }) => {
+        const codec = lookupCodec(name, false);
+        const options = codecOptions(codec, opts);
+        const bytes = opts.hex !== undefined ? parseHex(opts.hex) : readInput(file, 'bytes (--hex)');
+        printJson(codec.decode(bytes, options));
+      },
+    );
 
   program
     .command('encode')
     .description('encode the JSON that decode prints back into bytes (printed as hex)')
-    .argument('<protocol>', `one of: ${allCodecs().filter((c) => c.canEncode).map((c) => c.name).join(', ')}`)
+    .argument(
+      '<protocol>',
+      `one of: ${allCodecs()
+        .filter((c) => c.canEncode)
+        .map((c) => c.name)
+        .join(', ')}`,
+    )
     .argument('[file]', 'a JSON file, or - for stdin')
     .option('--json <json>', 'the message(s) as JSON')
     .option('--from <side>', 'who sends the bytes: client or server')
     .option('--variant <name>', 'protocol variant')
-    .action((name: string, file: string | undefined, opts: { json?: string; from?: string; variant?: string }) => {
-      const codec = lookupCodec(name, true);
-      const options = codecOptions(codec, opts);
-      const text = opts.json ?? readInput(file, 'JSON (--json)').toString('utf8');
-      let json: unknown;
-      try {
-        json = JSON.parse(text);
-      } catch (err) {
-        throw new CliError('ERR_BAD_JSON', `input is not JSON: ${(err as Error).message}`);
-      }
-      process.stdout.write(`${codec.encode(json, options).toString('hex')}\n`);
-    });
+    .action(
+      (name: string, file: string | undefined, opts: { json?: string; from?: string; variant?: string }) => {
+        const codec = lookupCodec(name, true);
+        const options = codecOptions(codec, opts);
+        const text = opts.json ?? readInput(file, 'JSON (--json)').toString('utf8');
+        let json: unknown;
+        try {
+          json = JSON.parse(text);
+        } catch (err) {
+          throw new CliError('ERR_BAD_JSON', `input is not JSON: ${(err as Error).message}`);
+        }
+        process.stdout.write(`${codec.encode(json, options).toString('hex')}\n`);
+      },
+    );
 
   program
     .command('protocols')
@@ -103,7 +123,9 @@ export function buildProgram(): Command {
       for (const p of protocols) {
         const formats = p.codecs.map((c) => c.name + (c.canEncode ? '' : ' (decode only)')).join(', ');
         const server = p.server ? `serve: port ${p.server.defaultPort}` : 'no server';
-        process.stdout.write(`${p.name.padEnd(12)} ${p.summary}\n${''.padEnd(12)} formats: ${formats}; ${server}\n`);
+        process.stdout.write(
+          `${p.name.padEnd(12)} ${p.summary}\n${''.padEnd(12)} formats: ${formats}; ${server}\n`,
+        );
       }
     });
 

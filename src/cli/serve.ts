@@ -17,7 +17,12 @@ const COMMON_KEYS = new Set(['host', 'port', 'config', 'dataDir', 'logLevel', 'm
 
 function parserFor(option: ServeOption): ((v: string) => unknown) | undefined {
   if (option.type === 'int') return parseIntOption;
-  if (option.type === 'list') return (v: string) => v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  if (option.type === 'list')
+    return (v: string) =>
+      v
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== '');
   return undefined;
 }
 
@@ -38,7 +43,8 @@ function readConfig(file: string | undefined): Record<string, Record<string, unk
 /** Every protocol option, once per flag (several protocols share `--port`). */
 function collectOptions(): ServeOption[] {
   const seen = new Map<string, ServeOption>();
-  for (const p of protocols) for (const o of p.server?.options ?? []) if (!seen.has(o.flag)) seen.set(o.flag, o);
+  for (const p of protocols)
+    for (const o of p.server?.options ?? []) if (!seen.has(o.flag)) seen.set(o.flag, o);
   return [...seen.values()];
 }
 
@@ -46,7 +52,13 @@ export function addServeCommand(program: Command): void {
   const cmd = program
     .command('serve')
     .description('start servers (all of them when no protocol is named)')
-    .argument('[protocols...]', `any of: ${protocols.filter((p) => p.server).map((p) => p.name).join(', ')}`)
+    .argument(
+      '[protocols...]',
+      `any of: ${protocols
+        .filter((p) => p.server)
+        .map((p) => p.name)
+        .join(', ')}`,
+    )
     .option('--host <address>', 'bind address for game traffic (default 0.0.0.0)')
     .option('--port <port>', "the protocol's port (only when serving one protocol)", parseIntOption)
     .option('--config <file>', 'JSON config: { "<protocol>": { "<option>": value } }')

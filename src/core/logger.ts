@@ -5,7 +5,10 @@ import { type Logger, pino } from 'pino';
  * Level from `--log-level` or GAMEWIRE_LOG_LEVEL, default info.
  */
 export function createLogger(level?: string): Logger {
-  return pino({ level: level ?? process.env.GAMEWIRE_LOG_LEVEL ?? 'info', base: undefined }, pino.destination(2));
+  return pino(
+    { level: level ?? process.env.GAMEWIRE_LOG_LEVEL ?? 'info', base: undefined },
+    pino.destination(2),
+  );
 }
 
 /** A logger that discards everything, for tests and embedded use. */

@@ -56,10 +56,16 @@ export function createRegistry(all: () => Iterable<ProtocolMetrics>): Registry {
     labelNames: ['protocol'],
     registers: [registry],
     collect() {
-      for (const m of all()) this.reset(), this.inc({ protocol: m.protocol }, m.received);
+      this.reset();
+      for (const m of all()) this.inc({ protocol: m.protocol }, m.received);
     },
   });
-  const fromMaps = (name: string, help: string, pick: (m: ProtocolMetrics) => Map<string, number>, label: string) =>
+  const fromMaps = (
+    name: string,
+    help: string,
+    pick: (m: ProtocolMetrics) => Map<string, number>,
+    label: string,
+  ) =>
     new Counter({
       name,
       help,
@@ -67,7 +73,8 @@ export function createRegistry(all: () => Iterable<ProtocolMetrics>): Registry {
       registers: [registry],
       collect() {
         this.reset();
-        for (const m of all()) for (const [k, v] of pick(m)) this.inc({ protocol: m.protocol, [label]: k }, v);
+        for (const m of all())
+          for (const [k, v] of pick(m)) this.inc({ protocol: m.protocol, [label]: k }, v);
       },
     });
   fromMaps('gamewire_dropped_total', 'Input dropped, by reason', (m) => m.dropped, 'reason');

@@ -302,7 +302,8 @@ export class EnumCodec extends Codec<number> {
   read(r: WireReader): number {
     const at = r.offset;
     const v = this.base.read(r);
-    if (!this.allowed.has(v)) throw new DecodeError(ErrorCode.BAD_VALUE, `0x${v.toString(16)} is not an allowed value`, at);
+    if (!this.allowed.has(v))
+      throw new DecodeError(ErrorCode.BAD_VALUE, `0x${v.toString(16)} is not an allowed value`, at);
     return v;
   }
 
@@ -373,7 +374,10 @@ export class BytesCodec extends Codec<Buffer> {
       }
     } else if (len !== 'rest') {
       if (value.length > len.max) {
-        throw new EncodeError(ErrorCode.TOO_LARGE, `${value.length} bytes do not fit a ${len.info.kind} length`);
+        throw new EncodeError(
+          ErrorCode.TOO_LARGE,
+          `${value.length} bytes do not fit a ${len.info.kind} length`,
+        );
       }
       len.write(w, value.length);
     }
@@ -432,13 +436,19 @@ export class StringCodec extends Codec<string> {
     const at = r.offset;
     const n = typeof len === 'number' ? len : len === 'rest' ? r.remaining : len.read(r);
     if (n > this.maxBytes) {
-      throw new DecodeError(ErrorCode.TOO_LARGE, `string of ${n} bytes exceeds the field's limit of ${this.maxBytes}`, at);
+      throw new DecodeError(
+        ErrorCode.TOO_LARGE,
+        `string of ${n} bytes exceeds the field's limit of ${this.maxBytes}`,
+        at,
+      );
     }
     if (!this.nul) return r.string(n, this.encoding);
-    if (n === 0) throw new DecodeError(ErrorCode.BAD_STRING, 'string length 0 leaves no room for its NUL', at);
+    if (n === 0)
+      throw new DecodeError(ErrorCode.BAD_STRING, 'string length 0 leaves no room for its NUL', at);
     const s = r.string(n - 1, this.encoding);
     const nulAt = r.offset;
-    if (r.u8() !== 0) throw new DecodeError(ErrorCode.BAD_STRING, 'string is missing its NUL terminator', nulAt);
+    if (r.u8() !== 0)
+      throw new DecodeError(ErrorCode.BAD_STRING, 'string is missing its NUL terminator', nulAt);
     return s;
   }
 
@@ -514,7 +524,11 @@ export class ArrayCodec<T> extends Codec<T[]> {
       const previous = bounded ? r.limit(typeof len === 'number' ? len : len.read(r), 'array') : 0;
       while (r.offset < r.end) {
         if (out.length >= r.limits.maxArrayLength) {
-          throw new DecodeError(ErrorCode.TOO_LARGE, `array exceeds ${r.limits.maxArrayLength} elements`, r.offset);
+          throw new DecodeError(
+            ErrorCode.TOO_LARGE,
+            `array exceeds ${r.limits.maxArrayLength} elements`,
+            r.offset,
+          );
         }
         out.push(readElement(el, r, out.length));
       }
@@ -524,7 +538,11 @@ export class ArrayCodec<T> extends Codec<T[]> {
     const at = r.offset;
     const count = typeof len === 'number' ? len : len.read(r);
     if (count > r.limits.maxArrayLength) {
-      throw new DecodeError(ErrorCode.TOO_LARGE, `array of ${count} exceeds ${r.limits.maxArrayLength} elements`, at);
+      throw new DecodeError(
+        ErrorCode.TOO_LARGE,
+        `array of ${count} exceeds ${r.limits.maxArrayLength} elements`,
+        at,
+      );
     }
     // A count the remaining bytes cannot possibly hold is rejected before looping.
     if (count * el.minSize > r.remaining) r.fail(count * el.minSize, `array of ${count}`);
@@ -543,9 +561,11 @@ export class ArrayCodec<T> extends Codec<T[]> {
       return;
     }
     if (typeof len === 'number') {
-      if (value.length !== len) throw new EncodeError(ErrorCode.BAD_INPUT, `expected ${len} elements, got ${value.length}`);
+      if (value.length !== len)
+        throw new EncodeError(ErrorCode.BAD_INPUT, `expected ${len} elements, got ${value.length}`);
     } else if (len !== 'rest') {
-      if (value.length > len.max) throw new EncodeError(ErrorCode.TOO_LARGE, `${value.length} elements do not fit the count`);
+      if (value.length > len.max)
+        throw new EncodeError(ErrorCode.TOO_LARGE, `${value.length} elements do not fit the count`);
       len.write(w, value.length);
     }
     for (let i = 0; i < value.length; i++) writeElement(this.element, w, value[i]!, i);
@@ -625,13 +645,14 @@ type RequiredKeys<F> = {
   [K in keyof F]: F[K] extends ConstantField<any> ? never : F[K] extends OptionalField<any> ? never : K;
 }[keyof F];
 type OptionalKeys<F> = { [K in keyof F]: F[K] extends OptionalField<any> ? K : never }[keyof F];
-type FieldType<X> = X extends OptionalField<infer T>
-  ? T
-  : X extends DocField<infer T>
+type FieldType<X> =
+  X extends OptionalField<infer T>
     ? T
-    : X extends Codec<infer T>
+    : X extends DocField<infer T>
       ? T
-      : never;
+      : X extends Codec<infer T>
+        ? T
+        : never;
 
 export type StructValue<F> = Simplify<
   { [K in RequiredKeys<F>]: FieldType<F[K]> } & { [K in OptionalKeys<F>]?: FieldType<F[K]> }
@@ -646,12 +667,33 @@ function normalizeField(name: string, input: FieldInput): FieldInfo {
     return { name, codec: input, when: undefined, constant: undefined, isConstant: false, doc: undefined };
   }
   if (OPTIONAL in input) {
-    return { name, codec: input.codec, when: input.when, constant: undefined, isConstant: false, doc: undefined };
+    return {
+      name,
+      codec: input.codec,
+      when: input.when,
+      constant: undefined,
+      isConstant: false,
+      doc: undefined,
+    };
   }
   if (CONSTANT in input) {
-    return { name, codec: input.codec, when: undefined, constant: input.value, isConstant: true, doc: undefined };
+    return {
+      name,
+      codec: input.codec,
+      when: undefined,
+      constant: input.value,
+      isConstant: true,
+      doc: undefined,
+    };
   }
-  return { name, codec: input.codec, when: undefined, constant: undefined, isConstant: false, doc: input.doc };
+  return {
+    name,
+    codec: input.codec,
+    when: undefined,
+    constant: undefined,
+    isConstant: false,
+    doc: input.doc,
+  };
 }
 
 function constantMatches(a: unknown, b: unknown): boolean {
@@ -675,7 +717,10 @@ export class StructCodec<T> extends Codec<T> {
     let fixed: number | undefined = 0;
     for (const f of this.fields) {
       if (f.when === undefined) min += f.codec.minSize;
-      fixed = f.when === undefined && f.codec.fixedSize !== undefined && fixed !== undefined ? fixed + f.codec.fixedSize : undefined;
+      fixed =
+        f.when === undefined && f.codec.fixedSize !== undefined && fixed !== undefined
+          ? fixed + f.codec.fixedSize
+          : undefined;
     }
     this.minSize = min;
     this.fixedSize = fixed;
@@ -753,7 +798,12 @@ function compileRead(name: string | undefined, fields: readonly FieldInfo[]): Fu
   const lines: string[] = [];
   const init = fields.filter((f) => !f.isConstant).map((f) => `${JSON.stringify(f.name)}: undefined`);
   if (name !== undefined) init.unshift(`type: ${JSON.stringify(name)}`);
-  lines.push('return function read(r) {', '  let f = -1;', '  try {', `    const o = { ${init.join(', ')} };`);
+  lines.push(
+    'return function read(r) {',
+    '  let f = -1;',
+    '  try {',
+    `    const o = { ${init.join(', ')} };`,
+  );
   fields.forEach((field, i) => {
     const key = JSON.stringify(field.name);
     const readExpr = field.codec.inline !== undefined ? `r.${field.codec.inline}()` : `c${i}.read(r)`;
@@ -777,7 +827,8 @@ function compileWrite(fields: readonly FieldInfo[]): Function {
   fields.forEach((field, i) => {
     const key = JSON.stringify(field.name);
     const value = field.isConstant ? `fields[${i}].constant` : `v[${key}]`;
-    const writeStmt = field.codec.inline !== undefined ? `w.${field.codec.inline}(${value});` : `c${i}.write(w, ${value});`;
+    const writeStmt =
+      field.codec.inline !== undefined ? `w.${field.codec.inline}(${value});` : `c${i}.write(w, ${value});`;
     lines.push(`    f = ${i};`);
     if (field.when !== undefined) lines.push(`    if (fields[${i}].when(v)) ${writeStmt}`);
     else lines.push(`    ${writeStmt}`);
@@ -813,7 +864,12 @@ export class SizedCodec<T> extends Codec<T> {
   read(r: WireReader): T {
     const at = r.offset;
     const n = this.prefix.read(r) - this.adjust;
-    if (n < 0) throw new DecodeError(ErrorCode.BAD_LENGTH, `size ${n + this.adjust} is smaller than ${this.adjust}`, at);
+    if (n < 0)
+      throw new DecodeError(
+        ErrorCode.BAD_LENGTH,
+        `size ${n + this.adjust} is smaller than ${this.adjust}`,
+        at,
+      );
     const previous = r.limit(n, 'sized item');
     const v = this.inner.read(r);
     r.expectEnd('sized item');
@@ -881,14 +937,19 @@ export class UnionCodec<V extends VariantMap> extends Codec<UnionValue<V>> {
     const tag = this.tagCodec.read(r);
     const codec = this.byTag.get(tag);
     if (codec === undefined) {
-      throw new DecodeError(ErrorCode.UNKNOWN_TYPE, `unknown type 0x${tag.toString(16).padStart(2, '0')}`, at);
+      throw new DecodeError(
+        ErrorCode.UNKNOWN_TYPE,
+        `unknown type 0x${tag.toString(16).padStart(2, '0')}`,
+        at,
+      );
     }
     return codec.read(r);
   }
 
   write(w: WireWriter, value: UnionValue<V>): void {
     const v = this.byName.get((value as { type: string }).type);
-    if (v === undefined) throw badInput('type', `unknown message type ${String((value as { type: string }).type)}`);
+    if (v === undefined)
+      throw badInput('type', `unknown message type ${String((value as { type: string }).type)}`);
     this.tagCodec.write(w, v.tag);
     v.codec.write(w, value);
   }
@@ -906,7 +967,10 @@ export class UnionCodec<V extends VariantMap> extends Codec<UnionValue<V>> {
     const type = (json as { type?: unknown }).type;
     const v = typeof type === 'string' ? this.byName.get(type) : undefined;
     if (v === undefined) {
-      throw badInput(path === '' ? 'type' : `${path}.type`, `expected one of ${[...this.byName.keys()].join(', ')}`);
+      throw badInput(
+        path === '' ? 'type' : `${path}.type`,
+        `expected one of ${[...this.byName.keys()].join(', ')}`,
+      );
     }
     return v.codec.fromJson(json, path);
   }
@@ -1009,7 +1073,10 @@ export function struct<F extends Fields>(fields: F): StructCodec<StructValue<F>>
 }
 
 /** A struct that is a message: its decoded object starts with `type: name`. */
-export function message<N extends string, F extends Fields>(name: N, fields: F): StructCodec<MessageValue<N, F>> {
+export function message<N extends string, F extends Fields>(
+  name: N,
+  fields: F,
+): StructCodec<MessageValue<N, F>> {
   return new StructCodec(name, fields);
 }
 

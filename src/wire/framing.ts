@@ -8,7 +8,7 @@ import { DecodeError, ErrorCode } from './errors.js';
 export type FrameMeasure = (buf: Buffer, offset: number, available: number) => number;
 
 /** Receives one frame: `buf[start, end)`. The bytes are only valid during the call. */
-export type FrameHandler = (buf: Buffer, start: number, end: number) => boolean | undefined | void;
+export type FrameHandler = (buf: Buffer, start: number, end: number) => unknown;
 
 export interface DeframerOptions {
   /** Largest frame accepted; a larger declared length is ERR_TOO_LARGE before anything is buffered. */
@@ -214,10 +214,18 @@ export function lengthPrefixed(options: LengthPrefixOptions): FrameMeasure {
     const n = readPrefix(buf, offset + at, prefix);
     const total = rest ? headerEnd + n : n;
     if (total > max) {
-      throw new DecodeError(ErrorCode.TOO_LARGE, `frame length ${total} exceeds the limit of ${max}`, offset + at);
+      throw new DecodeError(
+        ErrorCode.TOO_LARGE,
+        `frame length ${total} exceeds the limit of ${max}`,
+        offset + at,
+      );
     }
     if (total < min) {
-      throw new DecodeError(ErrorCode.BAD_LENGTH, `frame length ${total} is under the minimum of ${min}`, offset + at);
+      throw new DecodeError(
+        ErrorCode.BAD_LENGTH,
+        `frame length ${total} is under the minimum of ${min}`,
+        offset + at,
+      );
     }
     return total;
   };

@@ -80,9 +80,17 @@ export class WireReader {
   limit(n: number, what = 'item'): number {
     if (n > this.end - this.offset) {
       if (this.bounds > 0) {
-        throw new DecodeError(ErrorCode.OVERRUN, `${what} of ${n} byte(s) runs past its container`, this.offset);
+        throw new DecodeError(
+          ErrorCode.OVERRUN,
+          `${what} of ${n} byte(s) runs past its container`,
+          this.offset,
+        );
       }
-      throw new DecodeError(ErrorCode.INCOMPLETE, `${what}: input ends before its ${n} declared byte(s)`, this.offset);
+      throw new DecodeError(
+        ErrorCode.INCOMPLETE,
+        `${what}: input ends before its ${n} declared byte(s)`,
+        this.offset,
+      );
     }
     const previous = this.end;
     this.end = this.offset + n;

@@ -96,13 +96,19 @@ export function toRpcValue(arg: RpcArg, path = 'arg'): RpcValue {
   if (arg instanceof Quaternion) return { type: 'quaternion', x: arg.x, y: arg.y, z: arg.z, w: arg.w };
   if (arg instanceof FloatArg) return { type: 'float', value: arg.value };
   // The plugin refuses tables, blobs and other instances the same way.
-  throw new EncodeError(ErrorCode.BAD_INPUT, 'Unknown type of parameter given (tables and class instances are not supported)', path);
+  throw new EncodeError(
+    ErrorCode.BAD_INPUT,
+    'Unknown type of parameter given (tables and class instances are not supported)',
+    path,
+  );
 }
 
 function callItem(callee: string | Userdata, args: readonly RpcArg[], withEnv: boolean): RpcCall {
   const values = args.map((a, i) => toRpcValue(a, `args[${i}]`));
-  if (typeof callee === 'string') return { type: 'call', tag: withEnv ? 'E' : 'F', name: callee, args: values };
-  if (callee instanceof Userdata) return { type: 'call', tag: withEnv ? 'D' : 'G', callee: callee.item, args: values };
+  if (typeof callee === 'string')
+    return { type: 'call', tag: withEnv ? 'E' : 'F', name: callee, args: values };
+  if (callee instanceof Userdata)
+    return { type: 'call', tag: withEnv ? 'D' : 'G', callee: callee.item, args: values };
   throw new EncodeError(ErrorCode.BAD_INPUT, 'the callee must be a function name or userdata from F/Fa/Z');
 }
 
@@ -138,16 +144,31 @@ export function createRpc(options: RpcBuilderOptions = {}): RpcBuilder {
     ...(writer !== undefined ? { writer } : {}),
   };
   return {
-    F: (callee) => (...args) => new Userdata(callItem(callee, args, false)),
-    Fa: (callee) => (...args) => new Userdata(callItem(callee, args, true)),
-    RFC: (callee) => (...args) => encodeServerData(callItem(callee, args, false), encodeOptions),
-    RFCa: (callee) => (...args) => encodeServerData(callItem(callee, args, true), encodeOptions),
+    F:
+      (callee) =>
+      (...args) =>
+        new Userdata(callItem(callee, args, false)),
+    Fa:
+      (callee) =>
+      (...args) =>
+        new Userdata(callItem(callee, args, true)),
+    RFC:
+      (callee) =>
+      (...args) =>
+        encodeServerData(callItem(callee, args, false), encodeOptions),
+    RFCa:
+      (callee) =>
+      (...args) =>
+        encodeServerData(callItem(callee, args, true), encodeOptions),
     Z: (...path) => new Userdata({ type: 'get', path: path.map((a, i) => toRpcValue(a, `path[${i}]`)) }),
     S: (...values) => {
       if (values.length < 2 || values.length > 3) {
         throw new EncodeError(ErrorCode.BAD_INPUT, 'S takes (key, value) or (object, key, value)');
       }
-      return encodeServerData({ type: 'set', values: values.map((a, i) => toRpcValue(a, `values[${i}]`)) }, encodeOptions);
+      return encodeServerData(
+        { type: 'set', values: values.map((a, i) => toRpcValue(a, `values[${i}]`)) },
+        encodeOptions,
+      );
     },
   };
 }

@@ -3,7 +3,15 @@
  */
 import type { CodecOptions, ProtocolCodec } from '../../core/protocol.js';
 import { DecodeError, decode, EncodeError, ErrorCode, WireWriter } from '../../wire/index.js';
-import { Identifier, MAX_DEPTH, MAX_PACKET_BYTES, ServerDataCodec, ServerDataCodecs, type ServerData, type TopItem } from './messages.js';
+import {
+  Identifier,
+  MAX_DEPTH,
+  MAX_PACKET_BYTES,
+  type ServerData,
+  ServerDataCodec,
+  ServerDataCodecs,
+  type TopItem,
+} from './messages.js';
 
 export interface DecodeServerDataOptions {
   /** Accept what the C++ reader accepts (spec §6) instead of rejecting it. Default false. */
@@ -20,7 +28,11 @@ export interface DecodeServerDataOptions {
 export function decodeServerData(bytes: Uint8Array, options: DecodeServerDataOptions = {}): ServerData {
   const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
   if (bytes.length > max) {
-    throw new DecodeError(ErrorCode.TOO_LARGE, `packet of ${bytes.length} bytes exceeds the limit of ${max}`, 0);
+    throw new DecodeError(
+      ErrorCode.TOO_LARGE,
+      `packet of ${bytes.length} bytes exceeds the limit of ${max}`,
+      0,
+    );
   }
   const codec = ServerDataCodecs[options.lenient === true ? 'lenient' : 'strict'][options.from ?? 'any'];
   return decode(codec, bytes, {
@@ -48,7 +60,10 @@ export function encodeServerData(item: TopItem, options: EncodeServerDataOptions
 }
 
 /** Encodes a ServerData object as given (its own identifier). */
-export function encodePacket(packet: ServerData, options: Omit<EncodeServerDataOptions, 'legacy'> = {}): Buffer {
+export function encodePacket(
+  packet: ServerData,
+  options: Omit<EncodeServerDataOptions, 'legacy'> = {},
+): Buffer {
   const w = options.writer ?? new WireWriter({ initialCapacity: 128 });
   w.reset();
   ServerDataCodec.write(w, packet);
@@ -66,12 +81,18 @@ export const vcmpRpcCodec: ProtocolCodec = {
   variants: ['strict', 'lenient'],
   canEncode: true,
   decode(bytes: Buffer, options: CodecOptions) {
-    const packet = decodeServerData(bytes, { lenient: options.variant === 'lenient', ...(options.from ? { from: options.from } : {}) });
+    const packet = decodeServerData(bytes, {
+      lenient: options.variant === 'lenient',
+      ...(options.from ? { from: options.from } : {}),
+    });
     return ServerDataCodec.toJson(packet);
   },
   encode(json: unknown, options: CodecOptions) {
     if (Array.isArray(json)) {
-      throw new EncodeError(ErrorCode.BAD_INPUT, 'vcmp-rpc carries one ServerData per packet; give one object');
+      throw new EncodeError(
+        ErrorCode.BAD_INPUT,
+        'vcmp-rpc carries one ServerData per packet; give one object',
+      );
     }
     const packet = ServerDataCodec.fromJson(json, '') as ServerData;
     if (options.from === 'server' && packet.item.type === 'set') {

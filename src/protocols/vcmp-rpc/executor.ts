@@ -17,8 +17,8 @@
  * JavaScript internals.
  */
 import { DecodeError } from '../../wire/index.js';
-import { decodeServerData } from './codec.js';
 import { Quaternion, Vector } from './builder.js';
+import { decodeServerData } from './codec.js';
 import { isNamedCall, type RpcCall, type RpcValue, type ServerData } from './messages.js';
 
 export type RpcErrorCode =
@@ -72,7 +72,8 @@ type Table = Record<string, unknown>;
 const FORBIDDEN_KEYS = new Set(['__proto__', 'constructor', 'prototype']);
 
 function ownSlot(table: unknown, key: unknown): { found: boolean; value: unknown } {
-  if (table === null || (typeof table !== 'object' && typeof table !== 'function')) return { found: false, value: undefined };
+  if (table === null || (typeof table !== 'object' && typeof table !== 'function'))
+    return { found: false, value: undefined };
   if (table instanceof Map) return { found: table.has(key), value: table.get(key) };
   if (typeof key !== 'string' && typeof key !== 'number') return { found: false, value: undefined };
   const k = String(key);
@@ -120,14 +121,16 @@ export class RpcExecutor {
       }
       const item = data.item;
       if (item.type === 'set') {
-        if (this.options.direction !== 'npc-to-server') throw new RpcExecutionError('ERR_RPC_BAD_TARGET', "'h' only runs on the server");
+        if (this.options.direction !== 'npc-to-server')
+          throw new RpcExecutionError('ERR_RPC_BAD_TARGET', "'h' only runs on the server");
         this.set(item.values.map((v) => this.evaluate(v)));
         return { ok: true, value: undefined };
       }
       return { ok: true, value: this.call(item) };
     } catch (e) {
       if (e instanceof RpcExecutionError) return { ok: false, error: e };
-      if (e instanceof DecodeError) return { ok: false, error: new RpcExecutionError('ERR_RPC_DECODE', e.message, e) };
+      if (e instanceof DecodeError)
+        return { ok: false, error: new RpcExecutionError('ERR_RPC_DECODE', e.message, e) };
       return { ok: false, error: new RpcExecutionError('ERR_RPC_THROWN', String(e), e) };
     }
   }
@@ -161,17 +164,25 @@ export class RpcExecutor {
       const fn = this.callable(this.evaluate(c.callee), 'callee');
       const args = c.args.map((a) => this.evaluate(a));
       if (c.tag === 'G') return this.invoke(fn, this.root, args, 'callee');
-      if (args.length === 0) throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'a D call needs its environment');
+      if (args.length === 0)
+        throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'a D call needs its environment');
       return this.invoke(fn, args[0], args.slice(1), 'callee');
     }
     if (c.tag === 'F') {
       const slot = ownSlot(this.root, c.name);
-      if (!slot.found) throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${c.name}' does not exist`);
+      if (!slot.found)
+        throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${c.name}' does not exist`);
       const fn = this.callable(slot.value, c.name);
-      return this.invoke(fn, this.root, c.args.map((a) => this.evaluate(a)), c.name);
+      return this.invoke(
+        fn,
+        this.root,
+        c.args.map((a) => this.evaluate(a)),
+        c.name,
+      );
     }
     // E: the environment is evaluated first, then the name is looked up on it (as the C++ does).
-    if (c.args.length === 0) throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'an E call needs its environment');
+    if (c.args.length === 0)
+      throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'an E call needs its environment');
     const env = this.evaluate(c.args[0]!);
     const fn = this.callable(methodOf(env, c.name), c.name);
     const rest = c.args.slice(1).map((a) => this.evaluate(a));
@@ -180,7 +191,10 @@ export class RpcExecutor {
 
   private callable(value: unknown, what: string): Function {
     if (typeof value !== 'function') {
-      throw new RpcExecutionError('ERR_RPC_NOT_CALLABLE', `A function was not returned while processing ${what}`);
+      throw new RpcExecutionError(
+        'ERR_RPC_NOT_CALLABLE',
+        `A function was not returned while processing ${what}`,
+      );
     }
     return value;
   }
@@ -189,19 +203,25 @@ export class RpcExecutor {
     try {
       return fn.apply(self, args);
     } catch (e) {
-      throw new RpcExecutionError('ERR_RPC_THROWN', `Error in ${what}: ${e instanceof Error ? e.message : String(e)}`, e);
+      throw new RpcExecutionError(
+        'ERR_RPC_THROWN',
+        `Error in ${what}: ${e instanceof Error ? e.message : String(e)}`,
+        e,
+      );
     }
   }
 
   /** `g`: first value names a root slot (string) or is the object; each further value is a key. */
   private get(path: unknown[]): unknown {
-    if (this.options.direction !== 'npc-to-server') throw new RpcExecutionError('ERR_RPC_BAD_TARGET', "'g' only runs on the server");
+    if (this.options.direction !== 'npc-to-server')
+      throw new RpcExecutionError('ERR_RPC_BAD_TARGET', "'g' only runs on the server");
     if (path.length === 0) throw new RpcExecutionError('ERR_RPC_BAD_TARGET', 'empty lookup');
     let current: unknown;
     let rest: unknown[];
     if (typeof path[0] === 'string') {
       const slot = ownSlot(this.root, path[0]);
-      if (!slot.found) throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${path[0]}' does not exist`);
+      if (!slot.found)
+        throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${path[0]}' does not exist`);
       current = slot.value;
       rest = path.slice(1);
     } else {
@@ -210,7 +230,8 @@ export class RpcExecutor {
     }
     for (const key of rest) {
       const slot = ownSlot(current, key);
-      if (!slot.found) throw new RpcExecutionError('ERR_RPC_BAD_TARGET', `the index '${String(key)}' does not exist`);
+      if (!slot.found)
+        throw new RpcExecutionError('ERR_RPC_BAD_TARGET', `the index '${String(key)}' does not exist`);
       current = slot.value;
     }
     return current;
@@ -218,14 +239,18 @@ export class RpcExecutor {
 
   /** `h`: (key, value) on the root table, or (object, key, value). Creates the slot if missing. */
   private set(values: unknown[]): void {
-    const [target, key, value] = typeof values[0] === 'string' ? [this.root, values[0], values[1]] : [values[0], values[1], values[2]];
-    if (typeof key !== 'string' && typeof key !== 'number') throw new RpcExecutionError('ERR_RPC_BAD_TARGET', 'set key must be a string or number');
-    if (FORBIDDEN_KEYS.has(String(key))) throw new RpcExecutionError('ERR_RPC_BAD_TARGET', `refusing to set '${String(key)}'`);
+    const [target, key, value] =
+      typeof values[0] === 'string' ? [this.root, values[0], values[1]] : [values[0], values[1], values[2]];
+    if (typeof key !== 'string' && typeof key !== 'number')
+      throw new RpcExecutionError('ERR_RPC_BAD_TARGET', 'set key must be a string or number');
+    if (FORBIDDEN_KEYS.has(String(key)))
+      throw new RpcExecutionError('ERR_RPC_BAD_TARGET', `refusing to set '${String(key)}'`);
     if (target instanceof Map) {
       target.set(key, value);
       return;
     }
-    if (target === null || typeof target !== 'object') throw new RpcExecutionError('ERR_RPC_BAD_TARGET', 'set target is not a table');
+    if (target === null || typeof target !== 'object')
+      throw new RpcExecutionError('ERR_RPC_BAD_TARGET', 'set target is not a table');
     (target as Table)[String(key)] = value;
   }
 }

@@ -34,7 +34,10 @@ function registerCommands(program: Command): void {
       }
       if (!Array.isArray(args)) throw new UsageError('args must be a JSON array');
       if (args.some((a) => typeof a === 'object' && a !== null && !Array.isArray(a))) {
-        throw new EncodeError(ErrorCode.BAD_INPUT, 'Unknown type of parameter given (tables are not supported)');
+        throw new EncodeError(
+          ErrorCode.BAD_INPUT,
+          'Unknown type of parameter given (tables are not supported)',
+        );
       }
       const rpc = createRpc({ legacy: opts.legacy === true });
       const bytes = (opts.method ? rpc.RFCa(name) : rpc.RFC(name))(...(args as RpcArg[]));

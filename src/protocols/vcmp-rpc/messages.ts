@@ -207,7 +207,11 @@ function readArray(r: WireReader, mode: ReadMode): RpcValue | undefined {
     const previous = r.limit(n, `array at ${at}`);
     while (r.offset < r.end) {
       if (items.length >= r.limits.maxArrayLength) {
-        throw new DecodeError(ErrorCode.TOO_LARGE, `array exceeds ${r.limits.maxArrayLength} elements`, r.offset);
+        throw new DecodeError(
+          ErrorCode.TOO_LARGE,
+          `array exceeds ${r.limits.maxArrayLength} elements`,
+          r.offset,
+        );
       }
       items.push(readElement(r, mode, items.length)!);
     }
@@ -283,13 +287,22 @@ function readCall(r: WireReader, tag: number, mode: ReadMode, topLevel: boolean)
       throw e instanceof DecodeError ? e.withPath('callee') : e;
     }
     if (callee === undefined || (!mode.lenient && callee.type !== 'call' && callee.type !== 'get')) {
-      throw new DecodeError(ErrorCode.BAD_VALUE, 'the callee of a G/D call must be a call item', calleeAt, 'callee');
+      throw new DecodeError(
+        ErrorCode.BAD_VALUE,
+        'the callee of a G/D call must be a call item',
+        calleeAt,
+        'callee',
+      );
     }
     call = { type: 'call', tag: tag === Tag.G ? 'G' : 'D', callee, args: [] };
   }
   call.args = readArgs(r, mode, 'args');
   if (!mode.lenient && (call.tag === 'E' || call.tag === 'D') && call.args.length === 0) {
-    throw new DecodeError(ErrorCode.BAD_VALUE, `an ${call.tag} call needs its environment as first argument`, at);
+    throw new DecodeError(
+      ErrorCode.BAD_VALUE,
+      `an ${call.tag} call needs its environment as first argument`,
+      at,
+    );
   }
   if (previous >= 0) r.restore(previous);
   r.leave();
@@ -301,7 +314,8 @@ function readTopItem(r: WireReader, mode: ReadMode): TopItem {
   const tag = r.u8();
   if (tag === Tag.F || tag === Tag.G || tag === Tag.E || tag === Tag.D) return readCall(r, tag, mode, true);
   if (tag === Tag.h) {
-    if (mode.direction === 'server') throw new DecodeError(ErrorCode.UNKNOWN_TYPE, "item 'h' only travels NPC→server", at);
+    if (mode.direction === 'server')
+      throw new DecodeError(ErrorCode.UNKNOWN_TYPE, "item 'h' only travels NPC→server", at);
     return { type: 'set', values: readSizedValues(r, mode, 'set') };
   }
   if (TAG_NAMES[tag] !== undefined) {
@@ -378,7 +392,10 @@ export function writeValue(w: WireWriter, v: RpcValue): void {
       });
       return;
     default:
-      throw new EncodeError(ErrorCode.BAD_INPUT, `unknown value type ${String((v as { type: unknown }).type)}`);
+      throw new EncodeError(
+        ErrorCode.BAD_INPUT,
+        `unknown value type ${String((v as { type: unknown }).type)}`,
+      );
   }
 }
 
@@ -461,7 +478,10 @@ function valueFromJson(j: unknown, path: string): RpcValue {
     case 'int':
       return { type: 'int', value: intIn(objectAt(j, path, ['type', 'value']), path) };
     case 'float':
-      return { type: 'float', value: floatFromJson(objectAt(j, path, ['type', 'value']).value, `${path}.value`) };
+      return {
+        type: 'float',
+        value: floatFromJson(objectAt(j, path, ['type', 'value']).value, `${path}.value`),
+      };
     case 'bool': {
       const o = objectAt(j, path, ['type', 'value']);
       return { type: 'bool', value: t.bool.fromJson(o.value, `${path}.value`) };
@@ -492,16 +512,25 @@ function valueFromJson(j: unknown, path: string): RpcValue {
     }
     case 'array': {
       const o = objectAt(j, path, ['type', 'items']);
-      return { type: 'array', items: listAt(o.items, `${path}.items`).map((x, i) => valueFromJson(x, `${path}.items[${i}]`)) };
+      return {
+        type: 'array',
+        items: listAt(o.items, `${path}.items`).map((x, i) => valueFromJson(x, `${path}.items[${i}]`)),
+      };
     }
     case 'get': {
       const o = objectAt(j, path, ['type', 'path']);
-      return { type: 'get', path: listAt(o.path, `${path}.path`).map((x, i) => valueFromJson(x, `${path}.path[${i}]`)) };
+      return {
+        type: 'get',
+        path: listAt(o.path, `${path}.path`).map((x, i) => valueFromJson(x, `${path}.path[${i}]`)),
+      };
     }
     case 'call':
       return callFromJson(j, path);
     default:
-      throw badInput(`${path}.type`, 'expected one of null, int, float, bool, string, vector, quaternion, array, call, get');
+      throw badInput(
+        `${path}.type`,
+        'expected one of null, int, float, bool, string, vector, quaternion, array, call, get',
+      );
   }
 }
 
@@ -522,7 +551,12 @@ function callFromJson(j: unknown, path: string): RpcCall {
   }
   if (tag === 'G' || tag === 'D') {
     const o = objectAt(j, path, ['type', 'tag', 'callee', 'args']);
-    return { type: 'call', tag, callee: valueFromJson(o.callee, `${path}.callee`), args: argsFromJson(o.args, `${path}.args`) };
+    return {
+      type: 'call',
+      tag,
+      callee: valueFromJson(o.callee, `${path}.callee`),
+      args: argsFromJson(o.args, `${path}.args`),
+    };
   }
   throw badInput(`${path}.tag`, 'expected F, G, E or D');
 }

@@ -1,0 +1,134 @@
+/** The command-line contract (../shared/cli-contract.md), through the real spawned command. */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { buildProgram } from '../../src/cli/main.js';
+import { errorOf, runCli } from '../helpers/cli.js';
+
+const SEED = '00000040460000000f00057072696e7473000548656c6c6f';
+const SEED_JSON = {
+  type: 'ServerData',
+  identifier: 0x40000000,
+  item: { type: 'call', tag: 'F', name: 'print', args: [{ type: 'string', value: 'Hello' }] },
+};
+
+describe('gamewire decode / encode', () => {
+  it('decodes the LibRPC seed to the print("Hello") call', () => {
+    const r = runCli(['decode', 'vcmp-rpc', '--hex', SEED]);
+    expect(r.status).toBe(0);
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual(SEED_JSON);
+  });
+
+  it('encodes that JSON back to the same bytes', () => {
+    const r = runCli(['encode', 'vcmp-rpc', '--json', JSON.stringify(SEED_JSON)]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toBe(`${SEED}\n`);
+  });
+
+  it('accepts hex with spaces, a file of raw bytes, and stdin', () => {
+    const spaced = SEED.replace(/(..)/g, '$1 ');
+    expect(JSON.parse(runCli(['decode', 'vcmp-rpc', '--hex', spaced]).stdout)).toEqual(SEED_JSON);
+    const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-cli-'));
+    const file = path.join(dir, 'seed.bin');
+    writeFileSync(file, Buffer.from(SEED, 'hex'));
+    expect(JSON.parse(runCli(['decode', 'vcmp-rpc', file]).stdout)).toEqual(SEED_JSON);
+    expect(JSON.parse(runCli(['decode', 'vcmp-rpc', '-'], Buffer.from(SEED, 'hex')).stdout)).toEqual(
+      SEED_JSON,
+    );
+    const jsonFile = path.join(dir, 'seed.json');
+    writeFileSync(jsonFile, JSON.stringify(SEED_JSON));
+    expect(runCli(['encode', 'vcmp-rpc', jsonFile]).stdout).toBe(`${SEED}\n`);
+    expect(runCli(['encode', 'vcmp-rpc', '-'], JSON.stringify(SEED_JSON)).stdout).toBe(`${SEED}\n`);
+  });
+
+  it('reports input that ends early as ERR_INCOMPLETE with exit 1 and nothing on stdout', () => {
+    const r = runCli(['decode', 'vcmp-rpc', '--hex', SEED.slice(0, 30)]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(errorOf(r)).toMatchObject({ code: 'ERR_INCOMPLETE', offset: 9 });
+  });
+
+  it('reports malformed input with its code and offset, never a stack trace', () => {
+    const cases: [string, string][] = [
+      ['01000040460000000400016678', 'ERR_UNKNOWN_TYPE'],
+      ['0100004046000000050001666202', 'ERR_BAD_VALUE'],
+      ['01000040460000000300016669070000 00', 'ERR_TRAILING_BYTES'],
+      ['zz', 'ERR_BAD_VALUE'],
+    ];
+    for (const [hex, code] of cases) {
+      const r = runCli(['decode', 'vcmp-rpc', '--hex', hex]);
+      expect(r.status).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(errorOf(r).code).toBe(code);
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+
+  it('the lenient variant accepts what the C++ plugin accepts', () => {
+    const r = runCli([
+      'decode',
+      'vcmp-rpc',
+      '--variant',
+      'lenient',
+      '--hex',
+      '0100004046000000030001666907000000',
+    ]);
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout).item.args).toEqual([{ type: 'int', value: 7 }]);
+  });
+
+  it('rejects bad JSON for encode with exit 1', () => {
+    expect(errorOf(runCli(['encode', 'vcmp-rpc', '--json', '{nope']))).toMatchObject({
+      code: 'ERR_BAD_JSON',
+    });
+    const r = runCli(['encode', 'vcmp-rpc', '--json', JSON.stringify({ ...SEED_JSON, identifier: 5 })]);
+    expect(r.status).toBe(1);
+    expect(errorOf(r).code).toBe('ERR_BAD_INPUT');
+  });
+
+  it('exits 2 with ERR_USAGE for bad usage', () => {
+    for (const args of [
+      ['decode', 'nope', '--hex', '00'],
+      ['decode', 'vcmp-rpc'],
+      ['decode', 'vcmp-rpc', '--from', 'sideways', '--hex', SEED],
+      ['decode', 'vcmp-rpc', '--variant', 'nope', '--hex', SEED],
+      ['frobnicate'],
+      ['serve', 'vcmp-rpc'],
+    ]) {
+      const r = runCli(args);
+      expect(r.status, args.join(' ')).toBe(2);
+      expect(errorOf(r).code).toBe('ERR_USAGE');
+    }
+  });
+
+  it('builds ServerData like RFC(name)(args) from the command line', () => {
+    const r = runCli(['vcmp-rpc', 'build', 'print', '["Hello"]', '--legacy']);
+    expect(r.stdout).toBe(`${SEED}\n`);
+  });
+});
+
+describe('--help', () => {
+  // Every command and subcommand the program defines, found by walking it.
+  const paths: string[][] = [];
+  const walk = (cmd: ReturnType<typeof buildProgram>, prefix: string[]) => {
+    for (const sub of cmd.commands) {
+      paths.push([...prefix, sub.name()]);
+      walk(sub as ReturnType<typeof buildProgram>, [...prefix, sub.name()]);
+    }
+  };
+  walk(buildProgram(), []);
+
+  it('exists on the program and every command', () => {
+    expect(paths.length).toBeGreaterThanOrEqual(4);
+    const top = runCli(['--help']);
+    expect(top.status).toBe(0);
+    expect(top.stdout).toMatch(/Usage: gamewire/);
+    for (const p of paths) {
+      const r = runCli([...p, '--help']);
+      expect(r.status, p.join(' ')).toBe(0);
+      expect(r.stdout, p.join(' ')).toMatch(new RegExp(`Usage: gamewire ${p.join(' ')}`));
+    }
+  });
+});
