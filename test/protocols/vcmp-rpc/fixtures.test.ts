@@ -10,6 +10,7 @@ import {
   encodeServerData,
   float,
   Quaternion,
+  type RpcCall,
   type ServerData,
   ServerDataCodec,
   Vector,
@@ -292,12 +293,12 @@ describe('lenient mode reproduces the C++ reader (spec §6)', () => {
 
 describe('encoder rules', () => {
   it('writes the legacy identifier only when asked', () => {
-    const item = {
+    const item: RpcCall = {
       type: 'call',
       tag: 'F',
       name: 'print',
       args: [{ type: 'string', value: 'Hello' }],
-    } as const;
+    };
     expect(encodeServerData(item)).toEqual(hex(EXAMPLES.B));
     expect(encodeServerData(item, { legacy: true })).toEqual(hex(EXAMPLES.A));
   });
