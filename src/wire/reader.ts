@@ -320,6 +320,19 @@ export class WireReader {
     const b = this.buf;
     if (encoding === 'utf8') {
       // ASCII fast path: most protocol strings are plain names.
+      if (n <= 16) {
+        let s = '';
+        let i = o;
+        for (; i < o + n; i++) {
+          const c = b[i]!;
+          if (c > 0x7f) break;
+          s += String.fromCharCode(c);
+        }
+        if (i === o + n) {
+          this.offset = i;
+          return s;
+        }
+      }
       let ascii = true;
       for (let i = o; i < o + n; i++) {
         if (b[i]! > 0x7f) {

@@ -214,6 +214,21 @@ export class WireWriter {
   string(s: string, encoding: StringEncoding = 'utf8'): number {
     // Worst case for UTF-8 is 3 bytes per UTF-16 unit; reserve that, write, keep what was used.
     this.ensure(encoding === 'utf8' ? s.length * 3 : s.length);
+    if (s.length <= 32) {
+      // Short ASCII strings: a byte loop beats Buffer.write's call overhead.
+      const b = this.buf;
+      const o = this.offset;
+      let i = 0;
+      for (; i < s.length; i++) {
+        const c = s.charCodeAt(i);
+        if (c > 0x7f) break;
+        b[o + i] = c;
+      }
+      if (i === s.length) {
+        this.offset = o + i;
+        return i;
+      }
+    }
     const n = this.buf.write(s, this.offset, encoding === 'utf8' ? 'utf8' : 'latin1');
     this.offset += n;
     return n;
