@@ -7,7 +7,9 @@ main(process.argv.slice(2)).then(
     if (typeof code === 'number') process.exitCode = code;
   },
   (err) => {
-    process.stderr.write(`${JSON.stringify({ error: { code: 'ERR_INTERNAL', message: String(err?.message ?? err) } })}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ error: { code: 'ERR_INTERNAL', message: String(err?.message ?? err) } })}\n`,
+    );
     process.exitCode = 1;
   },
 );
