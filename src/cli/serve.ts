@@ -103,6 +103,16 @@ async function runServers(selected: ProtocolModule[], flags: Record<string, unkn
     await Promise.allSettled(running.map((r) => r.server.close()));
   };
 
+  // Listen for signals before anything starts, so a signal during start-up still stops cleanly.
+  let onSignal: (signal: string) => void = () => {};
+  const stopRequested = new Promise<string>((resolve) => {
+    onSignal = resolve;
+  });
+  const onInt = () => onSignal('SIGINT');
+  const onTerm = () => onSignal('SIGTERM');
+  process.on('SIGINT', onInt);
+  process.on('SIGTERM', onTerm);
+
   try {
     for (const p of selected) {
       const def = p.server!;
@@ -122,6 +132,8 @@ async function runServers(selected: ProtocolModule[], flags: Record<string, unkn
       }
     }
   } catch (err) {
+    process.off('SIGINT', onInt);
+    process.off('SIGTERM', onTerm);
     await stopAll();
     if (err instanceof CliError) throw err;
     throw new CliError('ERR_SERVE', `could not start: ${(err as Error).message}`);
@@ -139,22 +151,14 @@ async function runServers(selected: ProtocolModule[], flags: Record<string, unkn
     process.stdout.write(`gamewire: metrics http 127.0.0.1:${flags.metricsPort as number} /metrics\n`);
   }
 
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      log.info({ signal }, 'stopping');
-      process.off('SIGINT', onInt);
-      process.off('SIGTERM', onTerm);
-      void stopAll()
-        .then(() => metricsServer?.close())
-        .then(() => {
-          for (const m of metrics) log.info({ protocol: m.protocol, ...m.snapshot() }, 'final counters');
-          process.stdout.write('gamewire: stopped\n');
-          resolve();
-        });
-    };
-    const onInt = () => stop('SIGINT');
-    const onTerm = () => stop('SIGTERM');
-    process.on('SIGINT', onInt);
-    process.on('SIGTERM', onTerm);
-  });
+  const signal = await stopRequested;
+  log.info({ signal }, 'stopping');
+  process.off('SIGINT', onInt);
+  process.off('SIGTERM', onTerm);
+  await stopAll();
+  await metricsServer?.close();
+  for (const m of metrics) log.info({ protocol: m.protocol, ...m.snapshot() }, 'final counters');
+  process.stdout.write('gamewire: stopped\n');
+  // Everything is closed; if a stray handle still holds the event loop, do not hang on it.
+  setTimeout(() => process.exit(0), 1000).unref();
 }

@@ -1,0 +1,81 @@
+/**
+ * `gamewire serve` (what `npm start` runs): every server starts with embedded defaults, prints
+ * where it listens, and stops cleanly with exit 0 on SIGTERM and SIGINT. Ports are 0 here so the
+ * test never collides with anything else on the machine.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { protocols } from '../../src/protocols/registry.js';
+import { BIN, ROOT } from '../helpers/cli.js';
+
+const servers = protocols.filter((p) => p.server !== undefined);
+
+function ephemeralConfig(dir: string): string {
+  const config: Record<string, Record<string, unknown>> = {};
+  for (const p of servers) {
+    const section: Record<string, unknown> = { host: '127.0.0.1', port: 0 };
+    for (const o of p.server!.options) if (/port$/i.test(o.key) && o.type === 'int') section[o.key] = 0;
+    config[p.name] = section;
+  }
+  const file = path.join(dir, 'config.json');
+  writeFileSync(file, JSON.stringify(config));
+  return file;
+}
+
+function runUntilListening(
+  signal: NodeJS.Signals,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-serve-'));
+  const child = spawn(
+    process.execPath,
+    [BIN, 'serve', '--config', ephemeralConfig(dir), '--data-dir', dir, '--log-level', 'warn'],
+    {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let stdout = '';
+  let stderr = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`serve did not start in time; stdout: ${stdout}; stderr: ${stderr}`));
+    }, 60_000);
+    let signalled = false;
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      const started = servers.every((p) => stdout.includes(`gamewire: ${p.name} `));
+      if (!signalled && (started || stdout.includes('nothing to serve'))) {
+        signalled = true;
+        child.kill(signal);
+      }
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('gamewire serve (npm start)', () => {
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`starts every server, prints each endpoint, and exits 0 on ${signal}`, async () => {
+      const r = await runUntilListening(signal);
+      expect(r.code, r.stderr).toBe(0);
+      if (servers.length === 0) {
+        expect(r.stdout).toMatch(/nothing to serve/);
+        return;
+      }
+      for (const p of servers) {
+        expect(r.stdout).toMatch(new RegExp(`gamewire: ${p.name} (tcp|udp|http) 127\\.0\\.0\\.1:[1-9]\\d*`));
+      }
+      expect(r.stdout).toMatch(/gamewire: stopped/);
+    });
+  }
+});
