@@ -8,7 +8,7 @@
  * shapes, no per-field loop.
  */
 import { asDecodeError, DecodeError, EncodeError, ErrorCode } from './errors.js';
-import type { DecodeLimits } from './limits.js';
+import { DEFAULT_LIMITS, type DecodeLimits, resolveLimits } from './limits.js';
 import { type StringEncoding, WireReader } from './reader.js';
 import { WireWriter } from './writer.js';
 
@@ -56,6 +56,7 @@ export interface VariantInfo {
 }
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const EMPTY_INPUT = Buffer.alloc(0);
 
 function typeOf(j: unknown): string {
   return j === null ? 'null' : Array.isArray(j) ? 'array' : typeof j;
@@ -1104,15 +1105,43 @@ export interface DecodeOptions {
   allowTrailing?: boolean;
 }
 
-/** Decodes exactly one message from `bytes`. Throws only DecodeError. */
+// One reader serves every top-level decode (decoding is synchronous); a decode that starts while
+// another is running (a custom codec decoding a nested container) gets its own.
+const sharedReader = new WireReader();
+let sharedBusy = false;
+const resolvedLimits = new WeakMap<Partial<DecodeLimits>, DecodeLimits>();
+
+function limitsFor(partial: Partial<DecodeLimits> | undefined): DecodeLimits {
+  if (partial === undefined) return DEFAULT_LIMITS as DecodeLimits;
+  let full = resolvedLimits.get(partial);
+  if (full === undefined) {
+    full = resolveLimits(partial);
+    resolvedLimits.set(partial, full);
+  }
+  return full;
+}
+
+/**
+ * Decodes exactly one message from `bytes`. Throws only DecodeError. Allocates nothing of its
+ * own per call (pass the same `limits` object each time to keep it that way).
+ */
 export function decode<T>(codec: Codec<T>, bytes: Uint8Array, options: DecodeOptions = {}): T {
-  const r = new WireReader(bytes, options.limits);
+  const nested = sharedBusy;
+  const r = nested ? new WireReader() : sharedReader;
+  r.reset(bytes);
+  r.limits = limitsFor(options.limits);
+  sharedBusy = true;
   try {
     const v = codec.read(r);
     if (options.allowTrailing !== true) r.expectEnd();
     return v;
   } catch (e) {
     throw asDecodeError(e, r.offset);
+  } finally {
+    if (!nested) {
+      sharedBusy = false;
+      r.reset(EMPTY_INPUT);
+    }
   }
 }
 

@@ -5,6 +5,7 @@ import {
   arrayOfBytes,
   bytes,
   constant,
+  custom,
   DecodeError,
   decode,
   EncodeError,
@@ -187,6 +188,28 @@ describe('declared codecs', () => {
     expect(bad({ ...(Messages.toJson(hello) as object), tag: 'abc' })).toBe('tag');
     expect(bad({ ...(Messages.toJson(hello) as object), points: [{ x: 1e6, y: 0 }] })).toBe('points[0].x');
     expect(bad({ ...(Messages.toJson(hello) as object), surplus: 1 })).toBe('surplus');
+  });
+
+  it('decode is re-entrant: a custom codec may decode a nested container', () => {
+    const Inner = struct({ a: t.u8, b: t.u8 });
+    const Outer = struct({
+      n: t.u8,
+      inner: custom({
+        name: 'nested',
+        description: 'u8 length + an Inner decoded on its own',
+        read: (r) => decode(Inner, r.bytes(r.u8())),
+        write: (w, v) => {
+          w.u8(2);
+          Inner.write(w, v);
+        },
+        toJson: (v) => Inner.toJson(v),
+        fromJson: (j, p) => Inner.fromJson(j, p),
+      }),
+      m: t.u8,
+    });
+    expect(decode(Outer, Buffer.from('0702010209', 'hex'))).toEqual({ n: 7, inner: { a: 1, b: 2 }, m: 9 });
+    expect(() => decode(Outer, Buffer.from('07020102', 'hex'))).toThrow(DecodeError);
+    expect(decode(Outer, Buffer.from('0702030409', 'hex'))).toEqual({ n: 7, inner: { a: 3, b: 4 }, m: 9 });
   });
 
   it('encodes into a reused writer without allocating a new buffer', () => {
