@@ -1,0 +1,450 @@
+/**
+ * Instance traffic relayed between members: Transform (the hot path), Teleport, Custom,
+ * AvatarChanged and AvatarParams. A relayed message is encoded once and the same bytes go to
+ * every recipient.
+ */
+import type { WireWriter } from '../../../wire/index.js';
+import {
+  AvatarChangedResult,
+  PlayerFlags,
+  PlayerStatus,
+  Priority,
+  S2C,
+  SELF,
+  TransformFlags,
+  TransformType,
+} from '../constants.js';
+import type { Instance, Player, StoredTransform } from '../instances.js';
+import type { ClientMessage, ServerMessage, TransformMessage } from '../messages.js';
+import type { NoxRelayServer } from '../server.js';
+import type { RelayClient } from '../session.js';
+
+type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
+
+/** The member of `iid` that `client` controls, if it may send instance traffic (status ≥ Traveling). */
+function activePlayer(
+  server: NoxRelayServer,
+  client: RelayClient,
+  iid: number,
+  what: string,
+): Player | undefined {
+  const p = client.players.get(iid);
+  if (p === undefined || p.status < PlayerStatus.Traveling) {
+    server.metrics.drop(`${what}_not_ready`);
+    return undefined;
+  }
+  return p;
+}
+
+/** Resolves the target of a request (0xFFFF or own id = self; others need HasPrivilege). */
+function target(p: Player, playerId: number): Player | undefined {
+  if (playerId === SELF || playerId === p.id) return p;
+  if ((p.flags & PlayerFlags.HasPrivilege) === 0) return undefined;
+  const t = p.instance.players.get(playerId);
+  return t !== undefined && t.status === PlayerStatus.Ready ? t : undefined;
+}
+
+/** Sends `bytes` to every member that knows `about`, except `except`; `about` itself too when `alsoAbout`. */
+function fanOut(
+  inst: Instance,
+  about: Player,
+  except: Player | null,
+  bytes: Buffer,
+  priority: Priority,
+  alsoAbout: boolean,
+): number {
+  let n = 0;
+  const members = inst.members;
+  for (let i = 0; i < members.length; i++) {
+    const r = members[i]!;
+    if (r === except) continue;
+    if (r === about ? alsoAbout : r.known.has(about)) {
+      r.client.send(bytes, priority);
+      n++;
+    }
+  }
+  return n;
+}
+
+// ---- Transform ------------------------------------------------------------------------------
+
+export function transformMessage(iid: number, playerId: number, st: StoredTransform): TransformMessage {
+  const f = st.flags;
+  return {
+    type: 'Transform',
+    instanceId: iid,
+    transformType: TransformType.OnPlayer,
+    playerId,
+    rig: st.rig,
+    flags: f,
+    ...(f & 0x01 ? { position: { x: st.px, y: st.py, z: st.pz } } : {}),
+    ...(f & 0x02 ? { rotation: { x: st.rx, y: st.ry, z: st.rz, w: st.rw } } : {}),
+    ...(f & 0x04 ? { scale: { x: st.sx, y: st.sy, z: st.sz } } : {}),
+    ...(f & 0x08 ? { velocity: { x: st.vx, y: st.vy, z: st.vz } } : {}),
+    ...(f & 0x10 ? { angularVelocity: { x: st.ax, y: st.ay, z: st.az } } : {}),
+  };
+}
+
+/**
+ * The relay packet written straight from the stored state, without building a message object:
+ * the hot path. Produces exactly the bytes of the declared TransformMsg (a test checks this).
+ */
+export function writeTransformRelay(w: WireWriter, iid: number, playerId: number, st: StoredTransform): void {
+  const at = w.reserve(2);
+  w.u16be(0);
+  w.u8(S2C.Transform);
+  w.u8(iid);
+  w.u8(TransformType.OnPlayer);
+  w.u16be(playerId);
+  w.u16be(st.rig);
+  const f = st.flags;
+  w.u8(f);
+  if (f & 0x01) {
+    w.f32be(st.px);
+    w.f32be(st.py);
+    w.f32be(st.pz);
+  }
+  if (f & 0x02) {
+    w.f32be(st.rx);
+    w.f32be(st.ry);
+    w.f32be(st.rz);
+    w.f32be(st.rw);
+  }
+  if (f & 0x04) {
+    w.f32be(st.sx);
+    w.f32be(st.sy);
+    w.f32be(st.sz);
+  }
+  if (f & 0x08) {
+    w.f32be(st.vx);
+    w.f32be(st.vy);
+    w.f32be(st.vz);
+  }
+  if (f & 0x10) {
+    w.f32be(st.ax);
+    w.f32be(st.ay);
+    w.f32be(st.az);
+  }
+  w.patchU16be(at, w.offset - at);
+}
+
+function newStored(rig: number): StoredTransform {
+  return {
+    rig,
+    flags: 0,
+    px: 0,
+    py: 0,
+    pz: 0,
+    rx: 0,
+    ry: 0,
+    rz: 0,
+    rw: 1,
+    sx: 1,
+    sy: 1,
+    sz: 1,
+    vx: 0,
+    vy: 0,
+    vz: 0,
+    ax: 0,
+    ay: 0,
+    az: 0,
+    lastSent: Number.NEGATIVE_INFINITY,
+    dirty: false,
+  };
+}
+
+const far = (a: number, b: number, t: number) => !(Math.abs(a - b) <= t);
+
+/** Merges an update into the stored state; true when something moved beyond the threshold. */
+function merge(st: StoredTransform, m: TransformMessage, threshold: number): boolean {
+  let changed = false;
+  const f = m.flags;
+  if (f & TransformFlags.Reset) {
+    const fresh = newStored(st.rig);
+    fresh.lastSent = st.lastSent;
+    Object.assign(st, fresh);
+    changed = true;
+  }
+  const had = st.flags;
+  if (f & 0x01) {
+    const v = m.position!;
+    if (
+      !(had & 0x01) ||
+      far(v.x, st.px, threshold) ||
+      far(v.y, st.py, threshold) ||
+      far(v.z, st.pz, threshold)
+    )
+      changed = true;
+    st.px = v.x;
+    st.py = v.y;
+    st.pz = v.z;
+  }
+  if (f & 0x02) {
+    const v = m.rotation!;
+    if (
+      !(had & 0x02) ||
+      far(v.x, st.rx, threshold) ||
+      far(v.y, st.ry, threshold) ||
+      far(v.z, st.rz, threshold) ||
+      far(v.w, st.rw, threshold)
+    ) {
+      changed = true;
+    }
+    st.rx = v.x;
+    st.ry = v.y;
+    st.rz = v.z;
+    st.rw = v.w;
+  }
+  if (f & 0x04) {
+    const v = m.scale!;
+    if (
+      !(had & 0x04) ||
+      far(v.x, st.sx, threshold) ||
+      far(v.y, st.sy, threshold) ||
+      far(v.z, st.sz, threshold)
+    )
+      changed = true;
+    st.sx = v.x;
+    st.sy = v.y;
+    st.sz = v.z;
+  }
+  if (f & 0x08) {
+    const v = m.velocity!;
+    if (
+      !(had & 0x08) ||
+      far(v.x, st.vx, threshold) ||
+      far(v.y, st.vy, threshold) ||
+      far(v.z, st.vz, threshold)
+    )
+      changed = true;
+    st.vx = v.x;
+    st.vy = v.y;
+    st.vz = v.z;
+  }
+  if (f & 0x10) {
+    const v = m.angularVelocity!;
+    if (
+      !(had & 0x10) ||
+      far(v.x, st.ax, threshold) ||
+      far(v.y, st.ay, threshold) ||
+      far(v.z, st.az, threshold)
+    )
+      changed = true;
+    st.ax = v.x;
+    st.ay = v.y;
+    st.az = v.z;
+  }
+  st.flags = had | (f & 0x1f);
+  return changed;
+}
+
+function flush(
+  server: NoxRelayServer,
+  owner: Player,
+  st: StoredTransform,
+  now: number,
+  alsoOwner: boolean,
+): void {
+  st.dirty = false;
+  st.lastSent = now;
+  const w = server.fanWriter.reset();
+  writeTransformRelay(w, owner.instance.id, owner.id, st);
+  // One copy for the whole fan-out: the sockets keep a reference until the bytes are out.
+  const bytes = w.toBuffer();
+  const n = fanOut(owner.instance, owner, null, bytes, Priority.Low, alsoOwner);
+  server.metrics.count('transforms_relayed');
+  server.metrics.count('transform_fanout', n);
+}
+
+/** Sends what the TPS limit held back, then re-arms while anything is still pending. */
+function scheduleFlush(server: NoxRelayServer, inst: Instance, delay: number): void {
+  if (inst.flushTimer !== undefined) return;
+  inst.flushTimer = setTimeout(
+    () => {
+      inst.flushTimer = undefined;
+      const now = performance.now();
+      const interval = 1000 / inst.tps;
+      let wait = Number.POSITIVE_INFINITY;
+      for (const p of inst.members) {
+        for (const st of p.transforms.values()) {
+          if (!st.dirty) continue;
+          const left = interval - (now - st.lastSent);
+          if (left <= 0) flush(server, p, st, now, false);
+          else wait = Math.min(wait, left);
+        }
+      }
+      if (Number.isFinite(wait)) scheduleFlush(server, inst, wait);
+    },
+    Math.max(1, Math.ceil(delay)),
+  );
+  inst.flushTimer.unref();
+}
+
+export function handleTransform(server: NoxRelayServer, client: RelayClient, m: Msg<'Transform'>): void {
+  const p = activePlayer(server, client, m.instanceId, 'transform');
+  if (p === undefined) return;
+  if (m.transformType !== TransformType.OnPlayer) {
+    // ByPath and OnObject are declared but not relayed, as in the reference server (spec §5.4).
+    server.metrics.drop('transform_unsupported');
+    return;
+  }
+  const owner = target(p, m.playerId!);
+  if (owner === undefined) {
+    server.metrics.drop('transform_forbidden');
+    return;
+  }
+  const inst = p.instance;
+  let st = owner.transforms.get(m.rig!);
+  if (st === undefined) {
+    if (owner.transforms.size >= 64) {
+      server.metrics.drop('transform_rigs');
+      return;
+    }
+    st = newStored(m.rig!);
+    owner.transforms.set(m.rig!, st);
+  }
+  if (!merge(st, m, inst.threshold)) {
+    server.metrics.drop('transform_below_threshold');
+    return;
+  }
+  st.dirty = true;
+  const now = performance.now();
+  const interval = 1000 / inst.tps;
+  if (now - st.lastSent >= interval) flush(server, owner, st, now, owner !== p);
+  else scheduleFlush(server, inst, interval - (now - st.lastSent));
+}
+
+// ---- Teleport, Custom -----------------------------------------------------------------------
+
+/** gamewire's Teleport: sets the target's Base rig (position + rotation, after a reset) and relays. */
+export function handleTeleport(server: NoxRelayServer, client: RelayClient, m: Msg<'Teleport'>): void {
+  const p = activePlayer(server, client, m.instanceId, 'teleport');
+  if (p === undefined) return;
+  const owner = target(p, m.playerId);
+  if (owner === undefined) {
+    server.metrics.drop('teleport_forbidden');
+    return;
+  }
+  let st = owner.transforms.get(0);
+  if (st === undefined) {
+    st = newStored(0);
+    owner.transforms.set(0, st);
+  }
+  merge(
+    st,
+    {
+      type: 'Transform',
+      instanceId: m.instanceId,
+      transformType: 1,
+      flags: 0x23,
+      position: m.position,
+      rotation: m.rotation,
+    },
+    0,
+  );
+  const bytes = server.encode(0, {
+    type: 'Teleport',
+    instanceId: m.instanceId,
+    playerId: owner.id,
+    position: m.position,
+    rotation: m.rotation,
+  });
+  fanOut(p.instance, owner, p, bytes, Priority.High, owner !== p);
+}
+
+/** gamewire's Custom: the opaque bytes go to the other members, tagged with the sender's id. */
+export function handleCustom(server: NoxRelayServer, client: RelayClient, m: Msg<'Custom'>): void {
+  const p = client.players.get(m.instanceId);
+  if (p === undefined) {
+    server.metrics.drop('custom_not_member');
+    return;
+  }
+  if (5 + 3 + m.data.length > server.options.maxPacketSize) {
+    server.metrics.drop('custom_too_large');
+    return;
+  }
+  const bytes = server.encode(0, { type: 'Custom', instanceId: m.instanceId, playerId: p.id, data: m.data });
+  fanOut(p.instance, p, p, bytes, Priority.Low, false);
+}
+
+// ---- avatars --------------------------------------------------------------------------------
+
+export function handleAvatarChanged(
+  server: NoxRelayServer,
+  client: RelayClient,
+  uid: number,
+  m: Msg<'AvatarChanged'>,
+): void {
+  const iid = m.instanceId;
+  const failed = (reason: string) =>
+    server.send(
+      client,
+      uid,
+      { type: 'AvatarChanged', instanceId: iid, result: AvatarChangedResult.Failed, reason },
+      Priority.High,
+    );
+  const inst = server.instances.get(iid);
+  if (inst === undefined) {
+    failed('Invalid instance');
+    return;
+  }
+  const p = client.players.get(iid);
+  if (p === undefined || p.status < PlayerStatus.Traveling) {
+    failed('You are not a valid player');
+    return;
+  }
+  let owner = p;
+  if (m.playerId !== SELF && m.playerId !== p.id) {
+    const t = inst.players.get(m.playerId);
+    if (t === undefined) {
+      failed('Player not found');
+      return;
+    }
+    if ((p.flags & PlayerFlags.HasPrivilege) === 0) {
+      failed("You are not allowed to change this player's avatar");
+      return;
+    }
+    owner = t;
+  }
+  owner.avatar = { avatarId: m.avatarId, avatarServer: m.avatarServer, avatarVersion: m.avatarVersion };
+  owner.params.clear();
+  server.send(
+    client,
+    uid,
+    { type: 'AvatarChanged', instanceId: iid, result: AvatarChangedResult.Success, reason: null },
+    Priority.High,
+  );
+  const notice: ServerMessage = {
+    type: 'AvatarChanged',
+    instanceId: iid,
+    result: AvatarChangedResult.Changing,
+    playerId: owner.id,
+    ...owner.avatar,
+  };
+  fanOut(inst, owner, p, server.encode(0, notice), Priority.Normal, owner !== p);
+}
+
+export function handleAvatarParams(
+  server: NoxRelayServer,
+  client: RelayClient,
+  m: Msg<'AvatarParams'>,
+): void {
+  const p = activePlayer(server, client, m.instanceId, 'avatar_params');
+  if (p === undefined) return;
+  const owner = target(p, m.playerId);
+  if (owner === undefined || owner.avatar === undefined) {
+    server.metrics.drop('avatar_params_refused');
+    return;
+  }
+  for (const param of m.parameters) {
+    if (owner.params.size >= 1024 && !owner.params.has(param.parameterId)) break;
+    owner.params.set(param.parameterId, Buffer.from(param.value));
+  }
+  const bytes = server.encode(0, {
+    type: 'AvatarParams',
+    instanceId: m.instanceId,
+    playerId: owner.id,
+    parameters: m.parameters,
+  });
+  fanOut(p.instance, owner, p, bytes, Priority.Normal, owner !== p);
+}

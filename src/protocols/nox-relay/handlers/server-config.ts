@@ -1,0 +1,97 @@
+/**
+ * ServerConfig (spec §4.11, §7.4): high-privilege members (InstanceOwner, MasterModerator) read
+ * or change an instance. The requester gets Success, the other members Change. The password is
+ * never sent back, only has_password.
+ */
+import { PlayerFlags, Priority, ServerConfigFlags, ServerConfigResult } from '../constants.js';
+import type { Instance } from '../instances.js';
+import type { ClientMessage, ServerMessage } from '../messages.js';
+import type { NoxRelayServer } from '../server.js';
+import type { RelayClient } from '../session.js';
+
+type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
+
+function configMessage(inst: Instance, result: number, flags: number): ServerMessage {
+  return {
+    type: 'ServerConfig',
+    instanceId: inst.id,
+    result,
+    configFlags: flags,
+    ...(flags & ServerConfigFlags.Tps ? { tps: inst.tps } : {}),
+    ...(flags & ServerConfigFlags.Threshold ? { threshold: inst.threshold } : {}),
+    ...(flags & ServerConfigFlags.Capacity ? { capacity: inst.capacity } : {}),
+    ...(flags & ServerConfigFlags.Flags ? { instanceFlags: inst.flags >>> 0 } : {}),
+    ...(flags & ServerConfigFlags.Password ? { hasPassword: inst.hasPassword ? 1 : 0 } : {}),
+  };
+}
+
+export function handleServerConfig(
+  server: NoxRelayServer,
+  client: RelayClient,
+  uid: number,
+  m: Msg<'ServerConfig'>,
+): void {
+  const iid = m.instanceId;
+  const failure = (reason: string) => {
+    server.metrics.count('server_config_refused');
+    server.send(
+      client,
+      uid,
+      { type: 'ServerConfig', instanceId: iid, result: ServerConfigResult.Failure, reason },
+      Priority.Normal,
+    );
+  };
+  const inst = server.instances.get(iid);
+  if (inst === undefined) {
+    failure('Instance not found.');
+    return;
+  }
+  const p = client.players.get(iid);
+  if (p === undefined) {
+    failure('You are not in this instance.');
+    return;
+  }
+  if ((p.flags & PlayerFlags.HasHighPrivilege) === 0) {
+    failure('Permission denied.');
+    return;
+  }
+  const f = m.configFlags;
+  if (f === ServerConfigFlags.None) {
+    server.send(
+      client,
+      uid,
+      configMessage(inst, ServerConfigResult.Success, ServerConfigFlags.All),
+      Priority.Normal,
+    );
+    return;
+  }
+  if ((f & ServerConfigFlags.All) === 0) {
+    failure('No valid configuration flags provided.');
+    return;
+  }
+  if (m.tps !== undefined) {
+    if (m.tps === 0) {
+      failure('TPS must be at least 1.');
+      return;
+    }
+    inst.tps = m.tps;
+  }
+  if (m.threshold !== undefined) {
+    if (!(m.threshold >= 0)) {
+      failure('Threshold must be a number >= 0.');
+      return;
+    }
+    inst.threshold = m.threshold;
+  }
+  if (m.capacity !== undefined) inst.capacity = m.capacity;
+  if (m.password !== undefined) inst.setPassword(m.password);
+  if (m.instanceFlags !== undefined) {
+    // The Flags field wins over what the password just implied, as in the reference server.
+    inst.flags = m.instanceFlags >>> 0;
+  }
+  server.metrics.count('server_config_changed');
+  const applied = f & ServerConfigFlags.All;
+  server.send(client, uid, configMessage(inst, ServerConfigResult.Success, applied), Priority.Normal);
+  const change = server.encode(0, configMessage(inst, ServerConfigResult.Change, applied));
+  for (const r of inst.members) if (r !== p) r.client.send(change, Priority.Normal);
+}

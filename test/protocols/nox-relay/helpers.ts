@@ -1,0 +1,83 @@
+import type { EventEmitter } from 'node:events';
+import net from 'node:net';
+import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
+import { type NoxRelayOptions, NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+
+export async function startServer(options: NoxRelayOptions = {}): Promise<NoxRelayServer> {
+  const s = new NoxRelayServer({ host: '127.0.0.1', port: 0, ...options });
+  await s.start();
+  return s;
+}
+
+/** Connect, handshake, authenticate (offline token), and optionally enter + travel to Ready. */
+export async function player(
+  server: NoxRelayServer,
+  token: string,
+  options: { transport?: 'tcp' | 'udp'; instance?: number | null; keepAliveMs?: number } = {},
+): Promise<NoxRelayClient> {
+  const c = new NoxRelayClient({
+    port: server.port,
+    transport: options.transport ?? 'tcp',
+    keepAliveMs: options.keepAliveMs ?? 0,
+  });
+  await c.connect();
+  await c.handshake();
+  const auth = await c.authenticate(token);
+  if (auth.result !== 0) throw new Error(`auth failed: ${auth.result}`);
+  const iid = options.instance === undefined ? 0 : options.instance;
+  if (iid !== null) {
+    const e = await c.enter(iid);
+    if (e.result !== 0) throw new Error(`enter failed: ${e.result} ${e.reason}`);
+    await c.travel(iid);
+  }
+  return c;
+}
+
+/** The next `name` event for which `pred` holds, or a rejection after `ms`. */
+export function next<T = any>(
+  e: EventEmitter,
+  name: string,
+  pred: (v: T) => boolean = () => true,
+  ms = 2000,
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      e.off(name, on);
+      reject(new Error(`no ${name} event within ${ms} ms`));
+    }, ms);
+    const on = (v: T) => {
+      if (!pred(v)) return;
+      clearTimeout(timer);
+      e.off(name, on);
+      resolve(v);
+    };
+    e.on(name, on);
+  });
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A raw TCP socket that collects everything it receives. */
+export async function rawTcp(
+  port: number,
+): Promise<{ socket: net.Socket; received: () => Buffer; closed: Promise<void> }> {
+  const socket = net.connect({ host: '127.0.0.1', port });
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  socket.on('error', () => {});
+  const chunks: Buffer[] = [];
+  socket.on('data', (c) => chunks.push(c));
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  return { socket, received: () => Buffer.concat(chunks), closed };
+}
+
+/** Waits until `check()` is true (polling), or fails after `ms`. */
+export async function until(check: () => boolean, ms = 2000, what = 'condition'): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
