@@ -1,0 +1,366 @@
+/**
+ * Allocation state shared by the relay (UDP) and the allocation API (HTTP): allocations, their
+ * keys and connection data, join codes, bindings and links. No I/O here.
+ *
+ * Connection data format (gamewire's own; Unity documents it only as "opaque", spec §2.3), 255
+ * bytes, declared below as `ConnectionDataV1`:
+ *
+ *   0   4  magic `47 57 52 01` ("GWR", format 1)
+ *   4  16  allocation id (RFC-4122 bytes of the allocation GUID)
+ *  20   8  creation time, ms since the epoch, big-endian
+ *  28   1  role: 0 host (POST /v1/allocate), 1 client (POST /v1/join)
+ *  29   2  max connections (hosts), big-endian
+ *  31 192  random filler
+ * 223  32  HMAC-SHA256 over bytes 0..223, keyed with the server's secret
+ *
+ * The MAC lets the relay recognise connection data it issued, and map it back to an allocation
+ * id, without trusting anything else in the datagram.
+ */
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
+import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
+
+export const CONNECTION_DATA_MAGIC = 0x47575201;
+const MAC_OFFSET = 223;
+
+export const ConnectionDataV1 = struct({
+  magic: constant(t.u32be, CONNECTION_DATA_MAGIC),
+  allocationId: bytes(ALLOCATION_ID_LENGTH),
+  createdAt: doc('ms since the epoch', t.u64be),
+  role: doc('0 host, 1 client', t.u8),
+  maxConnections: t.u16be,
+  filler: doc('random', bytes(192)),
+  mac: doc('HMAC-SHA256(server secret, bytes 0..223)', bytes(32)),
+});
+export type ConnectionDataFields = Infer<typeof ConnectionDataV1>;
+
+export type Role = 'host' | 'client';
+export type AllocationState = 'allocated' | 'bound' | 'expired';
+
+export interface Allocation {
+  /** 16 raw id bytes (what the relay messages carry). */
+  readonly id: Buffer;
+  /** The same id as a GUID string (what the HTTP API carries). */
+  readonly guid: string;
+  /** Map key: the first 30 bits of the id, unique among stored allocations. */
+  readonly slot: number;
+  /** The id as four little-endian int32 words, for allocation-free comparison. */
+  readonly w0: number;
+  readonly w1: number;
+  readonly w2: number;
+  readonly w3: number;
+  readonly key: Buffer;
+  readonly connectionData: Buffer;
+  readonly role: Role;
+  readonly region: string;
+  readonly maxConnections: number;
+  /** For clients: the host whose join code they used. */
+  readonly host: Allocation | undefined;
+  readonly createdAt: number;
+  state: AllocationState;
+  /** Where it is bound from (state `bound`). */
+  address: string;
+  port: number;
+  /** Highest nonce accepted so far; -1 before the first BIND. */
+  nonce: number;
+  /** Last datagram from the bound address (ms, the store's clock). */
+  lastSeen: number;
+  /** When it expired (state `expired`). */
+  expiredAt: number;
+  /** Linked peers (hosts: accepted clients; clients: their host). */
+  readonly peers: Set<Allocation>;
+  /** Set once a join code has been issued for this (host) allocation. */
+  joinCode: string | undefined;
+}
+
+export interface JoinCode {
+  code: string;
+  host: Allocation;
+  expiresAt: number;
+}
+
+export interface Region {
+  id: string;
+  description: string;
+}
+
+export interface StoreOptions {
+  /** Idle time before a bound allocation expires. Default 10 s. */
+  idleTimeoutMs?: number;
+  /** Idle time for a bound host that has no peer yet. Default 60 s. */
+  hostAloneTimeoutMs?: number;
+  /** Time to bind after allocating. Default 60 s. */
+  bindTimeoutMs?: number;
+  /** How long an expired allocation is remembered (a BIND for it then gets ERROR 4). Default 10 min. */
+  tombstoneMs?: number;
+  /** Join code lifetime. Default 15 min (and never past the host allocation). */
+  joinCodeTtlMs?: number;
+  /** Most stored allocations (live and expired). Default 10 000. */
+  maxAllocations?: number;
+  regions?: Region[];
+  /** 32 bytes that key the connection-data MAC; random by default. */
+  secret?: Buffer;
+  now?: () => number;
+}
+
+export const DEFAULT_REGIONS: readonly Region[] = Object.freeze([
+  { id: 'local-1', description: 'gamewire self-hosted relay' },
+]);
+
+/** Join code alphabet: no 0/O, 1/I/L (as in Unity's 6-character codes). */
+const JOIN_ALPHABET = 'ABCDEFGHJKMNPQRSTUVWXYZ23456789';
+
+export class StoreFullError extends Error {}
+
+/** Formats 16 RFC-4122 bytes as a lowercase GUID string. */
+export function guidFromBytes(id: Uint8Array): string {
+  const h = Buffer.from(id.buffer, id.byteOffset, id.byteLength).toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/** Parses a GUID string into its 16 RFC-4122 bytes, or undefined. */
+export function bytesFromGuid(guid: string): Buffer | undefined {
+  if (!/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/.test(guid))
+    return undefined;
+  return Buffer.from(guid.replace(/-/g, ''), 'hex');
+}
+
+export class AllocationStore {
+  readonly idleTimeoutMs: number;
+  readonly hostAloneTimeoutMs: number;
+  readonly bindTimeoutMs: number;
+  readonly tombstoneMs: number;
+  readonly joinCodeTtlMs: number;
+  readonly maxAllocations: number;
+  readonly regions: readonly Region[];
+  readonly now: () => number;
+  private readonly secret: Buffer;
+  private readonly bySlot = new Map<number, Allocation>();
+  private readonly joinCodes = new Map<string, JoinCode>();
+
+  constructor(options: StoreOptions = {}) {
+    this.idleTimeoutMs = options.idleTimeoutMs ?? 10_000;
+    this.hostAloneTimeoutMs = options.hostAloneTimeoutMs ?? 60_000;
+    this.bindTimeoutMs = options.bindTimeoutMs ?? 60_000;
+    this.tombstoneMs = options.tombstoneMs ?? 600_000;
+    this.joinCodeTtlMs = options.joinCodeTtlMs ?? 900_000;
+    this.maxAllocations = options.maxAllocations ?? 10_000;
+    this.regions = options.regions ?? DEFAULT_REGIONS;
+    this.secret = options.secret ?? randomBytes(32);
+    this.now = options.now ?? Date.now;
+  }
+
+  get size(): number {
+    return this.bySlot.size;
+  }
+
+  /** Live (not expired) allocations. */
+  *live(): IterableIterator<Allocation> {
+    for (const a of this.bySlot.values()) if (a.state !== 'expired') yield a;
+  }
+
+  /** Creates a host allocation (POST /v1/allocate). */
+  allocateHost(maxConnections: number, region: string): Allocation {
+    return this.create('host', maxConnections, region, undefined);
+  }
+
+  /** Creates a client allocation from a join code (POST /v1/join), or undefined if the code is not valid. */
+  join(code: string): Allocation | undefined {
+    const jc = this.lookupJoinCode(code);
+    if (jc === undefined) return undefined;
+    return this.create('client', 1, jc.host.region, jc.host);
+  }
+
+  /** Issues (or returns the existing) join code of a live host allocation. */
+  joinCodeFor(host: Allocation): JoinCode {
+    const existing = host.joinCode === undefined ? undefined : this.joinCodes.get(host.joinCode);
+    if (existing !== undefined && existing.expiresAt > this.now()) return existing;
+    let code: string;
+    do {
+      const raw = randomBytes(6);
+      code = '';
+      for (const b of raw) code += JOIN_ALPHABET[b % JOIN_ALPHABET.length];
+    } while (this.joinCodes.has(code));
+    const jc: JoinCode = { code, host, expiresAt: this.now() + this.joinCodeTtlMs };
+    this.joinCodes.set(code, jc);
+    host.joinCode = code;
+    return jc;
+  }
+
+  lookupJoinCode(code: string): JoinCode | undefined {
+    const jc = this.joinCodes.get(code.trim().toUpperCase());
+    if (jc === undefined) return undefined;
+    if (jc.expiresAt <= this.now() || jc.host.state === 'expired') {
+      this.joinCodes.delete(jc.code);
+      return undefined;
+    }
+    return jc;
+  }
+
+  /** Finds an allocation by GUID string (expired ones included). */
+  byGuid(guid: string): Allocation | undefined {
+    const id = bytesFromGuid(guid);
+    return id === undefined ? undefined : this.find(id, 0);
+  }
+
+  /**
+   * Finds the allocation whose id is the 16 bytes at `buf[offset]` (expired ones included).
+   * Allocation-free: one Map lookup on a small integer, then four int compares.
+   */
+  find(buf: Buffer, offset: number): Allocation | undefined {
+    const w0 = buf.readInt32LE(offset);
+    const a = this.bySlot.get(w0 & 0x3fffffff);
+    if (
+      a === undefined ||
+      a.w0 !== w0 ||
+      a.w1 !== buf.readInt32LE(offset + 4) ||
+      a.w2 !== buf.readInt32LE(offset + 8) ||
+      a.w3 !== buf.readInt32LE(offset + 12)
+    ) {
+      return undefined;
+    }
+    return a;
+  }
+
+  /**
+   * Verifies 255 bytes of connection data (at `buf[offset]`) issued by this store and returns the
+   * allocation id it names, or undefined when the data is not ours (bad magic or MAC).
+   */
+  verifyConnectionData(buf: Buffer, offset: number): Buffer | undefined {
+    if (buf.length < offset + CONNECTION_DATA_LENGTH || buf.readUInt32BE(offset) !== CONNECTION_DATA_MAGIC) {
+      return undefined;
+    }
+    const mac = createHmac('sha256', this.secret)
+      .update(buf.subarray(offset, offset + MAC_OFFSET))
+      .digest();
+    if (!timingSafeEqual(mac, buf.subarray(offset + MAC_OFFSET, offset + CONNECTION_DATA_LENGTH)))
+      return undefined;
+    return buf.subarray(offset + 4, offset + 4 + ALLOCATION_ID_LENGTH);
+  }
+
+  /** Records a successful BIND from `address:port`. */
+  bind(a: Allocation, address: string, port: number, nonce: number): void {
+    if (a.state !== 'bound') {
+      a.state = 'bound';
+    }
+    a.address = address;
+    a.port = port;
+    if (nonce > a.nonce) a.nonce = nonce;
+    a.lastSeen = this.now();
+  }
+
+  /** Links a client to a host (after ACCEPTED). */
+  link(host: Allocation, client: Allocation): void {
+    host.peers.add(client);
+    client.peers.add(host);
+  }
+
+  unlink(a: Allocation, b: Allocation): void {
+    a.peers.delete(b);
+    b.peers.delete(a);
+  }
+
+  /** Ends an allocation (idle timeout, CLOSE): unbinds it, drops its links, keeps a tombstone. */
+  expire(a: Allocation): Allocation[] {
+    const peers = [...a.peers];
+    for (const p of peers) this.unlink(a, p);
+    a.state = 'expired';
+    a.expiredAt = this.now();
+    if (a.joinCode !== undefined) this.joinCodes.delete(a.joinCode);
+    return peers;
+  }
+
+  /** Idle limit that applies to `a` right now. */
+  ttlOf(a: Allocation): number {
+    if (a.state === 'allocated') return this.bindTimeoutMs;
+    return a.role === 'host' && a.peers.size === 0 ? this.hostAloneTimeoutMs : this.idleTimeoutMs;
+  }
+
+  /**
+   * Expires idle allocations and forgets old tombstones and join codes. Calls `onExpire` with each
+   * allocation that expires now and the peers it was linked to.
+   */
+  sweep(onExpire: (a: Allocation, peers: Allocation[], wasBound: boolean) => void): void {
+    const now = this.now();
+    for (const [slot, a] of this.bySlot) {
+      if (a.state === 'expired') {
+        if (now - a.expiredAt >= this.tombstoneMs) this.bySlot.delete(slot);
+        continue;
+      }
+      const since = a.state === 'allocated' ? a.createdAt : a.lastSeen;
+      if (now - since >= this.ttlOf(a)) {
+        const wasBound = a.state === 'bound';
+        onExpire(a, this.expire(a), wasBound);
+      }
+    }
+    for (const [code, jc] of this.joinCodes) {
+      if (jc.expiresAt <= now || jc.host.state === 'expired') this.joinCodes.delete(code);
+    }
+  }
+
+  private create(
+    role: Role,
+    maxConnections: number,
+    region: string,
+    host: Allocation | undefined,
+  ): Allocation {
+    if (this.bySlot.size >= this.maxAllocations) {
+      // Make room from tombstones before refusing.
+      for (const [slot, a] of this.bySlot) if (a.state === 'expired') this.bySlot.delete(slot);
+      if (this.bySlot.size >= this.maxAllocations) throw new StoreFullError('too many allocations');
+    }
+    let id: Buffer;
+    let slot: number;
+    do {
+      id = randomBytes(16);
+      id[6] = (id[6]! & 0x0f) | 0x40; // RFC-4122 version 4
+      id[8] = (id[8]! & 0x3f) | 0x80; // RFC-4122 variant
+      slot = id.readInt32LE(0) & 0x3fffffff;
+    } while (this.bySlot.has(slot));
+    const now = this.now();
+    const cd: ConnectionDataFields = {
+      allocationId: id,
+      createdAt: BigInt(now),
+      role: role === 'host' ? 0 : 1,
+      maxConnections,
+      filler: randomBytes(192),
+      mac: Buffer.alloc(32),
+    };
+    const connectionData = encode(ConnectionDataV1, cd);
+    createHmac('sha256', this.secret)
+      .update(connectionData.subarray(0, MAC_OFFSET))
+      .digest()
+      .copy(connectionData, MAC_OFFSET);
+    const a: Allocation = {
+      id,
+      guid: guidFromBytes(id),
+      slot,
+      w0: id.readInt32LE(0),
+      w1: id.readInt32LE(4),
+      w2: id.readInt32LE(8),
+      w3: id.readInt32LE(12),
+      key: randomBytes(HMAC_KEY_LENGTH),
+      connectionData,
+      role,
+      region,
+      maxConnections,
+      host,
+      createdAt: now,
+      state: 'allocated',
+      address: '',
+      port: 0,
+      nonce: -1,
+      lastSeen: now,
+      expiredAt: 0,
+      peers: new Set(),
+      joinCode: undefined,
+    };
+    this.bySlot.set(slot, a);
+    return a;
+  }
+}
+
+/** Decodes connection data issued by gamewire (for logs and tests; does not check the MAC). */
+export function describeConnectionData(data: Uint8Array): ConnectionDataFields {
+  return decode(ConnectionDataV1, data);
+}

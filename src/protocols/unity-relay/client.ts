@@ -1,0 +1,491 @@
+/**
+ * `UnityRelayClient`: a Relay client that behaves like Unity Transport 2.x (spec §3): BIND with
+ * retries (nonce incremented after every BIND sent), PING keep-alive, re-BIND after silence,
+ * CONNECT_REQUEST with retries until ACCEPTED, RELAY both ways, DISCONNECT, CLOSE. It carries
+ * application bytes in RELAY as they are (no UTP connection layer inside).
+ *
+ * `RelayApiClient` talks to the allocation API (ours, or anything shaped like Unity's).
+ */
+import dgram from 'node:dgram';
+import { lookup } from 'node:dns/promises';
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+import { DecodeError } from '../../wire/errors.js';
+import { toHex } from '../../wire/hex.js';
+import type { AllocationJson } from './api.js';
+import {
+  ALLOCATION_ID_LENGTH,
+  BIND_SIGNED_LENGTH,
+  bindHmac,
+  CONNECTION_DATA_LENGTH,
+  decodeMessage,
+  encodeMessage,
+  HMAC_KEY_LENGTH,
+  padConnectionData,
+  RELAY_HEADER_LENGTH,
+  RelayErrorCode,
+  type RelayMessage,
+} from './messages.js';
+
+/** What a client needs to reach the relay: Unity's `RelayServerData`, from an allocation. */
+export interface RelayServerData {
+  host: string;
+  port: number;
+  allocationId: Buffer;
+  key: Buffer;
+  connectionData: Buffer;
+  /** The host's connection data (own data for a host). */
+  hostConnectionData: Buffer;
+}
+
+/**
+ * Builds `RelayServerData` from allocation JSON the way `new RelayServerData(allocation, "udp")`
+ * does: the last endpoint of that connection type, the id from `allocationIdBytes`.
+ */
+export function relayServerData(allocation: AllocationJson, connectionType = 'udp'): RelayServerData {
+  const endpoint = allocation.serverEndpoints.filter((e) => e.connectionType === connectionType).at(-1);
+  if (endpoint === undefined) throw new Error(`the allocation has no "${connectionType}" endpoint`);
+  const allocationId = Buffer.from(allocation.allocationIdBytes, 'base64');
+  const key = Buffer.from(allocation.key, 'base64');
+  const connectionData = padConnectionData(Buffer.from(allocation.connectionData, 'base64'));
+  const hostConnectionData =
+    allocation.hostConnectionData === undefined
+      ? connectionData
+      : padConnectionData(Buffer.from(allocation.hostConnectionData, 'base64'));
+  if (allocationId.length !== ALLOCATION_ID_LENGTH) throw new Error('allocationIdBytes must be 16 bytes');
+  if (key.length !== HMAC_KEY_LENGTH) throw new Error('key must be 64 bytes (RelayHMACKey)');
+  return { host: endpoint.host, port: endpoint.port, allocationId, key, connectionData, hostConnectionData };
+}
+
+/** A BIND exactly as UTP writes it, HMAC included. */
+export function createBind(nonce: number, connectionData: Uint8Array, key: Uint8Array): Buffer {
+  const bytes = encodeMessage({
+    type: 'BIND',
+    acceptMode: 0,
+    nonce,
+    connectionDataLength: CONNECTION_DATA_LENGTH,
+    connectionData: padConnectionData(connectionData),
+    hmac: Buffer.alloc(32),
+  });
+  bindHmac(key, bytes.subarray(0, BIND_SIGNED_LENGTH)).copy(bytes, BIND_SIGNED_LENGTH);
+  return bytes;
+}
+
+export class RelayApiError extends Error {
+  readonly status: number;
+  readonly body: unknown;
+
+  constructor(status: number, body: unknown) {
+    const detail = typeof body === 'object' && body !== null && 'detail' in body ? String(body.detail) : '';
+    super(`allocation API answered ${status}${detail === '' ? '' : `: ${detail}`}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+/** Client of the allocation API (`/v1/allocate`, `/v1/joincode`, `/v1/join`, `/v1/regions`). */
+export class RelayApiClient {
+  readonly baseUrl: string;
+  private readonly apiKey: string | undefined;
+
+  constructor(baseUrl: string, options: { apiKey?: string | undefined } = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '');
+    this.apiKey = options.apiKey;
+  }
+
+  async allocate(maxConnections: number, region?: string): Promise<AllocationJson> {
+    const body: Record<string, unknown> = { maxConnections };
+    if (region !== undefined) body.region = region;
+    const res = (await this.call('POST', '/v1/allocate', body)) as { data: { allocation: AllocationJson } };
+    return res.data.allocation;
+  }
+
+  async joinCode(allocationId: string): Promise<string> {
+    const res = (await this.call('POST', '/v1/joincode', { allocationId })) as { data: { joinCode: string } };
+    return res.data.joinCode;
+  }
+
+  async join(joinCode: string): Promise<AllocationJson> {
+    const res = (await this.call('POST', '/v1/join', { joinCode })) as {
+      data: { allocation: AllocationJson };
+    };
+    return res.data.allocation;
+  }
+
+  async regions(): Promise<{ id: string; description: string }[]> {
+    const res = (await this.call('GET', '/v1/regions')) as {
+      data: { regions: { id: string; description: string }[] };
+    };
+    return res.data.regions;
+  }
+
+  private async call(method: string, path: string, body?: unknown): Promise<unknown> {
+    const headers: Record<string, string> = { accept: 'application/json, application/problem+json' };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
+    const res = await fetch(`${this.baseUrl}${path}`, {
+      method,
+      headers,
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = text;
+    }
+    if (!res.ok) throw new RelayApiError(res.status, json);
+    return json;
+  }
+}
+
+export interface UnityRelayClientOptions {
+  /** BIND and CONNECT_REQUEST retry period (UTP `connectTimeoutMS`). Default 1000. */
+  retryMs?: number;
+  /** Attempts before giving up (UTP `maxConnectAttempts`). Default 60. */
+  maxAttempts?: number;
+  /** Keep-alive: PING when nothing was sent for this long (UTP `RelayConnectionTimeMS`). Default 3000. */
+  pingIntervalMs?: number;
+  /** First nonce (UTP: 0). */
+  nonce?: number;
+  /** Local address to bind the UDP socket to. Default: any. */
+  localAddress?: string;
+}
+
+export type ClientState = 'idle' | 'binding' | 'bound' | 'closed';
+
+/**
+ * Events: `bound`, `connected` (hostId), `peer` (id: a new sender, as a host learns of clients),
+ * `message` (data, fromId), `disconnect` (fromId), `relayError` (code, allocationId),
+ * `rejected`, `ping`, `rebind` (reason), `error` (Error).
+ */
+export class UnityRelayClient extends EventEmitter {
+  readonly data: RelayServerData;
+  nonce: number;
+  state: ClientState = 'idle';
+  /** The host's allocation id, once ACCEPTED (clients only). */
+  hostId: Buffer | undefined;
+  /** Peers seen so far, by hex id. */
+  readonly peers = new Map<string, Buffer>();
+  private socket: dgram.Socket | undefined;
+  /** The relay's address, resolved once (as UTP does); datagrams from anywhere else are ignored. */
+  private relayAddress = '';
+  private readonly retryMs: number;
+  private readonly maxAttempts: number;
+  private readonly pingIntervalMs: number;
+  private readonly localAddress: string | undefined;
+  private lastSent = 0;
+  private lastReceived = 0;
+  private keepAlive: NodeJS.Timeout | undefined;
+  private bindWaiter:
+    | { resolve: () => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined }
+    | undefined;
+  private connectWaiter:
+    | { resolve: (id: Buffer) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined }
+    | undefined;
+
+  constructor(data: RelayServerData, options: UnityRelayClientOptions = {}) {
+    super();
+    this.data = data;
+    this.nonce = options.nonce ?? 0;
+    this.retryMs = options.retryMs ?? 1000;
+    this.maxAttempts = options.maxAttempts ?? 60;
+    this.pingIntervalMs = options.pingIntervalMs ?? 3000;
+    this.localAddress = options.localAddress;
+  }
+
+  /** Allocates a host through the API, gets its join code and binds. */
+  static async host(
+    api: RelayApiClient,
+    maxConnections: number,
+    options?: UnityRelayClientOptions,
+  ): Promise<{ client: UnityRelayClient; joinCode: string; allocation: AllocationJson }> {
+    const allocation = await api.allocate(maxConnections);
+    const joinCode = await api.joinCode(allocation.allocationId);
+    const client = new UnityRelayClient(relayServerData(allocation), options);
+    await client.bind();
+    return { client, joinCode, allocation };
+  }
+
+  /** Joins with a join code, binds and connects to the host. */
+  static async join(
+    api: RelayApiClient,
+    joinCode: string,
+    options?: UnityRelayClientOptions,
+  ): Promise<UnityRelayClient> {
+    const allocation = await api.join(joinCode);
+    const client = new UnityRelayClient(relayServerData(allocation), options);
+    await client.bind();
+    await client.connect();
+    return client;
+  }
+
+  get allocationId(): Buffer {
+    return this.data.allocationId;
+  }
+
+  /** Local UDP port (after `bind`). */
+  get localPort(): number {
+    return this.socket?.address().port ?? 0;
+  }
+
+  /** Binds: BIND now and every `retryMs` (nonce + 1 after each), until BIND_RECEIVED. */
+  async bind(): Promise<void> {
+    if (this.state === 'closed') throw new Error('client is closed');
+    if (this.state === 'bound') return;
+    await this.open();
+    this.state = 'binding';
+    await new Promise<void>((resolve, reject) => {
+      let attempts = 0;
+      const attempt = () => {
+        if (++attempts > this.maxAttempts) {
+          this.bindWaiter = undefined;
+          reject(new Error(`the relay did not answer ${this.maxAttempts} BIND messages`));
+          return;
+        }
+        this.sendBind(true);
+        if (this.bindWaiter !== undefined) this.bindWaiter.timer = setTimeout(attempt, this.retryMs);
+      };
+      this.bindWaiter = { resolve, reject, timer: undefined };
+      attempt();
+    });
+  }
+
+  /** Connects to the host (clients): CONNECT_REQUEST every `retryMs` until ACCEPTED. */
+  connect(): Promise<Buffer> {
+    if (this.state !== 'bound') return Promise.reject(new Error('bind first'));
+    return new Promise<Buffer>((resolve, reject) => {
+      let attempts = 0;
+      const request = encodeMessage({
+        type: 'CONNECT_REQUEST',
+        allocationId: this.data.allocationId,
+        toConnectionDataLength: CONNECTION_DATA_LENGTH,
+        toConnectionData: this.data.hostConnectionData,
+      });
+      const attempt = () => {
+        if (++attempts > this.maxAttempts) {
+          this.connectWaiter = undefined;
+          reject(new Error(`no ACCEPTED after ${this.maxAttempts} CONNECT_REQUEST messages`));
+          return;
+        }
+        this.sendRaw(request);
+        if (this.connectWaiter !== undefined) this.connectWaiter.timer = setTimeout(attempt, this.retryMs);
+      };
+      this.connectWaiter = { resolve, reject, timer: undefined };
+      attempt();
+    });
+  }
+
+  /** Sends application bytes to a peer in a RELAY (to the host when `to` is omitted). */
+  send(data: Uint8Array, to: Buffer | undefined = this.hostId): void {
+    if (to === undefined) throw new Error('no peer: connect first, or name the recipient');
+    if (data.length > 0xffff - RELAY_HEADER_LENGTH) throw new RangeError('RELAY content too large');
+    this.sendRaw(
+      encodeMessage({
+        type: 'RELAY',
+        fromAllocationId: this.data.allocationId,
+        toAllocationId: to,
+        data: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
+      }),
+    );
+  }
+
+  /** Sends a PING now. */
+  ping(): void {
+    this.sendRaw(
+      encodeMessage({ type: 'PING', fromAllocationId: this.data.allocationId, sequenceNumber: 1 }),
+    );
+  }
+
+  /** Tells a peer (through the relay) that this side disconnects. */
+  disconnect(peer: Buffer | undefined = this.hostId): void {
+    if (peer === undefined) return;
+    this.sendRaw(
+      encodeMessage({ type: 'DISCONNECT', fromAllocationId: this.data.allocationId, toAllocationId: peer }),
+    );
+    this.peers.delete(peer.toString('hex'));
+    if (this.hostId !== undefined && peer.equals(this.hostId)) this.hostId = undefined;
+  }
+
+  /** Sends CLOSE (unless told not to) and closes the socket. */
+  async close(options: { sendClose?: boolean } = {}): Promise<void> {
+    if (this.state === 'closed') return;
+    if (options.sendClose !== false && this.state === 'bound') {
+      await new Promise<void>((resolve) => {
+        this.socket?.send(
+          encodeMessage({ type: 'CLOSE', allocationId: this.data.allocationId }),
+          this.data.port,
+          this.relayAddress,
+          () => resolve(),
+        );
+      });
+    }
+    this.state = 'closed';
+    this.stopTimers(new Error('client closed'));
+    const s = this.socket;
+    this.socket = undefined;
+    if (s !== undefined) await new Promise<void>((resolve) => s.close(() => resolve()));
+  }
+
+  private async open(): Promise<void> {
+    if (this.socket !== undefined) return;
+    const type = net.isIPv6(this.data.host) ? 'udp6' : 'udp4';
+    this.relayAddress = net.isIP(this.data.host)
+      ? this.data.host
+      : (await lookup(this.data.host, { family: type === 'udp6' ? 6 : 4 })).address;
+    const socket = dgram.createSocket(type);
+    socket.on('message', (msg, rinfo) => {
+      // Like UTP 1.x: only the relay's own endpoint may talk to us.
+      if (rinfo.port === this.data.port && rinfo.address === this.relayAddress) this.onMessage(msg);
+    });
+    socket.on('error', (err) => this.emit('error', err));
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(0, this.localAddress, () => {
+        socket.off('error', reject);
+        resolve();
+      });
+    });
+    this.socket = socket;
+    this.lastReceived = Date.now();
+    this.keepAlive = setInterval(() => this.tick(), Math.max(10, Math.min(this.pingIntervalMs, 1000) / 2));
+    this.keepAlive.unref();
+  }
+
+  private tick(): void {
+    if (this.state !== 'bound') return;
+    const now = Date.now();
+    if (now - this.lastReceived >= 3 * this.pingIntervalMs) {
+      // UTP 2.x: the relay stays silent for timed-out allocations, so bind again (same nonce).
+      this.lastReceived = now;
+      this.emit('rebind', 'silence');
+      this.sendBind(false);
+    } else if (now - this.lastSent >= this.pingIntervalMs) {
+      this.ping();
+    }
+  }
+
+  private sendBind(increment: boolean): void {
+    this.sendRaw(createBind(this.nonce, this.data.connectionData, this.data.key));
+    if (increment) this.nonce = (this.nonce + 1) & 0xffff;
+  }
+
+  private sendRaw(bytes: Buffer): void {
+    if (this.socket === undefined) throw new Error('not bound: call bind() first');
+    this.lastSent = Date.now();
+    this.socket.send(bytes, this.data.port, this.relayAddress);
+  }
+
+  private stopTimers(reason: Error): void {
+    if (this.keepAlive !== undefined) clearInterval(this.keepAlive);
+    this.keepAlive = undefined;
+    if (this.bindWaiter !== undefined) {
+      clearTimeout(this.bindWaiter.timer);
+      this.bindWaiter.reject(reason);
+      this.bindWaiter = undefined;
+    }
+    if (this.connectWaiter !== undefined) {
+      clearTimeout(this.connectWaiter.timer);
+      this.connectWaiter.reject(reason);
+      this.connectWaiter = undefined;
+    }
+  }
+
+  private onMessage(msg: Buffer): void {
+    let m: RelayMessage;
+    try {
+      m = decodeMessage(msg);
+    } catch (e) {
+      if (e instanceof DecodeError) return; // UTP drops anything that is not a valid relay message
+      throw e;
+    }
+    this.lastReceived = Date.now();
+    switch (m.type) {
+      case 'BIND_RECEIVED':
+        if (this.state === 'binding') {
+          this.state = 'bound';
+          const w = this.bindWaiter;
+          this.bindWaiter = undefined;
+          if (w !== undefined) {
+            clearTimeout(w.timer);
+            w.resolve();
+          }
+          this.emit('bound');
+        }
+        return;
+      case 'PING':
+        this.emit('ping');
+        return;
+      case 'ACCEPTED': {
+        const w = this.connectWaiter;
+        if (w === undefined) return; // duplicate: UTP ignores it
+        this.connectWaiter = undefined;
+        clearTimeout(w.timer);
+        this.hostId = Buffer.from(m.fromAllocationId);
+        this.peers.set(this.hostId.toString('hex'), this.hostId);
+        this.emit('connected', this.hostId);
+        w.resolve(this.hostId);
+        return;
+      }
+      case 'REJECTED': {
+        const w = this.connectWaiter;
+        this.connectWaiter = undefined;
+        this.emit('rejected');
+        if (w !== undefined) {
+          clearTimeout(w.timer);
+          w.reject(new Error('the host has reached its maximum number of connections (REJECTED)'));
+        }
+        return;
+      }
+      case 'RELAY': {
+        if (!this.data.allocationId.equals(m.toAllocationId)) return; // UTP checks To == own id
+        const hex = toHex(m.fromAllocationId);
+        let from = this.peers.get(hex);
+        if (from === undefined) {
+          from = Buffer.from(m.fromAllocationId);
+          this.peers.set(hex, from);
+          this.emit('peer', from);
+        }
+        this.emit('message', m.data, from);
+        return;
+      }
+      case 'DISCONNECT':
+        if (!this.data.allocationId.equals(m.toAllocationId)) return;
+        this.peers.delete(toHex(m.fromAllocationId));
+        if (this.hostId?.equals(m.fromAllocationId)) this.hostId = undefined;
+        this.emit('disconnect', Buffer.from(m.fromAllocationId));
+        return;
+      case 'ERROR':
+        this.onError(m.errorCode, Buffer.from(m.allocationId));
+        return;
+      default:
+        return;
+    }
+  }
+
+  private onError(code: number, allocationId: Buffer): void {
+    this.emit('relayError', code, allocationId);
+    if (code === RelayErrorCode.CLIENT_PLAYER_MISMATCH && this.state !== 'closed') {
+      // UTP 2.x: our address changed; bind again with a fresh nonce.
+      this.emit('rebind', 'error 3');
+      if (this.state === 'bound') this.state = 'binding';
+      this.sendBind(true);
+      return;
+    }
+    const fatal = code === RelayErrorCode.ALLOCATION_NOT_FOUND || code === RelayErrorCode.TIMEOUT;
+    const failWith = new Error(`relay ERROR ${code}`);
+    if (this.connectWaiter !== undefined && (fatal || code === RelayErrorCode.SELF_CONNECT_NOT_ALLOWED)) {
+      const w = this.connectWaiter;
+      this.connectWaiter = undefined;
+      clearTimeout(w.timer);
+      w.reject(failWith);
+    }
+    if (fatal && this.bindWaiter !== undefined) {
+      const w = this.bindWaiter;
+      this.bindWaiter = undefined;
+      clearTimeout(w.timer);
+      w.reject(failWith);
+    }
+  }
+}

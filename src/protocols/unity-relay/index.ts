@@ -1,0 +1,24 @@
+/**
+ * Unity Relay (`unity-relay`): a self-hosted relay that stock Unity Transport clients bind to,
+ * its allocation API, a client library and a chat demo. Spec: ../shared/specs/unity-relay.md.
+ */
+import type { ProtocolModule } from '../../core/protocol.js';
+import { registerCommands } from './cli.js';
+import { unityRelayCodec } from './codec.js';
+import { unityRelayServer } from './server.js';
+
+export * from './allocations.js';
+export * from './api.js';
+export * from './client.js';
+export * from './codec.js';
+export * from './messages.js';
+export * from './relay.js';
+export * from './server.js';
+
+export const unityRelay: ProtocolModule = {
+  name: 'unity-relay',
+  summary: 'Unity Relay: relay server for stock Unity Transport clients, allocation API, client',
+  codecs: [unityRelayCodec],
+  server: unityRelayServer,
+  registerCommands,
+};

@@ -1,0 +1,195 @@
+/** UnityRelayClient against the real relay, and against a stub that checks its BIND retries. */
+import { createHmac } from 'node:crypto';
+import dgram from 'node:dgram';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  RelayApiClient,
+  RelayApiError,
+  relayServerData,
+  startUnityRelay,
+  UnityRelayClient,
+  type UnityRelayInstance,
+} from '../../../src/protocols/unity-relay/index.js';
+
+let server: UnityRelayInstance | undefined;
+const clients: UnityRelayClient[] = [];
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+  await server?.close();
+  server = undefined;
+});
+
+const once = <T extends unknown[]>(emitter: UnityRelayClient, event: string, ms = 2000): Promise<T> =>
+  new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no ${event} within ${ms} ms`)), ms);
+    emitter.once(event, (...args: unknown[]) => {
+      clearTimeout(timer);
+      resolve(args as T);
+    });
+  });
+
+async function setup(options = {}) {
+  server = await startUnityRelay({ host: '127.0.0.1', port: 0, apiPort: 0, ...options });
+  return new RelayApiClient(server.apiUrl);
+}
+
+const fast = { retryMs: 100, pingIntervalMs: 3000 };
+
+describe('UnityRelayClient', () => {
+  it('a host and two clients chat through the relay, with events', async () => {
+    const api = await setup();
+    const { client: host, joinCode } = await UnityRelayClient.host(api, 4, fast);
+    clients.push(host);
+    expect(host.state).toBe('bound');
+    const a = await UnityRelayClient.join(api, joinCode, fast);
+    clients.push(a);
+    const b = await UnityRelayClient.join(api, joinCode, fast);
+    clients.push(b);
+    expect(a.hostId!.equals(host.allocationId)).toBe(true);
+
+    const peerEvent = once<[Buffer]>(host, 'peer');
+    const msgEvent = once<[Buffer, Buffer]>(host, 'message');
+    a.send(Buffer.from('hello from a'));
+    const [peer] = await peerEvent;
+    const [data, from] = await msgEvent;
+    expect(peer.equals(a.allocationId)).toBe(true);
+    expect(data.toString()).toBe('hello from a');
+    expect(from.equals(a.allocationId)).toBe(true);
+
+    const atB = once<[Buffer]>(b, 'message');
+    b.send(Buffer.from('b here'));
+    await once(host, 'message');
+    host.send(Buffer.alloc(1362, 7), b.allocationId);
+    const [big] = await atB;
+    expect(big).toHaveLength(1362);
+
+    // Datagrams that do not come from the relay are ignored (a spoofed RELAY straight to the host).
+    const stranger = dgram.createSocket('udp4');
+    let spoofed = false;
+    const onSpoof = (d: Buffer) => {
+      if (d.toString() === 'spoofed') spoofed = true;
+    };
+    host.on('message', onSpoof);
+    const fake = Buffer.concat([
+      Buffer.from('da72000a', 'hex'),
+      a.allocationId,
+      host.allocationId,
+      Buffer.from([0, 7]),
+      Buffer.from('spoofed'),
+    ]);
+    await new Promise<void>((r) => stranger.send(fake, host.localPort, '127.0.0.1', () => r()));
+    a.send(Buffer.from('after'));
+    expect((await once<[Buffer]>(host, 'message'))[0].toString()).toBe('after');
+    expect(spoofed).toBe(false);
+    host.off('message', onSpoof);
+    stranger.close();
+
+    // Disconnect: the host hears it, and the link is gone (ERROR 5 afterwards).
+    const gone = once<[Buffer]>(host, 'disconnect');
+    a.disconnect();
+    expect((await gone)[0].equals(a.allocationId)).toBe(true);
+    const err = once<[number]>(host, 'relayError');
+    host.send(Buffer.from('?'), a.allocationId);
+    expect((await err)[0]).toBe(5);
+  });
+
+  it('keeps the binding alive with PINGs', async () => {
+    const api = await setup({ idleTimeoutMs: 300, hostAloneTimeoutMs: 300 });
+    const { client: host } = await UnityRelayClient.host(api, 1, { retryMs: 100, pingIntervalMs: 80 });
+    clients.push(host);
+    await once(host, 'ping');
+    await new Promise((r) => setTimeout(r, 700));
+    // Still bound well past the idle timeout.
+    expect([...server!.store.live()].map((a) => a.state)).toEqual(['bound']);
+    expect(server!.metrics.closed.get('idle_timeout')).toBeUndefined();
+  });
+
+  it('re-binds after 3 silent ping periods, like UTP 2.x, and learns of an expired allocation (ERROR 4)', async () => {
+    const api = await setup();
+    const { client, allocation } = await UnityRelayClient.host(api, 1, { retryMs: 100, pingIntervalMs: 60 });
+    clients.push(client);
+    await once(client, 'ping');
+    const nonce = client.nonce;
+    // The allocation ends behind the client's back: the relay now ignores its PINGs.
+    server!.store.expire(server!.store.byGuid(allocation.allocationId)!);
+    const [reason] = await once<[string]>(client, 'rebind', 2000);
+    expect(reason).toBe('silence');
+    expect(client.nonce).toBe(nonce); // the same nonce, as UTP does on this path
+    const [code] = await once<[number]>(client, 'relayError', 2000);
+    expect(code).toBe(4);
+  });
+
+  it('connect is rejected when the host is full, and by ERROR 6 on self-connect', async () => {
+    const api = await setup();
+    const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 1, fast);
+    clients.push(host);
+    clients.push(await UnityRelayClient.join(api, joinCode, fast));
+    const late = new UnityRelayClient(relayServerData(await api.join(joinCode)), fast);
+    clients.push(late);
+    await late.bind();
+    await expect(late.connect()).rejects.toThrow(/REJECTED/);
+    const self = new UnityRelayClient(relayServerData(allocation), fast);
+    clients.push(self);
+    // The host's allocation from a new address: nonce 0 is stale (dropped), nonce 1 moves the binding.
+    await self.bind();
+    expect(self.nonce).toBe(2);
+    await expect(self.connect()).rejects.toThrow(/ERROR 6/);
+  }, 10_000);
+
+  it('API errors surface as RelayApiError', async () => {
+    const api = await setup();
+    await expect(api.join('ZZZZZZ')).rejects.toBeInstanceOf(RelayApiError);
+    await expect(api.allocate(0)).rejects.toMatchObject({ status: 400 });
+    expect(await api.regions()).toHaveLength(1);
+  });
+});
+
+describe('UnityRelayClient against a stub relay', () => {
+  it('retries BIND every retryMs, incrementing the nonce, each with a valid HMAC; re-binds on ERROR 3', async () => {
+    const stub = dgram.createSocket('udp4');
+    await new Promise<void>((r) => stub.bind(0, '127.0.0.1', () => r()));
+    const key = Buffer.alloc(64, 3);
+    const id = Buffer.alloc(16, 1);
+    const nonces: number[] = [];
+    let hmacOk = true;
+    let sendError3: (() => void) | undefined;
+    stub.on('message', (msg, rinfo) => {
+      if (msg[3] !== 0) return;
+      nonces.push(msg.readUInt16LE(5));
+      hmacOk &&= createHmac('sha256', key).update(msg.subarray(0, 263)).digest().equals(msg.subarray(263));
+      sendError3 = () =>
+        stub.send(
+          Buffer.concat([Buffer.from('da72000c', 'hex'), id, Buffer.from([3])]),
+          rinfo.port,
+          rinfo.address,
+        );
+      if (nonces.length === 3 || nonces.length === 4)
+        stub.send(Buffer.from('da720001', 'hex'), rinfo.port, rinfo.address);
+    });
+    const client = new UnityRelayClient(
+      {
+        host: '127.0.0.1',
+        port: stub.address().port,
+        allocationId: id,
+        key,
+        connectionData: Buffer.alloc(255, 9),
+        hostConnectionData: Buffer.alloc(255, 9),
+      },
+      { retryMs: 60 },
+    );
+    clients.push(client);
+    try {
+      await client.bind();
+      expect(nonces).toEqual([0, 1, 2]);
+      const rebind = once<[string]>(client, 'rebind');
+      sendError3!();
+      expect((await rebind)[0]).toBe('error 3');
+      await once(client, 'bound');
+      expect(nonces).toEqual([0, 1, 2, 3]);
+      expect(hmacOk).toBe(true);
+    } finally {
+      await new Promise<void>((r) => stub.close(() => r()));
+    }
+  });
+});
