@@ -1,9 +1,9 @@
 /** The real `gamewire` command (bin/gamewire.js on the project's Node), as cli-contract.md fixes it. */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
 import { startServer } from './helpers.js';
@@ -20,19 +20,6 @@ function run(args: string[], input?: string): { code: number | null; stdout: str
   });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
-
-beforeAll(() => {
-  const b = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8', timeout: 60_000 });
-  // tsc emits even with type errors; in a shared tree another module's error must not stop this
-  // suite, but any error in nox-relay, or a missing CLI, does.
-  const output = `${b.stdout}\n${b.stderr}`;
-  if (
-    b.status !== 0 &&
-    (output.includes('nox-relay') || !existsSync(path.join(root, 'dist/src/cli/main.js')))
-  ) {
-    throw new Error(`npm run build failed:\n${output}`);
-  }
-}, 90_000);
 
 describe('gamewire decode/encode nox-relay', () => {
   const handshake = '0017000101 0001 0005756e697479 000777696e646f7773';
