@@ -1,0 +1,378 @@
+/**
+ * RmcClient: typed RMC calls over TCP (HyperScape variant).
+ *
+ * - `call(Protocol, 'Method_V1', args)` encodes the arguments from the method's declaration
+ *   and resolves with its decoded results.
+ * - Call ids start at 1 and wrap at 2^32 (skipping 0 and ids still waiting).
+ * - Each response's method must be the request's method + `*`; otherwise the call fails with
+ *   ERR_RMC_METHOD_MISMATCH.
+ * - A failure response rejects with `RmcError(namespace, code)`.
+ * - Every call has a timeout; closing (either side) rejects every pending call.
+ * - Calls made in the same tick leave in one write (pipelining).
+ */
+import net from 'node:net';
+import {
+  DecodeError,
+  decode,
+  lengthPrefixed,
+  StreamDeframer,
+  WireReader,
+  WireWriter,
+} from '../../wire/index.js';
+import { fromResultCode, RmcError } from './errors.js';
+import {
+  beginFrame,
+  DEFAULT_MAX_FRAME_BYTES,
+  endFrame,
+  type RmcVariant,
+  readProtocolId,
+  readVerboseHead,
+  writeProtocolId,
+} from './messages.js';
+import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
+import { qString } from './types.js';
+
+/** A transport-level client failure (timeout, closed connection, protocol violation). */
+export class RmcClientError extends Error {
+  readonly code: string;
+
+  constructor(code: string, message: string) {
+    super(message);
+    this.code = code;
+  }
+
+  override get name(): string {
+    return 'RmcClientError';
+  }
+}
+
+export interface RmcClientOptions {
+  host: string;
+  port: number;
+  /** Default per-call timeout (default 10 s). */
+  timeoutMs?: number;
+  /** Connect timeout (default 5 s). */
+  connectTimeoutMs?: number;
+  maxFrameBytes?: number;
+  /**
+   * Wire variant the server speaks: `hyperscape` (default), `nex-verbose` (u32 failure codes)
+   * or `classic` (packed ids: protocols and methods must declare ids).
+   */
+  variant?: RmcVariant;
+}
+
+interface Pending {
+  method: string;
+  /** Classic variant: the method id the response must carry. */
+  methodId: number;
+  resolve(results: Buffer): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout | undefined;
+}
+
+export class RmcClient {
+  private readonly socket: net.Socket;
+  private readonly pending = new Map<number, Pending>();
+  private readonly writer = new WireWriter({ initialCapacity: 4096 });
+  private readonly deframer: StreamDeframer;
+  private readonly reader = new WireReader();
+  private readonly timeoutMs: number;
+  private readonly variant: RmcVariant;
+  private nextCallId = 1;
+  private flushScheduled = false;
+  private closedError: Error | undefined;
+  /** Responses whose call id matched nothing (late after a timeout, or bogus). */
+  unmatched = 0;
+
+  private constructor(socket: net.Socket, options: RmcClientOptions) {
+    this.socket = socket;
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.variant = options.variant ?? 'hyperscape';
+    const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    this.deframer = new StreamDeframer(
+      lengthPrefixed({
+        prefix: 'u32le',
+        counts: 'rest',
+        maxFrameBytes,
+        minFrameBytes: this.variant === 'classic' ? 6 : 7,
+      }),
+      {
+        maxFrameBytes,
+      },
+    );
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        this.deframer.push(chunk, (buf, start, end) => {
+          this.onFrame(buf, start, end);
+        });
+      } catch (e) {
+        const msg = e instanceof Error ? e.message : String(e);
+        this.shutdown(
+          new RmcClientError(
+            e instanceof DecodeError ? e.code : 'ERR_INTERNAL',
+            `bad frame from server: ${msg}`,
+          ),
+        );
+      }
+    });
+    socket.on('error', (err) =>
+      this.shutdown(new RmcClientError('ERR_RMC_CONNECTION', `connection error: ${err.message}`)),
+    );
+    socket.on('close', () => this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed')));
+  }
+
+  /** Connects over TCP. */
+  static connect(options: RmcClientOptions): Promise<RmcClient> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect({ host: options.host, port: options.port });
+      socket.setNoDelay(true);
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(new RmcClientError('ERR_RMC_TIMEOUT', `connect to ${options.host}:${options.port} timed out`));
+      }, options.connectTimeoutMs ?? 5000);
+      socket.once('error', (err) => {
+        clearTimeout(timer);
+        reject(
+          new RmcClientError(
+            'ERR_RMC_CONNECTION',
+            `cannot connect to ${options.host}:${options.port}: ${err.message}`,
+          ),
+        );
+      });
+      socket.once('connect', () => {
+        clearTimeout(timer);
+        socket.removeAllListeners('error');
+        resolve(new RmcClient(socket, options));
+      });
+    });
+  }
+
+  /** Calls in flight. */
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  get closed(): boolean {
+    return this.closedError !== undefined;
+  }
+
+  /** A typed call: arguments and results follow the method's declaration. */
+  call<P extends ProtocolDef<any>, K extends keyof P['methods'] & string>(
+    protocol: P,
+    method: K,
+    args: ArgsOf<P['methods'][K]>,
+    options: { timeoutMs?: number } = {},
+  ): Promise<ResultsOf<P['methods'][K]>> {
+    const def = protocol.byName.get(method) as MethodDef | undefined;
+    if (def === undefined)
+      return Promise.reject(
+        new RmcClientError('ERR_RMC_UNKNOWN_METHOD', `${protocol.name} has no ${method}`),
+      );
+    const classic = this.variant === 'classic';
+    if (classic && (protocol.id === undefined || def.id === undefined)) {
+      return Promise.reject(
+        new RmcClientError('ERR_RMC_VARIANT', `${def.fullName} has no protocol or method id`),
+      );
+    }
+    const target: [string | number, string | number] = classic
+      ? [protocol.id!, def.id!]
+      : [protocol.name, def.fullName];
+    return this.send(target[0], target[1], (w) => def.args.write(w, args), options.timeoutMs).then((raw) =>
+      decode(def.results, raw),
+    );
+  }
+
+  /**
+   * A call with raw argument bytes; resolves with the raw result bytes. Names for the
+   * string-named variants, numeric ids for `classic`.
+   */
+  callRaw(
+    protocol: string | number,
+    method: string | number,
+    args: Uint8Array,
+    options: { timeoutMs?: number } = {},
+  ): Promise<Buffer> {
+    return this.send(protocol, method, (w) => w.bytes(args), options.timeoutMs);
+  }
+
+  private allocCallId(): number {
+    for (;;) {
+      const id = this.nextCallId;
+      this.nextCallId = id === 0xffffffff ? 1 : id + 1;
+      if (!this.pending.has(id)) return id;
+    }
+  }
+
+  private send(
+    protocol: string | number,
+    method: string | number,
+    writeArgs: (w: WireWriter) => void,
+    timeoutMs?: number,
+  ): Promise<Buffer> {
+    if (this.closedError !== undefined) return Promise.reject(this.closedError);
+    const classic = this.variant === 'classic';
+    if (classic !== (typeof protocol === 'number' && typeof method === 'number')) {
+      return Promise.reject(
+        new RmcClientError(
+          'ERR_RMC_VARIANT',
+          classic
+            ? 'the classic variant calls by protocol and method id'
+            : 'string-named variants call by name',
+        ),
+      );
+    }
+    const w = this.writer;
+    const frameStart = w.offset;
+    const callId = this.allocCallId();
+    try {
+      const at = beginFrame(w);
+      if (classic) {
+        writeProtocolId(w, protocol as number, true);
+        w.u32le(callId);
+        w.u32le(method as number);
+      } else {
+        qString.write(w, protocol as string);
+        w.bool(true);
+        w.u32le(callId);
+        qString.write(w, method as string);
+        w.u32le(0); // List<ClassVersion>: empty (verbose structures carry no headers)
+      }
+      writeArgs(w);
+      endFrame(w, at);
+    } catch (e) {
+      w.offset = frameStart;
+      return Promise.reject(e);
+    }
+    return new Promise<Buffer>((resolve, reject) => {
+      const ms = timeoutMs ?? this.timeoutMs;
+      const name = classic ? `#${protocol}::#${method}` : (method as string);
+      const p: Pending = {
+        method: name,
+        methodId: classic ? (method as number) : -1,
+        resolve,
+        reject,
+        timer: undefined,
+      };
+      if (ms > 0) {
+        p.timer = setTimeout(() => {
+          this.pending.delete(callId);
+          reject(new RmcClientError('ERR_RMC_TIMEOUT', `${name} (call ${callId}) timed out after ${ms} ms`));
+        }, ms);
+      }
+      this.pending.set(callId, p);
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        process.nextTick(() => this.flush());
+      }
+    });
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    if (this.writer.offset === 0 || this.closedError !== undefined) return;
+    this.socket.write(this.writer.toBuffer());
+    this.writer.reset();
+  }
+
+  private onFrame(buf: Buffer, start: number, end: number): void {
+    const r = this.reader.reset(buf, start + 4, end);
+    if (this.variant === 'classic') {
+      this.onClassicFrame(r, buf, end);
+      return;
+    }
+    const { isRequest } = readVerboseHead(r);
+    if (isRequest) return; // server-to-client calls are not supported; ignore them
+    const success = r.bool();
+    if (success) {
+      const callId = r.u32le();
+      const method = qString.read(r);
+      const p = this.take(callId);
+      if (p === undefined) return;
+      if (method !== `${p.method}*`) {
+        p.reject(
+          new RmcClientError(
+            'ERR_RMC_METHOD_MISMATCH',
+            `response to ${p.method} (call ${callId}) names ${JSON.stringify(method)}`,
+          ),
+        );
+        return;
+      }
+      p.resolve(Buffer.from(buf.subarray(r.offset, end)));
+      return;
+    }
+    let err: RmcError;
+    if (this.variant === 'hyperscape') {
+      const ns = qString.read(r);
+      const code = r.u16le();
+      err = new RmcError(ns, code);
+    } else {
+      const f = fromResultCode(r.u32le());
+      err = new RmcError(f.namespace, f.code);
+    }
+    const callId = r.u32le();
+    r.expectEnd('error response');
+    const p = this.take(callId);
+    p?.reject(err);
+  }
+
+  private onClassicFrame(r: WireReader, buf: Buffer, end: number): void {
+    const { isRequest } = readProtocolId(r);
+    if (isRequest) return;
+    if (r.bool()) {
+      const callId = r.u32le();
+      const methodId = r.u32le();
+      const p = this.take(callId);
+      if (p === undefined) return;
+      if (methodId !== (p.methodId | 0x8000) >>> 0) {
+        p.reject(
+          new RmcClientError(
+            'ERR_RMC_METHOD_MISMATCH',
+            `response to ${p.method} (call ${callId}) carries method id 0x${methodId.toString(16)}`,
+          ),
+        );
+        return;
+      }
+      p.resolve(Buffer.from(buf.subarray(r.offset, end)));
+      return;
+    }
+    const f = fromResultCode(r.u32le());
+    const callId = r.u32le();
+    r.expectEnd('error response');
+    this.take(callId)?.reject(new RmcError(f.namespace, f.code));
+  }
+
+  private take(callId: number): Pending | undefined {
+    const p = this.pending.get(callId);
+    if (p === undefined) {
+      this.unmatched++;
+      return undefined;
+    }
+    this.pending.delete(callId);
+    if (p.timer !== undefined) clearTimeout(p.timer);
+    return p;
+  }
+
+  private shutdown(err: Error): void {
+    if (this.closedError === undefined) this.closedError = err;
+    if (!this.socket.destroyed) this.socket.destroy();
+    const all = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of all) {
+      if (p.timer !== undefined) clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+
+  /** Closes the connection; pending calls reject with ERR_RMC_CLOSED. */
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.socket.destroyed) {
+        this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed'));
+        resolve();
+        return;
+      }
+      this.socket.once('close', () => resolve());
+      this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed'));
+    });
+  }
+}

@@ -1,0 +1,227 @@
+/**
+ * RMC server: a dispatcher plus transports, in any of the three variants (`variant`).
+ *
+ * The TCP transport frames the stream with the RMC u32 length (the wire core's
+ * StreamDeframer), caps frame size, closes idle connections, and pipelines calls: answers leave
+ * in the order handlers finish, sync answers in one write at the end of each received chunk,
+ * async ones batched per tick. It applies backpressure: it stops reading while the peer does
+ * not read its answers or too many calls are in flight.
+ *
+ * A PRUDP transport would do the same with reassembled DATA payloads: `dispatcher.open`,
+ * `dispatcher.handleFrame` per RMC message, `dispatcher.closeConnection`. Handlers do not change.
+ */
+import type net from 'node:net';
+import type { Logger } from 'pino';
+import { silentLogger } from '../../core/logger.js';
+import { ProtocolMetrics } from '../../core/metrics.js';
+import type { Endpoint, RunningServer } from '../../core/server.js';
+import { listenTcp, type TcpListener } from '../../core/tcp.js';
+import {
+  DecodeError,
+  type DecodeLimits,
+  lengthPrefixed,
+  StreamDeframer,
+  WireWriter,
+} from '../../wire/index.js';
+import { type Handlers, type RegisterOptions, RmcDispatcher, type RmcSink } from './dispatcher.js';
+import { DEFAULT_MAX_FRAME_BYTES, type RmcVariant } from './messages.js';
+import type { ProtocolDef } from './signature.js';
+
+export interface RmcServerOptions {
+  log?: Logger;
+  metrics?: ProtocolMetrics;
+  /** Wire variant: `hyperscape` (default), `nex-verbose` or `classic` (see RmcDispatcher). */
+  variant?: RmcVariant;
+  /** Largest frame accepted, u32 length included (default 1 MiB). */
+  maxFrameBytes?: number;
+  /** Connections silent this long are closed (default 120 s; 0 disables). */
+  idleTimeoutMs?: number;
+  maxConnections?: number;
+  /** Calls in flight per connection before reading pauses (default 1024). */
+  maxInFlight?: number;
+  limits?: Partial<DecodeLimits>;
+}
+
+export interface ListenOptions {
+  host?: string;
+  port?: number;
+}
+
+export interface RmcListening extends RunningServer {
+  /** The TCP port actually bound (useful with port 0). */
+  port: number;
+  /** Stops accepting and ends connections; sockets still open after `graceMs` are destroyed. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** The smallest RMC frame: length (4), empty String (2), isRequest (1); classic: length, protocol byte, one more. */
+const MIN_FRAME_BYTES = 7;
+const MIN_CLASSIC_FRAME_BYTES = 6;
+
+export class RmcServer {
+  readonly dispatcher: RmcDispatcher;
+  readonly log: Logger;
+  readonly metrics: ProtocolMetrics;
+  private readonly options: RmcServerOptions;
+  private readonly listeners: TcpListener[] = [];
+
+  constructor(options: RmcServerOptions = {}) {
+    this.options = options;
+    this.log = options.log ?? silentLogger();
+    this.metrics = options.metrics ?? new ProtocolMetrics('rmc');
+    this.dispatcher = new RmcDispatcher({
+      log: this.log,
+      metrics: this.metrics,
+      variant: options.variant,
+      limits: options.limits,
+    });
+  }
+
+  /** Registers a protocol with its handlers (see RmcDispatcher.register). */
+  register<P extends ProtocolDef<any>>(protocol: P, handlers: Handlers<P>, options?: RegisterOptions): this {
+    this.dispatcher.register(protocol, handlers, options);
+    return this;
+  }
+
+  /** Listens on TCP. Port 0 picks a free port (reported in `port` and `endpoints`). */
+  async listen(options: ListenOptions = {}): Promise<RmcListening> {
+    const host = options.host ?? '0.0.0.0';
+    const maxFrameBytes = this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    const maxInFlight = this.options.maxInFlight ?? 1024;
+    const variant = this.options.variant ?? 'hyperscape';
+    const measure = lengthPrefixed({
+      prefix: 'u32le',
+      counts: 'rest',
+      maxFrameBytes,
+      minFrameBytes: variant === 'classic' ? MIN_CLASSIC_FRAME_BYTES : MIN_FRAME_BYTES,
+    });
+    const listener = await listenTcp({
+      host,
+      port: options.port ?? 9103,
+      maxConnections: this.options.maxConnections ?? 10_000,
+      idleTimeoutMs: this.options.idleTimeoutMs ?? 120_000,
+      metrics: this.metrics,
+      log: this.log,
+      onConnection: (socket) => this.attach(socket, measure, maxFrameBytes, maxInFlight),
+    });
+    this.listeners.push(listener);
+    const endpoints: Endpoint[] = [
+      {
+        transport: 'tcp',
+        host,
+        port: listener.port,
+        description: `Rendez-Vous RMC (${variant} variant), u32-framed`,
+      },
+    ];
+    return {
+      port: listener.port,
+      endpoints,
+      close: (graceMs?: number) => listener.close(graceMs),
+    };
+  }
+
+  /** Stops every listener started by this server. */
+  async close(): Promise<void> {
+    await Promise.all(this.listeners.map((l) => l.close()));
+  }
+
+  private attach(
+    socket: net.Socket,
+    measure: ReturnType<typeof lengthPrefixed>,
+    maxFrameBytes: number,
+    maxInFlight: number,
+  ): void {
+    const { dispatcher, metrics, log } = this;
+    const deframer = new StreamDeframer(measure, { maxFrameBytes });
+    let flushScheduled = false;
+    let readPausedForWrites = false;
+    const writer = new WireWriter({ initialCapacity: 4096 });
+    let inFlight = 0;
+    let pausedForCalls = false;
+
+    const flush = () => {
+      flushScheduled = false;
+      if (writer.offset === 0 || socket.destroyed || socket.writableEnded) {
+        writer.reset();
+        return;
+      }
+      const out = writer.toBuffer();
+      writer.reset();
+      if (!socket.write(out) && !readPausedForWrites) {
+        readPausedForWrites = true;
+        socket.pause();
+        socket.once('drain', () => {
+          readPausedForWrites = false;
+          if (!pausedForCalls) socket.resume();
+        });
+      }
+    };
+
+    const sink: RmcSink = {
+      writer,
+      commit() {
+        if (inFlight > 0) inFlight--;
+        if (pausedForCalls && inFlight <= maxInFlight / 2) {
+          pausedForCalls = false;
+          if (!readPausedForWrites) socket.resume();
+        }
+        if (!flushScheduled) {
+          flushScheduled = true;
+          process.nextTick(flush);
+        }
+      },
+      close() {
+        if (writer.offset > 0) flush();
+        socket.end();
+      },
+    };
+    const conn = dispatcher.open(
+      { transport: 'tcp', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0 },
+      sink,
+    );
+
+    const onFrame = (buf: Buffer, start: number, end: number): undefined => {
+      metrics.received++;
+      inFlight++;
+      dispatcher.handleFrame(conn, buf, start, end);
+      return undefined;
+    };
+
+    let failed = false;
+    socket.on('data', (chunk: Buffer) => {
+      if (failed) return;
+      try {
+        deframer.push(chunk, onFrame);
+      } catch (err) {
+        failed = true;
+        if (err instanceof DecodeError) {
+          metrics.drop('malformed');
+          metrics.close('malformed');
+          log.info(
+            { code: err.code, err: err.message, offset: err.offset, remote: socket.remoteAddress },
+            'malformed RMC frame; closing',
+          );
+        } else {
+          metrics.close('handler_error');
+          log.error({ err }, 'RMC dispatcher failed; closing the connection');
+        }
+        deframer.reset();
+        // Answers already computed still go out; then the connection ends.
+        if (writer.offset > 0) flush();
+        socket.destroySoon();
+        socket.pause();
+        return;
+      }
+      // Answers from sync handlers leave now, in one write with the rest of this chunk's.
+      if (writer.offset > 0) flush();
+      if (inFlight > maxInFlight && !pausedForCalls) {
+        pausedForCalls = true;
+        socket.pause();
+      }
+    });
+    socket.on('close', () => {
+      deframer.reset();
+      dispatcher.closeConnection(conn);
+    });
+  }
+}
