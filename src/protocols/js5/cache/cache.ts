@@ -1,0 +1,222 @@
+/**
+ * Cache-level operations over a store: reading an archive's Js5Index, writing groups with the
+ * writer semantics of spec §6.5 (version + 1, CRC of the new container, trailer), verifying every
+ * group against its index, and a summary for `cache info`.
+ */
+import { DecodeError } from '../../../wire/errors.js';
+import { type CompressionName, decodeContainer, encodeContainer, splitTrailer } from './container.js';
+import { IndexFlags, type Js5Group, type Js5Index, readIndex, writeIndex } from './js5-index.js';
+import { crc32, createMasterIndex } from './master-index.js';
+import type { Store } from './store.js';
+import { whirlpool } from './whirlpool.js';
+
+/** Reads and decodes the index of `archive` (group 255/archive), or undefined if absent. */
+export function readArchiveIndex(store: Store, archive: number): Js5Index | undefined {
+  const stored = store.read(255, archive);
+  if (stored === undefined) return undefined;
+  return readIndex(decodeContainer(stored, 'none').data);
+}
+
+/** Archives that have an index in 255, ascending (255 itself excluded). */
+export function indexedArchives(store: Store): number[] {
+  return store.list(255).filter((a) => a < 255);
+}
+
+export interface PutGroupOptions {
+  compression?: CompressionName;
+  nameHash?: number;
+  /** File ids inside the group (default: one file, id 0). */
+  files?: number[];
+}
+
+/** Writes groups and keeps the archives' indexes up to date; `flush` writes the indexes. */
+export class CacheWriter {
+  readonly store: Store;
+  private readonly indexes = new Map<number, Js5Index>();
+  private readonly dirty = new Set<number>();
+  private readonly byId = new Map<number, Map<number, Js5Group>>();
+  private readonly indexCompression: CompressionName;
+
+  constructor(store: Store, options: { indexCompression?: CompressionName } = {}) {
+    this.store = store;
+    this.indexCompression = options.indexCompression ?? 'gzip';
+  }
+
+  /** The index of an archive, created with `protocol`/`flags` when the archive is new. */
+  index(archive: number, create?: { protocol: 5 | 6 | 7; flags?: number }): Js5Index {
+    let idx = this.indexes.get(archive);
+    if (idx === undefined) {
+      idx = readArchiveIndex(this.store, archive) ?? {
+        protocol: create?.protocol ?? 6,
+        version: 0,
+        flags: create?.flags ?? 0,
+        groups: [],
+      };
+      this.indexes.set(archive, idx);
+    }
+    return idx;
+  }
+
+  /** Compresses `data` and stores it as group `group` of `archive`, bumping its version. */
+  putGroup(archive: number, group: number, data: Uint8Array, options: PutGroupOptions = {}): Js5Group {
+    if (archive === 255) throw new RangeError('archive 255 holds indexes; use the archive itself');
+    const idx = this.index(archive);
+    let byId = this.byId.get(archive);
+    if (byId === undefined) {
+      byId = new Map(idx.groups.map((g) => [g.id, g]));
+      this.byId.set(archive, byId);
+    }
+    let entry = byId.get(group);
+    if (entry === undefined) {
+      entry = { id: group, checksum: 0, version: 0, files: (options.files ?? [0]).map((id) => ({ id })) };
+      idx.groups.push(entry);
+      byId.set(group, entry);
+    }
+    entry.version = (entry.version + 1) | 0;
+    if (options.nameHash !== undefined) entry.nameHash = options.nameHash;
+    const container = encodeContainer(data, options.compression ?? 'none');
+    entry.checksum = crc32(container);
+    // Optional columns, filled when the index has their flag (as OpenRS2's Archive does).
+    if (idx.flags & IndexFlags.digests) entry.digest = whirlpool(container);
+    if (idx.flags & IndexFlags.uncompressedChecksums) entry.uncompressedChecksum = crc32(data);
+    if (idx.flags & IndexFlags.lengths) {
+      entry.length = container.length;
+      entry.uncompressedLength = data.length;
+    }
+    const stored = Buffer.allocUnsafe(container.length + 2);
+    container.copy(stored);
+    stored.writeUInt16BE(entry.version & 0xffff, container.length);
+    this.store.write(archive, group, stored);
+    this.dirty.add(archive);
+    return entry;
+  }
+
+  /** Stores an already-built container (client downloads) with its version trailer. */
+  putContainer(archive: number, group: number, container: Uint8Array, version: number): void {
+    const stored = Buffer.allocUnsafe(container.length + 2);
+    stored.set(container);
+    stored.writeUInt16BE(version & 0xffff, container.length);
+    this.store.write(archive, group, stored);
+  }
+
+  /** Writes every changed index (version + 1) to archive 255. */
+  flush(): void {
+    for (const archive of [...this.dirty].sort((a, b) => a - b)) {
+      const idx = this.indexes.get(archive)!;
+      // Protocol 5 has no version field: its version stays 0.
+      if (idx.protocol >= 6) idx.version = (idx.version + 1) | 0;
+      idx.groups.sort((a, b) => a.id - b.id);
+      this.store.write(255, archive, encodeContainer(writeIndex(idx), this.indexCompression));
+    }
+    this.dirty.clear();
+  }
+}
+
+export interface VerifyProblem {
+  archive: number;
+  group: number;
+  problem: string;
+}
+
+export interface VerifyResult {
+  archives: number;
+  groups: number;
+  bytes: number;
+  problems: VerifyProblem[];
+}
+
+/** Counts the groups `verifyCache` will check (for a progress bar). */
+export function countGroups(store: Store): number {
+  let n = 0;
+  for (const a of indexedArchives(store)) n += readArchiveIndex(store, a)?.groups.length ?? 0;
+  return n;
+}
+
+/**
+ * Checks the CRC and version of every group against its archive's index. `onGroup` is called
+ * once per group checked.
+ */
+export function verifyCache(store: Store, onGroup?: () => void): VerifyResult {
+  const result: VerifyResult = { archives: 0, groups: 0, bytes: 0, problems: [] };
+  for (const archive of indexedArchives(store)) {
+    let idx: Js5Index | undefined;
+    try {
+      idx = readArchiveIndex(store, archive);
+    } catch (e) {
+      result.problems.push({ archive: 255, group: archive, problem: `bad index: ${(e as Error).message}` });
+      continue;
+    }
+    if (idx === undefined) continue;
+    result.archives++;
+    for (const g of idx.groups) {
+      result.groups++;
+      onGroup?.();
+      const problem = checkGroup(store, archive, g, result);
+      if (problem !== undefined) result.problems.push({ archive, group: g.id, problem });
+    }
+  }
+  return result;
+}
+
+function checkGroup(store: Store, archive: number, g: Js5Group, result: VerifyResult): string | undefined {
+  let stored: Buffer | undefined;
+  try {
+    stored = store.read(archive, g.id);
+  } catch (e) {
+    return e instanceof DecodeError ? e.message : String(e);
+  }
+  if (stored === undefined) return 'missing';
+  result.bytes += stored.length;
+  try {
+    const { container, version } = splitTrailer(stored);
+    if (crc32(container) !== g.checksum) return `crc ${crc32(container)} != index ${g.checksum}`;
+    if (version === undefined) return 'no version trailer';
+    if (version !== (g.version & 0xffff)) return `version ${version} != index ${g.version & 0xffff}`;
+  } catch (e) {
+    return e instanceof DecodeError ? e.message : String(e);
+  }
+  return undefined;
+}
+
+export interface ArchiveInfo {
+  archive: number;
+  protocol: number;
+  version: number;
+  flags: number;
+  groups: number;
+  files: number;
+  storedBytes: number;
+}
+
+/**
+ * A summary of every indexed archive, plus the VERSIONED master index a server would send (the
+ * CRCs a 550 login compares against, spec §1).
+ */
+export function cacheInfo(store: Store): {
+  kind: string;
+  archives: ArchiveInfo[];
+  masterIndex: { archive: number; checksum: number; version: number }[];
+} {
+  const archives: ArchiveInfo[] = [];
+  for (const archive of indexedArchives(store)) {
+    const idx = readArchiveIndex(store, archive);
+    if (idx === undefined) continue;
+    let storedBytes = 0;
+    for (const g of idx.groups) storedBytes += store.read(archive, g.id)?.length ?? 0;
+    archives.push({
+      archive,
+      protocol: idx.protocol,
+      version: idx.version,
+      flags: idx.flags,
+      groups: idx.groups.length,
+      files: idx.groups.reduce((n, g) => n + g.files.length, 0),
+      storedBytes,
+    });
+  }
+  const masterIndex = createMasterIndex(store, 'versioned').entries.map((e, archive) => ({
+    archive,
+    checksum: e.checksum,
+    version: e.version,
+  }));
+  return { kind: store.kind, archives, masterIndex };
+}

@@ -1,0 +1,181 @@
+/**
+ * The compression back ends of JS5 containers, each capped at the size the container declares
+ * so that a small container can never expand into a large allocation (no decompression bombs).
+ *
+ * - gzip: node:zlib with `maxOutputLength` = declared size.
+ * - bzip2: `compressjs` (pure JS; compresses with a chosen block size, which JS5 needs: block
+ *   size 1, header stripped). Its decoder writes through an output stream we supply, which
+ *   throws as soon as the declared size would be passed.
+ * - lzma (read only): `lzma` (LZMA-JS). The container's raw stream is given the 8-byte size
+ *   field of the .lzma format (= declared size) so the decoder stops there; its dictionary is
+ *   clamped to the declared size (a match can never reach further back than the output).
+ */
+import { createRequire } from 'node:module';
+import zlib from 'node:zlib';
+import { DecodeError } from '../../../wire/errors.js';
+
+const require = createRequire(import.meta.url);
+
+interface ByteSink {
+  writeByte(b: number): void;
+}
+interface CompressJs {
+  Bzip2: {
+    compressFile(input: Uint8Array, output: null, blockSize: number): Uint8Array | number[];
+    decompressFile(input: Uint8Array, output: ByteSink): unknown;
+  };
+}
+interface LzmaJs {
+  decompress(bytes: Uint8Array | number[]): string | number[];
+}
+
+let bzip: CompressJs | undefined;
+let lzma: LzmaJs | undefined;
+
+function compressjs(): CompressJs {
+  bzip ??= require('compressjs') as CompressJs;
+  return bzip;
+}
+
+function lzmaJs(): LzmaJs {
+  lzma ??= require('lzma') as LzmaJs;
+  return lzma;
+}
+
+const BZIP2_HEADER = Buffer.from('BZh1', 'latin1');
+/** Largest LZMA dictionary accepted (OpenRS2's cap). */
+export const MAX_LZMA_DICTIONARY = 64 * 1024 * 1024;
+
+function fail(code: string, detail: string, offset: number): never {
+  throw new DecodeError(code, detail, offset);
+}
+
+/** gzip-decompresses `data` (a full gzip member) into exactly `size` bytes. */
+export function gunzipExact(data: Uint8Array, size: number, offset: number): Buffer {
+  if (data.length < 18 || data[0] !== 0x1f || data[1] !== 0x8b) {
+    fail('ERR_JS5_BAD_GZIP', 'gzip stream does not start with 1f 8b', offset);
+  }
+  let out: Buffer;
+  try {
+    // maxOutputLength must be ≥ 1; one extra byte lets overflow be told from an exact fit.
+    out = zlib.gunzipSync(data, { maxOutputLength: size + 1 });
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    if (code === 'ERR_BUFFER_TOO_LARGE')
+      fail('ERR_JS5_OVERFLOW', `gzip data exceeds the declared ${size} bytes`, offset);
+    fail('ERR_JS5_BAD_GZIP', `gzip: ${(e as Error).message}`, offset);
+  }
+  if (out.length !== size) {
+    fail(
+      out.length > size ? 'ERR_JS5_OVERFLOW' : 'ERR_JS5_UNDERFLOW',
+      `gzip data is ${out.length} bytes, the container declares ${size}`,
+      offset,
+    );
+  }
+  return out;
+}
+
+/** A gzip member with the plain 10-byte header the 530 client expects (no name, no mtime). */
+export function gzip(data: Uint8Array): Buffer {
+  const out = zlib.gzipSync(data, { level: 9 });
+  // zlib already writes 1f8b 08 00 00000000 00 03; clear the OS byte as OpenRS2 does.
+  out[4] = out[5] = out[6] = out[7] = 0;
+  out[8] = 0;
+  out[9] = 0;
+  return out;
+}
+
+class CappedSink implements ByteSink {
+  readonly out: Buffer;
+  pos = 0;
+  constructor(size: number) {
+    this.out = Buffer.allocUnsafe(size);
+  }
+  writeByte(b: number): void {
+    if (this.pos >= this.out.length) throw new RangeError('overflow');
+    this.out[this.pos++] = b;
+  }
+}
+
+/** Decompresses a headerless bzip2 stream (block size 1) into exactly `size` bytes. */
+export function bunzip2Exact(data: Uint8Array, size: number, offset: number): Buffer {
+  const input = Buffer.concat([BZIP2_HEADER, data]);
+  const sink = new CappedSink(size);
+  try {
+    compressjs().Bzip2.decompressFile(input, sink);
+  } catch (e) {
+    if (e instanceof RangeError && e.message === 'overflow') {
+      fail('ERR_JS5_OVERFLOW', `bzip2 data exceeds the declared ${size} bytes`, offset);
+    }
+    fail('ERR_JS5_BAD_BZIP2', `bzip2: ${e instanceof Error ? e.message : String(e)}`, offset);
+  }
+  if (sink.pos !== size)
+    fail('ERR_JS5_UNDERFLOW', `bzip2 data is ${sink.pos} bytes, the container declares ${size}`, offset);
+  return sink.out;
+}
+
+/** bzip2 with block size 1, without the 4-byte `BZh1` header (what JS5 stores). */
+export function bzip2(data: Uint8Array): Buffer {
+  const out = compressjs().Bzip2.compressFile(data, null, 1);
+  return Buffer.from(out instanceof Uint8Array ? out.subarray(4) : out.slice(4));
+}
+
+/** Inverse of LZMA-JS's "decode to string when it looks like UTF-8" step (1–3 byte forms). */
+function stringToBytes(s: string, size: number): Buffer | undefined {
+  const out = Buffer.allocUnsafe(size);
+  let o = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    const n = c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
+    if (o + n > size) return undefined;
+    if (n === 1) out[o++] = c;
+    else if (n === 2) {
+      out[o++] = 0xc0 | (c >>> 6);
+      out[o++] = 0x80 | (c & 63);
+    } else {
+      out[o++] = 0xe0 | (c >>> 12);
+      out[o++] = 0x80 | ((c >>> 6) & 63);
+      out[o++] = 0x80 | (c & 63);
+    }
+  }
+  return o === size ? out : undefined;
+}
+
+/**
+ * Decompresses JS5's LZMA form (`props u8, dictSize u32 LE`, raw stream, no size field) into
+ * exactly `size` bytes.
+ */
+export function unlzmaExact(data: Uint8Array, size: number, offset: number): Buffer {
+  if (data.length < 5) fail('ERR_JS5_BAD_LZMA', 'lzma header is 5 bytes', offset);
+  const props = data[0]!;
+  if (props >= 9 * 5 * 5) fail('ERR_JS5_BAD_LZMA', `bad lzma properties byte ${props}`, offset);
+  const dict = Buffer.from(data.buffer, data.byteOffset + 1, 4).readUInt32LE(0);
+  if (dict > MAX_LZMA_DICTIONARY)
+    fail('ERR_JS5_BAD_LZMA', `lzma dictionary of ${dict} bytes is over the limit`, offset);
+  const header = Buffer.alloc(13);
+  header[0] = props;
+  header.writeUInt32LE(Math.max(4096, Math.min(dict, size)), 1);
+  header.writeUInt32LE(size, 5);
+  const input = Buffer.concat([header, data.subarray(5)]);
+  let result: string | number[];
+  try {
+    result = lzmaJs().decompress(input);
+  } catch (e) {
+    fail('ERR_JS5_BAD_LZMA', `lzma: ${e instanceof Error ? e.message : String(e)}`, offset);
+  }
+  if (typeof result === 'string') {
+    const bytes = stringToBytes(result, size);
+    if (bytes === undefined) fail('ERR_JS5_UNDERFLOW', 'lzma data does not match the declared size', offset);
+    return bytes;
+  }
+  if (!Array.isArray(result) || result.length !== size) {
+    fail(
+      'ERR_JS5_UNDERFLOW',
+      `lzma data is ${Array.isArray(result) ? result.length : 0} bytes, declared ${size}`,
+      offset,
+    );
+  }
+  const out = Buffer.allocUnsafe(size);
+  for (let i = 0; i < size; i++) out[i] = result[i]! & 0xff;
+  return out;
+}

@@ -1,0 +1,410 @@
+/**
+ * A JS5 client: handshake, pipelined requests up to the profile's in-flight caps, responses
+ * matched by key (and by the 0x80 flag for the 5xx profile), XOR after a rekey. `downloadCache`
+ * builds a whole cache from a server and resumes where a previous run stopped.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import { DecodeError, ErrorCode } from '../../wire/errors.js';
+import { StreamDeframer } from '../../wire/framing.js';
+import { CacheWriter } from './cache/cache.js';
+import { decodeContainer, splitTrailer } from './cache/container.js';
+import { type Js5Index, readIndex } from './cache/js5-index.js';
+import { crc32, type MasterIndex, type MasterIndexFormat, readMasterIndex } from './cache/master-index.js';
+import { createStore, openStore, type Store } from './cache/store.js';
+import { whirlpool } from './cache/whirlpool.js';
+import { MAX_CONTAINER_LENGTH, responseMeasure, unframeResponse, xorInPlace } from './framing.js';
+import { HandshakeStatus, INIT_JS5_OPCODE, RequestOpcode } from './messages.js';
+import { handshakeIsSeeded, type Js5Profile, PROFILES, type ProfileSpec } from './profiles.js';
+import { requestKey } from './responses.js';
+
+export interface Js5ClientOptions {
+  host: string;
+  port: number;
+  build: number;
+  profile: Js5Profile;
+  /** 16-byte seed for the OSRS ≥ 223 handshake (zeros by default). */
+  seed?: Uint8Array;
+  /** XOR key to request right after the handshake (0 = none). */
+  xorKey?: number;
+  /** Largest container accepted. */
+  maxContainerBytes?: number;
+  /** Connect + handshake timeout. */
+  timeoutMs?: number;
+  /** Watchdog: with requests in flight and no byte for this long, the connection fails (30 s, like clients). */
+  idleTimeoutMs?: number;
+  /** Master index format to expect (default: the profile's). */
+  masterIndexFormat?: MasterIndexFormat;
+  /** Override the profile's in-flight caps (e.g. to flood in tests). */
+  urgentCap?: number;
+  prefetchCap?: number;
+}
+
+/** The server answered the handshake with something other than 0. */
+export class Js5HandshakeError extends Error {
+  readonly code = 'ERR_JS5_HANDSHAKE';
+  readonly status: number;
+  constructor(status: number) {
+    super(`js5 handshake refused with status ${status}`);
+    this.status = status;
+  }
+  override get name(): string {
+    return 'Js5HandshakeError';
+  }
+}
+
+interface Waiter {
+  resolve(container: Buffer): void;
+  reject(err: Error): void;
+}
+
+interface Pending {
+  key: number;
+  urgent: boolean;
+  waiter: Waiter;
+}
+
+export class Js5Client {
+  readonly profile: ProfileSpec;
+  private readonly socket: net.Socket;
+  private readonly deframer: StreamDeframer;
+  private readonly queue: Pending[] = [];
+  private queueHead = 0;
+  private readonly urgentInFlight = new Map<number, Waiter[]>();
+  private readonly prefetchInFlight = new Map<number, Waiter[]>();
+  private urgentCount = 0;
+  private prefetchCount = 0;
+  private readonly urgentCap: number;
+  private readonly prefetchCap: number;
+  private xorKey = 0;
+  private readonly masterIndexFormat: MasterIndexFormat;
+  private failure: Error | undefined;
+  /** Bytes of responses received (framed), for progress. */
+  bytesReceived = 0;
+  private lastByteAt = Date.now();
+  private watchdog: NodeJS.Timeout | undefined;
+
+  private constructor(socket: net.Socket, options: Js5ClientOptions) {
+    this.socket = socket;
+    this.profile = PROFILES[options.profile];
+    this.urgentCap = options.urgentCap ?? this.profile.urgentCap;
+    this.masterIndexFormat = options.masterIndexFormat ?? this.profile.masterIndexFormat;
+    this.prefetchCap = options.prefetchCap ?? this.profile.prefetchCap;
+    this.deframer = new StreamDeframer(responseMeasure(options.maxContainerBytes ?? MAX_CONTAINER_LENGTH), {
+      maxFrameBytes: (options.maxContainerBytes ?? MAX_CONTAINER_LENGTH) + 64 * 1024,
+    });
+  }
+
+  /** Connects, handshakes and sends the post-handshake packets of the profile. */
+  static connect(options: Js5ClientOptions): Promise<Js5Client> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect({ host: options.host, port: options.port });
+      socket.setNoDelay(true);
+      const timer = setTimeout(() => {
+        socket.destroy();
+        reject(new Error('js5 handshake timed out'));
+      }, options.timeoutMs ?? 10_000);
+      const fail = (err: Error) => {
+        clearTimeout(timer);
+        socket.destroy();
+        reject(err);
+      };
+      socket.once('error', fail);
+      socket.once('connect', () => {
+        const seeded = handshakeIsSeeded(options.profile, options.build);
+        const hs = Buffer.alloc(seeded ? 21 : 5);
+        hs[0] = INIT_JS5_OPCODE;
+        hs.writeUInt32BE(options.build, 1);
+        if (seeded && options.seed !== undefined) hs.set(options.seed.subarray(0, 16), 5);
+        socket.write(hs);
+      });
+      const onData = (chunk: Buffer) => {
+        socket.off('data', onData);
+        socket.off('error', fail);
+        clearTimeout(timer);
+        const status = chunk[0]!;
+        if (status !== HandshakeStatus.ok) {
+          socket.destroy();
+          reject(new Js5HandshakeError(status));
+          return;
+        }
+        const client = new Js5Client(socket, options);
+        client.start(options.xorKey ?? 0, options.idleTimeoutMs ?? 30_000);
+        if (chunk.length > 1) client.onData(chunk.subarray(1));
+        resolve(client);
+      };
+      socket.on('data', onData);
+      socket.once('close', () => fail(new Error('connection closed during the js5 handshake')));
+    });
+  }
+
+  private start(xorKey: number, idleTimeoutMs: number): void {
+    if (idleTimeoutMs > 0) {
+      this.watchdog = setInterval(
+        () => {
+          if (this.inFlight > 0 && Date.now() - this.lastByteAt > idleTimeoutMs) {
+            this.abort(
+              new Error(`no response for ${idleTimeoutMs} ms with ${this.inFlight} request(s) in flight`),
+            );
+          }
+        },
+        Math.min(1000, idleTimeoutMs),
+      );
+      this.watchdog.unref();
+    }
+    this.socket.removeAllListeners('close');
+    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.socket.on('error', (err) => this.abort(err));
+    this.socket.on('close', () => this.abort(new Error('js5 connection closed')));
+    const hello: number[] = [];
+    if (this.profile.sendsConnected) hello.push(RequestOpcode.connected, 0, 0, 3);
+    hello.push(RequestOpcode.loggedOut, 0, 0, 0);
+    this.socket.write(Buffer.from(hello));
+    if (xorKey !== 0) this.rekey(xorKey);
+  }
+
+  /**
+   * Asks the server to XOR every downstream byte with `key` from now on. Like real clients, call it
+   * only while no response is in flight: bytes already on their way would be un-XORed wrongly.
+   */
+  rekey(key: number): void {
+    this.socket.write(Buffer.of(RequestOpcode.rekey, key & 0xff, 0, 0));
+    this.xorKey = key & 0xff;
+  }
+
+  /** Sends raw bytes (tests: malformed input). */
+  sendRaw(bytes: Uint8Array): void {
+    this.socket.write(bytes);
+  }
+
+  /** Requests a group; resolves with its container (version trailer not included). */
+  request(archive: number, group: number, urgent = false): Promise<Buffer> {
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    return new Promise((resolve, reject) => {
+      this.queue.push({ key: requestKey(archive, group), urgent, waiter: { resolve, reject } });
+      this.pump();
+    });
+  }
+
+  /** Fetches and decodes the master index (255/255). */
+  async masterIndex(): Promise<MasterIndex> {
+    const container = await this.request(255, 255, true);
+    return readMasterIndex(decodeContainer(container, 'none').data, this.masterIndexFormat);
+  }
+
+  get inFlight(): number {
+    return this.urgentCount + this.prefetchCount;
+  }
+
+  private pump(): void {
+    const out: number[] = [];
+    while (this.queueHead < this.queue.length) {
+      const p = this.queue[this.queueHead]!;
+      if (p.urgent ? this.urgentCount >= this.urgentCap : this.prefetchCount >= this.prefetchCap) break;
+      this.queueHead++;
+      const map = p.urgent ? this.urgentInFlight : this.prefetchInFlight;
+      const list = map.get(p.key);
+      if (list !== undefined) list.push(p.waiter);
+      else map.set(p.key, [p.waiter]);
+      if (p.urgent) this.urgentCount++;
+      else this.prefetchCount++;
+      // The watchdog counts from the first request of an idle connection.
+      if (this.inFlight === 1) this.lastByteAt = Date.now();
+      out.push(
+        p.urgent ? RequestOpcode.urgent : RequestOpcode.prefetch,
+        p.key >>> 16,
+        (p.key >>> 8) & 0xff,
+        p.key & 0xff,
+      );
+    }
+    if (this.queueHead > 4096) {
+      this.queue.splice(0, this.queueHead);
+      this.queueHead = 0;
+    }
+    if (out.length > 0) this.socket.write(Buffer.from(out));
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.failure !== undefined) return;
+    this.bytesReceived += chunk.length;
+    this.lastByteAt = Date.now();
+    if (this.xorKey !== 0) xorInPlace(chunk, this.xorKey);
+    try {
+      this.deframer.push(chunk, (buf, start, end) => {
+        this.onResponse(buf, start, end);
+      });
+    } catch (e) {
+      this.abort(e instanceof Error ? e : new Error(String(e)));
+    }
+  }
+
+  private onResponse(buf: Buffer, start: number, end: number): void {
+    const plain = unframeResponse(buf, start, end);
+    const key = requestKey(plain[0]!, plain.readUInt16BE(1));
+    const flagged = (plain[3]! & 0x80) !== 0;
+    let urgent: boolean;
+    if (this.profile.prefetchFlag) urgent = !flagged;
+    else urgent = this.urgentInFlight.has(key);
+    const map = urgent ? this.urgentInFlight : this.prefetchInFlight;
+    const list = map.get(key);
+    if (list === undefined) {
+      throw new DecodeError(
+        ErrorCode.BAD_VALUE,
+        `response for ${plain[0]}/${plain.readUInt16BE(1)} that is not in flight`,
+        start,
+      );
+    }
+    const waiter = list.shift()!;
+    if (list.length === 0) map.delete(key);
+    if (urgent) this.urgentCount--;
+    else this.prefetchCount--;
+    plain[3]! &= 0x7f;
+    waiter.resolve(plain.subarray(3));
+    this.pump();
+  }
+
+  private abort(err: Error): void {
+    if (this.watchdog !== undefined) clearInterval(this.watchdog);
+    if (this.failure !== undefined) return;
+    this.failure = err;
+    this.socket.destroy();
+    const all: Waiter[] = [];
+    for (const m of [this.urgentInFlight, this.prefetchInFlight]) for (const l of m.values()) all.push(...l);
+    for (let i = this.queueHead; i < this.queue.length; i++) all.push(this.queue[i]!.waiter);
+    this.urgentInFlight.clear();
+    this.prefetchInFlight.clear();
+    this.queue.length = 0;
+    this.queueHead = 0;
+    for (const w of all) w.reject(err);
+  }
+
+  /** Ends the connection (flushing what was written) and resolves once it is closed. */
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.watchdog !== undefined) clearInterval(this.watchdog);
+      if (this.socket.destroyed) return resolve();
+      this.failure ??= new Error('client closed');
+      this.socket.once('close', () => resolve());
+      this.socket.end();
+    });
+  }
+}
+
+// ---- whole-cache download -----------------------------------------------------------------
+
+export interface DownloadOptions extends Js5ClientOptions {
+  out: string;
+  /** Store kind for a new cache (an existing one is reused as it is). */
+  kind?: 'disk' | 'flat';
+  /** Called after each group (downloaded or already present). */
+  onProgress?(done: number, total: number): void;
+  /** Called once the total is known. */
+  onTotal?(total: number): void;
+}
+
+export interface DownloadSummary {
+  archives: number;
+  groups: number;
+  downloaded: number;
+  skipped: number;
+  bytes: number;
+}
+
+function groupIsCurrent(
+  store: Store,
+  archive: number,
+  group: number,
+  checksum: number,
+  version: number,
+): boolean {
+  try {
+    const stored = store.read(archive, group);
+    if (stored === undefined) return false;
+    const { container, version: v } = splitTrailer(stored);
+    return v === (version & 0xffff) && crc32(container) === checksum;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Downloads the master index, every index and every group, verifying CRC32 and versions, into
+ * a disk or flat-file cache at `out`. Groups already present and valid are skipped (resume).
+ */
+export async function downloadCache(options: DownloadOptions): Promise<DownloadSummary> {
+  const client = await Js5Client.connect(options);
+  const store =
+    fs.existsSync(options.out) && fs.readdirSync(options.out).length > 0
+      ? openStore(options.out, { writable: true })
+      : createStore(options.out, options.kind ?? 'disk');
+  const writer = new CacheWriter(store);
+  const summary: DownloadSummary = { archives: 0, groups: 0, downloaded: 0, skipped: 0, bytes: 0 };
+  try {
+    const master = await client.masterIndex();
+    const indexes: { archive: number; container: Buffer; index: Js5Index }[] = [];
+    await Promise.all(
+      master.entries.map(async (entry, archive) => {
+        if (entry.checksum === 0 && entry.version === 0) return;
+        const container = await client.request(255, archive, true);
+        if (crc32(container) !== entry.checksum) {
+          throw new DecodeError('ERR_JS5_CRC', `index ${archive}: crc does not match the master index`, 0);
+        }
+        if (entry.digest !== undefined && !whirlpool(container).equals(entry.digest)) {
+          throw new DecodeError(
+            'ERR_JS5_DIGEST',
+            `index ${archive}: whirlpool does not match the master index`,
+            0,
+          );
+        }
+        const index = readIndex(decodeContainer(container, 'none').data);
+        if (master.format !== 'original' && index.version !== entry.version) {
+          throw new DecodeError(
+            'ERR_JS5_VERSION',
+            `index ${archive}: version does not match the master index`,
+            0,
+          );
+        }
+        indexes.push({ archive, container, index });
+      }),
+    );
+    indexes.sort((a, b) => a.archive - b.archive);
+    const total = indexes.reduce((n, x) => n + x.index.groups.filter((g) => g.id <= 0xffff).length, 0);
+    options.onTotal?.(total);
+    let done = 0;
+    const jobs: Promise<void>[] = [];
+    for (const { archive, index } of indexes) {
+      summary.archives++;
+      for (const g of index.groups) {
+        if (g.id > 0xffff) continue;
+        summary.groups++;
+        if (groupIsCurrent(store, archive, g.id, g.checksum, g.version)) {
+          summary.skipped++;
+          options.onProgress?.(++done, total);
+          continue;
+        }
+        jobs.push(
+          client.request(archive, g.id, false).then((container) => {
+            if (crc32(container) !== g.checksum) {
+              throw new DecodeError(
+                'ERR_JS5_CRC',
+                `group ${archive}/${g.id}: crc does not match its index`,
+                0,
+              );
+            }
+            writer.putContainer(archive, g.id, container, g.version);
+            summary.downloaded++;
+            summary.bytes += container.length;
+            options.onProgress?.(++done, total);
+          }),
+        );
+      }
+    }
+    await Promise.all(jobs);
+    // Indexes last: a cache is complete only once its indexes are written.
+    for (const { archive, container } of indexes) store.write(255, archive, container);
+    return summary;
+  } finally {
+    store.close();
+    await client.close();
+  }
+}
