@@ -1109,21 +1109,24 @@ export interface DecodeOptions {
 // another is running (a custom codec decoding a nested container) gets its own.
 const sharedReader = new WireReader();
 let sharedBusy = false;
-const resolvedLimits = new WeakMap<Partial<DecodeLimits>, DecodeLimits>();
 
+/** A complete limits object is used as it is; a partial one is filled from the defaults. */
 function limitsFor(partial: Partial<DecodeLimits> | undefined): DecodeLimits {
   if (partial === undefined) return DEFAULT_LIMITS as DecodeLimits;
-  let full = resolvedLimits.get(partial);
-  if (full === undefined) {
-    full = resolveLimits(partial);
-    resolvedLimits.set(partial, full);
+  if (
+    partial.maxStringBytes !== undefined &&
+    partial.maxBytesLength !== undefined &&
+    partial.maxArrayLength !== undefined &&
+    partial.maxDepth !== undefined
+  ) {
+    return partial as DecodeLimits;
   }
-  return full;
+  return resolveLimits(partial);
 }
 
 /**
  * Decodes exactly one message from `bytes`. Throws only DecodeError. Allocates nothing of its
- * own per call (pass the same `limits` object each time to keep it that way).
+ * own per call when `limits` is absent or complete (every key set).
  */
 export function decode<T>(codec: Codec<T>, bytes: Uint8Array, options: DecodeOptions = {}): T {
   const nested = sharedBusy;

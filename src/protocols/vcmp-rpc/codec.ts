@@ -2,7 +2,14 @@
  * Whole-packet encode/decode for LibRPC ServerData, and the CLI adapter.
  */
 import type { CodecOptions, ProtocolCodec } from '../../core/protocol.js';
-import { DecodeError, decode, EncodeError, ErrorCode, WireWriter } from '../../wire/index.js';
+import {
+  DecodeError,
+  type DecodeLimits,
+  decode,
+  EncodeError,
+  ErrorCode,
+  WireWriter,
+} from '../../wire/index.js';
 import {
   Identifier,
   MAX_DEPTH,
@@ -35,10 +42,19 @@ export function decodeServerData(bytes: Uint8Array, options: DecodeServerDataOpt
     );
   }
   const codec = ServerDataCodecs[options.lenient === true ? 'lenient' : 'strict'][options.from ?? 'any'];
-  return decode(codec, bytes, {
-    limits: { maxDepth: options.maxDepth ?? MAX_DEPTH, maxStringBytes: 0xffff, maxArrayLength: max },
-  });
+  const limits =
+    options.maxDepth === undefined && options.maxPacketBytes === undefined
+      ? DEFAULT_LIMITS
+      : limitsOf(options.maxDepth ?? MAX_DEPTH, max);
+  return decode(codec, bytes, { limits });
 }
+
+function limitsOf(maxDepth: number, maxPacketBytes: number): DecodeLimits {
+  // Strings carry a u16 length; nothing in a packet can hold more elements than it has bytes.
+  return { maxDepth, maxStringBytes: 0xffff, maxBytesLength: maxPacketBytes, maxArrayLength: maxPacketBytes };
+}
+
+const DEFAULT_LIMITS = limitsOf(MAX_DEPTH, MAX_PACKET_BYTES);
 
 export interface EncodeServerDataOptions {
   /** Write the v1.6 beta..beta4 identifier 0x40000000 instead of 0x40000001. */
