@@ -9,7 +9,7 @@ import { type FastifyInstance, fastify } from 'fastify';
 import { createLogger } from '../core/logger.js';
 import { createRegistry, ProtocolMetrics } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
-import type { RunningServer, ServeOption } from '../core/server.js';
+import type { RunningServer, ServeOption, ServerDefinition } from '../core/server.js';
 import { protocols } from '../protocols/registry.js';
 import { CliError, parseIntOption, UsageError } from './errors.js';
 
@@ -46,6 +46,28 @@ function collectOptions(): ServeOption[] {
   for (const p of protocols)
     for (const o of p.server?.options ?? []) if (!seen.has(o.flag)) seen.set(o.flag, o);
   return [...seen.values()];
+}
+
+/**
+ * A server's options: its defaults, then its config-file section, then command-line flags.
+ * Flags are looked up under commander's name for each flag (`--unity-idle-timeout` →
+ * `unityIdleTimeout`), which may differ from the option's config key (`idleTimeoutMs`).
+ */
+export function resolveServeOptions(
+  def: ServerDefinition,
+  section: Record<string, unknown>,
+  flags: Record<string, unknown>,
+): Record<string, unknown> {
+  const options: Record<string, unknown> = { host: '0.0.0.0', port: def.defaultPort };
+  for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
+  Object.assign(options, section);
+  if (flags.host !== undefined) options.host = flags.host;
+  if (flags.port !== undefined) options.port = flags.port;
+  for (const o of def.options) {
+    const value = flags[new Option(o.flag).attributeName()];
+    if (value !== undefined) options[o.key] = value;
+  }
+  return options;
 }
 
 export function addServeCommand(program: Command): void {
@@ -116,13 +138,7 @@ async function runServers(selected: ProtocolModule[], flags: Record<string, unkn
   try {
     for (const p of selected) {
       const def = p.server!;
-      const section = config[p.name] ?? {};
-      const options: Record<string, unknown> = { host: '0.0.0.0', port: def.defaultPort };
-      for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
-      Object.assign(options, section);
-      if (flags.host !== undefined) options.host = flags.host;
-      if (flags.port !== undefined) options.port = flags.port;
-      for (const o of def.options) if (flags[o.key] !== undefined) options[o.key] = flags[o.key];
+      const options = resolveServeOptions(def, config[p.name] ?? {}, flags);
       const m = new ProtocolMetrics(p.name);
       metrics.push(m);
       const server = await def.start(options, { log: log.child({ protocol: p.name }), metrics: m, dataDir });

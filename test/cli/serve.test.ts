@@ -8,6 +8,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { resolveServeOptions } from '../../src/cli/serve.js';
+import type { ServerDefinition } from '../../src/core/server.js';
 import { protocols } from '../../src/protocols/registry.js';
 import { BIN, ROOT } from '../helpers/cli.js';
 
@@ -78,4 +80,39 @@ describe('gamewire serve (npm start)', () => {
       expect(r.stdout).toMatch(/gamewire: stopped/);
     });
   }
+});
+
+describe('serve option precedence', () => {
+  const def: ServerDefinition = {
+    summary: 'test',
+    defaultPort: 1234,
+    options: [
+      {
+        key: 'idleTimeoutMs',
+        flag: '--unity-idle-timeout <ms>',
+        description: '',
+        type: 'int',
+        default: 10_000,
+      },
+      { key: 'cache', flag: '--cache <dir>', description: '', type: 'string' },
+    ],
+    start: () => Promise.reject(new Error('not started here')),
+  };
+
+  it('applies defaults, then the config section, then flags (under their own flag names)', () => {
+    expect(resolveServeOptions(def, {}, {})).toEqual({ host: '0.0.0.0', port: 1234, idleTimeoutMs: 10_000 });
+    expect(resolveServeOptions(def, { idleTimeoutMs: 5, cache: 'a', port: 1 }, {})).toEqual({
+      host: '0.0.0.0',
+      port: 1,
+      idleTimeoutMs: 5,
+      cache: 'a',
+    });
+    expect(
+      resolveServeOptions(
+        def,
+        { idleTimeoutMs: 5, cache: 'a' },
+        { unityIdleTimeout: 7, cache: 'b', port: 2, host: '::1' },
+      ),
+    ).toEqual({ host: '::1', port: 2, idleTimeoutMs: 7, cache: 'b' });
+  });
 });
