@@ -81,7 +81,6 @@ export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
               for (const s of sockets) s.destroy();
             }, graceMs);
             timer.unref();
-            if (sockets.size === 0) server.close();
           });
           return closing;
         },
