@@ -52,13 +52,36 @@ export function offlineAuthenticator(serverAddress: string): Authenticator {
 
 interface CheckBearerReply {
   valid?: boolean;
-  user?: { id?: number; display?: string; server?: string };
+  user?: { id?: unknown; display?: unknown; server?: unknown };
   is_blacklisted?: boolean;
-  blacklisted?: { expires?: number; reason?: string };
+  blacklisted?: { expires?: unknown; reason?: unknown };
   is_invalid_token?: boolean;
 }
 
-/** The master-server check over HTTP, with a timeout. */
+/** Longest display name, server address and ban reason (UTF-8 bytes) taken from a master reply. */
+export const MAX_DISPLAY_BYTES = 64;
+export const MAX_SERVER_BYTES = 255;
+export const MAX_REASON_BYTES = 512;
+
+/** `s` cut to at most `max` UTF-8 bytes, on a character boundary. */
+function clip(s: string, max: number): string {
+  if (Buffer.byteLength(s, 'utf8') <= max) return s;
+  let out = '';
+  let n = 0;
+  for (const ch of s) {
+    const b = Buffer.byteLength(ch, 'utf8');
+    if (n + b > max) break;
+    out += ch;
+    n += b;
+  }
+  return out;
+}
+
+/**
+ * The master-server check over HTTP, with a timeout. The reply is validated: a user id that is
+ * not an integer 0..2^32-1, a display name over 64 bytes or a server address over 255 bytes is a
+ * MasterError; a ban expiry is truncated to an integer (0 when absent or out of range).
+ */
 export function masterAuthenticator(master: string, timeoutMs = 5000): Authenticator {
   const url = new URL('/api/relays/checkbearer', master).href;
   return async (req) => {
@@ -79,20 +102,30 @@ export function masterAuthenticator(master: string, timeoutMs = 5000): Authentic
         reason: (err as Error).message || 'Master server unreachable.',
       };
     }
-    if (body.valid === true && body.user !== undefined) {
-      const id = body.user.id;
-      return {
-        result: AuthResult.Success,
-        userId: typeof id === 'number' && id >= 0 && id <= 0xffffffff ? id : 0,
-        serverAddress: String(body.user.server ?? ''),
-        displayName: String(body.user.display ?? ''),
-      };
+    if (typeof body !== 'object' || body === null) {
+      return { result: AuthResult.MasterError, reason: 'Master server sent an invalid reply.' };
+    }
+    if (body.valid === true && typeof body.user === 'object' && body.user !== null) {
+      const { id, display, server } = body.user;
+      const displayName = String(display ?? '');
+      const serverAddress = String(server ?? '');
+      if (
+        !Number.isSafeInteger(id) ||
+        (id as number) < 0 ||
+        (id as number) > 0xffffffff ||
+        Buffer.byteLength(displayName, 'utf8') > MAX_DISPLAY_BYTES ||
+        Buffer.byteLength(serverAddress, 'utf8') > MAX_SERVER_BYTES
+      ) {
+        return { result: AuthResult.MasterError, reason: 'Master server sent an invalid user.' };
+      }
+      return { result: AuthResult.Success, userId: id as number, serverAddress, displayName };
     }
     if (body.is_blacklisted === true) {
+      const expires = Math.trunc(Number(body.blacklisted?.expires ?? 0));
       return {
         result: AuthResult.Blacklisted,
-        expireAt: Number(body.blacklisted?.expires ?? 0) || 0,
-        reason: String(body.blacklisted?.reason ?? ''),
+        expireAt: Number.isSafeInteger(expires) && expires > 0 ? expires : 0,
+        reason: clip(String(body.blacklisted?.reason ?? ''), MAX_REASON_BYTES),
       };
     }
     if (body.is_invalid_token === true) return { result: AuthResult.InvalidToken, reason: null };

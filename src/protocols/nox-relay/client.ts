@@ -40,6 +40,8 @@ interface Pending {
 }
 
 const measure = packetMeasure(0xffff);
+/** A UDP Handshake datagram is zero-padded to this size (larger than any Handshake reply). */
+export const UDP_HANDSHAKE_BYTES = 512;
 
 export class NoxRelayClient extends EventEmitter {
   readonly host: string;
@@ -126,7 +128,18 @@ export class NoxRelayClient extends EventEmitter {
   post(message: ClientMessage, uid = 0): void {
     const w = this.writer.reset();
     writeClientPacket(w, uid, message);
-    this.sendRaw(w.toBuffer());
+    let bytes = w.toBuffer();
+    if (this.udp !== undefined && message.type === 'Handshake' && bytes.length < UDP_HANDSHAKE_BYTES) {
+      // Anti-amplification: the server answers a UDP Handshake only from a datagram at least as
+      // large as its reply, so the packet is followed by zero padding (docs/nox-relay.md).
+      bytes = Buffer.concat([bytes, Buffer.alloc(UDP_HANDSHAKE_BYTES - bytes.length)]);
+    }
+    this.sendRaw(bytes);
+  }
+
+  /** Requests still waiting for their reply. */
+  get pendingRequests(): number {
+    return this.pending.size;
   }
 
   private allocUid(): number {
@@ -152,7 +165,14 @@ export class NoxRelayClient extends EventEmitter {
         reject(new Error(`no ${expect} reply to uid ${uid} within ${timeoutMs} ms`));
       }, timeoutMs);
       this.pending.set(uid, { expect, resolve: resolve as (m: ServerMessage) => void, reject, timer });
-      this.post(message, uid);
+      try {
+        this.post(message, uid);
+      } catch (err) {
+        // Nothing was sent (an encoding error, say): no reply will come.
+        this.pending.delete(uid);
+        clearTimeout(timer);
+        reject(err as Error);
+      }
     });
   }
 

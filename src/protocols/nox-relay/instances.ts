@@ -95,6 +95,8 @@ export class Player {
   readonly known = new Set<Player>();
   avatar: Avatar | undefined = undefined;
   readonly params = new Map<number, Buffer>();
+  /** Sum of the stored parameter values' lengths. */
+  paramBytes = 0;
   readonly transforms = new Map<number, StoredTransform>();
 
   constructor(

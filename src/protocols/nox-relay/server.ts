@@ -18,6 +18,7 @@ import {
   DEFAULT_MAX_PACKET,
   DEFAULT_PORT,
   DEFAULT_SEGMENTATION_TIMEOUT_S,
+  PROTOCOL_VERSION,
   Priority,
   QuitType,
 } from './constants.js';
@@ -26,6 +27,7 @@ import {
   handleHandshake,
   handleLatency,
   handleSessions,
+  handshakeReply,
 } from './handlers/connection.js';
 import {
   handleEnter,
@@ -45,7 +47,7 @@ import { handleServerConfig } from './handlers/server-config.js';
 import { DEFAULT_INSTANCE, Instance, type InstanceConfig } from './instances.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
-import { type CongestionLimits, RelayClient, udpKey } from './session.js';
+import { type CongestionLimits, RelayClient, type SegmentSession, udpKey } from './session.js';
 
 export interface NoxRelayOptions {
   host?: string;
@@ -67,10 +69,25 @@ export interface NoxRelayOptions {
   maxClients?: number;
   /** Most UDP sessions from one IP address (limits handshake amplification). */
   maxUdpPerIp?: number;
+  /** Most TCP connections from one IP address. Default 64. */
+  maxTcpPerIp?: number;
+  /**
+   * Most half-open UDP sessions (a Handshake answered, no other valid packet yet), server-wide.
+   * They do not count against `maxClients`. Default min(256, max(1, maxClients / 4)).
+   */
+  maxHalfOpenUdp?: number;
+  /** A half-open UDP session is forgotten silently after this long. Default min(5000, connection timeout). */
+  halfOpenTimeoutMs?: number;
   /** Segmentation caps: segments per session, sessions per client, reassembled bytes. */
   maxSegments?: number;
   maxSegmentSessions?: number;
   maxReassembledBytes?: number;
+  /** Bytes held for reassembly by all clients together; new segments beyond it are dropped. Default 64 MiB. */
+  maxReassemblyBudget?: number;
+  /** Largest stored AvatarParams value, bytes. Default 256. */
+  maxAvatarParamBytes?: number;
+  /** Most AvatarParams bytes (values) stored per player. Default 16 KiB. */
+  maxAvatarParamsTotal?: number;
   congestion?: Partial<CongestionLimits>;
   log?: Logger;
   metrics?: ProtocolMetrics;
@@ -85,9 +102,15 @@ export interface ResolvedOptions {
   segmentationTimeoutMs: number;
   maxClients: number;
   maxUdpPerIp: number;
+  maxTcpPerIp: number;
+  maxHalfOpenUdp: number;
+  halfOpenTimeoutMs: number;
   maxSegments: number;
   maxSegmentSessions: number;
   maxReassembledBytes: number;
+  maxReassemblyBudget: number;
+  maxAvatarParamBytes: number;
+  maxAvatarParamsTotal: number;
   serverAddress: string;
   master: string | undefined;
 }
@@ -108,6 +131,11 @@ export class NoxRelayServer {
   readonly authenticate: Authenticator;
   private readonly udpClients = new Map<string, RelayClient>();
   private readonly udpPerIp = new Map<string, number>();
+  private readonly tcpPerIp = new Map<string, number>();
+  /** Half-open UDP sessions (not counted against maxClients). */
+  private halfOpen = 0;
+  /** Bytes held in segmentation sessions, all clients together. */
+  private reassemblyBytes = 0;
   private readonly congestion: CongestionLimits;
   private readonly measure: FrameMeasure;
   private readonly reader = new WireReader();
@@ -122,18 +150,26 @@ export class NoxRelayServer {
   private closing: Promise<void> | undefined;
 
   constructor(options: NoxRelayOptions = {}) {
+    const maxClients = options.maxClients ?? 4096;
+    const connectionTimeoutMs = options.connectionTimeoutMs ?? DEFAULT_CONNECTION_TIMEOUT_S * 1000;
     this.options = {
       host: options.host ?? '0.0.0.0',
       port: options.port ?? DEFAULT_PORT,
       maxPacketSize: options.maxPacketSize ?? DEFAULT_MAX_PACKET,
-      connectionTimeoutMs: options.connectionTimeoutMs ?? DEFAULT_CONNECTION_TIMEOUT_S * 1000,
+      connectionTimeoutMs,
       keepAliveIntervalMs: options.keepAliveIntervalMs ?? DEFAULT_KEEP_ALIVE_S * 1000,
       segmentationTimeoutMs: options.segmentationTimeoutMs ?? DEFAULT_SEGMENTATION_TIMEOUT_S * 1000,
-      maxClients: options.maxClients ?? 4096,
+      maxClients,
       maxUdpPerIp: options.maxUdpPerIp ?? 256,
+      maxTcpPerIp: options.maxTcpPerIp ?? 64,
+      maxHalfOpenUdp: options.maxHalfOpenUdp ?? Math.min(256, Math.max(1, Math.floor(maxClients / 4))),
+      halfOpenTimeoutMs: options.halfOpenTimeoutMs ?? Math.min(5000, connectionTimeoutMs),
       maxSegments: options.maxSegments ?? 256,
       maxSegmentSessions: options.maxSegmentSessions ?? 8,
       maxReassembledBytes: options.maxReassembledBytes ?? 0xffff,
+      maxReassemblyBudget: options.maxReassemblyBudget ?? 64 * 1024 * 1024,
+      maxAvatarParamBytes: options.maxAvatarParamBytes ?? 256,
+      maxAvatarParamsTotal: options.maxAvatarParamsTotal ?? 16 * 1024,
       serverAddress: options.serverAddress ?? 'localhost',
       master: options.master,
     };
@@ -194,7 +230,13 @@ export class NoxRelayServer {
       20,
       Math.min(
         1000,
-        Math.floor(Math.min(this.options.connectionTimeoutMs, this.options.segmentationTimeoutMs) / 4),
+        Math.floor(
+          Math.min(
+            this.options.connectionTimeoutMs,
+            this.options.segmentationTimeoutMs,
+            this.options.halfOpenTimeoutMs,
+          ) / 4,
+        ),
       ),
     );
     this.timer = setInterval(() => this.sweep(), tick);
@@ -247,14 +289,32 @@ export class NoxRelayServer {
     return id;
   }
 
+  /** Clients that count against maxClients: every TCP connection and every proven UDP source. */
+  get establishedClients(): number {
+    return this.clients.size - this.halfOpen;
+  }
+
+  /** Bytes currently held for segment reassembly, all clients together. */
+  get reassemblyBytesHeld(): number {
+    return this.reassemblyBytes;
+  }
+
   private onTcpConnection(socket: net.Socket): void {
-    if (this.clients.size >= this.options.maxClients || this.closing !== undefined) {
+    const ip = socket.remoteAddress ?? '0.0.0.0';
+    const perIp = this.tcpPerIp.get(ip) ?? 0;
+    if (this.establishedClients >= this.options.maxClients || this.closing !== undefined) {
       this.metrics.close('over_capacity');
+      socket.destroy();
+      return;
+    }
+    if (perIp >= this.options.maxTcpPerIp) {
+      this.metrics.close('over_capacity_ip');
       socket.destroy();
       return;
     }
     const client = new RelayClient(this.freeClientId(), { tcp: socket }, this.congestion, this.metrics);
     this.clients.set(client.id, client);
+    this.tcpPerIp.set(client.ip, (this.tcpPerIp.get(client.ip) ?? 0) + 1);
     const deframer = new StreamDeframer(this.measure, { maxFrameBytes: this.options.maxPacketSize });
     const onFrame = (buf: Buffer, start: number, end: number) => {
       this.onPacket(client, buf, start, end, 0);
@@ -275,47 +335,45 @@ export class NoxRelayServer {
     });
   }
 
+  /**
+   * `msg` as one Handshake packet followed only by zero bytes (the padding that makes a first
+   * datagram at least as large as the reply): the packet's end, or -1.
+   */
+  private handshakeEnd(msg: Buffer): number {
+    if (msg.length < 5 || msg[4] !== 0x01) return -1;
+    const len = msg.readUInt16BE(0);
+    if (len < 5 || len > this.options.maxPacketSize || len > msg.length) return -1;
+    for (let i = len; i < msg.length; i++) if (msg[i] !== 0) return -1;
+    return len;
+  }
+
   private onDatagram(msg: Buffer, rinfo: dgram.RemoteInfo): void {
     this.udpQueue.bytes = this.udp!.getSendQueueSize();
+    const key = udpKey(rinfo.address, rinfo.port);
+    const client = this.udpClients.get(key);
+    if (client === undefined) {
+      this.onFirstDatagram(msg, rinfo, key);
+      return;
+    }
     let ranges: number[];
     try {
       ranges = splitPackets(msg, 0, msg.length, this.measure, this.ranges);
     } catch {
-      this.metrics.drop('malformed');
-      return;
+      // A padded Handshake (packet + zero bytes) is the one datagram that is not all packets.
+      const end = this.handshakeEnd(msg);
+      if (end < 0) {
+        this.metrics.drop('malformed');
+        return;
+      }
+      ranges = this.ranges;
+      ranges.length = 0;
+      ranges.push(0, end);
     }
     if (ranges.length === 0) {
       this.metrics.drop('malformed');
       return;
     }
-    const key = udpKey(rinfo.address, rinfo.port);
-    let client = this.udpClients.get(key);
-    if (client === undefined) {
-      // State is created only by a Handshake, never by arbitrary traffic from a (spoofable) source.
-      if (msg[4] !== 0x01) {
-        this.metrics.drop('unknown_source');
-        return;
-      }
-      const perIp = this.udpPerIp.get(rinfo.address) ?? 0;
-      if (
-        this.clients.size >= this.options.maxClients ||
-        perIp >= this.options.maxUdpPerIp ||
-        this.closing !== undefined
-      ) {
-        this.metrics.drop('over_capacity');
-        return;
-      }
-      client = new RelayClient(
-        this.freeClientId(),
-        { udp: this.udp!, ip: rinfo.address, port: rinfo.port, queue: this.udpQueue },
-        this.congestion,
-        this.metrics,
-      );
-      this.clients.set(client.id, client);
-      this.udpClients.set(key, client);
-      this.udpPerIp.set(rinfo.address, perIp + 1);
-      this.metrics.open++;
-    }
+    client.datagramBytes = msg.length;
     // `ranges` is a shared scratch array: copy the bounds out before dispatch can reuse it.
     const n = ranges.length;
     if (n === 2) {
@@ -326,11 +384,90 @@ export class NoxRelayServer {
     for (let i = 0; i < n && !client.closed; i += 2) this.onPacket(client, msg, copy[i]!, copy[i + 1]!, 0);
   }
 
+  /**
+   * A datagram from an unknown source. State is created only by a decoded Handshake (protocol 1)
+   * whose datagram is at least as large as the reply, never by arbitrary (spoofable) traffic;
+   * the new session stays half-open until the source sends another valid packet.
+   */
+  private onFirstDatagram(msg: Buffer, rinfo: dgram.RemoteInfo, key: string): void {
+    const end = this.handshakeEnd(msg);
+    if (end < 0) {
+      this.metrics.drop('unknown_source');
+      return;
+    }
+    let uid: number;
+    let hs: ClientMessage;
+    try {
+      const p = readClientPacket(this.reader.reset(msg, 0, end));
+      uid = p.uid;
+      hs = p.message;
+    } catch {
+      this.metrics.drop('unknown_source');
+      return;
+    }
+    if (hs.type !== 'Handshake') {
+      this.metrics.drop('unknown_source');
+      return;
+    }
+    if (hs.protocol !== PROTOCOL_VERSION) {
+      // No session. The reason goes back only if it is no larger than what came in.
+      this.metrics.close('bad_protocol');
+      const bytes = this.encode(uid, {
+        type: 'Disconnect',
+        reason: `Incompatible protocol version (${hs.protocol} != ${PROTOCOL_VERSION}).`,
+      });
+      if (bytes.length <= msg.length) this.udp!.send(bytes, rinfo.port, rinfo.address);
+      else this.metrics.drop('udp_amplification');
+      return;
+    }
+    const perIp = this.udpPerIp.get(rinfo.address) ?? 0;
+    if (
+      this.halfOpen >= this.options.maxHalfOpenUdp ||
+      this.establishedClients >= this.options.maxClients ||
+      perIp >= this.options.maxUdpPerIp ||
+      this.closing !== undefined
+    ) {
+      this.metrics.drop('over_capacity');
+      return;
+    }
+    const client = new RelayClient(
+      this.freeClientId(),
+      { udp: this.udp!, ip: rinfo.address, port: rinfo.port, queue: this.udpQueue },
+      this.congestion,
+      this.metrics,
+    );
+    client.datagramBytes = msg.length;
+    const reply = this.encode(uid, handshakeReply(this, client));
+    if (reply.length > msg.length) {
+      this.metrics.drop('udp_amplification');
+      return;
+    }
+    client.halfOpen = true;
+    this.halfOpen++;
+    this.clients.set(client.id, client);
+    this.udpClients.set(key, client);
+    this.udpPerIp.set(rinfo.address, perIp + 1);
+    this.metrics.open++;
+    this.metrics.received++;
+    handleHandshake(this, client, uid, hs);
+  }
+
+  /** A half-open UDP session proved its address (a second valid packet): it becomes a client. */
+  private promote(client: RelayClient): boolean {
+    if (this.establishedClients >= this.options.maxClients) {
+      this.metrics.drop('over_capacity');
+      this.dropClient(client, QuitType.UnknownError, null);
+      return false;
+    }
+    client.halfOpen = false;
+    this.halfOpen--;
+    return true;
+  }
+
   /** One packet `buf[start, end)` from `client`; `depth` > 0 inside Reliable/Segmentation. */
   onPacket(client: RelayClient, buf: Buffer, start: number, end: number, depth: number): void {
     if (client.closed) return;
     this.metrics.received++;
-    client.lastSeen = performance.now();
     let uid: number;
     let message: ClientMessage;
     try {
@@ -343,6 +480,9 @@ export class NoxRelayServer {
       this.log.debug({ err: (err as Error).message, client: client.id }, 'undecodable packet dropped');
       return;
     }
+    // Only a valid packet resets the connection timeout (spec).
+    client.lastSeen = performance.now();
+    if (client.halfOpen && message.type !== 'Handshake' && !this.promote(client)) return;
     try {
       this.dispatch(client, uid, message, depth);
     } catch (err) {
@@ -356,6 +496,10 @@ export class NoxRelayServer {
       handleHandshake(this, client, uid, m);
       return;
     }
+    if (!client.handshaked) {
+      this.metrics.drop('not_handshaked');
+      return;
+    }
     if (m.type === 'Reliable' || m.type === 'Segmentation') {
       if (depth >= MAX_NESTING) {
         this.metrics.drop('nesting');
@@ -366,10 +510,6 @@ export class NoxRelayServer {
         return;
       }
       this.onSegment(client, m, depth);
-      return;
-    }
-    if (!client.handshaked) {
-      this.metrics.drop('not_handshaked');
       return;
     }
     switch (m.type) {
@@ -446,9 +586,14 @@ export class NoxRelayServer {
     const now = performance.now();
     let s = client.segments.get(m.segmentId);
     if (s !== undefined && (now - s.lastUpdate >= o.segmentationTimeoutMs || s.total !== m.totalSegments)) {
-      client.segments.delete(m.segmentId);
+      this.forgetSegments(client, m.segmentId, s);
       this.metrics.drop('segment_expired');
       s = undefined;
+    }
+    if (this.reassemblyBytes + m.segmentData.length > o.maxReassemblyBudget) {
+      // Server-wide memory cap: new segments wait until others complete or expire.
+      this.metrics.drop('reassembly_budget');
+      return;
     }
     if (s === undefined) {
       if (client.segments.size >= o.maxSegmentSessions) {
@@ -467,17 +612,18 @@ export class NoxRelayServer {
     const previous = s.parts[m.currentSegment];
     const bytes = s.bytes - (previous?.length ?? 0) + m.segmentData.length;
     if (bytes > o.maxReassembledBytes) {
-      client.segments.delete(m.segmentId);
+      this.forgetSegments(client, m.segmentId, s);
       this.metrics.drop('segment_too_large');
       return;
     }
     if (previous === undefined) s.received++;
     // The datagram or frame is only valid during this call: keep a copy.
     s.parts[m.currentSegment] = Buffer.from(m.segmentData);
+    this.reassemblyBytes += bytes - s.bytes;
     s.bytes = bytes;
     s.lastUpdate = now;
     if (s.received < s.total) return;
-    client.segments.delete(m.segmentId);
+    this.forgetSegments(client, m.segmentId, s);
     const whole = Buffer.concat(s.parts as Buffer[], s.bytes);
     this.metrics.count('segments_reassembled');
     if (whole.length < 5 || whole.readUInt16BE(0) !== whole.length) {
@@ -485,6 +631,12 @@ export class NoxRelayServer {
       return;
     }
     this.onPacket(client, whole, 0, whole.length, depth + 1);
+  }
+
+  /** Removes one segmentation session and returns its bytes to the server-wide budget. */
+  private forgetSegments(client: RelayClient, id: number, s: SegmentSession): void {
+    client.segments.delete(id);
+    this.reassemblyBytes -= s.bytes;
   }
 
   private onDisconnect(client: RelayClient, uid: number): void {
@@ -495,7 +647,8 @@ export class NoxRelayServer {
 
   /** Tells the client why, then forgets it. */
   disconnect(client: RelayClient, reason: string, quitType: number): void {
-    this.send(client, 0, { type: 'Disconnect', reason }, Priority.Critical);
+    // A half-open UDP source never proved its address: nothing is sent to it (anti-amplification).
+    if (!client.halfOpen) this.send(client, 0, { type: 'Disconnect', reason }, Priority.Critical);
     this.dropClient(client, quitType, null);
   }
 
@@ -505,6 +658,11 @@ export class NoxRelayServer {
     for (const p of [...client.players.values()]) removePlayer(this, p, quitType, reason, null, null, false);
     client.closed = true;
     this.clients.delete(client.id);
+    for (const [id, s] of [...client.segments]) this.forgetSegments(client, id, s);
+    if (client.halfOpen) {
+      client.halfOpen = false;
+      this.halfOpen--;
+    }
     if (client.transport === 'udp') {
       this.udpClients.delete(client.key);
       const n = (this.udpPerIp.get(client.ip) ?? 1) - 1;
@@ -512,6 +670,9 @@ export class NoxRelayServer {
       else this.udpPerIp.set(client.ip, n);
       this.metrics.open--;
     } else {
+      const n = (this.tcpPerIp.get(client.ip) ?? 1) - 1;
+      if (n <= 0) this.tcpPerIp.delete(client.ip);
+      else this.tcpPerIp.set(client.ip, n);
       client.end();
     }
   }
@@ -521,6 +682,12 @@ export class NoxRelayServer {
     const now = performance.now();
     const o = this.options;
     for (const c of [...this.clients.values()]) {
+      if (c.halfOpen && now - c.createdAt >= o.halfOpenTimeoutMs) {
+        // Never proved its address: forgotten silently.
+        this.metrics.close('half_open_timeout');
+        this.dropClient(c, QuitType.Timeout, null);
+        continue;
+      }
       if (now - c.lastSeen >= o.connectionTimeoutMs) {
         this.metrics.close('timeout');
         this.disconnect(c, 'Connection timed out.', QuitType.Timeout);
@@ -528,7 +695,7 @@ export class NoxRelayServer {
       }
       for (const [id, s] of c.segments) {
         if (now - s.lastUpdate >= o.segmentationTimeoutMs) {
-          c.segments.delete(id);
+          this.forgetSegments(c, id, s);
           this.metrics.drop('segment_expired');
         }
       }

@@ -43,6 +43,15 @@ export class RelayClient {
   /** Master-side privileges (e.g. MasterModerator) OR-ed into every player of this client. */
   userFlags = 0;
   lastSeen: number;
+  /** When the client was created (performance.now()). */
+  readonly createdAt: number;
+  /**
+   * UDP only: the source has sent a Handshake but no other valid packet yet, so its address is
+   * unproven. Half-open sessions have their own cap and timeout and are never sent a Disconnect.
+   */
+  halfOpen = false;
+  /** UDP only: size of the datagram being processed (the anti-amplification budget for replies). */
+  datagramBytes = 0;
   closed = false;
   /** instance id → player. */
   readonly players = new Map<number, Player>();
@@ -82,6 +91,7 @@ export class RelayClient {
     }
     this.key = udpKey(this.ip, this.port);
     this.lastSeen = performance.now();
+    this.createdAt = this.lastSeen;
   }
 
   /**

@@ -41,6 +41,11 @@ function packet(uid: number, message: Parameters<typeof writeClientPacket>[2]): 
   return w.toBuffer();
 }
 
+/** A packet followed by zero padding up to `size` bytes (a UDP Handshake datagram). */
+function padded(b: Buffer, size = 64): Buffer {
+  return Buffer.concat([b, Buffer.alloc(Math.max(0, size - b.length))]);
+}
+
 describe('nox-relay server: handshake and authentication', () => {
   it('answers the handshake with the id, the peer address, offline flags and the limits', async () => {
     const s = await server({ connectionTimeoutMs: 15000 });
@@ -380,7 +385,8 @@ describe('nox-relay server: transports and bad input', () => {
     // Non-handshake traffic from an unknown source creates no state.
     send(packet(1, { type: 'Sessions', page: 0 }));
     await until(() => s.metrics.dropped.get('unknown_source') === 1);
-    send(packet(1, { type: 'Handshake', protocol: 1, engine: 'raw', platform: 'udp' }));
+    // A first Handshake datagram must be at least as large as the reply (anti-amplification).
+    send(padded(packet(1, { type: 'Handshake', protocol: 1, engine: 'raw', platform: 'udp' })));
     await until(() => replies.length === 1);
     send(
       Buffer.concat([

@@ -1,4 +1,6 @@
 /** Connection-level requests: Handshake, Latency, Authentification, Sessions. */
+
+import type { AuthOutcome } from '../auth.js';
 import {
   AuthFlags,
   AuthResult,
@@ -8,7 +10,7 @@ import {
   Priority,
   QuitType,
 } from '../constants.js';
-import type { ClientMessage } from '../messages.js';
+import type { ClientMessage, ServerMessage } from '../messages.js';
 import type { NoxRelayServer } from '../server.js';
 import { ipv4Bytes, type RelayClient } from '../session.js';
 
@@ -19,6 +21,25 @@ function seconds(ms: number): number {
   return Math.min(0xffff, Math.max(1, Math.ceil(ms / 1000)));
 }
 
+/** The Handshake reply for `client` (its length does not depend on the client). */
+export function handshakeReply(server: NoxRelayServer, client: RelayClient): ServerMessage {
+  const o = server.options;
+  const offline = server.offline;
+  return {
+    type: 'Handshake',
+    protocol: PROTOCOL_VERSION,
+    clientId: client.id,
+    clientIp: ipv4Bytes(client.ip),
+    clientPort: client.port,
+    flags: offline ? HandshakeFlags.IsOffline : HandshakeFlags.None,
+    ...(offline ? {} : { masterAddr: o.master! }),
+    maxPacketSize: o.maxPacketSize,
+    connectionTimeout: seconds(o.connectionTimeoutMs),
+    keepAliveInterval: seconds(o.keepAliveIntervalMs),
+    segmentationTimeout: seconds(o.segmentationTimeoutMs),
+  };
+}
+
 export function handleHandshake(
   server: NoxRelayServer,
   client: RelayClient,
@@ -26,38 +47,30 @@ export function handleHandshake(
   m: Msg<'Handshake'>,
 ): void {
   if (m.protocol !== PROTOCOL_VERSION) {
-    // Spec §7.2: tell the client why, then close.
+    // Spec §7.2: tell the client why, then close. Over UDP only when the reason fits in the
+    // datagram that asked (anti-amplification, docs/nox-relay.md); otherwise silently.
     server.metrics.close('bad_protocol');
-    server.disconnect(
-      client,
-      `Incompatible protocol version (${m.protocol} != ${PROTOCOL_VERSION}).`,
-      QuitType.ConfigurationError,
-    );
+    const reason = `Incompatible protocol version (${m.protocol} != ${PROTOCOL_VERSION}).`;
+    if (client.transport === 'udp') {
+      const bytes = server.encode(uid, { type: 'Disconnect', reason });
+      if (bytes.length <= client.datagramBytes) client.send(bytes, Priority.Critical);
+      else server.metrics.drop('udp_amplification');
+      server.dropClient(client, QuitType.ConfigurationError, null);
+      return;
+    }
+    server.disconnect(client, reason, QuitType.ConfigurationError);
+    return;
+  }
+  const bytes = server.encode(uid, handshakeReply(server, client));
+  if (client.transport === 'udp' && bytes.length > client.datagramBytes) {
+    // Never answer an (unproven, spoofable) UDP source with more bytes than it sent.
+    server.metrics.drop('udp_amplification');
     return;
   }
   client.handshaked = true;
   client.engine = m.engine;
   client.platform = m.platform;
-  const o = server.options;
-  const offline = server.offline;
-  server.send(
-    client,
-    uid,
-    {
-      type: 'Handshake',
-      protocol: PROTOCOL_VERSION,
-      clientId: client.id,
-      clientIp: ipv4Bytes(client.ip),
-      clientPort: client.port,
-      flags: offline ? HandshakeFlags.IsOffline : HandshakeFlags.None,
-      ...(offline ? {} : { masterAddr: o.master! }),
-      maxPacketSize: o.maxPacketSize,
-      connectionTimeout: seconds(o.connectionTimeoutMs),
-      keepAliveInterval: seconds(o.keepAliveIntervalMs),
-      segmentationTimeout: seconds(o.segmentationTimeoutMs),
-    },
-    Priority.Critical,
-  );
+  client.send(bytes, Priority.Critical);
 }
 
 /** Echoes the client's 8 timestamp bytes unchanged (as a bigint) and adds the server's clock. */
@@ -109,56 +122,81 @@ export function handleAuthentification(
   }
   client.auth = 'pending';
   const tokenType = (m.flags & AuthFlags.UseIntegrity) !== 0 ? 'integrity' : 'bearer';
-  server
-    .authenticate({ token: m.accessToken, tokenType, ip: client.ip, clientId: client.id })
-    .catch((err: Error) => ({ result: AuthResult.MasterError, reason: err.message }) as const)
+  let attempt: Promise<AuthOutcome>;
+  try {
+    attempt = server.authenticate({ token: m.accessToken, tokenType, ip: client.ip, clientId: client.id });
+  } catch (err) {
+    attempt = Promise.reject(err);
+  }
+  attempt
+    .catch((err: Error) => ({ result: AuthResult.MasterError, reason: String(err?.message ?? err) }) as const)
     .then((outcome) => {
       if (client.closed) return;
       if (outcome.result === AuthResult.Success) {
+        // Encode first: a reply that cannot be written (a huge name, say) must not leave the
+        // client half-authenticated.
+        const bytes = server.encode(uid, {
+          type: 'Authentification',
+          result: AuthResult.Success,
+          userId: outcome.userId,
+          serverAddress: outcome.serverAddress,
+          displayName: outcome.displayName,
+        });
         client.auth = 'done';
         client.userId = outcome.userId;
         client.userServer = outcome.serverAddress;
         client.displayName = outcome.displayName;
         client.userFlags = outcome.flags ?? 0;
         server.metrics.count('authenticated');
-        server.send(
-          client,
-          uid,
-          {
-            type: 'Authentification',
-            result: AuthResult.Success,
-            userId: outcome.userId,
-            serverAddress: outcome.serverAddress,
-            displayName: outcome.displayName,
-          },
-          Priority.High,
-        );
+        client.send(bytes, Priority.High);
         return;
       }
+      const bytes =
+        outcome.result === AuthResult.Blacklisted
+          ? server.encode(uid, {
+              type: 'Authentification',
+              result: outcome.result,
+              expireAt: toDateTime(outcome.expireAt),
+              reason: outcome.reason,
+            })
+          : server.encode(uid, { type: 'Authentification', result: outcome.result, reason: outcome.reason });
       // A failed attempt may be retried with another token.
       client.auth = 'none';
       server.metrics.count('auth_failed');
-      if (outcome.result === AuthResult.Blacklisted) {
+      client.send(bytes, Priority.High);
+    })
+    .catch((err: unknown) => {
+      // Whatever went wrong (a bad outcome from the authenticator, an encoding error), the
+      // process must not see an unhandled rejection and the client must not stay 'pending'.
+      server.metrics.count('auth_error');
+      server.log.warn({ err, client: client.id }, 'authentification failed unexpectedly');
+      if (client.closed) return;
+      client.auth = 'none';
+      client.userId = 0;
+      client.userServer = '';
+      client.displayName = '';
+      client.userFlags = 0;
+      try {
         server.send(
           client,
           uid,
           {
             type: 'Authentification',
-            result: outcome.result,
-            expireAt: BigInt(outcome.expireAt),
-            reason: outcome.reason,
+            result: AuthResult.MasterError,
+            reason: 'Authentification failed on the server.',
           },
           Priority.High,
         );
-      } else {
-        server.send(
-          client,
-          uid,
-          { type: 'Authentification', result: outcome.result, reason: outcome.reason },
-          Priority.High,
-        );
+      } catch {
+        server.disconnect(client, 'Authentification failed.', QuitType.UnknownError);
       }
     });
+}
+
+/** A millisecond timestamp as the wire's u64: truncated, clamped to 0..2^53-1, 0 if not finite. */
+function toDateTime(ms: number): bigint {
+  if (!Number.isFinite(ms) || ms <= 0) return 0n;
+  return BigInt(Math.min(Number.MAX_SAFE_INTEGER, Math.trunc(ms)));
 }
 
 /** 13 bytes per listed instance; count + page + total around them. */

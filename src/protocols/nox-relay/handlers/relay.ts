@@ -369,6 +369,10 @@ export function handleCustom(server: NoxRelayServer, client: RelayClient, m: Msg
 
 // ---- avatars --------------------------------------------------------------------------------
 
+/** Longest avatar server address (UTF-8 bytes) and most parameters stored per player. */
+export const MAX_AVATAR_SERVER_BYTES = 255;
+export const MAX_AVATAR_PARAMS = 1024;
+
 export function handleAvatarChanged(
   server: NoxRelayServer,
   client: RelayClient,
@@ -406,22 +410,35 @@ export function handleAvatarChanged(
     }
     owner = t;
   }
-  owner.avatar = { avatarId: m.avatarId, avatarServer: m.avatarServer, avatarVersion: m.avatarVersion };
+  if (Buffer.byteLength(m.avatarServer, 'utf8') > MAX_AVATAR_SERVER_BYTES) {
+    server.metrics.drop('avatar_changed_too_large');
+    failed('Invalid avatar server');
+    return;
+  }
+  const avatar = { avatarId: m.avatarId, avatarServer: m.avatarServer, avatarVersion: m.avatarVersion };
+  const notice: ServerMessage = {
+    type: 'AvatarChanged',
+    instanceId: iid,
+    result: AvatarChangedResult.Changing,
+    playerId: owner.id,
+    ...avatar,
+  };
+  const bytes = server.encode(0, notice);
+  if (bytes.length > server.options.maxPacketSize) {
+    server.metrics.drop('avatar_changed_too_large');
+    failed('Avatar change too large');
+    return;
+  }
+  owner.avatar = avatar;
   owner.params.clear();
+  owner.paramBytes = 0;
   server.send(
     client,
     uid,
     { type: 'AvatarChanged', instanceId: iid, result: AvatarChangedResult.Success, reason: null },
     Priority.High,
   );
-  const notice: ServerMessage = {
-    type: 'AvatarChanged',
-    instanceId: iid,
-    result: AvatarChangedResult.Changing,
-    playerId: owner.id,
-    ...owner.avatar,
-  };
-  fanOut(inst, owner, p, server.encode(0, notice), Priority.Normal, owner !== p);
+  fanOut(inst, owner, p, bytes, Priority.Normal, owner !== p);
 }
 
 export function handleAvatarParams(
@@ -436,9 +453,25 @@ export function handleAvatarParams(
     server.metrics.drop('avatar_params_refused');
     return;
   }
+  // Caps (docs/nox-relay.md, Limits): each value, the player's stored total, and the relay's
+  // encoded size (one packet, as for Custom). A message breaking any of them is dropped whole.
+  const o = server.options;
+  let total = owner.paramBytes;
+  let count = owner.params.size;
+  const seen = new Map<number, number>();
   for (const param of m.parameters) {
-    if (owner.params.size >= 1024 && !owner.params.has(param.parameterId)) break;
-    owner.params.set(param.parameterId, Buffer.from(param.value));
+    if (param.value.length > o.maxAvatarParamBytes) {
+      server.metrics.drop('avatar_params_too_large');
+      return;
+    }
+    const old = seen.get(param.parameterId) ?? owner.params.get(param.parameterId)?.length;
+    if (old === undefined) count++;
+    total += param.value.length - (old ?? 0);
+    seen.set(param.parameterId, param.value.length);
+  }
+  if (total > o.maxAvatarParamsTotal || count > MAX_AVATAR_PARAMS) {
+    server.metrics.drop('avatar_params_too_large');
+    return;
   }
   const bytes = server.encode(0, {
     type: 'AvatarParams',
@@ -446,5 +479,11 @@ export function handleAvatarParams(
     playerId: owner.id,
     parameters: m.parameters,
   });
+  if (bytes.length > o.maxPacketSize) {
+    server.metrics.drop('avatar_params_too_large');
+    return;
+  }
+  for (const param of m.parameters) owner.params.set(param.parameterId, Buffer.from(param.value));
+  owner.paramBytes = total;
   fanOut(p.instance, owner, p, bytes, Priority.Normal, owner !== p);
 }

@@ -3,7 +3,7 @@
  * or change an instance. The requester gets Success, the other members Change. The password is
  * never sent back, only has_password.
  */
-import { PlayerFlags, Priority, ServerConfigFlags, ServerConfigResult } from '../constants.js';
+import { InstanceFlags, PlayerFlags, Priority, ServerConfigFlags, ServerConfigResult } from '../constants.js';
 import type { Instance } from '../instances.js';
 import type { ClientMessage, ServerMessage } from '../messages.js';
 import type { NoxRelayServer } from '../server.js';
@@ -69,24 +69,34 @@ export function handleServerConfig(
     failure('No valid configuration flags provided.');
     return;
   }
-  if (m.tps !== undefined) {
-    if (m.tps === 0) {
-      failure('TPS must be at least 1.');
+  // Validate everything first, then apply all at once: a refused request changes nothing.
+  if (m.tps !== undefined && !(Number.isInteger(m.tps) && m.tps >= 1)) {
+    failure('TPS must be at least 1.');
+    return;
+  }
+  if (m.threshold !== undefined && !(m.threshold >= 0 && Number.isFinite(m.threshold))) {
+    failure('Threshold must be a number >= 0.');
+    return;
+  }
+  // Flags and password stay consistent: UsePassword is set exactly when a password is stored.
+  // The Flags field wins (reference server): clearing UsePassword removes the password, setting
+  // it needs a password (already stored, or in this request).
+  const passwordAfter = m.password !== undefined ? m.password !== '' : inst.hasPassword;
+  let clearPassword = false;
+  if (m.instanceFlags !== undefined) {
+    const wantsPassword = (m.instanceFlags & InstanceFlags.UsePassword) !== 0;
+    if (wantsPassword && !passwordAfter) {
+      failure('UsePassword needs a password.');
       return;
     }
-    inst.tps = m.tps;
+    clearPassword = !wantsPassword && passwordAfter;
   }
-  if (m.threshold !== undefined) {
-    if (!(m.threshold >= 0)) {
-      failure('Threshold must be a number >= 0.');
-      return;
-    }
-    inst.threshold = m.threshold;
-  }
+  if (m.tps !== undefined) inst.tps = m.tps;
+  if (m.threshold !== undefined) inst.threshold = m.threshold;
   if (m.capacity !== undefined) inst.capacity = m.capacity;
   if (m.password !== undefined) inst.setPassword(m.password);
   if (m.instanceFlags !== undefined) {
-    // The Flags field wins over what the password just implied, as in the reference server.
+    if (clearPassword) inst.setPassword('');
     inst.flags = m.instanceFlags >>> 0;
   }
   server.metrics.count('server_config_changed');
