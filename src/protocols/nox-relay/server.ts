@@ -72,6 +72,12 @@ export interface NoxRelayOptions {
   /** Most TCP connections from one IP address. Default 64. */
   maxTcpPerIp?: number;
   /**
+   * Anti-amplification: a reply to a UDP source that has not proven its address may be at most
+   * this many times the datagram that asked (QUIC, RFC 9000 §8.1, uses 3). Default 3, so an
+   * unpadded real client Handshake (about 23 bytes) still gets its 24-byte reply.
+   */
+  udpReplyFactor?: number;
+  /**
    * Most half-open UDP sessions (a Handshake answered, no other valid packet yet), server-wide.
    * They do not count against `maxClients`. Default min(256, max(1, maxClients / 4)).
    */
@@ -105,6 +111,7 @@ export interface ResolvedOptions {
   maxTcpPerIp: number;
   maxHalfOpenUdp: number;
   halfOpenTimeoutMs: number;
+  udpReplyFactor: number;
   maxSegments: number;
   maxSegmentSessions: number;
   maxReassembledBytes: number;
@@ -163,6 +170,7 @@ export class NoxRelayServer {
       maxUdpPerIp: options.maxUdpPerIp ?? 256,
       maxTcpPerIp: options.maxTcpPerIp ?? 64,
       maxHalfOpenUdp: options.maxHalfOpenUdp ?? Math.min(256, Math.max(1, Math.floor(maxClients / 4))),
+      udpReplyFactor: options.udpReplyFactor ?? 3,
       halfOpenTimeoutMs: options.halfOpenTimeoutMs ?? Math.min(5000, connectionTimeoutMs),
       maxSegments: options.maxSegments ?? 256,
       maxSegmentSessions: options.maxSegmentSessions ?? 8,
@@ -416,7 +424,8 @@ export class NoxRelayServer {
         type: 'Disconnect',
         reason: `Incompatible protocol version (${hs.protocol} != ${PROTOCOL_VERSION}).`,
       });
-      if (bytes.length <= msg.length) this.udp!.send(bytes, rinfo.port, rinfo.address);
+      if (bytes.length <= msg.length * this.options.udpReplyFactor)
+        this.udp!.send(bytes, rinfo.port, rinfo.address);
       else this.metrics.drop('udp_amplification');
       return;
     }
@@ -438,7 +447,7 @@ export class NoxRelayServer {
     );
     client.datagramBytes = msg.length;
     const reply = this.encode(uid, handshakeReply(this, client));
-    if (reply.length > msg.length) {
+    if (reply.length > msg.length * this.options.udpReplyFactor) {
       this.metrics.drop('udp_amplification');
       return;
     }

@@ -72,8 +72,20 @@ describe('nox-relay review 1: UDP anti-amplification and half-open sessions', ()
     expect(s.clients.size).toBe(2);
   });
 
-  it('answers a UDP Handshake only from a datagram at least as large as the reply', async () => {
+  it('answers an unpadded real-size UDP Handshake (reply within 3× the datagram)', async () => {
     const s = await server();
+    const u = await udpSocket(s.port);
+    const hs = handshake();
+    expect(hs.length).toBeLessThan(24);
+    u.send(hs);
+    await until(() => u.replies.length === 1);
+    expect(u.replies[0]!.length).toBeLessThanOrEqual(hs.length * 3);
+    expect(u.replies[0]![4]).toBe(0x01);
+    expect(s.metrics.dropped.get('udp_amplification')).toBeUndefined();
+  });
+
+  it('with udpReplyFactor 1, answers a UDP Handshake only from a datagram at least as large as the reply', async () => {
+    const s = await server({ udpReplyFactor: 1 });
     const u = await udpSocket(s.port);
     const hs = handshake();
     expect(hs.length).toBeLessThan(24);
@@ -92,7 +104,7 @@ describe('nox-relay review 1: UDP anti-amplification and half-open sessions', ()
   });
 
   it('a protocol mismatch over UDP gets the Disconnect only if it fits, and never a session', async () => {
-    const s = await server();
+    const s = await server({ udpReplyFactor: 1 });
     const small = await udpSocket(s.port);
     small.send(handshake(2));
     await until(() => s.metrics.dropped.get('udp_amplification') === 1);

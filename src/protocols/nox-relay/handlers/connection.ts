@@ -53,7 +53,8 @@ export function handleHandshake(
     const reason = `Incompatible protocol version (${m.protocol} != ${PROTOCOL_VERSION}).`;
     if (client.transport === 'udp') {
       const bytes = server.encode(uid, { type: 'Disconnect', reason });
-      if (bytes.length <= client.datagramBytes) client.send(bytes, Priority.Critical);
+      if (bytes.length <= client.datagramBytes * server.options.udpReplyFactor)
+        client.send(bytes, Priority.Critical);
       else server.metrics.drop('udp_amplification');
       server.dropClient(client, QuitType.ConfigurationError, null);
       return;
@@ -62,8 +63,8 @@ export function handleHandshake(
     return;
   }
   const bytes = server.encode(uid, handshakeReply(server, client));
-  if (client.transport === 'udp' && bytes.length > client.datagramBytes) {
-    // Never answer an (unproven, spoofable) UDP source with more bytes than it sent.
+  if (client.transport === 'udp' && bytes.length > client.datagramBytes * server.options.udpReplyFactor) {
+    // Never answer an (unproven, spoofable) UDP source with much more than it sent.
     server.metrics.drop('udp_amplification');
     return;
   }
