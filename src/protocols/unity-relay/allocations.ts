@@ -61,9 +61,12 @@ export interface Allocation {
   /** Where it is bound from (state `bound`). */
   address: string;
   port: number;
-  /** Highest nonce accepted so far; -1 before the first BIND. */
+  /** Newest nonce accepted so far (serial-number order, see `nonceIsNewer`); -1 before the first BIND. */
   nonce: number;
-  /** Last datagram from the bound address (ms, the store's clock). */
+  /**
+   * State `bound`: last datagram from the bound address. State `allocated`: when it became unbound
+   * (creation, or the CLOSE that unbound it), which starts the bind timeout. Ms, the store's clock.
+   */
   lastSeen: number;
   /** When it expired (state `expired`). */
   expiredAt: number;
@@ -111,6 +114,19 @@ export const DEFAULT_REGIONS: readonly Region[] = Object.freeze([
 const JOIN_ALPHABET = 'ABCDEFGHJKMNPQRSTUVWXYZ23456789';
 
 export class StoreFullError extends Error {}
+
+/**
+ * Whether BIND nonce `nonce` is newer than `last` (the newest accepted so far, -1 for none), in
+ * RFC 1982 serial-number arithmetic over u16: newer when `(nonce - last) mod 2^16` is in
+ * `1 .. 2^15 - 1`. So the client's wrap from 65535 to 0 counts as an increment, while anything up
+ * to 32768 steps behind (a replay of an older BIND) does not. A distance of exactly 2^15 is
+ * undefined in RFC 1982 and treated as not newer.
+ */
+export function nonceIsNewer(nonce: number, last: number): boolean {
+  if (last < 0) return true;
+  const d = (nonce - last) & 0xffff;
+  return d !== 0 && d < 0x8000;
+}
 
 /** Formats 16 RFC-4122 bytes as a lowercase GUID string. */
 export function guidFromBytes(id: Uint8Array): string {
@@ -245,8 +261,23 @@ export class AllocationStore {
     }
     a.address = address;
     a.port = port;
-    if (nonce > a.nonce) a.nonce = nonce;
+    if (nonceIsNewer(nonce, a.nonce)) a.nonce = nonce;
     a.lastSeen = this.now();
+  }
+
+  /**
+   * Removes a binding (CLOSE): drops the address and the links, and puts the allocation back in the
+   * allocated-but-unbound state, so a later valid BIND binds it again. The bind timeout runs from
+   * now. The newest nonce is kept (a BIND after this needs a newer one). Returns the former peers.
+   */
+  unbind(a: Allocation): Allocation[] {
+    const peers = [...a.peers];
+    for (const p of peers) this.unlink(a, p);
+    a.state = 'allocated';
+    a.address = '';
+    a.port = 0;
+    a.lastSeen = this.now();
+    return peers;
   }
 
   /** Links a client to a host (after ACCEPTED). */
@@ -260,7 +291,7 @@ export class AllocationStore {
     b.peers.delete(a);
   }
 
-  /** Ends an allocation (idle timeout, CLOSE): unbinds it, drops its links, keeps a tombstone. */
+  /** Ends an allocation (idle timeout): unbinds it, drops its links, keeps a tombstone. */
   expire(a: Allocation): Allocation[] {
     const peers = [...a.peers];
     for (const p of peers) this.unlink(a, p);
@@ -287,8 +318,8 @@ export class AllocationStore {
         if (now - a.expiredAt >= this.tombstoneMs) this.bySlot.delete(slot);
         continue;
       }
-      const since = a.state === 'allocated' ? a.createdAt : a.lastSeen;
-      if (now - since >= this.ttlOf(a)) {
+      // Bound: last datagram; allocated: creation or the CLOSE that unbound it (see `lastSeen`).
+      if (now - a.lastSeen >= this.ttlOf(a)) {
         const wasBound = a.state === 'bound';
         onExpire(a, this.expire(a), wasBound);
       }

@@ -158,7 +158,8 @@ export type ClientState = 'idle' | 'binding' | 'bound' | 'closed';
 /**
  * Events: `bound`, `connected` (hostId), `peer` (id: a new sender, as a host learns of clients),
  * `message` (data, fromId), `disconnect` (fromId), `relayError` (code, allocationId),
- * `rejected`, `ping`, `rebind` (reason), `error` (Error).
+ * `rejected`, `ping`, `rebind` (reason), `bindFailed` (Error: binding gave up, the client is back
+ * to `idle` with its socket and timers released), `error` (Error: socket errors).
  */
 export class UnityRelayClient extends EventEmitter {
   readonly data: RelayServerData;
@@ -179,8 +180,12 @@ export class UnityRelayClient extends EventEmitter {
   private lastReceived = 0;
   private keepAlive: NodeJS.Timeout | undefined;
   private bindWaiter:
-    | { resolve: () => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined }
+    | { resolve: () => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined; attempts: number }
     | undefined;
+  /** The binding in progress (from `bind()` or after ERROR 3), shared by every caller. */
+  private binding: Promise<void> | undefined;
+  /** The connect in progress, shared by every caller. */
+  private connecting: Promise<Buffer> | undefined;
   private connectWaiter:
     | { resolve: (id: Buffer) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined }
     | undefined;
@@ -230,32 +235,68 @@ export class UnityRelayClient extends EventEmitter {
     return this.socket?.address().port ?? 0;
   }
 
-  /** Binds: BIND now and every `retryMs` (nonce + 1 after each), until BIND_RECEIVED. */
+  /**
+   * Binds: BIND now and every `retryMs` (nonce + 1 after each), until BIND_RECEIVED. A call while a
+   * binding is in progress (including the re-bind after ERROR 3) shares it. After `maxAttempts`
+   * unanswered BINDs it rejects, and the client goes back to `idle` with its socket and keep-alive
+   * released (`bindFailed` is emitted); `bind()` may then be called again.
+   */
   async bind(): Promise<void> {
     if (this.state === 'closed') throw new Error('client is closed');
     if (this.state === 'bound') return;
-    await this.open();
-    this.state = 'binding';
-    await new Promise<void>((resolve, reject) => {
-      let attempts = 0;
-      const attempt = () => {
-        if (++attempts > this.maxAttempts) {
-          this.bindWaiter = undefined;
-          reject(new Error(`the relay did not answer ${this.maxAttempts} BIND messages`));
-          return;
-        }
-        this.sendBind(true);
-        if (this.bindWaiter !== undefined) this.bindWaiter.timer = setTimeout(attempt, this.retryMs);
-      };
-      this.bindWaiter = { resolve, reject, timer: undefined };
-      attempt();
-    });
+    return this.binding ?? this.startBinding();
   }
 
-  /** Connects to the host (clients): CONNECT_REQUEST every `retryMs` until ACCEPTED. */
+  /** Starts the BIND retry loop, for `bind()` and for the re-bind after ERROR 3. */
+  private startBinding(): Promise<void> {
+    const run = async (): Promise<void> => {
+      await this.open();
+      if (this.state === 'closed') throw new Error('client closed');
+      this.state = 'binding';
+      await new Promise<void>((resolve, reject) => {
+        this.bindWaiter = { resolve, reject, timer: undefined, attempts: 0 };
+        this.bindAttempt();
+      });
+    };
+    const p = run();
+    this.binding = p;
+    const done = () => {
+      if (this.binding === p) this.binding = undefined;
+    };
+    // Callers see the rejection; nobody waiting (the re-bind after ERROR 3) is not an error.
+    p.then(done, done);
+    return p;
+  }
+
+  private readonly bindAttempt = (): void => {
+    const w = this.bindWaiter;
+    if (w === undefined) return;
+    if (++w.attempts > this.maxAttempts) {
+      this.failBinding(new Error(`the relay did not answer ${this.maxAttempts} BIND messages`));
+      return;
+    }
+    this.sendBind(true);
+    w.timer = setTimeout(this.bindAttempt, this.retryMs);
+  };
+
+  /** Binding failed (no answer, or a fatal ERROR): release the socket and timers, back to `idle`. */
+  private failBinding(err: Error): void {
+    this.state = 'idle';
+    this.stopTimers(err);
+    const s = this.socket;
+    this.socket = undefined;
+    s?.close();
+    this.emit('bindFailed', err);
+  }
+
+  /**
+   * Connects to the host (clients): CONNECT_REQUEST every `retryMs` until ACCEPTED. A call while
+   * one is in progress shares it.
+   */
   connect(): Promise<Buffer> {
+    if (this.connecting !== undefined) return this.connecting;
     if (this.state !== 'bound') return Promise.reject(new Error('bind first'));
-    return new Promise<Buffer>((resolve, reject) => {
+    const p = new Promise<Buffer>((resolve, reject) => {
       let attempts = 0;
       const request = encodeMessage({
         type: 'CONNECT_REQUEST',
@@ -275,6 +316,12 @@ export class UnityRelayClient extends EventEmitter {
       this.connectWaiter = { resolve, reject, timer: undefined };
       attempt();
     });
+    this.connecting = p;
+    const done = () => {
+      if (this.connecting === p) this.connecting = undefined;
+    };
+    p.then(done, done);
+    return p;
   }
 
   /** Sends application bytes to a peer in a RELAY (to the host when `to` is omitted). */
@@ -347,6 +394,11 @@ export class UnityRelayClient extends EventEmitter {
         resolve();
       });
     });
+    if (this.state === 'closed') {
+      // close() ran while the socket was opening: release it, start no timers.
+      socket.close();
+      throw new Error('client closed');
+    }
     this.socket = socket;
     this.lastReceived = Date.now();
     this.keepAlive = setInterval(() => this.tick(), Math.max(10, Math.min(this.pingIntervalMs, 1000) / 2));
@@ -466,11 +518,14 @@ export class UnityRelayClient extends EventEmitter {
 
   private onError(code: number, allocationId: Buffer): void {
     this.emit('relayError', code, allocationId);
-    if (code === RelayErrorCode.CLIENT_PLAYER_MISMATCH && this.state !== 'closed') {
-      // UTP 2.x: our address changed; bind again with a fresh nonce.
+    if (code === RelayErrorCode.CLIENT_PLAYER_MISMATCH && this.state === 'bound') {
+      // UTP 2.x: our address changed; bind again with a fresh nonce. The same retry loop as
+      // bind() (BIND every retryMs, nonce + 1 after each), so a lost BIND is sent again.
+      // While a binding is already in progress its loop takes care of it.
+      if (this.binding !== undefined) return;
       this.emit('rebind', 'error 3');
-      if (this.state === 'bound') this.state = 'binding';
-      this.sendBind(true);
+      this.state = 'binding';
+      void this.startBinding();
       return;
     }
     const fatal = code === RelayErrorCode.ALLOCATION_NOT_FOUND || code === RelayErrorCode.TIMEOUT;
@@ -481,11 +536,6 @@ export class UnityRelayClient extends EventEmitter {
       clearTimeout(w.timer);
       w.reject(failWith);
     }
-    if (fatal && this.bindWaiter !== undefined) {
-      const w = this.bindWaiter;
-      this.bindWaiter = undefined;
-      clearTimeout(w.timer);
-      w.reject(failWith);
-    }
+    if (fatal && this.bindWaiter !== undefined) this.failBinding(failWith);
   }
 }

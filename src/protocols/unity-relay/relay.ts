@@ -12,7 +12,7 @@ import type dgram from 'node:dgram';
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { WireReader } from '../../wire/reader.js';
-import type { Allocation, AllocationStore } from './allocations.js';
+import { type Allocation, type AllocationStore, nonceIsNewer } from './allocations.js';
 import {
   BIND_LENGTH,
   BIND_RECEIVED_BYTES,
@@ -37,6 +37,8 @@ export interface RelayOptions {
   errorRatePerSecond?: number;
   /** Burst of ERROR replies allowed per source. Default 10. */
   errorBurst?: number;
+  /** Most sources the ERROR rate limiter remembers; the least recently used is evicted. Default 100 000. */
+  errorSources?: number;
   /** How often idle allocations are swept. Default: a quarter of the shortest timeout, ≤ 1 s. */
   sweepIntervalMs?: number;
 }
@@ -46,37 +48,67 @@ interface Bucket {
   at: number;
 }
 
-/** Token bucket per source address and port, for ERROR replies. */
+/** Default most sources the ERROR rate limiter remembers. */
+export const DEFAULT_ERROR_SOURCES = 100_000;
+
+/**
+ * Token bucket per source address and port, for ERROR replies. Bounded: at most `maxSources`
+ * buckets. The Map is kept in least-recently-used order (a bucket is re-inserted when used), so
+ * when it is full a new source evicts the oldest bucket in O(1), and `prune` walks only the
+ * buckets it removes. An evicted source simply starts again with a full bucket.
+ */
 export class ErrorRateLimiter {
   private readonly buckets = new Map<string, Bucket>();
   private readonly rate: number;
   private readonly burst: number;
+  private readonly maxSources: number;
+  /** A bucket untouched this long has refilled completely (behaves exactly like a new one). */
+  private readonly refillMs: number;
 
-  constructor(ratePerSecond: number, burst: number) {
+  constructor(ratePerSecond: number, burst: number, maxSources = DEFAULT_ERROR_SOURCES) {
     this.rate = ratePerSecond / 1000;
     this.burst = burst;
+    this.maxSources = Math.max(1, Math.floor(maxSources));
+    this.refillMs = this.rate > 0 ? burst / this.rate : Number.POSITIVE_INFINITY;
+  }
+
+  /** Sources currently remembered. */
+  get size(): number {
+    return this.buckets.size;
   }
 
   take(address: string, port: number, now: number): boolean {
     const key = `${address}|${port}`;
     let b = this.buckets.get(key);
     if (b === undefined) {
-      if (this.buckets.size >= 100_000) this.prune(now);
+      if (this.buckets.size >= this.maxSources) {
+        // Full: evict the least recently used source (first in insertion order). O(1).
+        const oldest = this.buckets.keys().next();
+        if (oldest.done !== true) this.buckets.delete(oldest.value);
+      }
       b = { tokens: this.burst, at: now };
       this.buckets.set(key, b);
     } else {
       b.tokens = Math.min(this.burst, b.tokens + (now - b.at) * this.rate);
       b.at = now;
+      // Move to the end: the Map stays in least-recently-used order.
+      this.buckets.delete(key);
+      this.buckets.set(key, b);
     }
     if (b.tokens < 1) return false;
     b.tokens -= 1;
     return true;
   }
 
-  /** Forgets buckets that have refilled (they behave exactly like new ones). */
+  /**
+   * Forgets buckets that have surely refilled (untouched for `burst / rate`). Buckets are in
+   * order of last use, so this stops at the first recent one: the cost is the number removed + 1.
+   * The relay calls it once per sweep interval.
+   */
   prune(now: number): void {
     for (const [k, b] of this.buckets) {
-      if (b.tokens + (now - b.at) * this.rate >= this.burst) this.buckets.delete(k);
+      if (now - b.at < this.refillMs) break;
+      this.buckets.delete(k);
     }
   }
 }
@@ -103,7 +135,11 @@ export class RelayServer {
     this.metrics = metrics;
     this.log = log;
     this.maxDatagram = options.maxDatagramBytes ?? 1472;
-    this.limiter = new ErrorRateLimiter(options.errorRatePerSecond ?? 5, options.errorBurst ?? 10);
+    this.limiter = new ErrorRateLimiter(
+      options.errorRatePerSecond ?? 5,
+      options.errorBurst ?? 10,
+      options.errorSources ?? DEFAULT_ERROR_SOURCES,
+    );
     const shortest = Math.min(store.idleTimeoutMs, store.hostAloneTimeoutMs, store.bindTimeoutMs);
     const every = options.sweepIntervalMs ?? Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
     this.sweepTimer = setInterval(() => this.sweep(), every);
@@ -256,7 +292,8 @@ export class RelayServer {
       return;
     }
     const sameAddress = a.state === 'bound' && a.port === port && a.address === address;
-    if (!sameAddress && bind.nonce <= a.nonce) {
+    // A new address (or no binding at all, e.g. after CLOSE) needs a newer nonce, wrap-aware.
+    if (!sameAddress && !nonceIsNewer(bind.nonce, a.nonce)) {
       this.metrics.drop('stale_nonce');
       return;
     }
@@ -331,7 +368,8 @@ export class RelayServer {
     }
     const a = this.sender(msg, 4, address, port);
     if (a === undefined) return;
-    this.end(a, this.store.expire(a), true, 'close');
+    // CLOSE unbinds: the address and the links go, the allocation stays (a later BIND binds it again).
+    this.end(a, this.store.unbind(a), true, 'close');
   }
 
   private sweep(): void {
@@ -343,7 +381,7 @@ export class RelayServer {
     }
   }
 
-  /** Bookkeeping for an allocation that just ended; its bound peers get a DISCONNECT from it. */
+  /** Bookkeeping for a binding that just ended (expiry, CLOSE); its bound peers get a DISCONNECT from it. */
   private end(a: Allocation, peers: Allocation[], wasBound: boolean, reason: string): void {
     if (wasBound) {
       this.metrics.open--;

@@ -36,6 +36,8 @@ export interface UnityRelayOptions {
   maxDatagramBytes?: number;
   errorRatePerSecond?: number;
   errorBurst?: number;
+  /** Most sources the ERROR rate limiter remembers (least recently used evicted). Default 100 000. */
+  errorSources?: number;
   maxConnectionsLimit?: number;
   apiRateLimitPerMinute?: number;
   /** Extra store settings (clock, secret, regions…), mostly for tests. */
@@ -90,6 +92,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
     ...(options.errorRatePerSecond !== undefined ? { errorRatePerSecond: options.errorRatePerSecond } : {}),
     ...(options.errorBurst !== undefined ? { errorBurst: options.errorBurst } : {}),
+    ...(options.errorSources !== undefined ? { errorSources: options.errorSources } : {}),
   });
   const udpPort = socket.address().port;
   const api = buildApi(store, {

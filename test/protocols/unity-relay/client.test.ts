@@ -176,7 +176,7 @@ describe('UnityRelayClient against a stub relay', () => {
         connectionData: Buffer.alloc(255, 9),
         hostConnectionData: Buffer.alloc(255, 9),
       },
-      { retryMs: 60 },
+      { retryMs: 200 }, // generous: after ERROR 3 the stub must answer before the next retry
     );
     clients.push(client);
     try {
@@ -191,5 +191,132 @@ describe('UnityRelayClient against a stub relay', () => {
     } finally {
       await new Promise<void>((r) => stub.close(() => r()));
     }
+  });
+
+  /** A stub relay on 127.0.0.1 that records every BIND (nonce, HMAC validity) and lets the test answer. */
+  async function stubRelay(onBind: (nonce: number, reply: (hex: string) => void) => void) {
+    const stub = dgram.createSocket('udp4');
+    await new Promise<void>((r) => stub.bind(0, '127.0.0.1', () => r()));
+    const key = Buffer.alloc(64, 5);
+    const id = Buffer.alloc(16, 2);
+    const nonces: number[] = [];
+    let hmacOk = true;
+    let last: dgram.RemoteInfo | undefined;
+    const send = (hex: string, to: dgram.RemoteInfo) =>
+      stub.send(Buffer.from(hex, 'hex'), to.port, to.address);
+    stub.on('message', (msg, rinfo) => {
+      if (msg[3] !== 0) return;
+      last = rinfo;
+      nonces.push(msg.readUInt16LE(5));
+      hmacOk &&= createHmac('sha256', key).update(msg.subarray(0, 263)).digest().equals(msg.subarray(263));
+      onBind(msg.readUInt16LE(5), (hex) => send(hex, rinfo));
+    });
+    const data = {
+      host: '127.0.0.1',
+      port: stub.address().port,
+      allocationId: id,
+      key,
+      connectionData: Buffer.alloc(255, 9),
+      hostConnectionData: Buffer.alloc(255, 9),
+    };
+    return {
+      data,
+      nonces,
+      hmacOk: () => hmacOk,
+      /** Sends ERROR 3 to whoever sent the last BIND. */
+      error3: () => send(`da72000c${id.toString('hex')}03`, last!),
+      close: () => new Promise<void>((r) => stub.close(() => r())),
+    };
+  }
+
+  const within = <T>(p: Promise<T>, ms: number, what: string): Promise<T> =>
+    Promise.race([
+      p,
+      new Promise<T>((_, reject) =>
+        setTimeout(() => reject(new Error(`${what}: not settled within ${ms} ms`)), ms),
+      ),
+    ]);
+
+  it('after ERROR 3 a lost BIND is sent again (the bind retry loop), nonce + 1 each time', async () => {
+    let phase: 'initial' | 'afterError3' = 'initial';
+    let dropped = 0;
+    const stub = await stubRelay((_nonce, reply) => {
+      if (phase === 'afterError3' && dropped++ === 0) return; // the first BIND after ERROR 3 is lost
+      reply('da720001');
+    });
+    const client = new UnityRelayClient(stub.data, { retryMs: 150 });
+    clients.push(client);
+    try {
+      await client.bind();
+      const sentBefore = stub.nonces.length;
+      const nonceAtError = client.nonce;
+      phase = 'afterError3';
+      const rebind = once<[string]>(client, 'rebind');
+      const bound = once(client, 'bound', 3000);
+      stub.error3();
+      expect((await rebind)[0]).toBe('error 3');
+      await bound;
+      expect(client.state).toBe('bound');
+      const after = stub.nonces.slice(sentBefore);
+      expect(after.length).toBeGreaterThanOrEqual(2); // the lost one, then the retry
+      expect(after).toEqual(after.map((_, i) => nonceAtError + i)); // one nonce per BIND sent
+      expect(stub.hmacOk()).toBe(true);
+    } finally {
+      await stub.close();
+    }
+  });
+
+  it('bind() that gives up releases the keep-alive timer and socket; bind() can run again', async () => {
+    let answer = false;
+    const stub = await stubRelay((_nonce, reply) => {
+      if (answer) reply('da720001');
+    });
+    const client = new UnityRelayClient(stub.data, { retryMs: 40, maxAttempts: 3 });
+    clients.push(client);
+    const internals = client as unknown as { keepAlive: unknown; socket: unknown };
+    try {
+      const failed = once<[Error]>(client, 'bindFailed', 3000);
+      await expect(client.bind()).rejects.toThrow(/did not answer 3 BIND/);
+      expect((await failed)[0].message).toMatch(/did not answer 3 BIND/);
+      expect(client.state).toBe('idle');
+      expect(internals.keepAlive).toBeUndefined();
+      expect(internals.socket).toBeUndefined();
+      await new Promise((r) => setTimeout(r, 200));
+      expect(stub.nonces).toEqual([0, 1, 2]); // nothing sent after giving up
+      answer = true;
+      await client.bind();
+      expect(client.state).toBe('bound');
+      expect(stub.nonces[3]).toBe(3);
+    } finally {
+      await stub.close();
+    }
+  });
+
+  it('bind() and connect() while one is in progress share it (no orphaned promise, one retry loop)', async () => {
+    const stub = await stubRelay((_nonce, reply) => {
+      if (stub.nonces.length >= 2) reply('da720001'); // answer from the second BIND on
+    });
+    const client = new UnityRelayClient(stub.data, { retryMs: 100 });
+    clients.push(client);
+    try {
+      const first = client.bind();
+      const second = client.bind();
+      await within(Promise.all([first, second]), 3000, 'both bind() calls');
+      expect(client.state).toBe('bound');
+      expect(new Set(stub.nonces).size).toBe(stub.nonces.length); // one loop: no nonce sent twice
+      expect(stub.nonces.slice(0, 2)).toEqual([0, 1]);
+    } finally {
+      await stub.close();
+    }
+
+    const api = await setup();
+    const { client: host, joinCode } = await UnityRelayClient.host(api, 2, fast);
+    clients.push(host);
+    const c = new UnityRelayClient(relayServerData(await api.join(joinCode)), fast);
+    clients.push(c);
+    await c.bind();
+    const [a, b] = await within(Promise.all([c.connect(), c.connect()]), 3000, 'both connect() calls');
+    expect(a.equals(host.allocationId)).toBe(true);
+    expect(b.equals(host.allocationId)).toBe(true);
   });
 });

@@ -247,6 +247,25 @@ describe('unity-relay: BIND nonce rules', () => {
     expect(await moved.nextOfType(2)).toBeDefined();
   });
 
+  it('nonces compare wrap-aware (RFC 1982 serial numbers over u16): 65535 → 0 is an increment', async () => {
+    await start();
+    const h = await driver(await allocate());
+    // Each BIND from a new address; `ms` is how long to wait for BIND_RECEIVED.
+    const bindFrom = async (nonce: number, ms = 1000): Promise<boolean> => {
+      const p = await rawPeer();
+      p.send(utpBind(nonce, h.connectionData, h.key));
+      return (await p.nextOfType(1, ms)) !== undefined;
+    };
+    expect(await bindFrom(0xfffe)).toBe(true); // first BIND: any nonce
+    expect(await bindFrom(0xffff)).toBe(true);
+    expect(await bindFrom(0)).toBe(true); // the client's (nonce + 1) & 0xffff
+    expect(server!.store.byGuid(h.allocation.allocationId)!.nonce).toBe(0);
+    expect(await bindFrom(0xffff, 300)).toBe(false); // behind 0: a replay
+    expect(await bindFrom(0x8000, 300)).toBe(false); // exactly half the space away: not newer
+    expect(await bindFrom(1)).toBe(true);
+    expect(server!.metrics.dropped.get('stale_nonce')).toBe(2);
+  });
+
   it('a fresh UTP driver retries BIND with nonce 0, 1, 2 … and the relay accepts the first it sees', async () => {
     await start();
     const h = await driver(await allocate());
@@ -314,18 +333,48 @@ describe('unity-relay: DISCONNECT and CLOSE', () => {
     expect((await c.connect())?.[3]).toBe(6);
   });
 
-  it('CLOSE unbinds: the allocation is gone, peers get a DISCONNECT', async () => {
+  it('CLOSE unbinds: peers get a DISCONNECT, the binding and links are gone, a later BIND binds again', async () => {
     await start();
     const host = await boundHost();
     const c = await connectedClient(host);
     c.peer.send(utpClose(c.id));
     const disc = await host.peer.nextOfType(9);
     expect(disc?.subarray(4, 20).equals(c.id)).toBe(true);
-    c.peer.send(utpPing(c.id));
-    expect(await c.peer.next(() => true, 200)).toBeUndefined();
-    c.peer.send(c.bindMessage());
-    expect(errorCode(await c.peer.nextOfType(12))).toBe(4);
     expect(server!.metrics.closed.get('close')).toBe(1);
+    expect(server!.store.byGuid(c.allocation.allocationId)!.state).toBe('allocated');
+    // No longer bound: a PING is not echoed; it gets ERROR 3 (allocated, not bound from here).
+    c.peer.send(utpPing(c.id));
+    expect(errorCode(await c.peer.nextOfType(12))).toBe(3);
+    expect(c.peer.inbox.filter((b) => b[3] === 2)).toHaveLength(0);
+    // The link is gone too: the host's RELAY to it gets ERROR 5.
+    host.relay(c.id, Buffer.from('?'));
+    expect(errorCode(await host.peer.nextOfType(12))).toBe(5);
+    // Nonce rules as usual: with no binding, a replayed old nonce is stale...
+    c.peer.send(utpBind(0, c.connectionData, c.key));
+    expect(await c.peer.nextOfType(1, 200)).toBeUndefined();
+    expect(server!.metrics.dropped.get('stale_nonce')).toBe(1);
+    // ...and the next one (UTP increments after every BIND sent) binds again: exactly DA 72 00 01.
+    c.peer.send(c.bindMessage());
+    expect((await c.peer.nextOfType(1))?.toString('hex')).toBe('da720001');
+    expect(server!.store.byGuid(c.allocation.allocationId)!.state).toBe('bound');
+    // It can connect and relay again.
+    expect((await c.connect())?.[3]).toBe(6);
+    const m = c.relay(host.id, Buffer.from('back'));
+    expect((await host.peer.nextOfType(10))?.equals(m)).toBe(true);
+  });
+
+  it('after CLOSE a new address can bind the allocation with a newer nonce', async () => {
+    await start();
+    const host = await boundHost(); // nonce 0 accepted
+    host.peer.send(utpClose(host.id));
+    host.peer.send(utpPing(host.id));
+    expect(errorCode(await host.peer.nextOfType(12))).toBe(3); // CLOSE took effect
+    const moved = await rawPeer();
+    moved.send(utpBind(1, host.connectionData, host.key));
+    expect((await moved.nextOfType(1))?.toString('hex')).toBe('da720001');
+    moved.send(utpPing(host.id));
+    expect(await moved.nextOfType(2)).toBeDefined();
+    expect(server!.metrics.open).toBe(1);
   });
 });
 

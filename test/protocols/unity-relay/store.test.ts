@@ -1,6 +1,10 @@
 /** AllocationStore with a fake clock: lifetimes, tombstones, join codes, connection data. */
 import { describe, expect, it } from 'vitest';
-import { AllocationStore, describeConnectionData } from '../../../src/protocols/unity-relay/index.js';
+import {
+  AllocationStore,
+  describeConnectionData,
+  nonceIsNewer,
+} from '../../../src/protocols/unity-relay/index.js';
 
 function clocked(options: ConstructorParameters<typeof AllocationStore>[0] = {}) {
   let t = 1_000_000;
@@ -77,5 +81,59 @@ describe('AllocationStore', () => {
     const again = store.joinCodeFor(host).code;
     store.expire(host);
     expect(store.join(again)).toBeUndefined();
+  });
+
+  it('unbind (CLOSE) returns an allocation to allocated, drops its links, and restarts the bind timeout', () => {
+    const { store, advance } = clocked({ idleTimeoutMs: 100, bindTimeoutMs: 500 });
+    const host = store.allocateHost(2, 'local-1');
+    const client = store.join(store.joinCodeFor(host).code)!;
+    store.bind(host, '1.1.1.1', 1, 7);
+    store.bind(client, '1.1.1.2', 1, 0);
+    store.link(host, client);
+    const expired: string[] = [];
+    const sweep = () => store.sweep((a) => expired.push(a.guid));
+    // Keep both bound well past the bind timeout counted from creation.
+    for (let i = 0; i < 10; i++) {
+      advance(90);
+      host.lastSeen = client.lastSeen = 1_000_000 + (i + 1) * 90;
+      sweep();
+    }
+    expect(expired).toEqual([]);
+    expect(store.unbind(host).map((p) => p.guid)).toEqual([client.guid]);
+    expect(host).toMatchObject({ state: 'allocated', address: '', port: 0, nonce: 7 });
+    expect(host.peers.size).toBe(0);
+    expect(client.peers.size).toBe(0);
+    expect(store.lookupJoinCode(host.joinCode!)).toBeDefined(); // still a live host
+    advance(499);
+    client.lastSeen = host.lastSeen + 499;
+    sweep(); // 900 ms after creation, but only 499 ms after the CLOSE
+    expect(host.state).toBe('allocated');
+    advance(1);
+    client.lastSeen += 1;
+    sweep();
+    expect(host.state).toBe('expired');
+    expect(expired).toEqual([host.guid]);
+  });
+
+  it('nonceIsNewer: RFC 1982 serial-number order over u16', () => {
+    expect(nonceIsNewer(0, -1)).toBe(true);
+    expect(nonceIsNewer(0xffff, -1)).toBe(true);
+    expect(nonceIsNewer(1, 0)).toBe(true);
+    expect(nonceIsNewer(0, 0)).toBe(false);
+    expect(nonceIsNewer(0, 1)).toBe(false);
+    expect(nonceIsNewer(0, 0xffff)).toBe(true); // the wrap
+    expect(nonceIsNewer(5, 0xfff0)).toBe(true);
+    expect(nonceIsNewer(0xffff, 0)).toBe(false);
+    expect(nonceIsNewer(0x7fff, 0)).toBe(true);
+    expect(nonceIsNewer(0x8000, 0)).toBe(false); // exactly half: undefined in RFC 1982, refused
+    expect(nonceIsNewer(0x8001, 0)).toBe(false);
+    // store.bind keeps the newest in that order.
+    const { store } = clocked();
+    const a = store.allocateHost(1, 'local-1');
+    store.bind(a, '1.1.1.1', 1, 0xfffe);
+    store.bind(a, '1.1.1.1', 1, 2);
+    expect(a.nonce).toBe(2);
+    store.bind(a, '1.1.1.1', 1, 0xffff);
+    expect(a.nonce).toBe(2);
   });
 });
