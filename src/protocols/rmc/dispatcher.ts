@@ -45,6 +45,8 @@ export interface RmcConnection {
   readonly closed: boolean;
   /** Runs `hook` once when the connection ends (also when it already ended). */
   onDisconnect(hook: () => void | Promise<void>): void;
+  /** How many disconnect hooks are waiting (diagnostics: handlers should add one per connection). */
+  readonly disconnectHookCount: number;
   /** Closes the connection (after flushing what was already answered). */
   close(): void;
 }
@@ -160,6 +162,10 @@ class Connection implements RmcConnection {
   onDisconnect(hook: () => void | Promise<void>): void {
     if (this.closed) this.runHook(hook);
     else this.hooks.push(hook);
+  }
+
+  get disconnectHookCount(): number {
+    return this.hooks.length;
   }
 
   close(): void {
@@ -451,10 +457,21 @@ export class RmcDispatcher {
     out: unknown,
   ): void {
     if (out !== null && typeof out === 'object' && typeof (out as Promise<unknown>).then === 'function') {
-      (out as Promise<unknown>).then(
-        (v) => this.succeed(conn, ctx, p, m, v),
-        (err) => this.fail(conn, ctx, err),
-      );
+      (out as Promise<unknown>)
+        .then(
+          (v) => this.succeed(conn, ctx, p, m, v),
+          (err) => this.fail(conn, ctx, err),
+        )
+        .catch((err: unknown) => {
+          // succeed/fail do not throw; if one ever does, this connection's output is in an
+          // unknown state: log it and close the connection rather than crash the process.
+          this.metrics.count('handler_exceptions');
+          this.log.error(
+            { err, method: ctx.method },
+            'RMC answer could not be written; closing the connection',
+          );
+          conn.close();
+        });
     } else {
       this.succeed(conn, ctx, p, m, out);
     }
@@ -527,10 +544,42 @@ export class RmcDispatcher {
     this.writeError(conn, ctx, new RmcError('Core', 0x02));
   }
 
-  /** Writes a failure in the server's variant. */
+  /**
+   * Writes a failure in the server's variant. A failure that cannot be encoded (a namespace
+   * too long for a String, a full writer) is rolled back and replaced by a fixed
+   * Core::Exception; if even that cannot be written, the connection is closed. Never throws.
+   */
   private writeError(conn: Connection, ctx: CallContext, err: RmcError): void {
     if (conn.closed) return;
     const w = conn.sink.writer;
+    const frameStart = w.offset;
+    try {
+      this.writeFailure(w, ctx, err.namespace, err.code);
+    } catch (e1) {
+      w.offset = frameStart;
+      this.log.error(
+        { err: e1, method: ctx.method, code: err.code },
+        'RMC failure could not be encoded; answering Core::Exception',
+      );
+      try {
+        this.writeFailure(w, ctx, 'Core', 0x05);
+      } catch (e2) {
+        w.offset = frameStart;
+        this.log.error(
+          { err: e2, method: ctx.method },
+          'RMC failure could not be written; closing the connection',
+        );
+        conn.sink.commit();
+        conn.close();
+        return;
+      }
+    }
+    this.metrics.sent++;
+    conn.sink.commit();
+  }
+
+  /** Appends one failure frame; may throw EncodeError with a partial frame in `w`. */
+  private writeFailure(w: WireWriter, ctx: CallContext, namespace: string, code: number): void {
     const at = beginFrame(w);
     if (ctx.protocolId !== undefined) {
       writeProtocolId(w, ctx.protocolId, false);
@@ -540,15 +589,13 @@ export class RmcDispatcher {
     }
     w.bool(false);
     if (this.variant === 'hyperscape') {
-      qString.write(w, err.namespace);
-      w.u16le(err.code);
+      qString.write(w, namespace);
+      w.u16le(code);
     } else {
-      w.u32le(toResultCode(err.namespace, err.code) ?? (0x80000000 | err.code) >>> 0);
+      w.u32le(toResultCode(namespace, code) ?? (0x80000000 | code) >>> 0);
     }
     w.u32le(ctx.callId);
     endFrame(w, at);
-    this.metrics.sent++;
-    conn.sink.commit();
   }
 }
 

@@ -84,6 +84,9 @@ export const ERROR_NAMES: ReadonlyMap<string, ReadonlyMap<string, number>> = new
   ],
 ]);
 
+/** Longest namespace, in UTF-8 bytes: a String's u16 length also counts the NUL. */
+export const MAX_NAMESPACE_BYTES = 65_534;
+
 /**
  * An RMC failure. Throw it from a handler; the dispatcher answers with (namespace, code).
  * `RmcError.of('RendezVous::InvalidUsername')` looks the code up by name.
@@ -96,6 +99,13 @@ export class RmcError extends Error {
     super(message ?? `${namespace}::${errorName(namespace, code)}`);
     if (!Number.isInteger(code) || code < 0 || code > 0xffff)
       throw new RangeError(`RMC error code ${code} is not a u16`);
+    // The namespace goes on the wire as a String: u16 length counting a NUL.
+    if (typeof namespace !== 'string' || namespace.includes('\0'))
+      throw new RangeError('RMC error namespace must be a string without NUL');
+    if (Buffer.byteLength(namespace, 'utf8') > MAX_NAMESPACE_BYTES)
+      throw new RangeError(
+        `RMC error namespace of ${Buffer.byteLength(namespace, 'utf8')} bytes exceeds ${MAX_NAMESPACE_BYTES}`,
+      );
     this.namespace = namespace;
     this.code = code;
   }

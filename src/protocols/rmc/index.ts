@@ -15,7 +15,7 @@ import { DEFAULT_MAX_FRAME_BYTES, RMC_VARIANTS, type RmcVariant } from './messag
 import { BUILTIN_PROTOCOLS, parseDatacenters, registerBuiltins } from './protocols/index.js';
 import { RmcServer } from './server.js';
 import type { MethodDef } from './signature.js';
-import { MemoryStore } from './store.js';
+import { DEFAULT_MAX_ACCOUNTS, MemoryStore } from './store.js';
 
 export * from './client.js';
 export * from './codec.js';
@@ -138,6 +138,13 @@ export const rmc: ProtocolModule = {
         type: 'string',
       },
       {
+        key: 'rmcMaxAccounts',
+        flag: '--rmc-max-accounts <n>',
+        description: 'rmc: most accounts in the store; logins that would create more are refused',
+        type: 'int',
+        default: DEFAULT_MAX_ACCOUNTS,
+      },
+      {
         key: 'rmcIdleTimeout',
         flag: '--rmc-idle-timeout <ms>',
         description: 'rmc: close connections silent this long (0 disables)',
@@ -173,13 +180,22 @@ export const rmc: ProtocolModule = {
         idleTimeoutMs: intOption(options, 'rmcIdleTimeout', 0),
         maxConnections: intOption(options, 'rmcMaxConnections', 1),
       });
-      const store = new MemoryStore(typeof options.rmcStore === 'string' ? options.rmcStore : undefined);
+      const store = new MemoryStore(typeof options.rmcStore === 'string' ? options.rmcStore : undefined, {
+        maxAccounts: intOption(options, 'rmcMaxAccounts', 1),
+      });
       const secureUrl = typeof options.rmcSecureUrl === 'string' ? options.rmcSecureUrl : undefined;
       registerBuiltins(
         server,
         secureUrl === undefined ? { store, datacenters } : { store, datacenters, secureUrl },
       );
-      return server.listen({ host: options.host as string, port: options.port as number });
+      const listening = await server.listen({ host: options.host as string, port: options.port as number });
+      return {
+        ...listening,
+        close: async (graceMs?: number) => {
+          await listening.close(graceMs);
+          await store.flush();
+        },
+      };
     },
   },
   registerCommands(program: Command) {

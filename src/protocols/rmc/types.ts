@@ -25,6 +25,7 @@ import {
   struct,
   t,
   type WireReader,
+  type WireWriter,
 } from '../../wire/index.js';
 
 // ---- String ---------------------------------------------------------------------------------
@@ -36,23 +37,78 @@ import {
  * `00 00` form some servers write (5th-echelon), decoding it as "". A missing NUL is
  * ERR_BAD_STRING. Charset (§7.8): UTF-8, validated, as the HyperScape wiki says.
  */
+export interface QStringOptions {
+  /**
+   * Most UTF-8 bytes in the string, NUL not counted (default: only the reader's
+   * `maxStringBytes` and the u16 length bound it). Longer is ERR_TOO_LARGE on decode and on encode.
+   */
+  maxBytes?: number;
+}
+
 export class QStringCodec extends StringCodec {
-  constructor() {
+  /** Most UTF-8 bytes, NUL not counted (`Infinity` when unbounded). */
+  readonly limitBytes: number;
+
+  constructor(options: QStringOptions = {}) {
     super(t.u16le, { nulTerminated: true, encoding: 'utf8' });
+    this.limitBytes = options.maxBytes ?? Number.POSITIVE_INFINITY;
+    // The shortest accepted form is the two-byte `00 00` (see above), not `01 00 00`: containers
+    // bound their element counts with this.
+    this.minSize = 2;
   }
 
   override read(r: WireReader): string {
     const o = r.offset;
-    if (o + 2 <= r.end && r.buf[o] === 0 && r.buf[o + 1] === 0) {
-      r.offset = o + 2;
-      return '';
+    if (o + 2 <= r.end) {
+      const n = r.buf[o]! | (r.buf[o + 1]! << 8);
+      if (n === 0) {
+        r.offset = o + 2;
+        return '';
+      }
+      // Checked here rather than with StringCodec's own `maxBytes`, which counts the NUL on
+      // decode but not on encode.
+      if (n - 1 > this.limitBytes) {
+        throw new DecodeError(
+          ErrorCode.TOO_LARGE,
+          `String of ${n - 1} bytes exceeds the field's limit of ${this.limitBytes}`,
+          o,
+        );
+      }
     }
     return super.read(r);
+  }
+
+  override write(w: WireWriter, value: string): void {
+    if (this.limitBytes !== Number.POSITIVE_INFINITY && Buffer.byteLength(value, 'utf8') > this.limitBytes) {
+      throw new EncodeError(
+        ErrorCode.TOO_LARGE,
+        `String of ${Buffer.byteLength(value, 'utf8')} bytes exceeds the field's limit of ${this.limitBytes}`,
+      );
+    }
+    super.write(w, value);
+  }
+
+  override fromJson(json: unknown, path: string): string {
+    const s = super.fromJson(json, path);
+    if (this.limitBytes !== Number.POSITIVE_INFINITY && Buffer.byteLength(s, 'utf8') > this.limitBytes)
+      throw badInput(
+        path,
+        `string of ${Buffer.byteLength(s, 'utf8')} bytes exceeds the limit of ${this.limitBytes}`,
+      );
+    return s;
   }
 }
 
 /** Quazal String (u16 length including the NUL). */
 export const qString: Codec<string> = new QStringCodec();
+
+/**
+ * A Quazal String of at most `maxBytes` UTF-8 bytes (NUL not counted), for fields a server
+ * keeps or sends back (names, keys): same wire form as `qString`, longer is ERR_TOO_LARGE.
+ */
+export function boundedString(maxBytes: number): QStringCodec {
+  return new QStringCodec({ maxBytes });
+}
 
 // ---- buffers --------------------------------------------------------------------------------
 

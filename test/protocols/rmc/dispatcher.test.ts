@@ -163,13 +163,14 @@ describe('embedded store and configuration', () => {
     for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
   });
 
-  it('MemoryStore persists accounts to a JSON file and keeps PIDs across restarts', () => {
+  it('MemoryStore persists accounts to a JSON file and keeps PIDs across restarts', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-rmc-'));
     dirs.push(dir);
     const file = path.join(dir, 'sub', 'accounts.json');
     const a = new MemoryStore(file);
     const acc = a.login('user-1', 'Ann');
     expect(acc.pid).toMatch(/^[0-9a-f]{32}$/);
+    await a.flush(); // writes are debounced and asynchronous
     expect(JSON.parse(readFileSync(file, 'utf8')).accounts).toHaveLength(1);
     const b = new MemoryStore(file);
     expect(b.account('user-1')?.pid).toBe(acc.pid);

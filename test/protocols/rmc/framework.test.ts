@@ -285,6 +285,8 @@ describe('RMC server: connection context', () => {
     await expect(c.call(Bye, 'Bye_V1', {})).resolves.toEqual({ address: '127.0.0.1' });
     for (let i = 0; i < 500 && !c.closed; i++) await sleep(10); // up to 5 s: the suite runs under load
     expect(c.closed).toBe(true);
+    // The server side sees its socket's 'close' a little after the client does.
+    for (let i = 0; i < 500 && conn?.closed !== true; i++) await sleep(10);
     expect(conn?.closed).toBe(true);
   });
 });

@@ -62,6 +62,8 @@ function onlyDecodeErrors(codec: Codec<unknown>): void {
         decode(codec, bytes);
       } catch (e) {
         expect(e).toBeInstanceOf(DecodeError);
+        // decode() turns any throwable into ERR_INTERNAL: that must never be what comes out.
+        expect((e as DecodeError).code).not.toBe('ERR_INTERNAL');
       }
     }),
     { numRuns: 300 },
@@ -284,6 +286,7 @@ describe('RMC packets: property round trips', () => {
             rmcCodec.decode(Buffer.from(bytes), { variant: variantName });
           } catch (e) {
             expect(e).toBeInstanceOf(DecodeError);
+            expect((e as DecodeError).code).not.toBe('ERR_INTERNAL');
           }
         }),
         { numRuns: 500 },
@@ -308,6 +311,7 @@ describe('RMC packets: property round trips', () => {
           rmcCodec.decode(b, {});
         } catch (e) {
           expect(e).toBeInstanceOf(DecodeError);
+          expect((e as DecodeError).code).not.toBe('ERR_INTERNAL');
         }
       }),
       { numRuns: 1000 },

@@ -68,6 +68,9 @@ export interface TokenIdentity {
 
 export type TokenValidator = (token: string, ctx: CallContext) => TokenIdentity | Promise<TokenIdentity>;
 
+/** Longest claim (sub, uid, userId, name, username) the default validator takes as is. */
+const MAX_CLAIM_CHARS = 128;
+
 function base64UrlJson(part: string): Record<string, unknown> | undefined {
   try {
     const v = JSON.parse(Buffer.from(part, 'base64url').toString('utf8')) as unknown;
@@ -89,7 +92,9 @@ export const acceptAnyToken: TokenValidator = (token) => {
   if (token.length === 0) throw RmcError.of('RendezVous::InvalidUsername', 'empty ticket');
   const parts = token.split('.');
   const claims = parts.length === 3 ? base64UrlJson(parts[1]!) : undefined;
-  const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
+  // Claims are kept in the account store: long ones are ignored (the digest identifies instead).
+  const str = (v: unknown) =>
+    typeof v === 'string' && v !== '' && v.length <= MAX_CLAIM_CHARS ? v : undefined;
   const digest = createHash('sha256').update(token).digest('hex').slice(0, 32);
   const accountId = str(claims?.sub) ?? str(claims?.uid) ?? str(claims?.userId) ?? `ticket:${digest}`;
   const name = str(claims?.name) ?? str(claims?.username) ?? accountId;
@@ -102,6 +107,8 @@ export interface LoginOptions {
   /** The StationURL sent back as urlRegularProtocols (default: built from the local address). */
   secureUrl?: string;
 }
+
+const LOGIN_HOOK_KEY = 'LoginProtocol.hooked';
 
 export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProtocol> {
   const validate = options.validateToken ?? acceptAnyToken;
@@ -116,13 +123,19 @@ export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProto
         id.claims === undefined
           ? { pid, name: account.name }
           : { pid, name: account.name, claims: id.claims };
+      // A second login on the same connection replaces the first: its login session ends, and
+      // the disconnect hook is registered only once per connection.
+      if (conn.data.has(LOGIN_HOOK_KEY)) store.endSession(conn.id);
+      else {
+        conn.data.set(LOGIN_HOOK_KEY, true);
+        conn.onDisconnect(() => store.endSession(conn.id));
+      }
       store.startSession({
         connectionId: conn.id,
         pid: account.pid,
         accountId: account.accountId,
         since: new Date().toISOString(),
       });
-      conn.onDisconnect(() => store.endSession(conn.id));
       ctx.log.info({ accountId: account.accountId, connection: conn.id }, 'RMC login');
       return {
         userPid: pid,

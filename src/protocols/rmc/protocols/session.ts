@@ -11,21 +11,29 @@
 import type { CallContext, Handlers, RmcConnection } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
 import { defineProtocol, method } from '../signature.js';
-import { list, qString, rawBytes, u32, uuid } from '../types.js';
+import { boundedString, list, rawBytes, u32, uuid } from '../types.js';
+
+/**
+ * Most UTF-8 bytes in a session's type and key (gamewire's limit). The server keeps both for
+ * the session's life and sends the type back on every JoinSession_V1, so a peer must not be
+ * able to make them large. The wiki's dump has "PartySession" and a ~40-byte key.
+ */
+export const MAX_SESSION_STRING_BYTES = 256;
+const sessionString = boundedString(MAX_SESSION_STRING_BYTES);
 
 export const SessionProtocol = defineProtocol(
   'SessionProtocol',
   'Creates, joins and leaves game sessions (CreateSession_V1 args documented; the rest is a gamewire choice).',
   {
     CreateSession_V1: method({
-      args: { sessionType: qString, sessionId: uuid, reserved: rawBytes(9), sessionKey: qString },
+      args: { sessionType: sessionString, sessionId: uuid, reserved: rawBytes(9), sessionKey: sessionString },
       results: { sessionId: uuid, memberCount: u32 },
       layout: 'inferred',
       doc: 'String type, 16-byte GUID, 9 unknown bytes, String key (documented) -> GUID, member count (gamewire choice)',
     }),
     JoinSession_V1: method({
       args: { sessionId: uuid },
-      results: { sessionType: qString, members: list(uuid) },
+      results: { sessionType: sessionString, members: list(uuid) },
       layout: 'unknown',
       doc: 'GUID -> session type and member PIDs (gamewire choice)',
     }),
@@ -54,6 +62,11 @@ export interface SessionOptions {
   maxMembers?: number;
   /** Most sessions overall (default 10 000); more get RendezVous::LimitExceeded. */
   maxSessions?: number;
+  /**
+   * Most sessions one connection may be a member of at once, created ones included (default
+   * 16); more get RendezVous::LimitExceeded.
+   */
+  maxSessionsPerConnection?: number;
 }
 
 /** The live sessions, shared by every connection of one server. */
@@ -61,10 +74,12 @@ export class SessionRegistry {
   readonly sessions = new Map<string, GameSession>();
   readonly maxMembers: number;
   readonly maxSessions: number;
+  readonly maxSessionsPerConnection: number;
 
   constructor(options: SessionOptions = {}) {
     this.maxMembers = options.maxMembers ?? 100;
     this.maxSessions = options.maxSessions ?? 10_000;
+    this.maxSessionsPerConnection = options.maxSessionsPerConnection ?? 16;
   }
 
   get(id: string): GameSession | undefined {
@@ -109,6 +124,16 @@ function join(registry: SessionRegistry, s: GameSession, conn: RmcConnection, pi
   joinedSet(conn, registry).add(s.id);
 }
 
+/** Refuses a connection that is already in `maxSessionsPerConnection` sessions. */
+function checkRoom(registry: SessionRegistry, conn: RmcConnection, id: string): void {
+  const joined = joinedSet(conn, registry);
+  if (!joined.has(id) && joined.size >= registry.maxSessionsPerConnection)
+    throw RmcError.of(
+      'RendezVous::LimitExceeded',
+      `a connection may be in at most ${registry.maxSessionsPerConnection} sessions`,
+    );
+}
+
 export function sessionHandlers(registry: SessionRegistry): Handlers<typeof SessionProtocol> {
   return {
     CreateSession_V1(ctx, args) {
@@ -116,6 +141,7 @@ export function sessionHandlers(registry: SessionRegistry): Handlers<typeof Sess
       const id = args.sessionId.toString('hex');
       let s = registry.get(id);
       if (s === undefined) {
+        checkRoom(registry, ctx.connection, id);
         if (registry.sessions.size >= registry.maxSessions) throw RmcError.of('RendezVous::LimitExceeded');
         s = {
           id,
@@ -137,6 +163,7 @@ export function sessionHandlers(registry: SessionRegistry): Handlers<typeof Sess
       const pid = requireUser(ctx);
       const s = registry.get(args.sessionId.toString('hex'));
       if (s === undefined) throw RmcError.of('RendezVous::SessionVoid');
+      checkRoom(registry, ctx.connection, s.id);
       join(registry, s, ctx.connection, pid);
       return {
         sessionType: s.type,
