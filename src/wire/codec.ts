@@ -405,7 +405,7 @@ export interface StringOptions {
   encoding?: StringEncoding;
   /** The length counts a trailing NUL that must be present (Quazal String). */
   nulTerminated?: boolean;
-  /** Per-field cap in bytes, on top of the reader's `maxStringBytes`. */
+  /** Per-field cap on the string's bytes (a NUL terminator not counted), on top of the reader's `maxStringBytes`. */
   maxBytes?: number;
 }
 
@@ -436,10 +436,12 @@ export class StringCodec extends Codec<string> {
     const len = this.length;
     const at = r.offset;
     const n = typeof len === 'number' ? len : len === 'rest' ? r.remaining : len.read(r);
-    if (n > this.maxBytes) {
+    // The cap counts the string's own bytes, never its NUL (the same rule `write` applies).
+    const content = this.nul && n > 0 ? n - 1 : n;
+    if (content > this.maxBytes) {
       throw new DecodeError(
         ErrorCode.TOO_LARGE,
-        `string of ${n} bytes exceeds the field's limit of ${this.maxBytes}`,
+        `string of ${content} bytes exceeds the field's limit of ${this.maxBytes}`,
         at,
       );
     }

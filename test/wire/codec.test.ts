@@ -129,6 +129,16 @@ describe('declared codecs', () => {
     expect(err(() => decode(S, Buffer.from('0003010203', 'hex')))).toMatchObject({ code: 'ERR_OVERRUN' });
   });
 
+  it('a per-field string cap counts the string bytes, not the NUL, on decode and encode alike', () => {
+    const Capped = string(t.u16le, { nulTerminated: true, maxBytes: 2 });
+    expect(decode(Capped, encode(Capped, 'ab'))).toBe('ab');
+    expect(() => encode(Capped, 'abc')).toThrow(EncodeError);
+    expect(err(() => decode(Capped, Buffer.from('040061626300', 'hex'))).code).toBe('ERR_TOO_LARGE');
+    const Plain = string(t.u8, { maxBytes: 2 });
+    expect(decode(Plain, encode(Plain, 'ab'))).toBe('ab');
+    expect(err(() => decode(Plain, Buffer.from('03616263', 'hex'))).code).toBe('ERR_TOO_LARGE');
+  });
+
   it('NUL-terminated strings count their NUL and insist on it', () => {
     const Q = string(t.u16le, { nulTerminated: true });
     expect(encode(Q, 'ab').toString('hex')).toBe('0300616200');
