@@ -68,8 +68,9 @@ export class Js5Client {
   readonly profile: ProfileSpec;
   private readonly socket: net.Socket;
   private readonly deframer: StreamDeframer;
-  private readonly queue: Pending[] = [];
-  private queueHead = 0;
+  /** Requests not yet sent, one FIFO per kind: a prefetch waiting at its cap never blocks an urgent one. */
+  private readonly queues: { urgent: Pending[]; prefetch: Pending[] } = { urgent: [], prefetch: [] };
+  private readonly heads = { urgent: 0, prefetch: 0 };
   private readonly urgentInFlight = new Map<number, Waiter[]>();
   private readonly prefetchInFlight = new Map<number, Waiter[]>();
   private urgentCount = 0;
@@ -181,7 +182,11 @@ export class Js5Client {
   request(archive: number, group: number, urgent = false): Promise<Buffer> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
     return new Promise((resolve, reject) => {
-      this.queue.push({ key: requestKey(archive, group), urgent, waiter: { resolve, reject } });
+      this.queues[urgent ? 'urgent' : 'prefetch'].push({
+        key: requestKey(archive, group),
+        urgent,
+        waiter: { resolve, reject },
+      });
       this.pump();
     });
   }
@@ -198,28 +203,32 @@ export class Js5Client {
 
   private pump(): void {
     const out: number[] = [];
-    while (this.queueHead < this.queue.length) {
-      const p = this.queue[this.queueHead]!;
-      if (p.urgent ? this.urgentCount >= this.urgentCap : this.prefetchCount >= this.prefetchCap) break;
-      this.queueHead++;
-      const map = p.urgent ? this.urgentInFlight : this.prefetchInFlight;
-      const list = map.get(p.key);
-      if (list !== undefined) list.push(p.waiter);
-      else map.set(p.key, [p.waiter]);
-      if (p.urgent) this.urgentCount++;
-      else this.prefetchCount++;
-      // The watchdog counts from the first request of an idle connection.
-      if (this.inFlight === 1) this.lastByteAt = Date.now();
-      out.push(
-        p.urgent ? RequestOpcode.urgent : RequestOpcode.prefetch,
-        p.key >>> 16,
-        (p.key >>> 8) & 0xff,
-        p.key & 0xff,
-      );
-    }
-    if (this.queueHead > 4096) {
-      this.queue.splice(0, this.queueHead);
-      this.queueHead = 0;
+    // Urgent first, then prefetch, each up to its own cap.
+    for (const kind of ['urgent', 'prefetch'] as const) {
+      const queue = this.queues[kind];
+      const urgent = kind === 'urgent';
+      while (this.heads[kind] < queue.length) {
+        if (urgent ? this.urgentCount >= this.urgentCap : this.prefetchCount >= this.prefetchCap) break;
+        const p = queue[this.heads[kind]++]!;
+        const map = urgent ? this.urgentInFlight : this.prefetchInFlight;
+        const list = map.get(p.key);
+        if (list !== undefined) list.push(p.waiter);
+        else map.set(p.key, [p.waiter]);
+        if (urgent) this.urgentCount++;
+        else this.prefetchCount++;
+        // The watchdog counts from the first request of an idle connection.
+        if (this.inFlight === 1) this.lastByteAt = Date.now();
+        out.push(
+          urgent ? RequestOpcode.urgent : RequestOpcode.prefetch,
+          p.key >>> 16,
+          (p.key >>> 8) & 0xff,
+          p.key & 0xff,
+        );
+      }
+      if (this.heads[kind] > 4096) {
+        queue.splice(0, this.heads[kind]);
+        this.heads[kind] = 0;
+      }
     }
     if (out.length > 0) this.socket.write(Buffer.from(out));
   }
@@ -270,11 +279,14 @@ export class Js5Client {
     this.socket.destroy();
     const all: Waiter[] = [];
     for (const m of [this.urgentInFlight, this.prefetchInFlight]) for (const l of m.values()) all.push(...l);
-    for (let i = this.queueHead; i < this.queue.length; i++) all.push(this.queue[i]!.waiter);
+    for (const kind of ['urgent', 'prefetch'] as const) {
+      const queue = this.queues[kind];
+      for (let i = this.heads[kind]; i < queue.length; i++) all.push(queue[i]!.waiter);
+      queue.length = 0;
+      this.heads[kind] = 0;
+    }
     this.urgentInFlight.clear();
     this.prefetchInFlight.clear();
-    this.queue.length = 0;
-    this.queueHead = 0;
     for (const w of all) w.reject(err);
   }
 

@@ -15,7 +15,7 @@ import { openStore } from './cache/store.js';
 import { downloadCache } from './client.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
 import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
-import { Js5Server, type MissingGroupBehaviour } from './server.js';
+import { Js5Server, MIN_SLICE_BYTES, type MissingGroupBehaviour } from './server.js';
 
 export { CacheWriter, cacheInfo, readArchiveIndex, verifyCache } from './cache/cache.js';
 export { decodeContainer, encodeContainer, splitTrailer } from './cache/container.js';
@@ -28,7 +28,14 @@ export {
   readMasterIndex,
   writeMasterIndex,
 } from './cache/master-index.js';
-export { createStore, DiskStore, FlatFileStore, openStore, StoreCorruptError } from './cache/store.js';
+export {
+  createStore,
+  DiskStore,
+  FlatFileStore,
+  openStore,
+  StoreCorruptError,
+  StoreReadError,
+} from './cache/store.js';
 export { downloadCache, Js5Client, Js5HandshakeError } from './client.js';
 export { framedLength, frameResponse, unframeResponse, xorInPlace } from './framing.js';
 export { PROFILES } from './profiles.js';
@@ -58,6 +65,10 @@ function masterFormat(value: unknown): MasterIndexFormat {
 async function start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer> {
   const profile = parseProfile(options.profile ?? '530');
   const build = options.build === undefined ? PROFILES[profile].defaultBuild : Number(options.build);
+  const sliceBytes = Number(options.js5SliceBytes ?? 16 * 1024);
+  if (!Number.isInteger(sliceBytes) || sliceBytes < MIN_SLICE_BYTES) {
+    throw new UsageError(`--js5-slice-bytes takes an integer of at least ${MIN_SLICE_BYTES}`);
+  }
   let dir = options.cache as string | undefined;
   if (dir === undefined) {
     dir = path.join(ctx.dataDir, DEMO_DIR);
@@ -79,7 +90,7 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
     maxClients: Number(options.js5MaxClients ?? 1000),
     maxPerIp: Number(options.js5MaxPerIp ?? 0),
     missingGroup: missing as MissingGroupBehaviour,
-    sliceBytes: Number(options.js5SliceBytes ?? 16 * 1024),
+    sliceBytes,
     cacheBytes: Number(options.js5CacheMb ?? 64) * 1024 * 1024,
     preload: options.preload === true,
     preloadMaxBytes: Number(options.js5PreloadMaxMb ?? 1024) * 1024 * 1024,
@@ -283,7 +294,7 @@ export const js5: ProtocolModule = {
       {
         key: 'js5SliceBytes',
         flag: '--js5-slice-bytes <n>',
-        description: 'js5: bytes per client per scheduler turn',
+        description: 'js5: bytes per client per scheduler turn (at least 512)',
         type: 'int',
         default: 16384,
       },

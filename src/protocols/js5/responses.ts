@@ -90,7 +90,13 @@ export class ResponseSource {
       // Read into a reused scratch buffer: the only allocation per miss is the frame itself.
       const stored = this.store.read(archive, group, this.scratch);
       if (stored === undefined) return undefined;
-      if (stored.buffer !== this.scratch.buffer && stored.length <= MAX_SCRATCH)
+      // Grow only when the scratch was too small for the store to use: a store that ignores
+      // `into` for small groups must not cost a new scratch on every miss.
+      if (
+        stored.buffer !== this.scratch.buffer &&
+        stored.length > this.scratch.length &&
+        stored.length <= MAX_SCRATCH
+      )
         this.scratch = Buffer.allocUnsafe(Math.min(MAX_SCRATCH, stored.length * 2));
       const { container } = splitTrailer(stored);
       return frameResponse(archive, group, container);

@@ -41,7 +41,7 @@ export interface Js5ServerOptions {
   maxPerIp?: number;
   idleTimeoutMs?: number;
   missingGroup?: MissingGroupBehaviour;
-  /** Bytes one connection may be sent per scheduler turn. */
+  /** Bytes one connection may be sent per scheduler turn: a positive integer (CLI: ≥ 512). */
   sliceBytes?: number;
   /** Bytes queued in a socket's user-space buffer before the connection waits for 'drain'. */
   maxBufferedBytes?: number;
@@ -59,8 +59,24 @@ interface Queued {
   bytes: number;
 }
 
+/**
+ * Smallest `--js5-slice-bytes` the CLI accepts: one 512-byte block of the response framing.
+ * The constructor accepts any positive integer (tiny slices exercise the framing in tests).
+ */
+export const MIN_SLICE_BYTES = 512;
+
 const MODE_HANDSHAKE = 0;
 const MODE_JS5 = 1;
+
+/** Removes every entry for `key` from `queue`, in place. */
+function removeKey(queue: Queued[], key: number): void {
+  let w = 0;
+  for (let r = 0; r < queue.length; r++) {
+    const q = queue[r]!;
+    if (q.key !== key) queue[w++] = q;
+  }
+  queue.length = w;
+}
 
 class Session {
   readonly socket: net.Socket;
@@ -138,6 +154,10 @@ export class Js5Server {
       preloadMaxBytes: 1024 * 1024 * 1024,
       ...options,
     } as Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
+    const slice = this.options.sliceBytes;
+    if (!Number.isInteger(slice) || slice < 1) {
+      throw new RangeError(`sliceBytes must be a positive integer, got ${slice}`);
+    }
     this.responses = new ResponseSource(options.store, {
       masterIndexFormat: options.masterIndexFormat ?? this.profile.masterIndexFormat,
       cacheBytes: this.options.cacheBytes,
@@ -270,9 +290,8 @@ export class Js5Server {
       case 'urgent': {
         const key = requestKey(req.archive, req.group);
         if (!this.responses.has(key)) return this.missing(s, key);
-        // An urgent request supersedes a queued prefetch of the same group.
-        const i = s.prefetch.findIndex((q) => q.key === key);
-        if (i >= 0) s.prefetch.splice(i, 1);
+        // An urgent request supersedes every queued prefetch of the same group.
+        removeKey(s.prefetch, key);
         s.urgent.push({ key, turn: this.stats.turns, bytes: this.stats.bytesSent });
         break;
       }
@@ -373,11 +392,15 @@ export class Js5Server {
       const s = this.ring[this.ringHead++]!;
       s.inRing = false;
       if (s.closed) continue;
-      budget -= this.serveSlice(s);
+      const sent = this.serveSlice(s);
+      budget -= sent;
       if (!s.closed) {
         this.maybeResume(s);
         this.enqueue(s);
       }
+      // A turn that sent nothing made no progress: leave the rest to the next event-loop turn
+      // rather than spinning here (the constructor's check on sliceBytes makes this a safeguard).
+      if (sent === 0) break;
     }
     // Writes of one run to one socket go out together (one writev instead of one write each).
     for (const s of corked) {

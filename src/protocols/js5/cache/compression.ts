@@ -6,13 +6,13 @@
  * - bzip2: `compressjs` (pure JS; compresses with a chosen block size, which JS5 needs: block
  *   size 1, header stripped). Its decoder writes through an output stream we supply, which
  *   throws as soon as the declared size would be passed.
- * - lzma (read only): `lzma` (LZMA-JS). The container's raw stream is given the 8-byte size
- *   field of the .lzma format (= declared size) so the decoder stops there; its dictionary is
- *   clamped to the declared size (a match can never reach further back than the output).
+ * - lzma (read only): gamewire's own byte-oriented decoder (`lzma.ts`), which writes into a
+ *   buffer of exactly the declared size and fails as soon as output would pass it.
  */
 import { createRequire } from 'node:module';
 import zlib from 'node:zlib';
 import { DecodeError } from '../../../wire/errors.js';
+import { LzmaError, lzmaDecode } from './lzma.js';
 
 const require = createRequire(import.meta.url);
 
@@ -25,21 +25,12 @@ interface CompressJs {
     decompressFile(input: Uint8Array, output: ByteSink): unknown;
   };
 }
-interface LzmaJs {
-  decompress(bytes: Uint8Array | number[]): string | number[];
-}
 
 let bzip: CompressJs | undefined;
-let lzma: LzmaJs | undefined;
 
 function compressjs(): CompressJs {
   bzip ??= require('compressjs') as CompressJs;
   return bzip;
-}
-
-function lzmaJs(): LzmaJs {
-  lzma ??= require('lzma') as LzmaJs;
-  return lzma;
 }
 
 const BZIP2_HEADER = Buffer.from('BZh1', 'latin1');
@@ -120,62 +111,22 @@ export function bzip2(data: Uint8Array): Buffer {
   return Buffer.from(out instanceof Uint8Array ? out.subarray(4) : out.slice(4));
 }
 
-/** Inverse of LZMA-JS's "decode to string when it looks like UTF-8" step (1–3 byte forms). */
-function stringToBytes(s: string, size: number): Buffer | undefined {
-  const out = Buffer.allocUnsafe(size);
-  let o = 0;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    const n = c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
-    if (o + n > size) return undefined;
-    if (n === 1) out[o++] = c;
-    else if (n === 2) {
-      out[o++] = 0xc0 | (c >>> 6);
-      out[o++] = 0x80 | (c & 63);
-    } else {
-      out[o++] = 0xe0 | (c >>> 12);
-      out[o++] = 0x80 | ((c >>> 6) & 63);
-      out[o++] = 0x80 | (c & 63);
-    }
-  }
-  return o === size ? out : undefined;
-}
-
 /**
  * Decompresses JS5's LZMA form (`props u8, dictSize u32 LE`, raw stream, no size field) into
- * exactly `size` bytes.
+ * exactly `size` bytes, with gamewire's own decoder (`lzma.ts`): it writes into a buffer of the
+ * declared size and stops with `ERR_JS5_OVERFLOW` as soon as a literal or match would pass it.
  */
 export function unlzmaExact(data: Uint8Array, size: number, offset: number): Buffer {
-  if (data.length < 5) fail('ERR_JS5_BAD_LZMA', 'lzma header is 5 bytes', offset);
-  const props = data[0]!;
-  if (props >= 9 * 5 * 5) fail('ERR_JS5_BAD_LZMA', `bad lzma properties byte ${props}`, offset);
-  const dict = Buffer.from(data.buffer, data.byteOffset + 1, 4).readUInt32LE(0);
-  if (dict > MAX_LZMA_DICTIONARY)
-    fail('ERR_JS5_BAD_LZMA', `lzma dictionary of ${dict} bytes is over the limit`, offset);
-  const header = Buffer.alloc(13);
-  header[0] = props;
-  header.writeUInt32LE(Math.max(4096, Math.min(dict, size)), 1);
-  header.writeUInt32LE(size, 5);
-  const input = Buffer.concat([header, data.subarray(5)]);
-  let result: string | number[];
+  let out: Uint8Array;
   try {
-    result = lzmaJs().decompress(input);
+    out = lzmaDecode(data, size, MAX_LZMA_DICTIONARY);
   } catch (e) {
-    fail('ERR_JS5_BAD_LZMA', `lzma: ${e instanceof Error ? e.message : String(e)}`, offset);
+    if (e instanceof LzmaError) {
+      if (e.reason === 'overflow') fail('ERR_JS5_OVERFLOW', e.message, offset);
+      if (e.reason === 'underflow') fail('ERR_JS5_UNDERFLOW', e.message, offset);
+      fail('ERR_JS5_BAD_LZMA', `lzma: ${e.message}`, offset);
+    }
+    throw e;
   }
-  if (typeof result === 'string') {
-    const bytes = stringToBytes(result, size);
-    if (bytes === undefined) fail('ERR_JS5_UNDERFLOW', 'lzma data does not match the declared size', offset);
-    return bytes;
-  }
-  if (!Array.isArray(result) || result.length !== size) {
-    fail(
-      'ERR_JS5_UNDERFLOW',
-      `lzma data is ${Array.isArray(result) ? result.length : 0} bytes, declared ${size}`,
-      offset,
-    );
-  }
-  const out = Buffer.allocUnsafe(size);
-  for (let i = 0; i < size; i++) out[i] = result[i]! & 0xff;
-  return out;
+  return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
 }

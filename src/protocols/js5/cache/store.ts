@@ -32,10 +32,29 @@ export interface Store {
 export class StoreCorruptError extends DecodeError {
   readonly archive: number;
   readonly group: number;
-  constructor(archive: number, group: number, detail: string, offset = 0) {
-    super('ERR_JS5_STORE_CORRUPT', `archive ${archive} group ${group}: ${detail}`, offset);
+  constructor(archive: number, group: number, detail: string, offset = 0, code = 'ERR_JS5_STORE_CORRUPT') {
+    super(code, `archive ${archive} group ${group}: ${detail}`, offset);
     this.archive = archive;
     this.group = group;
+  }
+}
+
+/**
+ * A group file that exists but cannot be read (EACCES, EISDIR, EIO…): `ERR_JS5_STORE_READ`.
+ * A subclass of StoreCorruptError, so whatever treats a corrupt group as absent does so here too.
+ */
+export class StoreReadError extends StoreCorruptError {
+  readonly errno: string | undefined;
+  constructor(archive: number, group: number, cause: unknown) {
+    const errno = (cause as { code?: string } | undefined)?.code;
+    super(
+      archive,
+      group,
+      `cannot read: ${cause instanceof Error ? cause.message : String(cause)}`,
+      0,
+      'ERR_JS5_STORE_READ',
+    );
+    this.errno = errno;
   }
 }
 
@@ -154,6 +173,21 @@ export class DiskStore implements Store {
     const extended = group > 0xffff;
     const headerSize = extended ? EXTENDED_HEADER : HEADER;
     const perSector = SECTOR_SIZE - headerSize;
+    // Before allocating e.size bytes (up to 16 MiB, from the idx file): the chain's sectors are
+    // distinct, so the dat2 must hold at least that many of them, and the first one must fit.
+    const sectors = Math.ceil(e.size / perSector);
+    const lastBytes = e.size - (sectors - 1) * perSector;
+    if (
+      e.size > 0 &&
+      (e.sector * SECTOR_SIZE + headerSize + Math.min(perSector, e.size) > this.datLength ||
+        (sectors - 1) * SECTOR_SIZE + headerSize + lastBytes > this.datLength)
+    ) {
+      throw new StoreCorruptError(
+        archive,
+        group,
+        `${e.size} bytes in ${sectors} sectors cannot fit in a data file of ${this.datLength} bytes`,
+      );
+    }
     const out =
       into !== undefined && into.length >= e.size ? into.subarray(0, e.size) : Buffer.allocUnsafe(e.size);
     let off = 0;
@@ -332,16 +366,33 @@ export class FlatFileStore implements Store {
     return fs.existsSync(this.file(archive, group));
   }
 
-  read(archive: number, group: number): Buffer | undefined {
+  read(archive: number, group: number, into?: Buffer): Buffer | undefined {
     const f = this.file(archive, group);
+    let fd: number;
     try {
-      const data = fs.readFileSync(f);
-      if (data.length > MAX_GROUP_SIZE)
-        throw new StoreCorruptError(archive, group, `file of ${data.length} bytes is too large`);
-      return data;
+      fd = fs.openSync(f, 'r');
     } catch (e) {
       if ((e as { code?: string }).code === 'ENOENT') return undefined;
-      throw e;
+      throw new StoreReadError(archive, group, e);
+    }
+    try {
+      // Size first: nothing is allocated for a file that cannot be a group.
+      const st = fs.fstatSync(fd);
+      if (!st.isFile()) throw new StoreCorruptError(archive, group, `${f} is not a regular file`);
+      if (st.size > MAX_GROUP_SIZE)
+        throw new StoreCorruptError(archive, group, `file of ${st.size} bytes is too large`);
+      const out =
+        into !== undefined && into.length >= st.size
+          ? into.subarray(0, st.size)
+          : Buffer.allocUnsafe(st.size);
+      const n = preadFully(fd, out, 0);
+      if (n < st.size) throw new StoreCorruptError(archive, group, `file shrank to ${n} bytes while read`);
+      return out;
+    } catch (e) {
+      if (e instanceof StoreCorruptError) throw e;
+      throw new StoreReadError(archive, group, e);
+    } finally {
+      fs.closeSync(fd);
     }
   }
 
