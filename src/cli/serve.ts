@@ -176,5 +176,5 @@ async function runServers(selected: ProtocolModule[], flags: Record<string, unkn
   for (const m of metrics) log.info({ protocol: m.protocol, ...m.snapshot() }, 'final counters');
   process.stdout.write('gamewire: stopped\n');
   // Everything is closed; if a stray handle still holds the event loop, do not hang on it.
-  setTimeout(() => process.exit(0), 1000).unref();
+  setTimeout(process.exit, 1000, 0).unref();
 }

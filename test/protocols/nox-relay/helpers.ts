@@ -1,7 +1,10 @@
 import type { EventEmitter } from 'node:events';
 import net from 'node:net';
+import { afterEach } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
+import { writeClientPacket } from '../../../src/protocols/nox-relay/packet.js';
 import { type NoxRelayOptions, NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+import { WireWriter } from '../../../src/wire/index.js';
 
 export async function startServer(options: NoxRelayOptions = {}): Promise<NoxRelayServer> {
   const s = new NoxRelayServer({ host: '127.0.0.1', port: 0, ...options });
@@ -80,4 +83,39 @@ export async function until(check: () => boolean, ms = 2000, what = 'condition')
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await sleep(10);
   }
+}
+
+/**
+ * Servers, clients and other resources for one test file, closed after each test. Call once at
+ * the top level of a test file.
+ */
+export function useFixtures() {
+  const cleanup: (() => unknown)[] = [];
+  afterEach(async () => {
+    while (cleanup.length > 0) await cleanup.pop()!();
+  });
+  return {
+    cleanup,
+    async server(options: NoxRelayOptions = {}): Promise<NoxRelayServer> {
+      const s = await startServer(options);
+      cleanup.push(() => s.close());
+      return s;
+    },
+    async client(
+      s: NoxRelayServer,
+      token: string,
+      options: Parameters<typeof player>[2] = {},
+    ): Promise<NoxRelayClient> {
+      const c = await player(s, token, options);
+      cleanup.push(() => c.close());
+      return c;
+    },
+  };
+}
+
+/** One client packet's bytes. */
+export function packet(uid: number, message: Parameters<typeof writeClientPacket>[2]): Buffer {
+  const w = new WireWriter();
+  writeClientPacket(w, uid, message);
+  return w.toBuffer();
 }

@@ -5,41 +5,13 @@
  */
 import dgram from 'node:dgram';
 import { type FastifyInstance, fastify } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { AuthOutcome } from '../../../src/protocols/nox-relay/auth.js';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { AuthResult } from '../../../src/protocols/nox-relay/constants.js';
-import { writeClientPacket } from '../../../src/protocols/nox-relay/packet.js';
-import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
-import { WireWriter } from '../../../src/wire/index.js';
-import { player, rawTcp, sleep, startServer, until } from './helpers.js';
+import { packet, rawTcp, sleep, until, useFixtures } from './helpers.js';
 
-const cleanup: (() => unknown)[] = [];
-afterEach(async () => {
-  while (cleanup.length > 0) await cleanup.pop()!();
-});
-
-async function server(options: Parameters<typeof startServer>[0] = {}): Promise<NoxRelayServer> {
-  const s = await startServer(options);
-  cleanup.push(() => s.close());
-  return s;
-}
-
-async function client(
-  s: NoxRelayServer,
-  token: string,
-  options: Parameters<typeof player>[2] = {},
-): Promise<NoxRelayClient> {
-  const c = await player(s, token, options);
-  cleanup.push(() => c.close());
-  return c;
-}
-
-function packet(uid: number, message: Parameters<typeof writeClientPacket>[2]): Buffer {
-  const w = new WireWriter();
-  writeClientPacket(w, uid, message);
-  return w.toBuffer();
-}
+const { cleanup, server, client } = useFixtures();
 
 function padded(b: Buffer, size: number): Buffer {
   return Buffer.concat([b, Buffer.alloc(Math.max(0, size - b.length))]);

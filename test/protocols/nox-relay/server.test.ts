@@ -1,6 +1,6 @@
 import dgram from 'node:dgram';
 import { type FastifyInstance, fastify } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { Priority } from '../../../src/protocols/nox-relay/constants.js';
@@ -8,38 +8,12 @@ import { kickPlayer } from '../../../src/protocols/nox-relay/handlers/membership
 import { transformMessage, writeTransformRelay } from '../../../src/protocols/nox-relay/handlers/relay.js';
 import type { StoredTransform } from '../../../src/protocols/nox-relay/instances.js';
 import type { ServerMessage } from '../../../src/protocols/nox-relay/messages.js';
-import { writeClientPacket, writeServerPacket } from '../../../src/protocols/nox-relay/packet.js';
-import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+import { writeServerPacket } from '../../../src/protocols/nox-relay/packet.js';
 import { RelayClient } from '../../../src/protocols/nox-relay/session.js';
 import { WireWriter } from '../../../src/wire/index.js';
-import { next, player, rawTcp, sleep, startServer, until } from './helpers.js';
+import { next, packet, player, rawTcp, sleep, startServer, until, useFixtures } from './helpers.js';
 
-const cleanup: (() => unknown)[] = [];
-afterEach(async () => {
-  while (cleanup.length > 0) await cleanup.pop()!();
-});
-
-async function server(options: Parameters<typeof startServer>[0] = {}): Promise<NoxRelayServer> {
-  const s = await startServer(options);
-  cleanup.push(() => s.close());
-  return s;
-}
-
-async function client(
-  s: NoxRelayServer,
-  token: string,
-  options: Parameters<typeof player>[2] = {},
-): Promise<NoxRelayClient> {
-  const c = await player(s, token, options);
-  cleanup.push(() => c.close());
-  return c;
-}
-
-function packet(uid: number, message: Parameters<typeof writeClientPacket>[2]): Buffer {
-  const w = new WireWriter();
-  writeClientPacket(w, uid, message);
-  return w.toBuffer();
-}
+const { cleanup, server, client } = useFixtures();
 
 /** A packet followed by zero padding up to `size` bytes (a UDP Handshake datagram). */
 function padded(b: Buffer, size = 64): Buffer {
