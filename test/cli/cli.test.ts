@@ -16,14 +16,14 @@ const SEED_JSON = {
 describe('gamewire decode / encode', () => {
   it('decodes the LibRPC seed to the print("Hello") call', () => {
     const r = runCli(['decode', 'vcmp-rpc', '--hex', SEED]);
-    expect(r.status).toBe(0);
+    expect(r.code).toBe(0);
     expect(r.stderr).toBe('');
     expect(JSON.parse(r.stdout)).toEqual(SEED_JSON);
   });
 
   it('encodes that JSON back to the same bytes', () => {
     const r = runCli(['encode', 'vcmp-rpc', '--json', JSON.stringify(SEED_JSON)]);
-    expect(r.status).toBe(0);
+    expect(r.code).toBe(0);
     expect(r.stdout).toBe(`${SEED}\n`);
   });
 
@@ -45,7 +45,7 @@ describe('gamewire decode / encode', () => {
 
   it('reports input that ends early as ERR_INCOMPLETE with exit 1 and nothing on stdout', () => {
     const r = runCli(['decode', 'vcmp-rpc', '--hex', SEED.slice(0, 30)]);
-    expect(r.status).toBe(1);
+    expect(r.code).toBe(1);
     expect(r.stdout).toBe('');
     expect(errorOf(r)).toMatchObject({ code: 'ERR_INCOMPLETE', offset: 9 });
   });
@@ -59,7 +59,7 @@ describe('gamewire decode / encode', () => {
     ];
     for (const [hex, code] of cases) {
       const r = runCli(['decode', 'vcmp-rpc', '--hex', hex]);
-      expect(r.status).toBe(1);
+      expect(r.code).toBe(1);
       expect(r.stdout).toBe('');
       expect(errorOf(r).code).toBe(code);
       expect(r.stderr).not.toMatch(/\n\s+at /);
@@ -75,7 +75,7 @@ describe('gamewire decode / encode', () => {
       '--hex',
       '0100004046000000030001666907000000',
     ]);
-    expect(r.status).toBe(0);
+    expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).item.args).toEqual([{ type: 'int', value: 7 }]);
   });
 
@@ -84,7 +84,7 @@ describe('gamewire decode / encode', () => {
       code: 'ERR_BAD_JSON',
     });
     const r = runCli(['encode', 'vcmp-rpc', '--json', JSON.stringify({ ...SEED_JSON, identifier: 5 })]);
-    expect(r.status).toBe(1);
+    expect(r.code).toBe(1);
     expect(errorOf(r).code).toBe('ERR_BAD_INPUT');
   });
 
@@ -98,7 +98,7 @@ describe('gamewire decode / encode', () => {
       ['serve', 'vcmp-rpc'],
     ]) {
       const r = runCli(args);
-      expect(r.status, args.join(' ')).toBe(2);
+      expect(r.code, args.join(' ')).toBe(2);
       expect(errorOf(r).code).toBe('ERR_USAGE');
     }
   });
@@ -123,11 +123,11 @@ describe('--help', () => {
   it('exists on the program and every command', () => {
     expect(paths.length).toBeGreaterThanOrEqual(4);
     const top = runCli(['--help']);
-    expect(top.status).toBe(0);
+    expect(top.code).toBe(0);
     expect(top.stdout).toMatch(/Usage: gamewire/);
     for (const p of paths) {
       const r = runCli([...p, '--help']);
-      expect(r.status, p.join(' ')).toBe(0);
+      expect(r.code, p.join(' ')).toBe(0);
       expect(r.stdout, p.join(' ')).toMatch(new RegExp(`Usage: gamewire ${p.join(' ')}`));
     }
   });

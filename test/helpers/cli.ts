@@ -7,20 +7,23 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 export const BIN = path.join(ROOT, 'bin/gamewire.js');
 
 export interface CliResult {
-  status: number | null;
+  /** Exit code (null if the process was killed). */
+  code: number | null;
   stdout: string;
   stderr: string;
 }
 
-export function runCli(args: readonly string[], input?: string | Buffer): CliResult {
+/** Runs `gamewire …` to completion with optional stdin (text or raw bytes). */
+export function runCli(args: readonly string[], input?: string | Buffer, timeoutMs = 60_000): CliResult {
   const r = spawnSync(process.execPath, [BIN, ...args], {
     cwd: ROOT,
-    input,
-    encoding: 'utf8',
-    timeout: 20_000,
+    // Text input is passed as UTF-8 bytes: with `encoding: 'buffer'` spawnSync would not encode it.
+    input: typeof input === 'string' ? Buffer.from(input, 'utf8') : input,
+    encoding: 'buffer',
+    timeout: timeoutMs,
     env: { ...process.env, NO_COLOR: '1' },
   });
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  return { code: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
 }
 
 /** Parses the contract's one-line error JSON from stderr. */

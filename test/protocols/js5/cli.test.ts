@@ -1,23 +1,11 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
+import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
 import { tempDir } from './helpers.js';
 
-const root = path.resolve(import.meta.dirname, '../../..');
-const bin = path.join(root, 'bin', 'gamewire.js');
-
 // The CLI is built once for the whole run by test/global-setup.ts.
-
-function run(args: string[], input?: Buffer) {
-  const r = spawnSync(process.execPath, [bin, ...args], {
-    cwd: root,
-    input,
-    encoding: 'buffer',
-    timeout: 60_000,
-  });
-  return { code: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
-}
 
 describe('gamewire js5 (spawned)', () => {
   const children: ChildProcess[] = [];

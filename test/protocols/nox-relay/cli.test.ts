@@ -1,25 +1,13 @@
 /** The real `gamewire` command (bin/gamewire.js on the project's Node), as cli-contract.md fixes it. */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
 import { startServer } from './helpers.js';
-
-const root = path.resolve(import.meta.dirname, '../../..');
-const bin = path.join(root, 'bin/gamewire.js');
-
-function run(args: string[], input?: string): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [bin, ...args], {
-    cwd: root,
-    input,
-    encoding: 'utf8',
-    timeout: 20_000,
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
 
 describe('gamewire decode/encode nox-relay', () => {
   const handshake = '0017000101 0001 0005756e697479 000777696e646f7773';

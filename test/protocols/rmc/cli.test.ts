@@ -3,27 +3,15 @@
  * project's Node (process.execPath), against the compiled dist/ (`npm run build` first; `npm
  * test` does it).
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HyperscapeMessage, hyperscapePacket, LoginProtocol } from '../../../src/protocols/rmc/index.js';
 import { type Codec, decode } from '../../../src/wire/index.js';
+import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
 import { SEED_ERROR_RESPONSE_HEX, SEED_REGISTER_REQUEST_HEX, SEED_URLS, seedRequest } from './fixtures.js';
 import { RawPeer } from './helpers.js';
-
-const root = path.resolve(import.meta.dirname, '../../..');
-const bin = path.join(root, 'bin/gamewire.js');
-
-function run(args: string[], input?: string | Buffer) {
-  const r = spawnSync(process.execPath, [bin, ...args], {
-    cwd: root,
-    encoding: 'utf8',
-    input,
-    timeout: 20_000,
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
 
 beforeAll(() => {
   expect(

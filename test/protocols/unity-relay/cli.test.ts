@@ -2,16 +2,14 @@
  * The real command (`node bin/gamewire.js`, compiled by `npm run build`): decode/encode as the
  * CLI contract fixes them, `serve unity-relay`, and the two-terminal chat demo.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
 import { UNITY_BIND_HEX, UNITY_PING_HEX, UNITY_RELAY_HEX } from './fixtures.js';
 import { unityTransportScenario } from './scenario.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-const bin = path.join(root, 'bin/gamewire.js');
 const children: ChildProcess[] = [];
 
 beforeAll(() => {
@@ -23,16 +21,6 @@ beforeAll(() => {
 afterEach(() => {
   for (const c of children.splice(0)) if (c.exitCode === null) c.kill('SIGKILL');
 });
-
-function run(args: string[], input?: string) {
-  const r = spawnSync(process.execPath, [bin, ...args], {
-    cwd: root,
-    input,
-    encoding: 'utf8',
-    timeout: 20_000,
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
 
 /** Starts a long-running command and resolves with it once `ready` matches its stdout so far. */
 function startProcess(
