@@ -490,6 +490,12 @@ export class StringCodec extends Codec<string> {
   fromJson(json: unknown, path: string): string {
     if (typeof json !== 'string') throw badInput(path, `expected a string, got ${typeOf(json)}`);
     if (this.nul && json.includes('\0')) throw badInput(path, 'string contains a NUL');
+    if (this.maxBytes !== Number.POSITIVE_INFINITY && Buffer.byteLength(json, 'utf8') > this.maxBytes) {
+      throw badInput(
+        path,
+        `string of ${Buffer.byteLength(json, 'utf8')} bytes exceeds the limit of ${this.maxBytes}`,
+      );
+    }
     return json;
   }
 }

@@ -25,7 +25,6 @@ import {
   struct,
   t,
   type WireReader,
-  type WireWriter,
 } from '../../wire/index.js';
 
 // ---- String ---------------------------------------------------------------------------------
@@ -46,12 +45,13 @@ export interface QStringOptions {
 }
 
 export class QStringCodec extends StringCodec {
-  /** Most UTF-8 bytes, NUL not counted (`Infinity` when unbounded). */
-  readonly limitBytes: number;
-
   constructor(options: QStringOptions = {}) {
-    super(t.u16le, { nulTerminated: true, encoding: 'utf8' });
-    this.limitBytes = options.maxBytes ?? Number.POSITIVE_INFINITY;
+    // `maxBytes` counts the UTF-8 bytes without the NUL, on decode, encode and JSON alike.
+    super(t.u16le, {
+      nulTerminated: true,
+      encoding: 'utf8',
+      ...(options.maxBytes !== undefined ? { maxBytes: options.maxBytes } : {}),
+    });
     // The shortest accepted form is the two-byte `00 00` (see above), not `01 00 00`: containers
     // bound their element counts with this.
     this.minSize = 2;
@@ -59,43 +59,12 @@ export class QStringCodec extends StringCodec {
 
   override read(r: WireReader): string {
     const o = r.offset;
-    if (o + 2 <= r.end) {
-      const n = r.buf[o]! | (r.buf[o + 1]! << 8);
-      if (n === 0) {
-        r.offset = o + 2;
-        return '';
-      }
-      // Checked here rather than with StringCodec's own `maxBytes`, which counts the NUL on
-      // decode but not on encode.
-      if (n - 1 > this.limitBytes) {
-        throw new DecodeError(
-          ErrorCode.TOO_LARGE,
-          `String of ${n - 1} bytes exceeds the field's limit of ${this.limitBytes}`,
-          o,
-        );
-      }
+    // An empty String written as `00 00` (no NUL) is accepted too.
+    if (o + 2 <= r.end && r.buf[o] === 0 && r.buf[o + 1] === 0) {
+      r.offset = o + 2;
+      return '';
     }
     return super.read(r);
-  }
-
-  override write(w: WireWriter, value: string): void {
-    if (this.limitBytes !== Number.POSITIVE_INFINITY && Buffer.byteLength(value, 'utf8') > this.limitBytes) {
-      throw new EncodeError(
-        ErrorCode.TOO_LARGE,
-        `String of ${Buffer.byteLength(value, 'utf8')} bytes exceeds the field's limit of ${this.limitBytes}`,
-      );
-    }
-    super.write(w, value);
-  }
-
-  override fromJson(json: unknown, path: string): string {
-    const s = super.fromJson(json, path);
-    if (this.limitBytes !== Number.POSITIVE_INFINITY && Buffer.byteLength(s, 'utf8') > this.limitBytes)
-      throw badInput(
-        path,
-        `string of ${Buffer.byteLength(s, 'utf8')} bytes exceeds the limit of ${this.limitBytes}`,
-      );
-    return s;
   }
 }
 
