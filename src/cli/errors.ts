@@ -1,21 +1,8 @@
-/** CLI-level errors. Protocol subcommands throw these; main() turns them into the error JSON. */
-export class CliError extends Error {
-  readonly code: string;
-  readonly exitCode: number;
-
-  constructor(code: string, message: string, exitCode = 1) {
-    super(message);
-    this.code = code;
-    this.exitCode = exitCode;
-  }
-}
-
-/** Bad usage: exit 2. */
-export class UsageError extends CliError {
-  constructor(message: string) {
-    super('ERR_USAGE', message, 2);
-  }
-}
+/**
+ * The CLI's error output. The error classes live in src/core/errors.ts so protocols can throw
+ * them without importing the CLI; they are re-exported here for existing imports.
+ */
+export { CliError, CommandError, ConfigError, parseIntOption, UsageError } from '../core/errors.js';
 
 /** Writes the contract's error line: `{"error":{"code":…,"message":…,"offset":…}}`. */
 export function printError(code: string, message: string, offset?: number, path?: string): void {
@@ -23,10 +10,4 @@ export function printError(code: string, message: string, offset?: number, path?
   if (offset !== undefined) error.offset = offset;
   if (path !== undefined && path !== '') error.path = path;
   process.stderr.write(`${JSON.stringify({ error })}\n`);
-}
-
-/** Parses an integer option for commander, or fails as a usage error. */
-export function parseIntOption(value: string): number {
-  if (!/^\d+$/.test(value)) throw new UsageError(`"${value}" is not a whole number`);
-  return Number(value);
 }

@@ -1,5 +1,5 @@
 /**
- * The `gamewire` command, as ../shared/cli-contract.md fixes it: decode, encode, serve, plus the
+ * The `gamewire` command, as docs/cli.md describes it: decode, encode, serve, plus the
  * protocols' own subcommands. Errors are one JSON line on stderr; exit 1 for bad input, 2 for
  * bad usage; never a stack trace.
  */

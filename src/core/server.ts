@@ -1,7 +1,12 @@
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from './metrics.js';
 
-/** One option of `gamewire serve`, also settable in the config file under the protocol's name. */
+/**
+ * One option of `gamewire serve`, also settable in the config file under the protocol's name.
+ * Names follow the rule in docs/decisions.md ("Config keys and flags"). Every field after
+ * `default` is optional; the config schema (src/core/config.ts) uses them to validate flags,
+ * config-file values and environment variables alike.
+ */
 export interface ServeOption {
   /** Key in the options object and the config file (camelCase), e.g. `apiPort`. */
   key: string;
@@ -10,6 +15,20 @@ export interface ServeOption {
   description: string;
   type: 'int' | 'string' | 'bool' | 'list';
   default?: unknown;
+  /** Smallest accepted value (`int`). Ports and counts default to 0 when unset. */
+  min?: number;
+  /** Largest accepted value (`int`). */
+  max?: number;
+  /** The only accepted values (`string`, or each item of a `list`). */
+  choices?: readonly string[];
+  /** Unit of an `int`, for docs and messages: `ms`, `s`, `bytes`, `MiB`, `port`, … */
+  unit?: string;
+  /** A secret (key, token, password): never printed, and settable through `env`. */
+  secret?: boolean;
+  /** Environment variable that sets this option (`GAMEWIRE_…`); derived from the key when `secret` is set. */
+  env?: string;
+  /** Former config keys still accepted (with a warning) so existing config files keep working. */
+  aliases?: readonly string[];
 }
 
 export interface ServerContext {

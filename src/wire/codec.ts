@@ -7,7 +7,7 @@
  * declared message decodes about as fast as a hand-written one: monomorphic calls, stable object
  * shapes, no per-field loop.
  */
-import { asDecodeError, DecodeError, EncodeError, ErrorCode } from './errors.js';
+import { asDecodeError, DeclarationError, DecodeError, EncodeError, ErrorCode } from './errors.js';
 import { DEFAULT_LIMITS, type DecodeLimits, resolveLimits } from './limits.js';
 import { type StringEncoding, WireReader } from './reader.js';
 import { WireWriter } from './writer.js';
@@ -29,6 +29,7 @@ export type CodecInfo =
   | { kind: 'struct'; name: string | undefined; fields: readonly FieldInfo[] }
   | { kind: 'sized'; prefix: Codec<number>; adjust: number; inner: Codec<unknown> }
   | { kind: 'union'; tag: Codec<number>; variants: readonly VariantInfo[] }
+  | { kind: 'select'; head: Codec<unknown>; on: string; cases: readonly SelectCaseInfo[] }
   | { kind: 'lazy'; target: () => Codec<unknown> }
   | { kind: 'custom'; name: string; description: string };
 
@@ -43,10 +44,18 @@ export interface FieldInfo {
   codec: Codec<unknown>;
   /** Present only when this returns true for the fields decoded so far. */
   when: ((partial: any) => boolean) | undefined;
+  /** The same condition as data, when it was declared with `is.…` (for dissectors and the inspector). */
+  condition: Condition | undefined;
   /** A fixed value: checked on decode, written on encode, not part of the message object. */
   constant: unknown;
   isConstant: boolean;
   doc: string | undefined;
+}
+
+/** One branch of a `select`: taken when the selecting field's value, as a string, is `value`. */
+export interface SelectCaseInfo {
+  value: string;
+  codec: Codec<unknown>;
 }
 
 export interface VariantInfo {
@@ -607,16 +616,100 @@ function writeElement<T>(el: Codec<T>, w: WireWriter, v: T, i: number): void {
   }
 }
 
+// ---- conditions (typed `when` predicates, as data) -------------------------------------------
+
+type Scalar = number | bigint | boolean | string;
+
+/**
+ * A condition on an earlier field, kept as data so that introspection (the inspector, the
+ * Wireshark dissector generator) can read it as well as run it.
+ */
+export type Condition =
+  | { op: 'eq' | 'ne'; field: string; value: Scalar }
+  | { op: 'in'; field: string; values: readonly Scalar[] }
+  | { op: 'allBits' | 'anyBits' | 'noBits'; field: string; mask: number }
+  | { op: 'and' | 'or'; conditions: readonly Condition[] }
+  | { op: 'not'; condition: Condition };
+
+/** A runnable condition; `Needs` is the shape of the earlier fields it reads (checked by `struct`). */
+export interface Predicate<Needs> {
+  readonly condition: Condition;
+  readonly test: (partial: Needs) => boolean;
+}
+
+type Widen<V> = V extends number
+  ? number
+  : V extends bigint
+    ? bigint
+    : V extends boolean
+      ? boolean
+      : V extends string
+        ? string
+        : V;
+
+function predicate<Needs>(condition: Condition, test: (partial: any) => boolean): Predicate<Needs> {
+  return { condition, test };
+}
+
+/** The fields a condition reads, for declaration-time checks. */
+export function conditionFields(c: Condition): string[] {
+  if ('conditions' in c) return c.conditions.flatMap(conditionFields);
+  if ('condition' in c) return conditionFields(c.condition);
+  return [c.field];
+}
+
+/** Typed conditions for `when(…)`: each names an earlier field of the struct. */
+export const is = {
+  /** `field === value`. */
+  eq<K extends string, V extends Scalar>(field: K, value: V): Predicate<{ [P in K]: Widen<V> }> {
+    return predicate({ op: 'eq', field, value }, (o) => o[field] === value);
+  },
+  /** `field !== value`. */
+  ne<K extends string, V extends Scalar>(field: K, value: V): Predicate<{ [P in K]: Widen<V> }> {
+    return predicate({ op: 'ne', field, value }, (o) => o[field] !== value);
+  },
+  /** `field` is one of `values`. */
+  oneOf<K extends string, V extends Scalar>(
+    field: K,
+    values: readonly V[],
+  ): Predicate<{ [P in K]: Widen<V> }> {
+    const set = new Set<unknown>(values);
+    return predicate({ op: 'in', field, values }, (o) => set.has(o[field]));
+  },
+  /** Every bit of `mask` is set in `field`. */
+  allBits<K extends string>(field: K, mask: number): Predicate<{ [P in K]: number }> {
+    return predicate({ op: 'allBits', field, mask }, (o) => (o[field] & mask) === mask);
+  },
+  /** At least one bit of `mask` is set in `field`. */
+  anyBits<K extends string>(field: K, mask: number): Predicate<{ [P in K]: number }> {
+    return predicate({ op: 'anyBits', field, mask }, (o) => (o[field] & mask) !== 0);
+  },
+  /** No bit of `mask` is set in `field`. */
+  noBits<K extends string>(field: K, mask: number): Predicate<{ [P in K]: number }> {
+    return predicate({ op: 'noBits', field, mask }, (o) => (o[field] & mask) === 0);
+  },
+  and<A, B>(a: Predicate<A>, b: Predicate<B>): Predicate<A & B> {
+    return predicate({ op: 'and', conditions: [a.condition, b.condition] }, (o) => a.test(o) && b.test(o));
+  },
+  or<A, B>(a: Predicate<A>, b: Predicate<B>): Predicate<A & B> {
+    return predicate({ op: 'or', conditions: [a.condition, b.condition] }, (o) => a.test(o) || b.test(o));
+  },
+  not<A>(a: Predicate<A>): Predicate<A> {
+    return predicate({ op: 'not', condition: a.condition }, (o) => !a.test(o));
+  },
+} as const;
+
 // ---- structs (compiled) ---------------------------------------------------------------------
 
 const OPTIONAL = Symbol('optional');
 const CONSTANT = Symbol('constant');
 const DOC = Symbol('doc');
 
-export interface OptionalField<T> {
+export interface OptionalField<T, Needs = any> {
   readonly [OPTIONAL]: true;
   readonly codec: Codec<T>;
-  readonly when: (partial: any) => boolean;
+  readonly when: (partial: Needs) => boolean;
+  readonly condition: Condition | undefined;
 }
 
 export interface ConstantField<T> {
@@ -631,9 +724,19 @@ export interface DocField<T> {
   readonly doc: string;
 }
 
-/** A field that exists only when `when(fieldsSoFar)` is true. */
-export function when<T>(predicate: (partial: any) => boolean, codec: Codec<T>): OptionalField<T> {
-  return { [OPTIONAL]: true, codec, when: predicate };
+/**
+ * A field that exists only when `predicate` holds for the fields decoded before it. The
+ * predicate is either an `is.…` condition (typed by the field it names, and readable by
+ * introspection) or a function; annotate the function's parameter (`(m: { flags: number }) => …`)
+ * and `struct`/`message` check that those fields exist with those types.
+ */
+export function when<T, Needs = any>(
+  predicate: Predicate<Needs> | ((partial: Needs) => boolean),
+  codec: Codec<T>,
+): OptionalField<T, Needs> {
+  if (typeof predicate === 'function')
+    return { [OPTIONAL]: true, codec, when: predicate, condition: undefined };
+  return { [OPTIONAL]: true, codec, when: predicate.test, condition: predicate.condition };
 }
 
 /** A fixed value (a signature, version, padding): checked on decode, written on encode. */
@@ -646,16 +749,16 @@ export function doc<T>(text: string, codec: Codec<T>): DocField<T> {
   return { [DOC]: true, codec, doc: text };
 }
 
-type FieldInput = Codec<any> | OptionalField<any> | ConstantField<any> | DocField<any>;
+type FieldInput = Codec<any> | OptionalField<any, any> | ConstantField<any> | DocField<any>;
 export type Fields = Record<string, FieldInput>;
 
 type Simplify<T> = { [K in keyof T]: T[K] } & {};
 type RequiredKeys<F> = {
-  [K in keyof F]: F[K] extends ConstantField<any> ? never : F[K] extends OptionalField<any> ? never : K;
+  [K in keyof F]: F[K] extends ConstantField<any> ? never : F[K] extends OptionalField<any, any> ? never : K;
 }[keyof F];
-type OptionalKeys<F> = { [K in keyof F]: F[K] extends OptionalField<any> ? K : never }[keyof F];
+type OptionalKeys<F> = { [K in keyof F]: F[K] extends OptionalField<any, any> ? K : never }[keyof F];
 type FieldType<X> =
-  X extends OptionalField<infer T>
+  X extends OptionalField<infer T, any>
     ? T
     : X extends DocField<infer T>
       ? T
@@ -668,18 +771,46 @@ export type StructValue<F> = Simplify<
 >;
 export type MessageValue<N extends string, F> = Simplify<{ type: N } & StructValue<F>>;
 
+type FieldValues<F> = { [K in keyof F]: FieldType<F[K]> };
+
+/**
+ * `F`, with every `when` whose predicate needs fields this struct does not declare (or declares
+ * with other types) turned into a type error at the field's name; an untyped predicate (`any`)
+ * passes. `struct`/`message` do not apply it themselves (it would reject generic wrappers that
+ * pass a type parameter through); wrap the fields in `checkedFields({…})` to opt in. Every
+ * `is.…` condition is also checked when it is declared: it must name an earlier field.
+ */
+export type CheckedFields<F> = {
+  [K in keyof F]: F[K] extends OptionalField<any, infer Needs>
+    ? unknown extends Needs
+      ? F[K]
+      : FieldValues<F> extends Needs
+        ? F[K]
+        : { error: 'when(): the predicate reads fields this struct does not declare, or with other types' }
+    : F[K];
+};
+
 function normalizeField(name: string, input: FieldInput): FieldInfo {
   if (name === '__proto__' || name === 'constructor' || name === 'type') {
-    throw new Error(`field name "${name}" is reserved`);
+    throw new DeclarationError(`field name "${name}" is reserved`);
   }
   if (input instanceof Codec) {
-    return { name, codec: input, when: undefined, constant: undefined, isConstant: false, doc: undefined };
+    return {
+      name,
+      codec: input,
+      when: undefined,
+      condition: undefined,
+      constant: undefined,
+      isConstant: false,
+      doc: undefined,
+    };
   }
   if (OPTIONAL in input) {
     return {
       name,
       codec: input.codec,
       when: input.when,
+      condition: input.condition,
       constant: undefined,
       isConstant: false,
       doc: undefined,
@@ -690,6 +821,7 @@ function normalizeField(name: string, input: FieldInput): FieldInfo {
       name,
       codec: input.codec,
       when: undefined,
+      condition: undefined,
       constant: input.value,
       isConstant: true,
       doc: undefined,
@@ -699,6 +831,7 @@ function normalizeField(name: string, input: FieldInput): FieldInfo {
     name,
     codec: input.codec,
     when: undefined,
+    condition: undefined,
     constant: undefined,
     isConstant: false,
     doc: input.doc,
@@ -710,18 +843,70 @@ function constantMatches(a: unknown, b: unknown): boolean {
   return a === b;
 }
 
-export class StructCodec<T> extends Codec<T> {
+/**
+ * A codec whose value is an object of named fields, which `select` can extend: it reads its
+ * fields into an object that already holds earlier ones, and converts to or from JSON into a
+ * shared object. `StructCodec` and `SelectCodec` are the two kinds.
+ */
+export abstract class ObjectCodec<T> extends Codec<T> {
+  /** The message name written as `type`, if any. */
+  abstract readonly name: string | undefined;
+  /** Every field name this codec can produce (for select's checks and JSON validation). */
+  abstract readonly fieldNames: ReadonlySet<string>;
+  /** Field names its conditions read that it does not declare itself (a select's head must). */
+  abstract readonly outerFields: ReadonlySet<string>;
+  /** Reads the fields into `o` (which may hold earlier fields) and returns it. */
+  abstract readInto(r: WireReader, o: Record<string, unknown>): T;
+  /** Adds the JSON of this codec's fields to `out` (not `type`). */
+  abstract toJsonInto(value: T, out: Record<string, Json>): void;
+  /** Converts this codec's fields from `json` into `out`, adding their names to `known`. */
+  abstract fromJsonInto(
+    json: Record<string, unknown>,
+    path: string,
+    out: Record<string, unknown>,
+    known: Set<string>,
+  ): void;
+
+  toJson(value: T): Json {
+    const out: Record<string, Json> = {};
+    const type = (value as { type?: unknown }).type;
+    if (typeof type === 'string') out.type = type;
+    this.toJsonInto(value, out);
+    return out;
+  }
+
+  fromJson(json: unknown, path: string): T {
+    if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+      throw badInput(path, `expected an object, got ${typeOf(json)}`);
+    }
+    const j = json as Record<string, unknown>;
+    const out: Record<string, unknown> = {};
+    const known = new Set<string>(['type']);
+    this.fromJsonInto(j, path, out, known);
+    for (const k of Object.keys(j)) {
+      if (!known.has(k)) throw badInput(path === '' ? k : `${path}.${k}`, 'unknown field');
+    }
+    return out as T;
+  }
+}
+
+export class StructCodec<T> extends ObjectCodec<T> {
   readonly info: CodecInfo;
   readonly fields: readonly FieldInfo[];
   readonly read: (r: WireReader) => T;
+  readonly readInto: (r: WireReader, o: Record<string, unknown>) => T;
   readonly write: (w: WireWriter, value: T) => void;
   readonly name: string | undefined;
+  readonly fieldNames: ReadonlySet<string>;
+  readonly outerFields: ReadonlySet<string>;
 
   constructor(name: string | undefined, fields: Fields) {
     super();
     this.name = name;
     this.fields = Object.entries(fields).map(([n, f]) => normalizeField(n, f));
     this.info = { kind: 'struct', name, fields: this.fields };
+    this.fieldNames = new Set(this.fields.filter((f) => !f.isConstant).map((f) => f.name));
+    this.outerFields = checkConditions(this.fields);
     let min = 0;
     let fixed: number | undefined = 0;
     for (const f of this.fields) {
@@ -733,30 +918,35 @@ export class StructCodec<T> extends Codec<T> {
     }
     this.minSize = min;
     this.fixedSize = fixed;
-    this.read = compileRead(name, this.fields) as (r: WireReader) => T;
+    const compiled = compileRead(name, this.fields);
+    this.read = compiled.read as (r: WireReader) => T;
+    this.readInto = compiled.readInto as (r: WireReader, o: Record<string, unknown>) => T;
     this.write = compileWrite(this.fields) as (w: WireWriter, value: T) => void;
   }
 
-  toJson(value: T): Json {
+  toJsonInto(value: T, out: Record<string, Json>): void {
     const v = value as Record<string, unknown>;
-    const out: Record<string, Json> = {};
-    if (this.name !== undefined) out.type = this.name;
     for (const f of this.fields) {
       if (f.isConstant) continue;
       const x = v[f.name];
       if (x !== undefined) out[f.name] = f.codec.toJson(x);
     }
+  }
+
+  override toJson(value: T): Json {
+    const out: Record<string, Json> = {};
+    if (this.name !== undefined) out.type = this.name;
+    this.toJsonInto(value, out);
     return out;
   }
 
-  fromJson(json: unknown, path: string): T {
-    if (typeof json !== 'object' || json === null || Array.isArray(json)) {
-      throw badInput(path, `expected an object, got ${typeOf(json)}`);
-    }
-    const j = json as Record<string, unknown>;
-    const out: Record<string, unknown> = {};
+  fromJsonInto(
+    j: Record<string, unknown>,
+    path: string,
+    out: Record<string, unknown>,
+    known: Set<string>,
+  ): void {
     if (this.name !== undefined) out.type = this.name;
-    const known = new Set<string>(['type']);
     for (const f of this.fields) {
       known.add(f.name);
       if (f.isConstant) continue;
@@ -768,11 +958,28 @@ export class StructCodec<T> extends Codec<T> {
       if (!Object.hasOwn(j, f.name)) throw badInput(p, 'missing field');
       out[f.name] = f.codec.fromJson(j[f.name], p);
     }
-    for (const k of Object.keys(j)) {
-      if (!known.has(k)) throw badInput(path === '' ? k : `${path}.${k}`, 'unknown field');
-    }
-    return out as T;
   }
+}
+
+/**
+ * Checks at declaration time that every `is.…` condition reads a field declared before it (and
+ * not a constant, which is not part of the value). Returns the names it reads that the struct
+ * does not declare: legal only inside a `select`, whose head must declare them.
+ */
+function checkConditions(fields: readonly FieldInfo[]): Set<string> {
+  const outer = new Set<string>();
+  fields.forEach((f, i) => {
+    if (f.condition === undefined) return;
+    for (const name of conditionFields(f.condition)) {
+      const at = fields.findIndex((x) => x.name === name);
+      if (at === -1) outer.add(name);
+      else if (at >= i)
+        throw new DeclarationError(`field "${f.name}" depends on "${name}", which comes after it`);
+      else if (fields[at]!.isConstant)
+        throw new DeclarationError(`field "${f.name}" depends on constant "${name}"`);
+    }
+  });
+  return outer;
 }
 
 /** Prefixes the failing field's name to whatever a struct's field threw. */
@@ -803,29 +1010,49 @@ function formatConst(v: unknown): string {
   return String(v);
 }
 
-function compileRead(name: string | undefined, fields: readonly FieldInfo[]): Function {
-  const lines: string[] = [];
-  const init = fields.filter((f) => !f.isConstant).map((f) => `${JSON.stringify(f.name)}: undefined`);
-  if (name !== undefined) init.unshift(`type: ${JSON.stringify(name)}`);
-  lines.push(
-    'return function read(r) {',
-    '  let f = -1;',
-    '  try {',
-    `    const o = { ${init.join(', ')} };`,
-  );
+function compileRead(
+  name: string | undefined,
+  fields: readonly FieldInfo[],
+): { read: Function; readInto: Function } {
+  const body: string[] = [];
   fields.forEach((field, i) => {
     const key = JSON.stringify(field.name);
     const readExpr = field.codec.inline !== undefined ? `r.${field.codec.inline}()` : `c${i}.read(r)`;
-    lines.push(`    f = ${i};`);
+    body.push(`    f = ${i};`);
     if (field.isConstant) {
-      lines.push(`    { const at = r.offset; checkConstant(fields[${i}], ${readExpr}, at); }`);
+      body.push(`    { const at = r.offset; checkConstant(fields[${i}], ${readExpr}, at); }`);
     } else if (field.when !== undefined) {
-      lines.push(`    if (fields[${i}].when(o)) o[${key}] = ${readExpr};`);
+      body.push(`    if (fields[${i}].when(o)) o[${key}] = ${readExpr};`);
     } else {
-      lines.push(`    o[${key}] = ${readExpr};`);
+      body.push(`    o[${key}] = ${readExpr};`);
     }
   });
-  lines.push('    return o;', '  } catch (e) {', '    throw decodeFieldError(e, fields, f, r);', '  }', '};');
+  const tail = [
+    '    return o;',
+    '  } catch (e) {',
+    '    throw decodeFieldError(e, fields, f, r);',
+    '  }',
+    '}',
+  ];
+  const init = fields.filter((f) => !f.isConstant).map((f) => `${JSON.stringify(f.name)}: undefined`);
+  if (name !== undefined) init.unshift(`type: ${JSON.stringify(name)}`);
+  // `read` builds the object with every field present from the start, so decoded objects share
+  // one shape; `readInto` adds to an object a select's head already started.
+  const lines = [
+    'function read(r) {',
+    '  let f = -1;',
+    '  try {',
+    `    const o = { ${init.join(', ')} };`,
+    ...body,
+    ...tail,
+    'function readInto(r, o) {',
+    '  let f = -1;',
+    '  try {',
+    ...(name !== undefined ? [`    o.type = ${JSON.stringify(name)};`] : []),
+    ...body,
+    ...tail,
+    'return { read, readInto };',
+  ];
   const params = fields.map((_, i) => `c${i}`);
   const factory = new Function('fields', 'checkConstant', 'decodeFieldError', ...params, lines.join('\n'));
   return factory(fields, checkConstant, decodeFieldError, ...fields.map((f) => f.codec));
@@ -926,7 +1153,8 @@ export class UnionCodec<V extends VariantMap> extends Codec<UnionValue<V>> {
     const list: VariantInfo[] = [];
     let min = Number.POSITIVE_INFINITY;
     for (const [name, [code, codec]] of Object.entries(variants)) {
-      if (codec.name !== name) throw new Error(`variant ${name} must be declared as message('${name}', …)`);
+      if (codec.name !== name)
+        throw new DeclarationError(`variant ${name} must be declared as message('${name}', …)`);
       this.byTag.set(code, codec);
       this.byName.set(name, { tag: code, codec });
       list.push({ name, tag: code, codec });
@@ -982,6 +1210,129 @@ export class UnionCodec<V extends VariantMap> extends Codec<UnionValue<V>> {
       );
     }
     return v.codec.fromJson(json, path);
+  }
+}
+
+// ---- select: branch on an earlier field -----------------------------------------------------
+
+type CaseMap = Record<string, ObjectCodec<any>>;
+export type SelectValue<H, C extends CaseMap> = { [K in keyof C]: Simplify<H & Infer<C[K]>> }[keyof C];
+
+/**
+ * A message whose remaining fields depend on a field read earlier: `head` is read first, then
+ * the case named by `String(head[on])` (`'true'`/`'false'` for a boolean, `'3'` for a number).
+ * The result is one flat object with the head's and the case's fields, as the wire format lays
+ * them out; a named case (`message('Response', …)`) sets `type`. Cases can be selects
+ * themselves (branch again on a later field), and their conditions may read the head's fields.
+ */
+export class SelectCodec<T> extends ObjectCodec<T> {
+  readonly info: CodecInfo;
+  readonly head: ObjectCodec<any>;
+  readonly on: string;
+  readonly name: string | undefined;
+  readonly fieldNames: ReadonlySet<string>;
+  readonly outerFields: ReadonlySet<string>;
+  private readonly cases: ReadonlyMap<string, ObjectCodec<any>>;
+
+  constructor(head: ObjectCodec<any>, on: string, cases: CaseMap) {
+    super();
+    if (!head.fieldNames.has(on)) throw new DeclarationError(`select: the head has no field "${on}"`);
+    this.head = head;
+    this.on = on;
+    this.name = head.name;
+    this.cases = new Map(Object.entries(cases));
+    if (this.cases.size === 0) throw new DeclarationError('select: no cases');
+    const names = new Set(head.fieldNames);
+    const outer = new Set(head.outerFields);
+    let min = Number.POSITIVE_INFINITY;
+    let fixed: number | undefined;
+    let first = true;
+    for (const [value, c] of this.cases) {
+      for (const n of c.fieldNames) {
+        if (head.fieldNames.has(n))
+          throw new DeclarationError(`select case ${value}: field "${n}" is also in the head`);
+        names.add(n);
+      }
+      for (const n of c.outerFields) if (!head.fieldNames.has(n)) outer.add(n);
+      min = Math.min(min, c.minSize);
+      fixed = first ? c.fixedSize : fixed === c.fixedSize ? fixed : undefined;
+      first = false;
+    }
+    this.fieldNames = names;
+    this.outerFields = outer;
+    this.minSize = head.minSize + min;
+    this.fixedSize = head.fixedSize !== undefined && fixed !== undefined ? head.fixedSize + fixed : undefined;
+    this.info = {
+      kind: 'select',
+      head,
+      on,
+      cases: [...this.cases].map(([value, codec]) => ({ value, codec })),
+    };
+  }
+
+  private caseFor(value: unknown): ObjectCodec<any> | undefined {
+    return this.cases.get(String(value));
+  }
+
+  private choices(): string {
+    return [...this.cases.keys()].join(', ');
+  }
+
+  read(r: WireReader): T {
+    const o = this.head.read(r) as Record<string, unknown>;
+    return this.readCase(r, o);
+  }
+
+  readInto(r: WireReader, o: Record<string, unknown>): T {
+    this.head.readInto(r, o);
+    return this.readCase(r, o);
+  }
+
+  private readCase(r: WireReader, o: Record<string, unknown>): T {
+    const value = o[this.on];
+    const c = this.caseFor(value);
+    if (c === undefined) {
+      throw new DecodeError(
+        ErrorCode.BAD_VALUE,
+        `${this.on} = ${String(value)} has no case (cases: ${this.choices()})`,
+        r.offset,
+        this.on,
+      );
+    }
+    return c.readInto(r, o);
+  }
+
+  write(w: WireWriter, value: T): void {
+    const v = value as Record<string, unknown>;
+    const c = this.caseFor(v[this.on]);
+    if (c === undefined)
+      throw badInput(this.on, `${String(v[this.on])} has no case (cases: ${this.choices()})`);
+    this.head.write(w, value);
+    c.write(w, value);
+  }
+
+  toJsonInto(value: T, out: Record<string, Json>): void {
+    const v = value as Record<string, unknown>;
+    this.head.toJsonInto(value, out);
+    const c = this.caseFor(v[this.on]);
+    if (c === undefined)
+      throw badInput(this.on, `${String(v[this.on])} has no case (cases: ${this.choices()})`);
+    c.toJsonInto(value, out);
+  }
+
+  fromJsonInto(
+    j: Record<string, unknown>,
+    path: string,
+    out: Record<string, unknown>,
+    known: Set<string>,
+  ): void {
+    this.head.fromJsonInto(j, path, out, known);
+    const c = this.caseFor(out[this.on]);
+    if (c === undefined) {
+      const p = path === '' ? this.on : `${path}.${this.on}`;
+      throw badInput(p, `${String(out[this.on])} has no case (cases: ${this.choices()})`);
+    }
+    c.fromJsonInto(j, path, out, known);
   }
 }
 
@@ -1077,6 +1428,11 @@ export function arrayOfBytes<T>(element: Codec<T>, byteLength: IntCodec): ArrayC
   return new ArrayCodec(element, byteLength, 'bytes');
 }
 
+/** Returns `fields` unchanged, after checking at compile time that typed `when` predicates fit them. */
+export function checkedFields<F extends Fields>(fields: F & CheckedFields<F>): F {
+  return fields;
+}
+
 export function struct<F extends Fields>(fields: F): StructCodec<StructValue<F>> {
   return new StructCodec(undefined, fields);
 }
@@ -1091,6 +1447,18 @@ export function message<N extends string, F extends Fields>(
 
 export function sized<T>(prefix: IntCodec, inner: Codec<T>, adjust = 0): SizedCodec<T> {
   return new SizedCodec(prefix, inner, adjust);
+}
+
+/**
+ * Branches on a field of `head`: `select(head, 'isRequest', { true: request, false: response })`.
+ * See `SelectCodec`.
+ */
+export function select<H, K extends keyof H & string, C extends CaseMap>(
+  head: ObjectCodec<H>,
+  on: K,
+  cases: C,
+): SelectCodec<SelectValue<H, C>> {
+  return new SelectCodec(head, on, cases);
 }
 
 export function union<V extends VariantMap>(tag: Codec<number>, variants: V): UnionCodec<V> {

@@ -6,6 +6,30 @@
  * field `path` (`args[2].value`) so a person can find the bad field.
  */
 
+/**
+ * The base of every error gamewire throws on purpose. `code` is stable (`ERR_…`) and is what
+ * scripts, tests and the CLI's JSON error line rely on; the message is for people and may change.
+ * It lives in the wire layer because the wire layer depends on nothing, so every other layer can
+ * extend it. The codes are listed in docs/errors.md.
+ */
+export class GamewireError extends Error {
+  /** Stable machine-readable code, `ERR_…`. */
+  readonly code: string;
+
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+
+  override get name(): string {
+    return 'GamewireError';
+  }
+}
+
+export function isGamewireError(e: unknown): e is GamewireError {
+  return e instanceof GamewireError;
+}
+
 /** Codes shared by every protocol. Protocols may add their own, always starting with `ERR_`. */
 export const ErrorCode = {
   /** The input ended before the message was complete: more bytes could make it valid. */
@@ -30,6 +54,10 @@ export const ErrorCode = {
   BAD_LENGTH: 'ERR_BAD_LENGTH',
   /** Input to an encoder (typed value or JSON) that cannot be encoded. */
   BAD_INPUT: 'ERR_BAD_INPUT',
+  /** A codec declaration that cannot work (a reserved field name, a condition on a later field). */
+  BAD_DECLARATION: 'ERR_BAD_DECLARATION',
+  /** A fault inside gamewire itself (a bug), reported through the same typed path. */
+  INTERNAL: 'ERR_INTERNAL',
 } as const;
 
 export type KnownErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -40,17 +68,14 @@ function joinPath(segment: string, rest: string): string {
   return rest.startsWith('[') ? `${segment}${rest}` : `${segment}.${rest}`;
 }
 
-abstract class WireError extends Error {
-  /** Stable machine-readable code, `ERR_…`. */
-  readonly code: string;
+abstract class WireError extends GamewireError {
   /** Field path from the outermost message down, e.g. `args[2].value`; '' when not inside a field. */
   path: string;
   /** The message without the path, so the path can be prefixed while the error unwinds. */
   readonly detail: string;
 
   constructor(code: string, detail: string, path = '') {
-    super(path === '' ? detail : `${path}: ${detail}`);
-    this.code = code;
+    super(code, path === '' ? detail : `${path}: ${detail}`);
     this.detail = detail;
     this.path = path;
   }
@@ -103,4 +128,15 @@ export function asDecodeError(e: unknown, offset: number): DecodeError {
   if (e instanceof DecodeError) return e;
   const detail = e instanceof Error ? e.message : String(e);
   return new DecodeError('ERR_INTERNAL', `internal decoder fault: ${detail}`, offset);
+}
+
+/** A codec declared in a way that cannot work; thrown when the declaration is made, never on input. */
+export class DeclarationError extends GamewireError {
+  constructor(message: string) {
+    super(ErrorCode.BAD_DECLARATION, message);
+  }
+
+  override get name(): string {
+    return 'DeclarationError';
+  }
 }

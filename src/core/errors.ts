@@ -1,0 +1,72 @@
+/**
+ * Errors that carry an exit code for the command line but belong to no command-line code:
+ * protocols, servers and config validation throw them, and the CLI turns them into its JSON error
+ * line and exit status. Keeping them here (not in src/cli) lets protocols report a usage or
+ * configuration problem without depending on the CLI.
+ */
+import { GamewireError } from '../wire/errors.js';
+
+export { GamewireError, isGamewireError } from '../wire/errors.js';
+
+/** Exit status for bad input or a failed operation. */
+export const EXIT_FAILURE = 1;
+/** Exit status for bad usage (unknown flag, bad option value, bad config). */
+export const EXIT_USAGE = 2;
+
+/** A failure reported to a person: a stable code, one line saying what to do, an exit status. */
+export class CommandError extends GamewireError {
+  readonly exitCode: number;
+
+  constructor(code: string, message: string, exitCode = EXIT_FAILURE, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.exitCode = exitCode;
+  }
+
+  override get name(): string {
+    return 'CommandError';
+  }
+}
+
+/** Bad usage: exit 2. The message names the valid choices where there are any. */
+export class UsageError extends CommandError {
+  constructor(message: string) {
+    super('ERR_USAGE', message, EXIT_USAGE);
+  }
+
+  override get name(): string {
+    return 'UsageError';
+  }
+}
+
+/**
+ * A config value (from a flag, a config file or an environment variable) that is wrong: exit 2.
+ * `key` is the config key (`js5.maxClients`), `source` where it came from (a file, a flag, a
+ * variable), so the message can say exactly what to fix.
+ */
+export class ConfigError extends CommandError {
+  readonly key: string | undefined;
+  readonly source: string | undefined;
+
+  constructor(message: string, key?: string, source?: string) {
+    super('ERR_CONFIG', message, EXIT_USAGE);
+    this.key = key;
+    this.source = source;
+  }
+
+  override get name(): string {
+    return 'ConfigError';
+  }
+}
+
+/** Parses a whole-number option value, or fails as a usage error. */
+export function parseIntOption(value: string): number {
+  if (!/^\d+$/.test(value)) throw new UsageError(`"${value}" is not a whole number`);
+  return Number(value);
+}
+
+/**
+ * The former name of `CommandError`, kept so existing imports keep working.
+ * @deprecated use CommandError
+ */
+export const CliError = CommandError;
+export type CliError = CommandError;
