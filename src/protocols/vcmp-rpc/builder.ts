@@ -77,20 +77,30 @@ export type RpcArg =
   | Userdata
   | readonly RpcArg[];
 
-/** Converts a script-style argument to the wire value model. */
-export function toRpcValue(arg: RpcArg, path = 'arg'): RpcValue {
+/** The real builders measure strings with `strlen`: an embedded NUL ends the string there. */
+function cString(s: string): string {
+  const nul = s.indexOf('\0');
+  return nul < 0 ? s : s.slice(0, nul);
+}
+
+/**
+ * Converts a script-style argument to the wire value model. `cutAtNul` (default true) ends
+ * strings at an embedded NUL, as the real builders do.
+ */
+export function toRpcValue(arg: RpcArg, path = 'arg', cutAtNul = true): RpcValue {
   if (arg === null || arg === undefined) return { type: 'null' };
   switch (typeof arg) {
     case 'boolean':
       return { type: 'bool', value: arg };
     case 'string':
-      return { type: 'string', value: arg };
+      return { type: 'string', value: cutAtNul ? cString(arg) : arg };
     case 'number':
       return Number.isInteger(arg) && arg >= -(2 ** 31) && arg <= 2 ** 32 - 1
         ? { type: 'int', value: arg }
         : { type: 'float', value: arg };
   }
-  if (Array.isArray(arg)) return { type: 'array', items: arg.map((a, i) => toRpcValue(a, `${path}[${i}]`)) };
+  if (Array.isArray(arg))
+    return { type: 'array', items: arg.map((a, i) => toRpcValue(a, `${path}[${i}]`, cutAtNul)) };
   if (arg instanceof Userdata) return arg.item;
   if (arg instanceof Vector) return { type: 'vector', x: arg.x, y: arg.y, z: arg.z };
   if (arg instanceof Quaternion) return { type: 'quaternion', x: arg.x, y: arg.y, z: arg.z, w: arg.w };
@@ -103,10 +113,15 @@ export function toRpcValue(arg: RpcArg, path = 'arg'): RpcValue {
   );
 }
 
-function callItem(callee: string | Userdata, args: readonly RpcArg[], withEnv: boolean): RpcCall {
-  const values = args.map((a, i) => toRpcValue(a, `args[${i}]`));
+function callItem(
+  callee: string | Userdata,
+  args: readonly RpcArg[],
+  withEnv: boolean,
+  cutAtNul: boolean,
+): RpcCall {
+  const values = args.map((a, i) => toRpcValue(a, `args[${i}]`, cutAtNul));
   if (typeof callee === 'string')
-    return { type: 'call', tag: withEnv ? 'E' : 'F', name: callee, args: values };
+    return { type: 'call', tag: withEnv ? 'E' : 'F', name: cutAtNul ? cString(callee) : callee, args: values };
   if (callee instanceof Userdata)
     return { type: 'call', tag: withEnv ? 'D' : 'G', callee: callee.item, args: values };
   throw new EncodeError(ErrorCode.BAD_INPUT, 'the callee must be a function name or userdata from F/Fa/Z');
@@ -119,6 +134,13 @@ export interface RpcBuilderOptions {
   maxPacketBytes?: number;
   /** Reuse one writer for every packet; each result is then a view valid until the next call. */
   reuseBuffer?: boolean;
+  /**
+   * End strings and names at an embedded NUL, as the real builders do (they measure with
+   * `strlen`). Default true; false keeps every character.
+   */
+  cutStringsAtNul?: boolean;
+  /** Deepest nesting produced (default 32, the decoder's default limit). */
+  maxDepth?: number;
 }
 
 export interface RpcBuilder {
@@ -132,14 +154,20 @@ export interface RpcBuilder {
   RFCa(callee: string | Userdata): (...args: RpcArg[]) => Buffer;
   /** NPC side `Z(…)`: a server lookup used as a value (`Z("T","k")` is `::T.k`). */
   Z(...path: RpcArg[]): Userdata;
-  /** NPC side `S(key, value)` or `S(object, key, value)`: the ServerData bytes of a set. */
+  /**
+   * NPC side `S(key, value)` or `S(object, key, value)`: the ServerData bytes of a set. Like the
+   * real builder, more values are accepted and sent; the server plugin uses the first two
+   * (string key) or three and ignores the rest.
+   */
   S(...values: RpcArg[]): Buffer;
 }
 
 export function createRpc(options: RpcBuilderOptions = {}): RpcBuilder {
   const writer = options.reuseBuffer === true ? new WireWriter({ initialCapacity: 512 }) : undefined;
+  const cut = options.cutStringsAtNul !== false;
   const encodeOptions = {
     legacy: options.legacy === true,
+    ...(options.maxDepth !== undefined ? { maxDepth: options.maxDepth } : {}),
     ...(options.maxPacketBytes !== undefined ? { maxPacketBytes: options.maxPacketBytes } : {}),
     ...(writer !== undefined ? { writer } : {}),
   };
@@ -147,26 +175,27 @@ export function createRpc(options: RpcBuilderOptions = {}): RpcBuilder {
     F:
       (callee) =>
       (...args) =>
-        new Userdata(callItem(callee, args, false)),
+        new Userdata(callItem(callee, args, false, cut)),
     Fa:
       (callee) =>
       (...args) =>
-        new Userdata(callItem(callee, args, true)),
+        new Userdata(callItem(callee, args, true, cut)),
     RFC:
       (callee) =>
       (...args) =>
-        encodeServerData(callItem(callee, args, false), encodeOptions),
+        encodeServerData(callItem(callee, args, false, cut), encodeOptions),
     RFCa:
       (callee) =>
       (...args) =>
-        encodeServerData(callItem(callee, args, true), encodeOptions),
-    Z: (...path) => new Userdata({ type: 'get', path: path.map((a, i) => toRpcValue(a, `path[${i}]`)) }),
+        encodeServerData(callItem(callee, args, true, cut), encodeOptions),
+    Z: (...path) =>
+      new Userdata({ type: 'get', path: path.map((a, i) => toRpcValue(a, `path[${i}]`, cut)) }),
     S: (...values) => {
-      if (values.length < 2 || values.length > 3) {
+      if (values.length < 2) {
         throw new EncodeError(ErrorCode.BAD_INPUT, 'S takes (key, value) or (object, key, value)');
       }
       return encodeServerData(
-        { type: 'set', values: values.map((a, i) => toRpcValue(a, `values[${i}]`)) },
+        { type: 'set', values: values.map((a, i) => toRpcValue(a, `values[${i}]`, cut)) },
         encodeOptions,
       );
     },

@@ -3,15 +3,18 @@
  */
 import type { CodecOptions, ProtocolCodec } from '../../core/protocol.js';
 import {
+  asDecodeError,
   DecodeError,
   type DecodeLimits,
   decode,
   EncodeError,
   ErrorCode,
+  WireReader,
   WireWriter,
 } from '../../wire/index.js';
 import {
   Identifier,
+  IdentifierCodec,
   MAX_DEPTH,
   MAX_PACKET_BYTES,
   type ServerData,
@@ -19,6 +22,8 @@ import {
   ServerDataCodecs,
   type TopItem,
 } from './messages.js';
+import { readTopItem } from './read.js';
+import { writeTopItem } from './write.js';
 
 export interface DecodeServerDataOptions {
   /** Accept what the C++ reader accepts (spec §6) instead of rejecting it. Default false. */
@@ -56,6 +61,35 @@ function limitsOf(maxDepth: number, maxPacketBytes: number): DecodeLimits {
 
 const DEFAULT_LIMITS = limitsOf(MAX_DEPTH, MAX_PACKET_BYTES);
 
+/**
+ * Reads a packet the way the real plugin reads it while it executes: leniently, and without
+ * failing on a malformed part after the top-level header. Instead, the tree holds an `abort`
+ * marker where the real reader stops (and `unpushed` markers for arguments it counts without
+ * pushing). Only the executor's streaming mode uses this; the markers are not part of the JSON
+ * model. Throws DecodeError only for a malformed identifier or top-level header.
+ */
+export function readServerDataStreaming(
+  bytes: Uint8Array,
+  options: Omit<DecodeServerDataOptions, 'lenient'> = {},
+): ServerData {
+  const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
+  if (bytes.length > max) {
+    throw new DecodeError(ErrorCode.TOO_LARGE, `packet of ${bytes.length} bytes exceeds the limit of ${max}`, 0);
+  }
+  const r = new WireReader(bytes, limitsOf(options.maxDepth ?? MAX_DEPTH, max));
+  try {
+    const identifier = r.u32le();
+    const item = readTopItem(r, {
+      lenient: true,
+      direction: options.from ?? 'any',
+      streaming: { aborted: false },
+    });
+    return { type: 'ServerData', identifier, item };
+  } catch (e) {
+    throw asDecodeError(e, r.offset);
+  }
+}
+
 export interface EncodeServerDataOptions {
   /** Write the v1.6 beta..beta4 identifier 0x40000000 instead of 0x40000001. */
   legacy?: boolean;
@@ -63,6 +97,8 @@ export interface EncodeServerDataOptions {
   maxPacketBytes?: number;
   /** Encode into this reused writer and return a view of its bytes (no allocation). */
   writer?: WireWriter;
+  /** Deepest nesting written (default 32, the decoder's default): deeper is ERR_TOO_DEEP. */
+  maxDepth?: number;
 }
 
 /** Encodes a ServerData packet around one call (or `set`) item. */
@@ -82,7 +118,8 @@ export function encodePacket(
 ): Buffer {
   const w = options.writer ?? new WireWriter({ initialCapacity: 128 });
   w.reset();
-  ServerDataCodec.write(w, packet);
+  IdentifierCodec.write(w, packet.identifier);
+  writeTopItem(w, packet.item, options.maxDepth ?? MAX_DEPTH);
   const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
   if (w.offset > max) {
     throw new EncodeError(ErrorCode.TOO_LARGE, `ServerData of ${w.offset} bytes exceeds the limit of ${max}`);

@@ -14,12 +14,19 @@
  * - NPC→server packets run only for admin callers.
  *
  * Names are looked up as own properties only, so `constructor` or `__proto__` never reach
- * JavaScript internals.
+ * JavaScript internals. Where Squirrel would fall back to a type's built-in delegate (so that
+ * `RFCa('len')('hello')` returns 5 on a real NPC), the `delegate` option is consulted;
+ * `squirrelDelegates` is a ready-made one with the common built-in methods.
+ *
+ * By default a packet is decoded first and then run. `streaming: true` runs it the way the
+ * plugin does, while reading: the calls before a malformed part have already run when the packet
+ * fails.
  */
 import { DecodeError } from '../../wire/index.js';
 import { Quaternion, Vector } from './builder.js';
-import { decodeServerData } from './codec.js';
-import { isNamedCall, type RpcCall, type RpcValue, type ServerData } from './messages.js';
+import { decodeServerData, readServerDataStreaming } from './codec.js';
+import { Identifier, isNamedCall, type RpcCall, type RpcValue, type ServerData } from './messages.js';
+import type { StreamedValue } from './read.js';
 
 export type RpcErrorCode =
   | 'ERR_RPC_DECODE'
@@ -28,7 +35,8 @@ export type RpcErrorCode =
   | 'ERR_RPC_NOT_CALLABLE'
   | 'ERR_RPC_NO_ENVIRONMENT'
   | 'ERR_RPC_BAD_TARGET'
-  | 'ERR_RPC_THROWN';
+  | 'ERR_RPC_THROWN'
+  | 'ERR_RPC_IGNORED';
 
 export class RpcExecutionError extends Error {
   readonly code: RpcErrorCode;
@@ -58,6 +66,23 @@ export interface ExecutorOptions {
   zeroExtendInts?: boolean;
   /** Decode packets leniently, like the C++ reader (for `run` on bytes). */
   lenient?: boolean;
+  /**
+   * Run while reading, as the plugin does (for `run` on bytes; implies `lenient`): calls before
+   * a malformed part run, then the packet fails with ERR_RPC_DECODE. Default false: a malformed
+   * packet runs nothing.
+   */
+  streaming?: boolean;
+  /**
+   * Where a name is not an own slot of its table (F: the root table; E: the environment),
+   * Squirrel falls back to the value's built-in delegate. Return the function to call, or
+   * undefined. `squirrelDelegates` reproduces the common built-ins.
+   */
+  delegate?: (target: unknown, name: string) => unknown;
+  /**
+   * Also run packets with the v1.6 beta..beta4 identifier 0x40000000. Default false: like
+   * LibRPC since v1.6 beta5, such packets are ignored (ERR_RPC_IGNORED).
+   */
+  acceptLegacyIdentifier?: boolean;
 }
 
 export interface RunContext {
@@ -81,20 +106,35 @@ function ownSlot(table: unknown, key: unknown): { found: boolean; value: unknown
   return { found: true, value: (table as Table)[k] };
 }
 
-/** Method lookup on an environment: own slots first, then its class's methods (never Object's). */
+/**
+ * Method lookup on an environment: own slots first, then the methods of its class when it is a
+ * class instance (never Object's). Strings, numbers, bools and arrays have no JavaScript methods
+ * here: Squirrel gives them only its built-in delegates (the `delegate` option).
+ */
 function methodOf(env: unknown, name: string): unknown {
   const own = ownSlot(env, name);
   if (own.found) return own.value;
   if (FORBIDDEN_KEYS.has(name) || name.startsWith('__')) return undefined;
-  if (env === null || env === undefined) return undefined;
-  const proto = Object.getPrototypeOf(Object(env)) as object | null;
+  if (env === null || typeof env !== 'object' || Array.isArray(env) || env instanceof Map) return undefined;
+  const proto = Object.getPrototypeOf(env) as object | null;
   if (proto === null || proto === Object.prototype || proto === Function.prototype) return undefined;
   return (proto as Table)[name];
 }
 
+/** Stands for an argument the real plugin counts but never pushes (see read.ts). */
+const UNPUSHED_ARGUMENT = Symbol('unpushed argument');
+
+function unpushedArgument(): RpcExecutionError {
+  return new RpcExecutionError(
+    'ERR_RPC_DECODE',
+    "an array argument runs past its container: the plugin counts it without pushing it, so the call fails (on a real NPC: \"attempt to call 'table'\")",
+  );
+}
+
 export class RpcExecutor {
   readonly root: Table;
-  private readonly options: Required<ExecutorOptions>;
+  private readonly options: Required<Omit<ExecutorOptions, 'delegate'>>;
+  private readonly delegate: ((target: unknown, name: string) => unknown) | undefined;
 
   /** `root` is the root table: functions (and anything `g`/`h` may read or write) by name. */
   constructor(root: Table, options: ExecutorOptions = {}) {
@@ -103,19 +143,28 @@ export class RpcExecutor {
       direction: options.direction ?? 'server-to-npc',
       zeroExtendInts: options.zeroExtendInts ?? false,
       lenient: options.lenient ?? false,
+      streaming: options.streaming ?? false,
+      acceptLegacyIdentifier: options.acceptLegacyIdentifier ?? false,
     };
+    this.delegate = options.delegate;
   }
 
   /** Decodes (if given bytes) and runs one packet. Never throws: failures come back as `ok: false`. */
   run(packet: ServerData | Uint8Array, context: RunContext = {}): RunResult {
     try {
+      const from = this.options.direction === 'npc-to-server' ? 'client' : 'server';
       const data =
         packet instanceof Uint8Array
-          ? decodeServerData(packet, {
-              lenient: this.options.lenient,
-              from: this.options.direction === 'npc-to-server' ? 'client' : 'server',
-            })
+          ? this.options.streaming
+            ? readServerDataStreaming(packet, { from })
+            : decodeServerData(packet, { lenient: this.options.lenient, from })
           : packet;
+      if (data.identifier !== Identifier.current && !this.options.acceptLegacyIdentifier) {
+        throw new RpcExecutionError(
+          'ERR_RPC_IGNORED',
+          `identifier 0x${data.identifier.toString(16)} is ignored (LibRPC since v1.6 beta5 runs only 0x40000001)`,
+        );
+      }
       if (this.options.direction === 'npc-to-server' && context.admin !== true) {
         throw new RpcExecutionError('ERR_RPC_NOT_ADMIN', 'Remote Call: player must be admin');
       }
@@ -123,7 +172,7 @@ export class RpcExecutor {
       if (item.type === 'set') {
         if (this.options.direction !== 'npc-to-server')
           throw new RpcExecutionError('ERR_RPC_BAD_TARGET', "'h' only runs on the server");
-        this.set(item.values.map((v) => this.evaluate(v)));
+        this.set(this.evaluateArgs(item.values, 0));
         return { ok: true, value: undefined };
       }
       return { ok: true, value: this.call(item) };
@@ -136,8 +185,13 @@ export class RpcExecutor {
   }
 
   /** Evaluates one value (running nested calls). */
-  evaluate(v: RpcValue): unknown {
+  evaluate(value: RpcValue): unknown {
+    const v = value as StreamedValue;
     switch (v.type) {
+      case 'abort':
+        throw new RpcExecutionError('ERR_RPC_DECODE', v.error.message, v.error);
+      case 'unpushed':
+        return UNPUSHED_ARGUMENT;
       case 'null':
         return null;
       case 'int':
@@ -155,14 +209,14 @@ export class RpcExecutor {
       case 'call':
         return this.call(v);
       case 'get':
-        return this.get(v.path.map((p) => this.evaluate(p)));
+        return this.get(this.evaluateArgs(v.path, 0));
     }
   }
 
   private call(c: RpcCall): unknown {
     if (!isNamedCall(c)) {
       const fn = this.callable(this.evaluate(c.callee), 'callee');
-      const args = c.args.map((a) => this.evaluate(a));
+      const args = this.evaluateArgs(c.args, 0);
       if (c.tag === 'G') return this.invoke(fn, this.root, args, 'callee');
       if (args.length === 0)
         throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'a D call needs its environment');
@@ -170,23 +224,32 @@ export class RpcExecutor {
     }
     if (c.tag === 'F') {
       const slot = ownSlot(this.root, c.name);
-      if (!slot.found)
+      const found = slot.found ? slot.value : this.delegate?.(this.root, c.name);
+      if (!slot.found && found === undefined)
         throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${c.name}' does not exist`);
-      const fn = this.callable(slot.value, c.name);
-      return this.invoke(
-        fn,
-        this.root,
-        c.args.map((a) => this.evaluate(a)),
-        c.name,
-      );
+      const fn = this.callable(found, c.name);
+      return this.invoke(fn, this.root, this.evaluateArgs(c.args, 0), c.name);
     }
     // E: the environment is evaluated first, then the name is looked up on it (as the C++ does).
     if (c.args.length === 0)
       throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'an E call needs its environment');
     const env = this.evaluate(c.args[0]!);
-    const fn = this.callable(methodOf(env, c.name), c.name);
-    const rest = c.args.slice(1).map((a) => this.evaluate(a));
-    return this.invoke(fn, env, rest, c.name);
+    if (env === UNPUSHED_ARGUMENT) throw unpushedArgument();
+    const fn = this.callable(methodOf(env, c.name) ?? this.delegate?.(env, c.name), c.name);
+    return this.invoke(fn, env, this.evaluateArgs(c.args, 1), c.name);
+  }
+
+  /** Evaluates arguments in order; an argument the plugin counts without pushing fails the call. */
+  private evaluateArgs(args: readonly RpcValue[], from: number): unknown[] {
+    const out: unknown[] = [];
+    let unpushed = false;
+    for (let i = from; i < args.length; i++) {
+      const v = this.evaluate(args[i]!);
+      if (v === UNPUSHED_ARGUMENT) unpushed = true;
+      else out.push(v);
+    }
+    if (unpushed) throw unpushedArgument();
+    return out;
   }
 
   private callable(value: unknown, what: string): Function {

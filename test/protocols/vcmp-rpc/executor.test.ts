@@ -12,9 +12,16 @@ describe('RpcExecutor (server→NPC, as LibRPC runs it)', () => {
         printed.push([this === root, s]);
       },
     };
-    const result = new RpcExecutor(root).run(parseHex('00000040460000000f00057072696e7473000548656c6c6f'));
+    // The seed carries the v1.6 beta identifier: only older plugins run it.
+    const seed = parseHex('00000040460000000f00057072696e7473000548656c6c6f');
+    const result = new RpcExecutor(root, { acceptLegacyIdentifier: true }).run(seed);
     expect(result.ok).toBe(true);
     expect(printed).toEqual([[true, 'Hello']]);
+    // LibRPC since v1.6 beta5 ignores it.
+    const ignored = new RpcExecutor(root).run(seed);
+    expect(ignored.ok).toBe(false);
+    expect(!ignored.ok && ignored.error.code).toBe('ERR_RPC_IGNORED');
+    expect(printed).toHaveLength(1);
   });
 
   it('evaluates depth-first, left to right, nested calls before the call that takes them', () => {
@@ -74,7 +81,8 @@ describe('RpcExecutor (server→NPC, as LibRPC runs it)', () => {
       ok: true,
       value: 'hey, Lance!',
     });
-    expect(ex.run(RFCa('toUpperCase')('hello'))).toEqual({ ok: true, value: 'HELLO' });
+    // Strings have no JavaScript methods: like Squirrel, only the built-in delegates (option).
+    expect(ex.run(RFCa('toUpperCase')('hello')).ok).toBe(false);
   });
 
   it('passes vectors, arrays, floats and nulls through', () => {

@@ -263,13 +263,14 @@ describe('lenient mode reproduces the C++ reader (spec §6)', () => {
     const p = decodeServerData(hex('01 00 00 40 46 00 00 00 03 00 01 66 69 07 00 00 00'), { lenient: true });
     expect(p.item).toEqual({ type: 'call', tag: 'F', name: 'f', args: [{ type: 'int', value: 7 }] });
   });
-  it('an array longer than the data pushes nothing and its bytes read on as values', () => {
-    // F "f" with an array claiming 9 bytes, followed by an int: the C++ skips the array value
-    // and reads the int that follows as the next argument.
-    const p = decodeServerData(hex('01 00 00 40 46 00 00 00 08 00 01 66 61 00 00 00 09 69 05 00 00 00'), {
-      lenient: true,
-    });
-    expect(p.item).toEqual({ type: 'call', tag: 'F', name: 'f', args: [{ type: 'int', value: 5 }] });
+  it('an array longer than the data, as a call argument, fails the call as the real plugin does', () => {
+    // F "f" with an array claiming 9 bytes, followed by an int: the C++ pushes nothing for the
+    // array but still counts it as an argument, so the call fails.
+    const e = decodeError(() =>
+      decodeServerData(hex('01 00 00 40 46 00 00 00 08 00 01 66 61 00 00 00 09 69 05 00 00 00'), { lenient: true }),
+    );
+    expect(e.code).toBe('ERR_BAD_LENGTH');
+    expect(e.offset).toBe(12);
   });
   it('E without arguments is accepted (the executor then fails)', () => {
     expect(

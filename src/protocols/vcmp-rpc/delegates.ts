@@ -1,0 +1,238 @@
+/**
+ * Squirrel's built-in delegates (the methods every value of a type has), for the executor's
+ * `delegate` hook. On a real NPC, `RFCa('len')('hello')` returns 5 because the name is not a slot
+ * of the string and Squirrel falls back to the string delegate; this table reproduces the common
+ * ones so such packets behave the same. It is a subset: weakref, closures' and classes' delegates,
+ * and the array methods taking closures (sort with a comparator, map, apply, reduce, filter) are
+ * left out.
+ */
+import { Quaternion, Vector } from './builder.js';
+
+type Method = (this: unknown, ...args: unknown[]) => unknown;
+
+function squirrelToString(v: unknown): string {
+  if (v === null || v === undefined) return '(null : 0x0)';
+  if (typeof v === 'number' && !Number.isInteger(v)) return String(Math.fround(v));
+  return String(v);
+}
+
+function toInteger(v: unknown): number {
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  const n = typeof v === 'string' ? Number.parseInt(v, 10) : Number(v);
+  return Number.isFinite(n) ? Math.trunc(n) | 0 : 0;
+}
+
+function toFloat(v: unknown): number {
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  const n = typeof v === 'string' ? Number.parseFloat(v) : Number(v);
+  return Number.isNaN(n) ? 0 : n;
+}
+
+const NUMBER: Record<string, Method> = {
+  tointeger() {
+    return toInteger(this);
+  },
+  tofloat() {
+    return toFloat(this);
+  },
+  tostring() {
+    return squirrelToString(Number(this));
+  },
+  tochar() {
+    return String.fromCharCode(toInteger(this) & 0xff);
+  },
+};
+
+const BOOL: Record<string, Method> = {
+  tointeger() {
+    return toInteger(this);
+  },
+  tofloat() {
+    return toFloat(this);
+  },
+  tostring() {
+    return String(this === true);
+  },
+};
+
+function asString(self: unknown): string {
+  return String(self);
+}
+
+/** Squirrel's slice: negative indices count from the end; out of range is an error. */
+function sliceBounds(length: number, start: unknown, end: unknown): [number, number] {
+  let s = start === undefined ? 0 : toInteger(start);
+  let e = end === undefined ? length : toInteger(end);
+  if (s < 0) s += length;
+  if (e < 0) e += length;
+  if (s < 0 || e > length || s > e) throw new RangeError('slice out of range');
+  return [s, e];
+}
+
+const STRING: Record<string, Method> = {
+  len() {
+    return Buffer.byteLength(asString(this), 'utf8');
+  },
+  tointeger() {
+    return toInteger(asString(this));
+  },
+  tofloat() {
+    return toFloat(asString(this));
+  },
+  tostring() {
+    return asString(this);
+  },
+  slice(start, end) {
+    const s = asString(this);
+    const [a, b] = sliceBounds(s.length, start, end);
+    return s.slice(a, b);
+  },
+  find(sub, start) {
+    const i = asString(this).indexOf(String(sub), start === undefined ? 0 : toInteger(start));
+    return i < 0 ? null : i;
+  },
+  tolower() {
+    return asString(this).toLowerCase();
+  },
+  toupper() {
+    return asString(this).toUpperCase();
+  },
+};
+
+function asArray(self: unknown): unknown[] {
+  return self as unknown[];
+}
+
+const ARRAY: Record<string, Method> = {
+  len() {
+    return asArray(this).length;
+  },
+  append(v) {
+    asArray(this).push(v);
+    return this;
+  },
+  push(v) {
+    asArray(this).push(v);
+    return this;
+  },
+  extend(other) {
+    if (Array.isArray(other)) asArray(this).push(...other);
+    return this;
+  },
+  pop() {
+    const a = asArray(this);
+    if (a.length === 0) throw new RangeError('empty array');
+    return a.pop();
+  },
+  top() {
+    const a = asArray(this);
+    if (a.length === 0) throw new RangeError('empty array');
+    return a[a.length - 1];
+  },
+  insert(index, v) {
+    const a = asArray(this);
+    const i = toInteger(index);
+    if (i < 0 || i > a.length) throw new RangeError('index out of range');
+    a.splice(i, 0, v);
+    return this;
+  },
+  remove(index) {
+    const a = asArray(this);
+    const i = toInteger(index);
+    if (i < 0 || i >= a.length) throw new RangeError('index out of range');
+    return a.splice(i, 1)[0];
+  },
+  resize(size, fill) {
+    const a = asArray(this);
+    const n = toInteger(size);
+    if (n < 0) throw new RangeError('negative size');
+    while (a.length > n) a.pop();
+    while (a.length < n) a.push(fill ?? null);
+    return this;
+  },
+  reverse() {
+    asArray(this).reverse();
+    return this;
+  },
+  slice(start, end) {
+    const a = asArray(this);
+    const [s, e] = sliceBounds(a.length, start, end);
+    return a.slice(s, e);
+  },
+  find(v) {
+    const i = asArray(this).indexOf(v);
+    return i < 0 ? null : i;
+  },
+  clear() {
+    asArray(this).length = 0;
+    return this;
+  },
+  tostring() {
+    return '(array : 0x0)';
+  },
+};
+
+/** Table methods on plain objects and Maps (own keys only). */
+const TABLE: Record<string, Method> = {
+  len() {
+    return this instanceof Map ? this.size : Object.keys(this as object).length;
+  },
+  rawget(key) {
+    if (this instanceof Map) {
+      if (!this.has(key)) throw new RangeError(`the index '${String(key)}' does not exist`);
+      return this.get(key);
+    }
+    const k = String(key);
+    if (!Object.hasOwn(this as object, k)) throw new RangeError(`the index '${k}' does not exist`);
+    return (this as Record<string, unknown>)[k];
+  },
+  rawin(key) {
+    return this instanceof Map ? this.has(key) : Object.hasOwn(this as object, String(key));
+  },
+  rawset(key, value) {
+    if (this instanceof Map) this.set(key, value);
+    else if (!['__proto__', 'constructor', 'prototype'].includes(String(key)))
+      (this as Record<string, unknown>)[String(key)] = value;
+    return this;
+  },
+  rawdelete(key) {
+    if (this instanceof Map) {
+      const v = this.get(key);
+      this.delete(key);
+      return v;
+    }
+    const k = String(key);
+    const v = (this as Record<string, unknown>)[k];
+    if (Object.hasOwn(this as object, k)) delete (this as Record<string, unknown>)[k];
+    return v;
+  },
+  clear() {
+    if (this instanceof Map) this.clear();
+    else for (const k of Object.keys(this as object)) delete (this as Record<string, unknown>)[k];
+    return this;
+  },
+};
+
+function own(table: Record<string, Method>, name: string): Method | undefined {
+  return Object.hasOwn(table, name) ? table[name] : undefined;
+}
+
+/**
+ * The `delegate` hook reproducing Squirrel's default delegates for integers and floats, bools,
+ * strings, arrays and tables (plain objects and Maps). Vectors and quaternions are instances,
+ * which have no default delegate.
+ */
+export function squirrelDelegates(target: unknown, name: string): unknown {
+  switch (typeof target) {
+    case 'number':
+      return own(NUMBER, name);
+    case 'boolean':
+      return own(BOOL, name);
+    case 'string':
+      return own(STRING, name);
+  }
+  if (Array.isArray(target)) return own(ARRAY, name);
+  if (target instanceof Vector || target instanceof Quaternion) return undefined;
+  if (target instanceof Map || (typeof target === 'object' && target !== null)) return own(TABLE, name);
+  return undefined;
+}
