@@ -1,5 +1,5 @@
 /**
- * A builder that reads like LibRPC's Squirrel API (spec §4):
+ * A builder that reads like LibRPC's Squirrel API (see docs/vcmp-rpc.md):
  *
  *   const { F, RFC, Fa, RFCa, Z, S } = createRpc();
  *   RFC('print')('Hello');                               // bytes of ServerData print("Hello")
@@ -121,7 +121,12 @@ function callItem(
 ): RpcCall {
   const values = args.map((a, i) => toRpcValue(a, `args[${i}]`, cutAtNul));
   if (typeof callee === 'string')
-    return { type: 'call', tag: withEnv ? 'E' : 'F', name: cutAtNul ? cString(callee) : callee, args: values };
+    return {
+      type: 'call',
+      tag: withEnv ? 'E' : 'F',
+      name: cutAtNul ? cString(callee) : callee,
+      args: values,
+    };
   if (callee instanceof Userdata)
     return { type: 'call', tag: withEnv ? 'D' : 'G', callee: callee.item, args: values };
   throw new EncodeError(ErrorCode.BAD_INPUT, 'the callee must be a function name or userdata from F/Fa/Z');
@@ -188,8 +193,7 @@ export function createRpc(options: RpcBuilderOptions = {}): RpcBuilder {
       (callee) =>
       (...args) =>
         encodeServerData(callItem(callee, args, true, cut), encodeOptions),
-    Z: (...path) =>
-      new Userdata({ type: 'get', path: path.map((a, i) => toRpcValue(a, `path[${i}]`, cut)) }),
+    Z: (...path) => new Userdata({ type: 'get', path: path.map((a, i) => toRpcValue(a, `path[${i}]`, cut)) }),
     S: (...values) => {
       if (values.length < 2) {
         throw new EncodeError(ErrorCode.BAD_INPUT, 'S takes (key, value) or (object, key, value)');

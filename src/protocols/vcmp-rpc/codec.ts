@@ -26,7 +26,7 @@ import { readTopItem } from './read.js';
 import { writeTopItem } from './write.js';
 
 export interface DecodeServerDataOptions {
-  /** Accept what the C++ reader accepts (spec §6) instead of rejecting it. Default false. */
+  /** Accept what the C++ reader accepts (docs/vcmp-rpc.md, "Strict and lenient reading") instead of rejecting it. Default false. */
   lenient?: boolean;
   /** Who sent it: `server` (server→NPC, no g/h) or `client` (NPC→server). Default: either. */
   from?: 'server' | 'client';
@@ -74,7 +74,11 @@ export function readServerDataStreaming(
 ): ServerData {
   const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
   if (bytes.length > max) {
-    throw new DecodeError(ErrorCode.TOO_LARGE, `packet of ${bytes.length} bytes exceeds the limit of ${max}`, 0);
+    throw new DecodeError(
+      ErrorCode.TOO_LARGE,
+      `packet of ${bytes.length} bytes exceeds the limit of ${max}`,
+      0,
+    );
   }
   const r = new WireReader(bytes, limitsOf(options.maxDepth ?? MAX_DEPTH, max));
   try {

@@ -1,6 +1,6 @@
 /**
  * Runs a decoded ServerData against a table of JavaScript functions the way the NPC's LibRPC
- * (and, NPC→server, the server plugin) runs it against the Squirrel root table (spec §3, §4):
+ * (and, NPC→server, the server plugin) runs it against the Squirrel root table:
  *
  * - depth-first, left to right: for G/D the callee item first, then each argument in order,
  *   nested calls inside arguments before the call that receives them;
@@ -22,7 +22,7 @@
  * plugin does, while reading: the calls before a malformed part have already run when the packet
  * fails.
  */
-import { DecodeError } from '../../wire/index.js';
+import { DecodeError, GamewireError } from '../../wire/index.js';
 import { Quaternion, Vector } from './builder.js';
 import { decodeServerData, readServerDataStreaming } from './codec.js';
 import { Identifier, isNamedCall, type RpcCall, type RpcValue, type ServerData } from './messages.js';
@@ -38,14 +38,11 @@ export type RpcErrorCode =
   | 'ERR_RPC_THROWN'
   | 'ERR_RPC_IGNORED';
 
-export class RpcExecutionError extends Error {
-  readonly code: RpcErrorCode;
-  override readonly cause: unknown;
+export class RpcExecutionError extends GamewireError {
+  declare readonly code: RpcErrorCode;
 
   constructor(code: RpcErrorCode, message: string, cause?: unknown) {
-    super(message);
-    this.code = code;
-    this.cause = cause;
+    super(code, message, cause === undefined ? undefined : { cause });
   }
 
   override get name(): string {
@@ -127,7 +124,7 @@ const UNPUSHED_ARGUMENT = Symbol('unpushed argument');
 function unpushedArgument(): RpcExecutionError {
   return new RpcExecutionError(
     'ERR_RPC_DECODE',
-    "an array argument runs past its container: the plugin counts it without pushing it, so the call fails (on a real NPC: \"attempt to call 'table'\")",
+    'an array argument runs past its container: the plugin counts it without pushing it, so the call fails (on a real NPC: "attempt to call \'table\'")',
   );
 }
 

@@ -8,7 +8,6 @@ import { isNamedCall, type RpcCall, type RpcValue, type TopItem } from './values
 const INT_MIN = -(2 ** 31);
 const UINT_MAX = 2 ** 32 - 1;
 
-
 export function valueToJson(v: RpcValue): Json {
   switch (v.type) {
     case 'float':

@@ -4,7 +4,16 @@
  * the same Codec interface (read.ts, write.ts, json.ts), because their bounds rules differ
  * between the strict reader and the lenient one that mimics the real C++ plugin.
  */
-import { Codec, type CodecInfo, enumOf, type Json, message, t, type WireReader, type WireWriter } from '../../wire/index.js';
+import {
+  Codec,
+  type CodecInfo,
+  enumOf,
+  type Json,
+  message,
+  t,
+  type WireReader,
+  type WireWriter,
+} from '../../wire/index.js';
 import { callToJson, topFromJson, valueToJson } from './json.js';
 import { type ReadMode, readTopItem } from './read.js';
 import { Identifier, type TopItem } from './values.js';

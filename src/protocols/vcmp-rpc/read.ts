@@ -144,7 +144,8 @@ function readArray(r: WireReader, mode: ReadMode): RpcValue | typeof UNPUSHED {
       try {
         v = readValueOrUnpushed(r, mode);
       } catch (e) {
-        if (mode.streaming === undefined || !(e instanceof DecodeError)) throw withPath(e, `items[${items.length}]`);
+        if (mode.streaming === undefined || !(e instanceof DecodeError))
+          throw withPath(e, `items[${items.length}]`);
         items.push(abortAt(mode.streaming, e.withPath(`items[${items.length}]`)));
         break;
       }
@@ -204,7 +205,8 @@ function readArgs(r: WireReader, mode: ReadMode, field: 'args' | 'values' | 'pat
     try {
       v = readValueOrUnpushed(r, mode);
     } catch (e) {
-      if (mode.streaming === undefined || !(e instanceof DecodeError)) throw withPath(e, `${field}[${args.length}]`);
+      if (mode.streaming === undefined || !(e instanceof DecodeError))
+        throw withPath(e, `${field}[${args.length}]`);
       args.push(abortAt(mode.streaming, e.withPath(`${field}[${args.length}]`)));
       return args;
     }

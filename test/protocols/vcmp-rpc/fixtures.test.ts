@@ -267,7 +267,9 @@ describe('lenient mode reproduces the C++ reader (spec §6)', () => {
     // F "f" with an array claiming 9 bytes, followed by an int: the C++ pushes nothing for the
     // array but still counts it as an argument, so the call fails.
     const e = decodeError(() =>
-      decodeServerData(hex('01 00 00 40 46 00 00 00 08 00 01 66 61 00 00 00 09 69 05 00 00 00'), { lenient: true }),
+      decodeServerData(hex('01 00 00 40 46 00 00 00 08 00 01 66 61 00 00 00 09 69 05 00 00 00'), {
+        lenient: true,
+      }),
     );
     expect(e.code).toBe('ERR_BAD_LENGTH');
     expect(e.offset).toBe(12);

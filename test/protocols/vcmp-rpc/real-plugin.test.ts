@@ -69,7 +69,9 @@ describe('a nested call size of 65536 or more fails the packet (the plugin cuts 
 
   it('arrays still truncate their length to 16 bits', () => {
     // F "p", then an array of length 0x00010005 (→ 5) holding i 7.
-    const p = decodeServerData(parseHex('01000040 46 0000000d 000170 61 00010005 69 07000000'), { lenient: true });
+    const p = decodeServerData(parseHex('01000040 46 0000000d 000170 61 00010005 69 07000000'), {
+      lenient: true,
+    });
     expect(p.item).toEqual({
       type: 'call',
       tag: 'F',
@@ -170,9 +172,10 @@ describe('the remaining differences, as documented', () => {
       [false, []],
     ] as const) {
       const { calls, fn } = recorder();
-      const result = new RpcExecutor({ p: fn('p'), a: fn('a'), b: fn('b') }, { lenient: true, streaming }).run(
-        bytes,
-      );
+      const result = new RpcExecutor(
+        { p: fn('p'), a: fn('a'), b: fn('b') },
+        { lenient: true, streaming },
+      ).run(bytes);
       expect(result.ok).toBe(false);
       expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
       expect(calls).toEqual(expected);
