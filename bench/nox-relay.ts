@@ -170,7 +170,16 @@ async function phase(mode: Mode): Promise<Phase> {
       send(i, packet(w, 1, { type: 'Enter', instanceId: iid, flags: 0 }));
       continue;
     }
-    send(i, packet(w, 1, { type: 'Handshake', protocol: 1, engine: 'bench', platform: 'node' }));
+    send(
+      i,
+      packet(w, 1, {
+        type: 'Handshake',
+        protocol: 1,
+        engine: 'bench',
+        platform: 'node',
+        addressCookie: null,
+      }),
+    );
     send(i, packet(w, 2, { type: 'Authentification', flags: 0, accessToken: `bench-${i}` }));
     await new Promise((r) => setTimeout(r, 1));
     send(i, packet(w, 3, { type: 'Enter', instanceId: iid, flags: 0 }));

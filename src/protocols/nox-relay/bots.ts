@@ -4,6 +4,7 @@
  * summary at the end; stops after `durationS` or on SIGINT/SIGTERM.
  */
 import { NoxRelayClient } from './client.js';
+import { NoxRelayClientError } from './errors.js';
 
 export interface BotOptions {
   host: string;
@@ -58,9 +59,14 @@ export async function runBots(o: BotOptions): Promise<BotStats> {
     await c.handshake('node', 'gamewire-bot');
     stats.connected++;
     const auth = await c.authenticate(`${o.tokenPrefix}${i}`);
-    if (auth.result !== 0) throw new Error(`bot ${i}: authentification result ${auth.result}`);
+    if (auth.result !== 0)
+      throw new NoxRelayClientError('ERR_NOX_BOT', `bot ${i}: authentification result ${auth.result}`);
     const enter = await c.enter(o.instance, { asBot: o.asBot });
-    if (enter.result !== 0) throw new Error(`bot ${i}: enter result ${enter.result} ${enter.reason ?? ''}`);
+    if (enter.result !== 0)
+      throw new NoxRelayClientError(
+        'ERR_NOX_BOT',
+        `bot ${i}: enter result ${enter.result} ${enter.reason ?? ''}`,
+      );
     await c.travel(o.instance);
     stats.entered++;
     active.push(c);

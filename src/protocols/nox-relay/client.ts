@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { StreamDeframer, WireReader, WireWriter } from '../../wire/index.js';
 import { EnterFlags, PROTOCOL_VERSION, TransformType, TravelingAction } from './constants.js';
+import { NoxRelayClientError } from './errors.js';
 import type { ClientMessage, Quaternion, ServerMessage, Vector3 } from './messages.js';
 import { packetMeasure, readServerPacket, splitPackets, writeClientPacket } from './packet.js';
 
@@ -21,6 +22,14 @@ export interface NoxRelayClientOptions {
   requestTimeoutMs?: number;
   /** Latency keep-alive period; default: the Handshake's keep-alive interval. 0 disables. */
   keepAliveMs?: number;
+  /** Local address to send from (e.g. `127.0.0.2`); default: chosen by the system. */
+  localAddress?: string;
+  /**
+   * UDP: send the Handshake reply's address cookie back (a second Handshake), so the server
+   * counts this address as proven and lifts its anti-amplification budget. Default true; false
+   * behaves like a client that does not know the extension.
+   */
+  proveAddress?: boolean;
 }
 
 export interface TransformFields {
@@ -50,6 +59,8 @@ export class NoxRelayClient extends EventEmitter {
   /** Filled in by `handshake()`. */
   handshakeInfo: Reply<'Handshake'> | undefined = undefined;
   private readonly timeoutMs: number;
+  private readonly localAddress: string | undefined;
+  private readonly proveAddress: boolean;
   private keepAliveMs: number | undefined;
   private tcp: net.Socket | undefined;
   private udp: dgram.Socket | undefined;
@@ -68,13 +79,20 @@ export class NoxRelayClient extends EventEmitter {
     this.transport = options.transport ?? 'tcp';
     this.timeoutMs = options.requestTimeoutMs ?? 5000;
     this.keepAliveMs = options.keepAliveMs;
+    this.localAddress = options.localAddress;
+    this.proveAddress = options.proveAddress ?? true;
   }
 
   /** Opens the TCP connection or the (connected) UDP socket. */
   connect(): Promise<void> {
     if (this.transport === 'tcp') {
       return new Promise((resolve, reject) => {
-        const s = net.connect({ host: this.host, port: this.port, noDelay: true });
+        const s = net.connect({
+          host: this.host,
+          port: this.port,
+          noDelay: true,
+          ...(this.localAddress === undefined ? {} : { localAddress: this.localAddress }),
+        });
         this.tcp = s;
         s.once('error', reject);
         s.once('connect', () => {
@@ -106,11 +124,14 @@ export class NoxRelayClient extends EventEmitter {
           this.fail(err as Error);
         }
       });
-      s.connect(this.port, this.host, () => {
-        s.off('error', reject);
-        s.on('error', (err) => this.fail(err as Error));
-        resolve();
-      });
+      const connect = () =>
+        s.connect(this.port, this.host, () => {
+          s.off('error', reject);
+          s.on('error', (err) => this.fail(err as Error));
+          resolve();
+        });
+      if (this.localAddress === undefined) connect();
+      else s.bind(0, this.localAddress, connect);
     });
   }
 
@@ -148,7 +169,7 @@ export class NoxRelayClient extends EventEmitter {
       this.nextUid = uid >= 0xfffe ? 1 : uid + 1;
       if (!this.pending.has(uid)) return uid;
     }
-    throw new Error('no free request uid');
+    throw new NoxRelayClientError('ERR_NOX_NO_UID', 'no free request uid: 65534 requests are waiting');
   }
 
   /** Sends a request and resolves with the reply of type `expect` carrying the same UID. */
@@ -157,12 +178,17 @@ export class NoxRelayClient extends EventEmitter {
     expect: T,
     timeoutMs = this.timeoutMs,
   ): Promise<Reply<T>> {
-    if (this.closed) return Promise.reject(new Error('client is closed'));
+    if (this.closed) return Promise.reject(new NoxRelayClientError('ERR_NOX_CLOSED', 'client is closed'));
     const uid = this.allocUid();
     return new Promise<Reply<T>>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(uid);
-        reject(new Error(`no ${expect} reply to uid ${uid} within ${timeoutMs} ms`));
+        reject(
+          new NoxRelayClientError(
+            'ERR_NOX_TIMEOUT',
+            `no ${expect} reply to uid ${uid} within ${timeoutMs} ms: is the relay running at ${this.host}:${this.port}?`,
+          ),
+        );
       }, timeoutMs);
       this.pending.set(uid, { expect, resolve: resolve as (m: ServerMessage) => void, reject, timer });
       try {
@@ -215,10 +241,23 @@ export class NoxRelayClient extends EventEmitter {
   // ---- the protocol's steps -----------------------------------------------------------------
 
   async handshake(engine = 'node', platform: string = process.platform): Promise<Reply<'Handshake'>> {
-    const reply = await this.request(
-      { type: 'Handshake', protocol: PROTOCOL_VERSION, engine, platform },
+    let reply = await this.request(
+      { type: 'Handshake', protocol: PROTOCOL_VERSION, engine, platform, addressCookie: null },
       'Handshake',
     );
+    if (this.udp !== undefined && this.proveAddress && reply.addressCookie !== null) {
+      // gamewire's address proof: send the cookie back so the server knows we receive here.
+      reply = await this.request(
+        {
+          type: 'Handshake',
+          protocol: PROTOCOL_VERSION,
+          engine,
+          platform,
+          addressCookie: reply.addressCookie,
+        },
+        'Handshake',
+      );
+    }
     this.handshakeInfo = reply;
     const every = this.keepAliveMs ?? reply.keepAliveInterval * 1000;
     if (every > 0 && this.keepAlive === undefined) {
@@ -347,7 +386,7 @@ export class NoxRelayClient extends EventEmitter {
     if (this.keepAlive !== undefined) clearInterval(this.keepAlive);
     for (const p of this.pending.values()) {
       clearTimeout(p.timer);
-      p.reject(new Error('connection closed'));
+      p.reject(new NoxRelayClientError('ERR_NOX_CLOSED', 'connection closed'));
     }
     this.pending.clear();
     this.emit('close');

@@ -4,6 +4,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { InstanceFlags, type PlayerStatus } from './constants.js';
+import { NoxRelayConfigError } from './errors.js';
 import type { RelayClient } from './session.js';
 
 export interface WorldConfig {
@@ -209,7 +210,7 @@ const BAD_KEYS = new Set(['__proto__', 'constructor', 'prototype']);
 
 function int(v: unknown, path: string, min: number, max: number): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
-    throw new Error(`${path} must be an integer ${min}..${max}`);
+    throw new NoxRelayConfigError(`${path} must be an integer ${min}..${max}`);
   }
   return v;
 }
@@ -218,35 +219,37 @@ function int(v: unknown, path: string, min: number, max: number): number {
 export function parseInstances(json: unknown, where = 'instances'): InstanceConfig[] {
   const list = Array.isArray(json) ? json : (json as { instances?: unknown })?.instances;
   if (!Array.isArray(list))
-    throw new Error(`${where} must be an array of instances (or { "instances": [...] })`);
+    throw new NoxRelayConfigError(`${where} must be an array of instances (or { "instances": [...] })`);
   const seen = new Set<number>();
   return list.map((raw, i) => {
     const path = `${where}[${i}]`;
     if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
-      throw new Error(`${path} must be an object`);
-    for (const k of Object.keys(raw)) if (BAD_KEYS.has(k)) throw new Error(`${path}.${k} is not allowed`);
+      throw new NoxRelayConfigError(`${path} must be an object`);
+    for (const k of Object.keys(raw))
+      if (BAD_KEYS.has(k)) throw new NoxRelayConfigError(`${path}.${k} is not allowed`);
     const c = raw as InstanceConfig;
     const id = int(c.id, `${path}.id`, 0, 255);
-    if (seen.has(id)) throw new Error(`${path}.id ${id} is used twice`);
+    if (seen.has(id)) throw new NoxRelayConfigError(`${path}.id ${id} is used twice`);
     seen.add(id);
     if (c.masterId !== undefined) int(c.masterId, `${path}.masterId`, 0, 0xffffffff);
     if (c.capacity !== undefined) int(c.capacity, `${path}.capacity`, 0, 0xffff);
     if (c.tps !== undefined) int(c.tps, `${path}.tps`, 1, 255);
     if (c.flags !== undefined) int(c.flags, `${path}.flags`, 0, 0xffffffff);
     if (c.threshold !== undefined && (typeof c.threshold !== 'number' || !(c.threshold >= 0))) {
-      throw new Error(`${path}.threshold must be a number >= 0`);
+      throw new NoxRelayConfigError(`${path}.threshold must be a number >= 0`);
     }
     if (c.password !== undefined && typeof c.password !== 'string')
-      throw new Error(`${path}.password must be a string`);
+      throw new NoxRelayConfigError(`${path}.password must be a string`);
     for (const key of ['whitelist', 'owners', 'moderators'] as const) {
       const v = c[key];
       if (v === undefined) continue;
-      if (!Array.isArray(v)) throw new Error(`${path}.${key} must be an array of user ids`);
+      if (!Array.isArray(v)) throw new NoxRelayConfigError(`${path}.${key} must be an array of user ids`);
       for (const [j, u] of v.entries()) int(u, `${path}.${key}[${j}]`, 0, 0xffffffff);
     }
     if (c.world !== undefined && c.world !== null) {
       int(c.world.masterId, `${path}.world.masterId`, 0, 0xffffffff);
-      if (typeof c.world.address !== 'string') throw new Error(`${path}.world.address must be a string`);
+      if (typeof c.world.address !== 'string')
+        throw new NoxRelayConfigError(`${path}.world.address must be a string`);
       int(c.world.version, `${path}.world.version`, 0, 0xffff);
     }
     return { ...c, id };

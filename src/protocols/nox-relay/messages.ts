@@ -77,6 +77,28 @@ export const enterThreshold: Codec<number> = custom<number>({
   fromJson: (j, path) => t.f32be.fromJson(j, path),
 });
 
+/** Size of gamewire's UDP address cookie (the optional trailing Handshake field). */
+export const ADDRESS_COOKIE_BYTES = 8;
+
+const cookieBytes = bytes(ADDRESS_COOKIE_BYTES);
+
+/**
+ * gamewire's UDP address cookie: 8 bytes after the last Handshake field, present only when bytes
+ * remain (`null` when absent). The server appends it to a UDP Handshake reply; a client proves it
+ * receives at its address by sending it back in a later Handshake. Clients that do not know it
+ * read the fields they know and never look further, so the extension costs them nothing.
+ */
+export const optAddressCookie: Codec<Uint8Array | null> = custom<Uint8Array | null>({
+  name: 'nox-relay.address-cookie',
+  description: '8 bytes, present only if bytes remain in the packet (null when absent)',
+  read: (r) => (r.remaining === 0 ? null : cookieBytes.read(r)),
+  write: (w, v) => {
+    if (v !== null && v !== undefined) cookieBytes.write(w, v);
+  },
+  toJson: (v) => (v === null ? null : cookieBytes.toJson(v)),
+  fromJson: (j, path) => (j === null ? null : cookieBytes.fromJson(j, path)),
+});
+
 /** DateTime: signed 64-bit Unix milliseconds (JSON: a number, or a decimal string beyond 2^53). */
 export const dateTime = t.i64be;
 
@@ -137,6 +159,8 @@ export const HandshakeRequest = message('Handshake', {
   protocol: t.u16be,
   engine: noxString,
   platform: noxString,
+  /** gamewire extension: the cookie of an earlier UDP Handshake reply, proving the address. */
+  addressCookie: optAddressCookie,
 });
 export const SegmentationMsg = message('Segmentation', segmentationFields);
 export const ReliableMsg = message('Reliable', reliableFields);
@@ -215,6 +239,8 @@ export const HandshakeResponse = message('Handshake', {
   connectionTimeout: t.u16be,
   keepAliveInterval: t.u16be,
   segmentationTimeout: t.u16be,
+  /** gamewire extension, UDP only: the address cookie to send back (docs/nox-relay.md). */
+  addressCookie: optAddressCookie,
 });
 export const LatencyResponse = message('Latency', { clientTimestamp: dateTime, serverTimestamp: dateTime });
 export const AuthentificationResponse = message('Authentification', {

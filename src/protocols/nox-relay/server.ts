@@ -1,6 +1,8 @@
 /**
- * The NoxVR Relay v1 server: TCP and UDP on one port, the session table, dispatch, liveness and
- * segmentation. Message handlers live in handlers/.
+ * The NoxVR Relay v1 server: TCP and UDP on one port, the client table and liveness. The parts
+ * live beside it: options.ts (defaults and checks), udp-admission.ts (who gets a UDP session,
+ * address cookies), reassembly.ts (Segmentation), dispatch.ts (a packet to its handler) and
+ * handlers/ (the messages), which see the server only through the RelayContext interface.
  */
 import type dgram from 'node:dgram';
 import type net from 'node:net';
@@ -12,143 +14,41 @@ import { listenTcp, type TcpListener } from '../../core/tcp.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import { type FrameMeasure, StreamDeframer, WireReader, WireWriter } from '../../wire/index.js';
 import { type Authenticator, masterAuthenticator, offlineAuthenticator } from './auth.js';
-import {
-  DEFAULT_CONNECTION_TIMEOUT_S,
-  DEFAULT_KEEP_ALIVE_S,
-  DEFAULT_MAX_PACKET,
-  DEFAULT_PORT,
-  DEFAULT_SEGMENTATION_TIMEOUT_S,
-  PROTOCOL_VERSION,
-  Priority,
-  QuitType,
-} from './constants.js';
-import {
-  handleAuthentification,
-  handleHandshake,
-  handleLatency,
-  handleSessions,
-  handshakeReply,
-} from './handlers/connection.js';
-import {
-  handleEnter,
-  handlePasswordRequirement,
-  handleQuit,
-  handleTraveling,
-  removePlayer,
-} from './handlers/membership.js';
-import {
-  handleAvatarChanged,
-  handleAvatarParams,
-  handleCustom,
-  handleTeleport,
-  handleTransform,
-} from './handlers/relay.js';
-import { handleServerConfig } from './handlers/server-config.js';
-import { DEFAULT_INSTANCE, Instance, type InstanceConfig } from './instances.js';
+import { PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
+import type { RelayContext } from './context.js';
+import { type DispatchContext, dispatch } from './dispatch.js';
+import { handshakeReply } from './handlers/connection.js';
+import { removePlayer } from './handlers/membership.js';
+import { DEFAULT_INSTANCE, Instance } from './instances.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
+import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
-import { type CongestionLimits, RelayClient, type SegmentSession, udpKey } from './session.js';
+import { CloseReason, Counter, DropReason } from './reasons.js';
+import { Reassembly } from './reassembly.js';
+import { RelayClient, type SendLimits, udpKey } from './session.js';
+import { handshakeEnd, UdpAdmission } from './udp-admission.js';
 
-export interface NoxRelayOptions {
-  host?: string;
-  /** 0 picks a free port; TCP binds first and UDP then takes the same number. */
-  port?: number;
-  /** Instances; none → one public default instance (id 0). */
-  instances?: InstanceConfig[];
-  /** Master server base URL. Unset: offline mode (IsOffline, any token accepted). */
-  master?: string;
-  /** Replaces the built-in token check (offline or master). */
-  authenticate?: Authenticator;
-  /** Home server written into offline authentications and Joins. */
-  serverAddress?: string;
-  maxPacketSize?: number;
-  connectionTimeoutMs?: number;
-  keepAliveIntervalMs?: number;
-  segmentationTimeoutMs?: number;
-  /** Most clients, TCP and UDP together. */
-  maxClients?: number;
-  /** Most UDP sessions from one IP address (limits handshake amplification). */
-  maxUdpPerIp?: number;
-  /** Most TCP connections from one IP address. Default 64. */
-  maxTcpPerIp?: number;
-  /**
-   * Anti-amplification: a reply to a UDP source that has not proven its address may be at most
-   * this many times the datagram that asked (QUIC, RFC 9000 §8.1, uses 3). Default 3, so an
-   * unpadded real client Handshake (about 23 bytes) still gets its 24-byte reply.
-   */
-  udpReplyFactor?: number;
-  /**
-   * Most half-open UDP sessions (a Handshake answered, no other valid packet yet), server-wide.
-   * They do not count against `maxClients`. Default min(256, max(1, maxClients / 4)).
-   */
-  maxHalfOpenUdp?: number;
-  /** A half-open UDP session is forgotten silently after this long. Default min(5000, connection timeout). */
-  halfOpenTimeoutMs?: number;
-  /** Segmentation caps: segments per session, sessions per client, reassembled bytes. */
-  maxSegments?: number;
-  maxSegmentSessions?: number;
-  maxReassembledBytes?: number;
-  /** Bytes held for reassembly by all clients together; new segments beyond it are dropped. Default 64 MiB. */
-  maxReassemblyBudget?: number;
-  /** Largest stored AvatarParams value, bytes. Default 256. */
-  maxAvatarParamBytes?: number;
-  /** Most AvatarParams bytes (values) stored per player. Default 16 KiB. */
-  maxAvatarParamsTotal?: number;
-  congestion?: Partial<CongestionLimits>;
-  log?: Logger;
-  metrics?: ProtocolMetrics;
-}
+export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
 
-export interface ResolvedOptions {
-  host: string;
-  port: number;
-  maxPacketSize: number;
-  connectionTimeoutMs: number;
-  keepAliveIntervalMs: number;
-  segmentationTimeoutMs: number;
-  maxClients: number;
-  maxUdpPerIp: number;
-  maxTcpPerIp: number;
-  maxHalfOpenUdp: number;
-  halfOpenTimeoutMs: number;
-  udpReplyFactor: number;
-  maxSegments: number;
-  maxSegmentSessions: number;
-  maxReassembledBytes: number;
-  maxReassemblyBudget: number;
-  maxAvatarParamBytes: number;
-  maxAvatarParamsTotal: number;
-  serverAddress: string;
-  master: string | undefined;
-}
-
-function asBuffer(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
-}
-
-/** Reliable and Segmentation may nest (a reassembled Reliable, say) this deep, no deeper. */
-const MAX_NESTING = 2;
-
-export class NoxRelayServer {
+export class NoxRelayServer implements RelayContext, DispatchContext {
   readonly options: ResolvedOptions;
   readonly log: Logger;
   readonly metrics: ProtocolMetrics;
   readonly instances = new Map<number, Instance>();
   readonly clients = new Map<number, RelayClient>();
   readonly authenticate: Authenticator;
+  readonly reassembly: Reassembly;
+  /** Scratch writer for the transform fan-out (hot path). */
+  readonly fanWriter = new WireWriter({ initialCapacity: 256 });
+  private readonly admission: UdpAdmission;
   private readonly udpClients = new Map<string, RelayClient>();
   private readonly udpPerIp = new Map<string, number>();
   private readonly tcpPerIp = new Map<string, number>();
-  /** Half-open UDP sessions (not counted against maxClients). */
-  private halfOpen = 0;
-  /** Bytes held in segmentation sessions, all clients together. */
-  private reassemblyBytes = 0;
-  private readonly congestion: CongestionLimits;
+  private tcpClients = 0;
+  private readonly limits: SendLimits;
   private readonly measure: FrameMeasure;
   private readonly reader = new WireReader();
   private readonly writer = new WireWriter({ initialCapacity: 2048 });
-  /** Scratch writer for the transform fan-out (hot path). */
-  readonly fanWriter = new WireWriter({ initialCapacity: 256 });
   private readonly ranges: number[] = [];
   private tcp: TcpListener | undefined;
   private udp: dgram.Socket | undefined;
@@ -157,47 +57,24 @@ export class NoxRelayServer {
   private closing: Promise<void> | undefined;
 
   constructor(options: NoxRelayOptions = {}) {
-    const maxClients = options.maxClients ?? 4096;
-    const connectionTimeoutMs = options.connectionTimeoutMs ?? DEFAULT_CONNECTION_TIMEOUT_S * 1000;
-    this.options = {
-      host: options.host ?? '0.0.0.0',
-      port: options.port ?? DEFAULT_PORT,
-      maxPacketSize: options.maxPacketSize ?? DEFAULT_MAX_PACKET,
-      connectionTimeoutMs,
-      keepAliveIntervalMs: options.keepAliveIntervalMs ?? DEFAULT_KEEP_ALIVE_S * 1000,
-      segmentationTimeoutMs: options.segmentationTimeoutMs ?? DEFAULT_SEGMENTATION_TIMEOUT_S * 1000,
-      maxClients,
-      maxUdpPerIp: options.maxUdpPerIp ?? 256,
-      maxTcpPerIp: options.maxTcpPerIp ?? 64,
-      maxHalfOpenUdp: options.maxHalfOpenUdp ?? Math.min(256, Math.max(1, Math.floor(maxClients / 4))),
-      udpReplyFactor: options.udpReplyFactor ?? 3,
-      halfOpenTimeoutMs: options.halfOpenTimeoutMs ?? Math.min(5000, connectionTimeoutMs),
-      maxSegments: options.maxSegments ?? 256,
-      maxSegmentSessions: options.maxSegmentSessions ?? 8,
-      maxReassembledBytes: options.maxReassembledBytes ?? 0xffff,
-      maxReassemblyBudget: options.maxReassemblyBudget ?? 64 * 1024 * 1024,
-      maxAvatarParamBytes: options.maxAvatarParamBytes ?? 256,
-      maxAvatarParamsTotal: options.maxAvatarParamsTotal ?? 16 * 1024,
-      serverAddress: options.serverAddress ?? 'localhost',
-      master: options.master,
-    };
-    if (this.options.maxPacketSize < 16 || this.options.maxPacketSize > 0xffff) {
-      throw new Error('maxPacketSize must be 16..65535');
-    }
+    this.options = resolveOptions(options);
+    const o = this.options;
     this.log = options.log ?? silentLogger();
     this.metrics = options.metrics ?? new ProtocolMetrics('nox-relay');
     this.authenticate =
       options.authenticate ??
-      (this.options.master !== undefined
-        ? masterAuthenticator(this.options.master)
-        : offlineAuthenticator(this.options.serverAddress));
-    const soft = options.congestion?.softBytes ?? 64 * 1024;
-    this.congestion = {
-      softBytes: soft,
-      hardBytes: options.congestion?.hardBytes ?? soft * 4,
-      closeBytes: options.congestion?.closeBytes ?? soft * 16,
+      (o.master !== undefined ? masterAuthenticator(o.master) : offlineAuthenticator(o.serverAddress));
+    this.limits = {
+      congestion: o.congestion,
+      udpReplyFactor: o.udpReplyFactor,
+      udpSendBytesPerSecond: o.udpSendBytesPerSecond,
+      slowConsumerTimeoutMs: o.slowConsumerTimeoutMs,
+      maxRequestsPerSecond: o.maxRequestsPerSecond,
+      maxRequestBurst: o.maxRequestBurst,
     };
-    this.measure = packetMeasure(this.options.maxPacketSize);
+    this.admission = new UdpAdmission(o);
+    this.reassembly = new Reassembly(o, this.metrics);
+    this.measure = packetMeasure(o.maxPacketSize);
     const list =
       options.instances === undefined || options.instances.length === 0
         ? [DEFAULT_INSTANCE]
@@ -234,20 +111,14 @@ export class NoxRelayServer {
     }
     this.udp.on('message', (msg, rinfo) => this.onDatagram(msg, rinfo));
     this.udp.on('error', (err) => this.log.warn({ err: err.message }, 'udp socket error'));
-    const tick = Math.max(
-      20,
-      Math.min(
-        1000,
-        Math.floor(
-          Math.min(
-            this.options.connectionTimeoutMs,
-            this.options.segmentationTimeoutMs,
-            this.options.halfOpenTimeoutMs,
-          ) / 4,
-        ),
-      ),
+    const o = this.options;
+    const shortest = Math.min(
+      o.connectionTimeoutMs,
+      o.segmentationTimeoutMs,
+      o.halfOpenTimeoutMs,
+      o.slowConsumerTimeoutMs,
     );
-    this.timer = setInterval(() => this.sweep(), tick);
+    this.timer = setInterval(() => this.sweep(), Math.max(20, Math.min(1000, Math.floor(shortest / 4))));
     this.timer.unref();
     return this.endpoints;
   }
@@ -276,9 +147,8 @@ export class NoxRelayServer {
     return this.closing;
   }
 
-  // ---- sending --------------------------------------------------------------------------
+  // ---- RelayContext: what handlers use --------------------------------------------------
 
-  /** Encodes one packet into a fresh buffer (safe to hand to several sockets). */
   encode(uid: number, message: ServerMessage): Buffer {
     const w = this.writer.reset();
     writeServerPacket(w, uid, message);
@@ -289,7 +159,50 @@ export class NoxRelayServer {
     client.send(this.encode(uid, message), priority);
   }
 
-  // ---- transports -----------------------------------------------------------------------
+  disconnect(client: RelayClient, reason: string, quitType: number): void {
+    // A half-open UDP source never sent a second packet: nothing more is sent to it.
+    if (!client.halfOpen) this.send(client, 0, { type: 'Disconnect', reason }, Priority.Critical);
+    this.dropClient(client, quitType, null);
+  }
+
+  /** Removes a client: its players leave (Leave to whoever knew them), TCP ends after flushing. */
+  dropClient(client: RelayClient, quitType: number, reason: string | null): void {
+    if (client.closed) return;
+    for (const p of [...client.players.values()]) removePlayer(this, p, quitType, reason, null, null, false);
+    client.closed = true;
+    this.clients.delete(client.id);
+    this.reassembly.forgetAll(client);
+    this.admission.remove(client);
+    if (client.transport === 'udp') {
+      this.udpClients.delete(client.key);
+      decrement(this.udpPerIp, client.ip);
+    } else {
+      this.tcpClients--;
+      decrement(this.tcpPerIp, client.ip);
+      client.end();
+    }
+    this.updateOpen();
+  }
+
+  addressCookie(client: RelayClient): Uint8Array | null {
+    if (client.transport !== 'udp' || !this.options.addressCookies) return null;
+    return this.admission.cookie(client.ip, client.port);
+  }
+
+  proveAddress(client: RelayClient, cookie: Uint8Array): boolean {
+    if (!this.options.addressCookies || !this.admission.verify(client.ip, client.port, cookie)) {
+      this.metrics.drop(DropReason.BadCookie);
+      return false;
+    }
+    if (client.halfOpen && !this.promote(client)) return false;
+    if (!client.addressProven) {
+      client.addressProven = true;
+      this.metrics.count(Counter.AddressProven);
+    }
+    return true;
+  }
+
+  // ---- clients and capacity -----------------------------------------------------------------
 
   private freeClientId(): number {
     let id = 0;
@@ -297,32 +210,56 @@ export class NoxRelayServer {
     return id;
   }
 
-  /** Clients that count against maxClients: every TCP connection and every proven UDP source. */
+  /** Clients that count against maxClients: every TCP connection and every non-half-open UDP session. */
   get establishedClients(): number {
-    return this.clients.size - this.halfOpen;
+    return this.clients.size - this.admission.size;
+  }
+
+  /** Half-open UDP sessions, server-wide. */
+  get halfOpenClients(): number {
+    return this.admission.size;
   }
 
   /** Bytes currently held for segment reassembly, all clients together. */
   get reassemblyBytesHeld(): number {
-    return this.reassemblyBytes;
+    return this.reassembly.bytesHeld;
   }
+
+  /** `gamewire_open`: TCP connections plus UDP sessions, recomputed (never drifts, never negative). */
+  private updateOpen(): void {
+    this.metrics.open = this.tcpClients + this.udpClients.size;
+  }
+
+  private register(client: RelayClient): void {
+    this.clients.set(client.id, client);
+    if (client.transport === 'udp') {
+      this.udpClients.set(client.key, client);
+      this.udpPerIp.set(client.ip, (this.udpPerIp.get(client.ip) ?? 0) + 1);
+    } else {
+      this.tcpClients++;
+      this.tcpPerIp.set(client.ip, (this.tcpPerIp.get(client.ip) ?? 0) + 1);
+    }
+    this.updateOpen();
+  }
+
+  // ---- TCP ----------------------------------------------------------------------------------
 
   private onTcpConnection(socket: net.Socket): void {
     const ip = socket.remoteAddress ?? '0.0.0.0';
-    const perIp = this.tcpPerIp.get(ip) ?? 0;
+    // The shared listener set the gauge to its own count; ours includes UDP.
+    socket.once('close', () => this.updateOpen());
     if (this.establishedClients >= this.options.maxClients || this.closing !== undefined) {
-      this.metrics.close('over_capacity');
+      this.metrics.close(CloseReason.OverCapacity);
       socket.destroy();
       return;
     }
-    if (perIp >= this.options.maxTcpPerIp) {
-      this.metrics.close('over_capacity_ip');
+    if ((this.tcpPerIp.get(ip) ?? 0) >= this.options.maxTcpPerIp) {
+      this.metrics.close(CloseReason.OverCapacityIp);
       socket.destroy();
       return;
     }
-    const client = new RelayClient(this.freeClientId(), { tcp: socket }, this.congestion, this.metrics);
-    this.clients.set(client.id, client);
-    this.tcpPerIp.set(client.ip, (this.tcpPerIp.get(client.ip) ?? 0) + 1);
+    const client = new RelayClient(this.freeClientId(), { tcp: socket }, this.limits, this.metrics);
+    this.register(client);
     const deframer = new StreamDeframer(this.measure, { maxFrameBytes: this.options.maxPacketSize });
     const onFrame = (buf: Buffer, start: number, end: number) => {
       this.onPacket(client, buf, start, end, 0);
@@ -332,7 +269,7 @@ export class NoxRelayServer {
         deframer.push(chunk, onFrame);
       } catch (err) {
         // A bad length prefix: the stream cannot be resynchronised. Only this connection goes.
-        this.metrics.close('malformed');
+        this.metrics.close(CloseReason.Malformed);
         this.log.debug({ err: (err as Error).message, client: client.id }, 'bad frame, closing');
         socket.destroy();
       }
@@ -343,34 +280,25 @@ export class NoxRelayServer {
     });
   }
 
-  /**
-   * `msg` as one Handshake packet followed only by zero bytes (the padding that makes a first
-   * datagram at least as large as the reply): the packet's end, or -1.
-   */
-  private handshakeEnd(msg: Buffer): number {
-    if (msg.length < 5 || msg[4] !== 0x01) return -1;
-    const len = msg.readUInt16BE(0);
-    if (len < 5 || len > this.options.maxPacketSize || len > msg.length) return -1;
-    for (let i = len; i < msg.length; i++) if (msg[i] !== 0) return -1;
-    return len;
-  }
+  // ---- UDP ----------------------------------------------------------------------------------
 
   private onDatagram(msg: Buffer, rinfo: dgram.RemoteInfo): void {
     this.udpQueue.bytes = this.udp!.getSendQueueSize();
-    const key = udpKey(rinfo.address, rinfo.port);
-    const client = this.udpClients.get(key);
+    const client = this.udpClients.get(udpKey(rinfo.address, rinfo.port));
     if (client === undefined) {
-      this.onFirstDatagram(msg, rinfo, key);
+      this.onFirstDatagram(msg, rinfo);
       return;
     }
+    // Every datagram counts towards an unproven source's budget, whatever it holds.
+    if (!client.addressProven) client.udpBytesIn += msg.length;
     let ranges: number[];
     try {
       ranges = splitPackets(msg, 0, msg.length, this.measure, this.ranges);
     } catch {
       // A padded Handshake (packet + zero bytes) is the one datagram that is not all packets.
-      const end = this.handshakeEnd(msg);
+      const end = handshakeEnd(msg, this.options.maxPacketSize);
       if (end < 0) {
-        this.metrics.drop('malformed');
+        this.metrics.drop(DropReason.Malformed);
         return;
       }
       ranges = this.ranges;
@@ -378,10 +306,9 @@ export class NoxRelayServer {
       ranges.push(0, end);
     }
     if (ranges.length === 0) {
-      this.metrics.drop('malformed');
+      this.metrics.drop(DropReason.Malformed);
       return;
     }
-    client.datagramBytes = msg.length;
     // `ranges` is a shared scratch array: copy the bounds out before dispatch can reuse it.
     const n = ranges.length;
     if (n === 2) {
@@ -393,14 +320,16 @@ export class NoxRelayServer {
   }
 
   /**
-   * A datagram from an unknown source. State is created only by a decoded Handshake (protocol 1)
-   * whose datagram is at least as large as the reply, never by arbitrary (spoofable) traffic;
-   * the new session stays half-open until the source sends another valid packet.
+   * A datagram from an unknown source. State is created only by a decoded protocol-1 Handshake
+   * whose reply fits the anti-amplification budget, never by arbitrary (spoofable) traffic. With
+   * a valid address cookie the session starts proven; otherwise it is half-open, and a new
+   * half-open session evicts the oldest one of its address (or of all) rather than being refused.
    */
-  private onFirstDatagram(msg: Buffer, rinfo: dgram.RemoteInfo, key: string): void {
-    const end = this.handshakeEnd(msg);
+  private onFirstDatagram(msg: Buffer, rinfo: dgram.RemoteInfo): void {
+    const o = this.options;
+    const end = handshakeEnd(msg, o.maxPacketSize);
     if (end < 0) {
-      this.metrics.drop('unknown_source');
+      this.metrics.drop(DropReason.UnknownSource);
       return;
     }
     let uid: number;
@@ -410,304 +339,163 @@ export class NoxRelayServer {
       uid = p.uid;
       hs = p.message;
     } catch {
-      this.metrics.drop('unknown_source');
+      this.metrics.drop(DropReason.UnknownSource);
       return;
     }
     if (hs.type !== 'Handshake') {
-      this.metrics.drop('unknown_source');
+      this.metrics.drop(DropReason.UnknownSource);
       return;
     }
+    const budget = msg.length * o.udpReplyFactor;
     if (hs.protocol !== PROTOCOL_VERSION) {
-      // No session. The reason goes back only if it is no larger than what came in.
-      this.metrics.close('bad_protocol');
+      // No session. The reason goes back only within the budget.
+      this.metrics.close(CloseReason.BadProtocol);
       const bytes = this.encode(uid, {
         type: 'Disconnect',
         reason: `Incompatible protocol version (${hs.protocol} != ${PROTOCOL_VERSION}).`,
       });
-      if (bytes.length <= msg.length * this.options.udpReplyFactor)
-        this.udp!.send(bytes, rinfo.port, rinfo.address);
-      else this.metrics.drop('udp_amplification');
+      if (bytes.length <= budget) this.udp!.send(bytes, rinfo.port, rinfo.address);
+      else this.metrics.drop(DropReason.UdpAmplification);
       return;
     }
-    const perIp = this.udpPerIp.get(rinfo.address) ?? 0;
-    if (
-      this.halfOpen >= this.options.maxHalfOpenUdp ||
-      this.establishedClients >= this.options.maxClients ||
-      perIp >= this.options.maxUdpPerIp ||
-      this.closing !== undefined
-    ) {
-      this.metrics.drop('over_capacity');
+    if (this.closing !== undefined || this.establishedClients >= o.maxClients) {
+      this.metrics.drop(DropReason.OverCapacity);
+      return;
+    }
+    const ip = rinfo.address;
+    // A bad cookie is counted when the Handshake is handled; here it only means "not proven".
+    const proven =
+      hs.addressCookie !== null &&
+      o.addressCookies &&
+      this.admission.verify(ip, rinfo.port, hs.addressCookie);
+    // The bare reply (no cookie) is the least an unproven source can be sent.
+    if (!proven && this.encode(uid, handshakeReply(this, { id: 0, ip, port: rinfo.port })).length > budget) {
+      this.metrics.drop(DropReason.UdpAmplification);
+      return;
+    }
+    // Room for one more session from this address: its own oldest half-open session goes first.
+    if (!this.makeRoom(ip, proven)) {
+      this.metrics.drop(DropReason.OverCapacity);
       return;
     }
     const client = new RelayClient(
       this.freeClientId(),
-      { udp: this.udp!, ip: rinfo.address, port: rinfo.port, queue: this.udpQueue },
-      this.congestion,
+      { udp: this.udp!, ip, port: rinfo.port, queue: this.udpQueue },
+      this.limits,
       this.metrics,
     );
-    client.datagramBytes = msg.length;
-    const reply = this.encode(uid, handshakeReply(this, client));
-    if (reply.length > msg.length * this.options.udpReplyFactor) {
-      this.metrics.drop('udp_amplification');
-      return;
+    if (proven) {
+      client.addressProven = true;
+      this.metrics.count(Counter.AddressProven);
+    } else {
+      client.udpBytesIn = msg.length;
+      this.admission.add(client);
     }
-    client.halfOpen = true;
-    this.halfOpen++;
-    this.clients.set(client.id, client);
-    this.udpClients.set(key, client);
-    this.udpPerIp.set(rinfo.address, perIp + 1);
-    this.metrics.open++;
+    this.register(client);
     this.metrics.received++;
-    handleHandshake(this, client, uid, hs);
+    client.allowRequest(client.createdAt);
+    dispatch(this, client, uid, hs, 0);
+    // A Handshake that could not be answered leaves nothing behind.
+    if (!client.handshaked) this.dropClient(client, QuitType.UnknownError, null);
   }
 
-  /** A half-open UDP session proved its address (a second valid packet): it becomes a client. */
+  /**
+   * Makes room for a new UDP session from `ip`: evicts half-open sessions (that address's oldest
+   * first, then the oldest of all) until the per-address and server-wide caps allow it. False
+   * when the address is full of established sessions.
+   */
+  private makeRoom(ip: string, proven: boolean): boolean {
+    const o = this.options;
+    const evict = (c: RelayClient | undefined): boolean => {
+      if (c === undefined) return false;
+      this.metrics.close(CloseReason.HalfOpenEvicted);
+      this.dropClient(c, QuitType.Timeout, null);
+      return true;
+    };
+    while ((this.udpPerIp.get(ip) ?? 0) >= o.maxUdpPerIp) if (!evict(this.admission.oldest(ip))) return false;
+    if (proven) return true;
+    while (this.admission.countFor(ip) >= o.maxHalfOpenUdpPerIp)
+      if (!evict(this.admission.oldest(ip))) return false;
+    while (this.admission.size >= o.maxHalfOpenUdp) if (!evict(this.admission.oldest())) return false;
+    return true;
+  }
+
+  /** A half-open UDP session sent a second valid packet (or its cookie): it becomes a client. */
   private promote(client: RelayClient): boolean {
     if (this.establishedClients >= this.options.maxClients) {
-      this.metrics.drop('over_capacity');
+      this.metrics.drop(DropReason.OverCapacity);
       this.dropClient(client, QuitType.UnknownError, null);
       return false;
     }
-    client.halfOpen = false;
-    this.halfOpen--;
+    this.admission.remove(client);
     return true;
   }
+
+  // ---- dispatch -----------------------------------------------------------------------------
 
   /** One packet `buf[start, end)` from `client`; `depth` > 0 inside Reliable/Segmentation. */
   onPacket(client: RelayClient, buf: Buffer, start: number, end: number, depth: number): void {
     if (client.closed) return;
     this.metrics.received++;
+    const now = performance.now();
+    if (!client.allowRequest(now)) {
+      this.metrics.drop(DropReason.RateLimited);
+      return;
+    }
     let uid: number;
     let message: ClientMessage;
     try {
-      const r = this.reader.reset(buf, start, end);
-      const p = readClientPacket(r);
+      const p = readClientPacket(this.reader.reset(buf, start, end));
       uid = p.uid;
       message = p.message;
     } catch (err) {
-      this.metrics.drop('malformed');
+      this.metrics.drop(DropReason.Malformed);
       this.log.debug({ err: (err as Error).message, client: client.id }, 'undecodable packet dropped');
       return;
     }
     // Only a valid packet resets the connection timeout (spec).
-    client.lastSeen = performance.now();
+    client.lastSeen = now;
     if (client.halfOpen && message.type !== 'Handshake' && !this.promote(client)) return;
     try {
-      this.dispatch(client, uid, message, depth);
+      dispatch(this, client, uid, message, depth);
     } catch (err) {
-      this.metrics.count('handler_error');
+      this.metrics.count(Counter.HandlerError);
       this.log.error({ err, client: client.id, type: message.type }, 'handler failed');
     }
   }
 
-  private dispatch(client: RelayClient, uid: number, m: ClientMessage, depth: number): void {
-    if (m.type === 'Handshake') {
-      handleHandshake(this, client, uid, m);
-      return;
-    }
-    if (!client.handshaked) {
-      this.metrics.drop('not_handshaked');
-      return;
-    }
-    if (m.type === 'Reliable' || m.type === 'Segmentation') {
-      if (depth >= MAX_NESTING) {
-        this.metrics.drop('nesting');
-        return;
-      }
-      if (m.type === 'Reliable') {
-        this.onReliable(client, m.messages, depth);
-        return;
-      }
-      this.onSegment(client, m, depth);
-      return;
-    }
-    switch (m.type) {
-      case 'Disconnect':
-        this.onDisconnect(client, uid);
-        break;
-      case 'Latency':
-        handleLatency(this, client, uid, m);
-        break;
-      case 'Authentification':
-        handleAuthentification(this, client, uid, m);
-        break;
-      case 'Sessions':
-        handleSessions(this, client, uid, m);
-        break;
-      case 'Enter':
-        handleEnter(this, client, uid, m);
-        break;
-      case 'Quit':
-        handleQuit(this, client, uid, m);
-        break;
-      case 'Traveling':
-        handleTraveling(this, client, uid, m);
-        break;
-      case 'PasswordRequirement':
-        handlePasswordRequirement(this, client, uid, m);
-        break;
-      case 'Transform':
-        handleTransform(this, client, m);
-        break;
-      case 'Custom':
-        handleCustom(this, client, m);
-        break;
-      case 'Teleport':
-        handleTeleport(this, client, m);
-        break;
-      case 'AvatarChanged':
-        handleAvatarChanged(this, client, uid, m);
-        break;
-      case 'AvatarParams':
-        handleAvatarParams(this, client, m);
-        break;
-      case 'ServerConfig':
-        handleServerConfig(this, client, uid, m);
-        break;
-    }
-  }
+  // ---- liveness -----------------------------------------------------------------------------
 
-  /** Each entry is a complete inner packet, dispatched in order (spec §4.4, §7.8). */
-  private onReliable(client: RelayClient, entries: readonly Uint8Array[], depth: number): void {
-    this.metrics.count('reliable_batches');
-    for (const raw of entries) {
-      const e = asBuffer(raw);
-      if (client.closed) return;
-      if (e.length < 5 || e.readUInt16BE(0) !== e.length || e.length > this.options.maxPacketSize) {
-        this.metrics.drop('malformed');
-        continue;
-      }
-      this.onPacket(client, e, 0, e.length, depth + 1);
-    }
-  }
-
-  /** Reassembly keyed by (segment id, client), with caps and a timeout (spec §4.3, §7.8). */
-  private onSegment(
-    client: RelayClient,
-    m: { segmentId: number; totalSegments: number; currentSegment: number; segmentData: Uint8Array },
-    depth: number,
-  ): void {
-    const o = this.options;
-    if (m.totalSegments === 0 || m.currentSegment >= m.totalSegments || m.totalSegments > o.maxSegments) {
-      this.metrics.drop('bad_segment');
-      return;
-    }
-    const now = performance.now();
-    let s = client.segments.get(m.segmentId);
-    if (s !== undefined && (now - s.lastUpdate >= o.segmentationTimeoutMs || s.total !== m.totalSegments)) {
-      this.forgetSegments(client, m.segmentId, s);
-      this.metrics.drop('segment_expired');
-      s = undefined;
-    }
-    if (this.reassemblyBytes + m.segmentData.length > o.maxReassemblyBudget) {
-      // Server-wide memory cap: new segments wait until others complete or expire.
-      this.metrics.drop('reassembly_budget');
-      return;
-    }
-    if (s === undefined) {
-      if (client.segments.size >= o.maxSegmentSessions) {
-        this.metrics.drop('segment_sessions');
-        return;
-      }
-      s = {
-        total: m.totalSegments,
-        parts: new Array(m.totalSegments),
-        received: 0,
-        bytes: 0,
-        lastUpdate: now,
-      };
-      client.segments.set(m.segmentId, s);
-    }
-    const previous = s.parts[m.currentSegment];
-    const bytes = s.bytes - (previous?.length ?? 0) + m.segmentData.length;
-    if (bytes > o.maxReassembledBytes) {
-      this.forgetSegments(client, m.segmentId, s);
-      this.metrics.drop('segment_too_large');
-      return;
-    }
-    if (previous === undefined) s.received++;
-    // The datagram or frame is only valid during this call: keep a copy.
-    s.parts[m.currentSegment] = Buffer.from(m.segmentData);
-    this.reassemblyBytes += bytes - s.bytes;
-    s.bytes = bytes;
-    s.lastUpdate = now;
-    if (s.received < s.total) return;
-    this.forgetSegments(client, m.segmentId, s);
-    const whole = Buffer.concat(s.parts as Buffer[], s.bytes);
-    this.metrics.count('segments_reassembled');
-    if (whole.length < 5 || whole.readUInt16BE(0) !== whole.length) {
-      this.metrics.drop('malformed');
-      return;
-    }
-    this.onPacket(client, whole, 0, whole.length, depth + 1);
-  }
-
-  /** Removes one segmentation session and returns its bytes to the server-wide budget. */
-  private forgetSegments(client: RelayClient, id: number, s: SegmentSession): void {
-    client.segments.delete(id);
-    this.reassemblyBytes -= s.bytes;
-  }
-
-  private onDisconnect(client: RelayClient, uid: number): void {
-    this.send(client, uid, { type: 'Disconnect', reason: null }, Priority.Critical);
-    this.dropClient(client, QuitType.Normal, null);
-    this.metrics.close('disconnect');
-  }
-
-  /** Tells the client why, then forgets it. */
-  disconnect(client: RelayClient, reason: string, quitType: number): void {
-    // A half-open UDP source never proved its address: nothing is sent to it (anti-amplification).
-    if (!client.halfOpen) this.send(client, 0, { type: 'Disconnect', reason }, Priority.Critical);
-    this.dropClient(client, quitType, null);
-  }
-
-  /** Removes a client: its players leave (Leave to whoever knew them), TCP ends after flushing. */
-  dropClient(client: RelayClient, quitType: number, reason: string | null): void {
-    if (client.closed) return;
-    for (const p of [...client.players.values()]) removePlayer(this, p, quitType, reason, null, null, false);
-    client.closed = true;
-    this.clients.delete(client.id);
-    for (const [id, s] of [...client.segments]) this.forgetSegments(client, id, s);
-    if (client.halfOpen) {
-      client.halfOpen = false;
-      this.halfOpen--;
-    }
-    if (client.transport === 'udp') {
-      this.udpClients.delete(client.key);
-      const n = (this.udpPerIp.get(client.ip) ?? 1) - 1;
-      if (n <= 0) this.udpPerIp.delete(client.ip);
-      else this.udpPerIp.set(client.ip, n);
-      this.metrics.open--;
-    } else {
-      const n = (this.tcpPerIp.get(client.ip) ?? 1) - 1;
-      if (n <= 0) this.tcpPerIp.delete(client.ip);
-      else this.tcpPerIp.set(client.ip, n);
-      client.end();
-    }
-  }
-
-  /** Liveness (Disconnect "Connection timed out.") and expired segmentation sessions. */
+  /** Liveness (Disconnect "Connection timed out."), slow TCP consumers, expired segments. */
   private sweep(): void {
     const now = performance.now();
     const o = this.options;
+    const soft = o.congestion.softBytes;
     for (const c of [...this.clients.values()]) {
       if (c.halfOpen && now - c.createdAt >= o.halfOpenTimeoutMs) {
-        // Never proved its address: forgotten silently.
-        this.metrics.close('half_open_timeout');
+        // Never sent a second packet: forgotten silently.
+        this.metrics.close(CloseReason.HalfOpenTimeout);
         this.dropClient(c, QuitType.Timeout, null);
         continue;
       }
       if (now - c.lastSeen >= o.connectionTimeoutMs) {
-        this.metrics.close('timeout');
+        this.metrics.close(CloseReason.Timeout);
         this.disconnect(c, 'Connection timed out.', QuitType.Timeout);
         continue;
       }
-      for (const [id, s] of c.segments) {
-        if (now - s.lastUpdate >= o.segmentationTimeoutMs) {
-          this.forgetSegments(c, id, s);
-          this.metrics.drop('segment_expired');
-        }
+      if (c.transport === 'tcp') {
+        // A consumer that stopped reading is closed even when nothing more is sent to it.
+        if (c.queued <= soft) c.congestedSince = 0;
+        else if (c.congestedSince === 0) c.congestedSince = now;
+        else if (now - c.congestedSince >= o.slowConsumerTimeoutMs) c.closeSlowConsumer();
       }
+      this.reassembly.expire(c, now);
     }
   }
+}
+
+function decrement(map: Map<string, number>, key: string): void {
+  const n = (map.get(key) ?? 1) - 1;
+  if (n <= 0) map.delete(key);
+  else map.set(key, n);
 }

@@ -7,14 +7,23 @@ import type net from 'node:net';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { Priority } from './constants.js';
 import type { Player } from './instances.js';
+import type { CongestionLimits } from './options.js';
+import { CloseReason, DropReason } from './reasons.js';
 
-export interface CongestionLimits {
-  /** Queued bytes above which Low and Normal messages are dropped. */
-  softBytes: number;
-  /** Queued bytes above which High messages are dropped too (Critical always goes). */
-  hardBytes: number;
-  /** Queued bytes above which a TCP connection is closed as a slow consumer. */
-  closeBytes: number;
+export type { CongestionLimits } from './options.js';
+
+/** What one client's send path enforces (the resolved server options it needs). */
+export interface SendLimits {
+  congestion: CongestionLimits;
+  /** Anti-amplification factor for an unproven UDP source (bytes out ≤ factor × bytes in). */
+  udpReplyFactor: number;
+  /** Drain rate of a UDP client's own queue, bytes per second. */
+  udpSendBytesPerSecond: number;
+  /** How long a TCP queue may stay over the soft limit before the connection is closed. */
+  slowConsumerTimeoutMs: number;
+  /** Packets per second a client may send, and the burst allowed above that rate. */
+  maxRequestsPerSecond: number;
+  maxRequestBurst: number;
 }
 
 export interface SegmentSession {
@@ -46,21 +55,39 @@ export class RelayClient {
   /** When the client was created (performance.now()). */
   readonly createdAt: number;
   /**
-   * UDP only: the source has sent a Handshake but no other valid packet yet, so its address is
-   * unproven. Half-open sessions have their own cap and timeout and are never sent a Disconnect.
+   * UDP only: the source has sent a Handshake but no other valid packet yet. Half-open sessions
+   * have their own caps and timeout, do not count against maxClients, and are never sent a
+   * Disconnect.
    */
   halfOpen = false;
-  /** UDP only: size of the datagram being processed (the anti-amplification budget for replies). */
-  datagramBytes = 0;
+  /**
+   * The peer has shown it receives at its address: always on TCP; on UDP once it sent back the
+   * address cookie of a Handshake reply. Until then the anti-amplification budget applies.
+   */
+  addressProven: boolean;
+  /** UDP, unproven: bytes received from the source and sent to it (the 3× budget is over all of them). */
+  udpBytesIn = 0;
+  udpBytesOut = 0;
   closed = false;
+  /** Request budget: tokens left and when they were last refilled (performance.now()). */
+  private tokens: number;
+  private tokensAt: number;
+  /** UDP send budget: this client's own virtual queue, and when it was last drained. */
+  private udpQueued = 0;
+  private udpQueuedAt = 0;
+  /** TCP: since when the queue has been over the soft limit (0: it is not). */
+  congestedSince = 0;
   /** instance id → player. */
   readonly players = new Map<number, Player>();
   readonly segments = new Map<number, SegmentSession>();
   private readonly socket: net.Socket | undefined;
   private readonly udp: dgram.Socket | undefined;
-  /** The UDP socket's send queue, sampled by the server once per received datagram (one native call, not one per send). */
+  /**
+   * The shared UDP socket's send queue, sampled by the server once per received datagram (one
+   * native call, not one per send). Only a last-resort signal: each client has its own budget.
+   */
   private readonly udpQueue: { bytes: number };
-  private readonly limits: CongestionLimits;
+  private readonly limits: SendLimits;
   private readonly metrics: ProtocolMetrics;
 
   constructor(
@@ -68,7 +95,7 @@ export class RelayClient {
     transport:
       | { tcp: net.Socket }
       | { udp: dgram.Socket; ip: string; port: number; queue: { bytes: number } },
-    limits: CongestionLimits,
+    limits: SendLimits,
     metrics: ProtocolMetrics,
   ) {
     this.id = id;
@@ -90,48 +117,113 @@ export class RelayClient {
       this.socket = undefined;
     }
     this.key = udpKey(this.ip, this.port);
+    this.addressProven = this.transport === 'tcp';
     this.lastSeen = performance.now();
     this.createdAt = this.lastSeen;
+    this.tokens = limits.maxRequestBurst;
+    this.tokensAt = this.lastSeen;
+  }
+
+  /** Bytes this client may still be sent: unlimited once its address is proven (always on TCP). */
+  get sendBudget(): number {
+    if (this.addressProven) return Number.POSITIVE_INFINITY;
+    return this.udpBytesIn * this.limits.udpReplyFactor - this.udpBytesOut;
+  }
+
+  /** Takes one packet from the request budget (a token bucket); false when it is spent. */
+  allowRequest(now: number): boolean {
+    const l = this.limits;
+    let tokens = this.tokens + ((now - this.tokensAt) * l.maxRequestsPerSecond) / 1000;
+    if (tokens > l.maxRequestBurst) tokens = l.maxRequestBurst;
+    this.tokensAt = now;
+    if (tokens < 1) {
+      this.tokens = tokens;
+      return false;
+    }
+    this.tokens = tokens - 1;
+    return true;
+  }
+
+  /** The client's own UDP queue after draining at its send rate until `now`. */
+  private udpBacklog(now: number): number {
+    const drained = ((now - this.udpQueuedAt) * this.limits.udpSendBytesPerSecond) / 1000;
+    this.udpQueuedAt = now;
+    this.udpQueued = drained >= this.udpQueued ? 0 : this.udpQueued - drained;
+    return this.udpQueued;
   }
 
   /**
-   * Bytes waiting to leave: the connection's own queue on TCP. UDP clients share the server's
-   * one socket, so its kernel-side send queue is their congestion signal.
+   * Bytes waiting to leave: the connection's own queue on TCP; on UDP the client's own budget
+   * backlog (what it was sent beyond its send rate), so one busy client never makes the server
+   * shed everyone else's traffic.
    */
   get queued(): number {
-    return this.socket !== undefined ? this.socket.writableLength : this.udpQueue.bytes;
+    return this.socket !== undefined ? this.socket.writableLength : this.udpBacklog(performance.now());
+  }
+
+  private congestionDrop(priority: Priority): false {
+    this.metrics.drop(
+      priority === Priority.Low
+        ? DropReason.CongestionLow
+        : priority === Priority.Normal
+          ? DropReason.CongestionNormal
+          : DropReason.CongestionHigh,
+    );
+    return false;
+  }
+
+  /** Closes a TCP client that stopped reading. */
+  closeSlowConsumer(): void {
+    if (this.socket === undefined || this.socket.destroyed) return;
+    this.metrics.close(CloseReason.SlowConsumer);
+    this.socket.destroy();
   }
 
   /**
    * Sends one or more whole packets. `bytes` must not change afterwards (the socket keeps a
-   * reference). Under congestion, Low and Normal go first, then High; Critical always goes.
+   * reference). An unproven UDP source never gets more than its anti-amplification budget.
+   * Under congestion Low and Normal go first, then High; Critical always goes, but a TCP client
+   * whose queue reaches the close limit, or stays over the soft limit too long, is closed.
    */
   send(bytes: Buffer, priority: Priority): boolean {
     if (this.closed) return false;
-    const q = this.queued;
-    if (q > this.limits.softBytes) {
-      if (priority <= Priority.Normal || (priority === Priority.High && q > this.limits.hardBytes)) {
-        this.metrics.drop(
-          priority === Priority.Low
-            ? 'congestion_low'
-            : priority === Priority.Normal
-              ? 'congestion_normal'
-              : 'congestion_high',
-        );
-        return false;
-      }
-      if (this.socket !== undefined && q > this.limits.closeBytes) {
-        this.metrics.close('slow_consumer');
-        this.socket.destroy();
-        return false;
-      }
+    const l = this.limits;
+    if (!this.addressProven && bytes.length > this.sendBudget) {
+      this.metrics.drop(DropReason.UdpAmplification);
+      return false;
     }
-    this.metrics.sent++;
+    const c = l.congestion;
     if (this.socket !== undefined) {
+      const q = this.socket.writableLength;
+      if (q > c.softBytes) {
+        const now = performance.now();
+        if (this.congestedSince === 0) this.congestedSince = now;
+        if (q >= c.closeBytes || now - this.congestedSince >= l.slowConsumerTimeoutMs) {
+          this.closeSlowConsumer();
+          return false;
+        }
+        if (priority <= Priority.Normal || (priority === Priority.High && q > c.hardBytes)) {
+          return this.congestionDrop(priority);
+        }
+      } else {
+        this.congestedSince = 0;
+      }
+      this.metrics.sent++;
       this.socket.write(bytes);
-    } else {
-      this.udp!.send(bytes, this.port, this.ip);
+      return true;
     }
+    const now = performance.now();
+    const q = this.udpBacklog(now);
+    if (priority !== Priority.Critical) {
+      if (q > c.softBytes && (priority <= Priority.Normal || q > c.hardBytes))
+        return this.congestionDrop(priority);
+      // The shared socket itself is backed up (the host's link is full): shed all but Critical.
+      if (this.udpQueue.bytes > c.closeBytes) return this.congestionDrop(priority);
+    }
+    this.udpQueued = q + bytes.length;
+    if (!this.addressProven) this.udpBytesOut += bytes.length;
+    this.metrics.sent++;
+    this.udp!.send(bytes, this.port, this.ip);
     return true;
   }
 

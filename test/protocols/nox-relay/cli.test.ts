@@ -21,6 +21,7 @@ describe('gamewire decode/encode nox-relay', () => {
       protocol: 1,
       engine: 'unity',
       platform: 'windows',
+      addressCookie: null,
     });
   });
 

@@ -42,7 +42,14 @@ const fixtures: Fixture[] = [
     'client',
     0x01,
     '0001 0005756e697479 000777696e646f7773',
-    { type: 'Handshake', protocol: 1, engine: 'unity', platform: 'windows' },
+    { type: 'Handshake', protocol: 1, engine: 'unity', platform: 'windows', addressCookie: null },
+  ],
+  [
+    'handshake_request_with_address_cookie (gamewire extension)',
+    'client',
+    0x01,
+    '0001 0005756e697479 000777696e646f7773 0102030405060708',
+    { type: 'Handshake', engine: 'unity', addressCookie: '0102030405060708' },
   ],
   [
     'handshake_response_online',
@@ -60,7 +67,15 @@ const fixtures: Fixture[] = [
       connectionTimeout: 15,
       keepAliveInterval: 5,
       segmentationTimeout: 30,
+      addressCookie: null,
     },
+  ],
+  [
+    'handshake_response_offline_with_address_cookie (gamewire extension)',
+    'server',
+    0x01,
+    '0001 0000 7f000001 1234 01 0400 000f 0005 001e a1a2a3a4a5a6a7a8',
+    { flags: 1, addressCookie: 'a1a2a3a4a5a6a7a8' },
   ],
   [
     'handshake_response_offline',
@@ -477,9 +492,13 @@ const transform = fc
     }),
   );
 
+const cookieArb = fc.uint8Array({ minLength: 8, maxLength: 8 }).map((b) => Buffer.from(b));
+
 const clientArb = fc.oneof(
   optStr.map((reason) => ({ type: 'Disconnect', reason })),
-  fc.record({ protocol: u16, engine: str, platform: str }).map((m) => ({ type: 'Handshake', ...m })),
+  fc
+    .record({ protocol: u16, engine: str, platform: str, addressCookie: fc.option(cookieArb) })
+    .map((m) => ({ type: 'Handshake', ...m })),
   fc
     .record({ segmentId: u16, totalSegments: u16, currentSegment: u16, segmentData: blob })
     .map((m) => ({ type: 'Segmentation', ...m })),
@@ -561,8 +580,9 @@ const serverArb = fc.oneof(
       b: u16,
       c: u16,
       d: u16,
+      addressCookie: fc.option(cookieArb),
     })
-    .map(({ m, a, b, c, d, ...x }) => ({
+    .map(({ m, a, b, c, d, addressCookie, ...x }) => ({
       type: 'Handshake',
       ...x,
       ...(x.flags & 1 ? {} : { masterAddr: m }),
@@ -570,6 +590,7 @@ const serverArb = fc.oneof(
       connectionTimeout: b,
       keepAliveInterval: c,
       segmentationTimeout: d,
+      addressCookie,
     })),
   fc.record({ clientTimestamp: ts, serverTimestamp: ts }).map((m) => ({ type: 'Latency', ...m })),
   fc

@@ -49,7 +49,7 @@ describe('nox-relay server: handshake and authentication', () => {
     await c.connect();
     const reason = next<string>(c, 'disconnect');
     const closed = next(c, 'close');
-    c.post({ type: 'Handshake', protocol: 2, engine: 'x', platform: 'y' }, 1);
+    c.post({ type: 'Handshake', protocol: 2, engine: 'x', platform: 'y', addressCookie: null }, 1);
     expect(await reason).toBe('Incompatible protocol version (2 != 1).');
     await closed;
   });
@@ -360,7 +360,11 @@ describe('nox-relay server: transports and bad input', () => {
     send(packet(1, { type: 'Sessions', page: 0 }));
     await until(() => s.metrics.dropped.get('unknown_source') === 1);
     // A first Handshake datagram must be at least as large as the reply (anti-amplification).
-    send(padded(packet(1, { type: 'Handshake', protocol: 1, engine: 'raw', platform: 'udp' })));
+    send(
+      padded(
+        packet(1, { type: 'Handshake', protocol: 1, engine: 'raw', platform: 'udp', addressCookie: null }),
+      ),
+    );
     await until(() => replies.length === 1);
     send(
       Buffer.concat([
@@ -408,7 +412,13 @@ describe('nox-relay server: transports and bad input', () => {
     const s = await server();
     const raw = await rawTcp(s.port);
     cleanup.push(() => void raw.socket.destroy());
-    const hs = packet(9, { type: 'Handshake', protocol: 1, engine: 'raw', platform: 'tcp' });
+    const hs = packet(9, {
+      type: 'Handshake',
+      protocol: 1,
+      engine: 'raw',
+      platform: 'tcp',
+      addressCookie: null,
+    });
     for (const byte of hs) {
       raw.socket.write(Buffer.from([byte]));
       await sleep(1);
@@ -524,7 +534,14 @@ describe('nox-relay server: transports and bad input', () => {
     const rc = new RelayClient(
       0,
       { tcp: fake as never },
-      { softBytes: 100, hardBytes: 400, closeBytes: 1600 },
+      {
+        congestion: { softBytes: 100, hardBytes: 400, closeBytes: 1600 },
+        udpReplyFactor: 3,
+        udpSendBytesPerSecond: 1 << 20,
+        slowConsumerTimeoutMs: 60_000,
+        maxRequestsPerSecond: 100,
+        maxRequestBurst: 100,
+      },
       metrics,
     );
     const b = Buffer.alloc(5);

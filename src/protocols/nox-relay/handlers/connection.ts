@@ -10,8 +10,9 @@ import {
   Priority,
   QuitType,
 } from '../constants.js';
+import type { RelayContext } from '../context.js';
 import type { ClientMessage, ServerMessage } from '../messages.js';
-import type { NoxRelayServer } from '../server.js';
+import { CloseReason, Counter, DropReason } from '../reasons.js';
 import { ipv4Bytes, type RelayClient } from '../session.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
@@ -21,10 +22,17 @@ function seconds(ms: number): number {
   return Math.min(0xffff, Math.max(1, Math.ceil(ms / 1000)));
 }
 
-/** The Handshake reply for `client` (its length does not depend on the client). */
-export function handshakeReply(server: NoxRelayServer, client: RelayClient): ServerMessage {
-  const o = server.options;
-  const offline = server.offline;
+/**
+ * The Handshake reply for `client`. Its length does not depend on the client, except for the
+ * address cookie (8 bytes) that UDP replies carry.
+ */
+export function handshakeReply(
+  ctx: RelayContext,
+  client: Pick<RelayClient, 'id' | 'ip' | 'port'>,
+  addressCookie: Uint8Array | null = null,
+): ServerMessage {
+  const o = ctx.options;
+  const offline = ctx.offline;
   return {
     type: 'Handshake',
     protocol: PROTOCOL_VERSION,
@@ -37,35 +45,39 @@ export function handshakeReply(server: NoxRelayServer, client: RelayClient): Ser
     connectionTimeout: seconds(o.connectionTimeoutMs),
     keepAliveInterval: seconds(o.keepAliveIntervalMs),
     segmentationTimeout: seconds(o.segmentationTimeoutMs),
+    addressCookie,
   };
 }
 
 export function handleHandshake(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'Handshake'>,
 ): void {
   if (m.protocol !== PROTOCOL_VERSION) {
-    // Spec §7.2: tell the client why, then close. Over UDP only when the reason fits in the
-    // datagram that asked (anti-amplification, docs/nox-relay.md); otherwise silently.
-    server.metrics.close('bad_protocol');
+    // Spec §7.2: tell the client why, then close. An unproven UDP source hears why only within
+    // its anti-amplification budget (the send path checks it).
+    ctx.metrics.close(CloseReason.BadProtocol);
     const reason = `Incompatible protocol version (${m.protocol} != ${PROTOCOL_VERSION}).`;
     if (client.transport === 'udp') {
-      const bytes = server.encode(uid, { type: 'Disconnect', reason });
-      if (bytes.length <= client.datagramBytes * server.options.udpReplyFactor)
-        client.send(bytes, Priority.Critical);
-      else server.metrics.drop('udp_amplification');
-      server.dropClient(client, QuitType.ConfigurationError, null);
+      client.send(ctx.encode(uid, { type: 'Disconnect', reason }), Priority.Critical);
+      ctx.dropClient(client, QuitType.ConfigurationError, null);
       return;
     }
-    server.disconnect(client, reason, QuitType.ConfigurationError);
+    ctx.disconnect(client, reason, QuitType.ConfigurationError);
     return;
   }
-  const bytes = server.encode(uid, handshakeReply(server, client));
-  if (client.transport === 'udp' && bytes.length > client.datagramBytes * server.options.udpReplyFactor) {
+  if (m.addressCookie !== null && client.transport === 'udp' && !client.addressProven)
+    ctx.proveAddress(client, m.addressCookie);
+  const cookie = ctx.addressCookie(client);
+  let bytes = ctx.encode(uid, handshakeReply(ctx, client, cookie));
+  // An unproven source gets the cookie only within its budget; the bare reply may still fit.
+  if (cookie !== null && bytes.length > client.sendBudget)
+    bytes = ctx.encode(uid, handshakeReply(ctx, client));
+  if (bytes.length > client.sendBudget) {
     // Never answer an (unproven, spoofable) UDP source with much more than it sent.
-    server.metrics.drop('udp_amplification');
+    ctx.metrics.drop(DropReason.UdpAmplification);
     return;
   }
   client.handshaked = true;
@@ -74,14 +86,16 @@ export function handleHandshake(
   client.send(bytes, Priority.Critical);
 }
 
+/** Spec §4.1: confirm with the request's uid, then the Leave cleanup, then forget the client. */
+export function handleDisconnect(ctx: RelayContext, client: RelayClient, uid: number): void {
+  ctx.send(client, uid, { type: 'Disconnect', reason: null }, Priority.Critical);
+  ctx.dropClient(client, QuitType.Normal, null);
+  ctx.metrics.close(CloseReason.Disconnect);
+}
+
 /** Echoes the client's 8 timestamp bytes unchanged (as a bigint) and adds the server's clock. */
-export function handleLatency(
-  server: NoxRelayServer,
-  client: RelayClient,
-  uid: number,
-  m: Msg<'Latency'>,
-): void {
-  server.send(
+export function handleLatency(ctx: RelayContext, client: RelayClient, uid: number, m: Msg<'Latency'>): void {
+  ctx.send(
     client,
     uid,
     { type: 'Latency', clientTimestamp: m.timestamp, serverTimestamp: BigInt(Date.now()) },
@@ -90,17 +104,17 @@ export function handleLatency(
 }
 
 export function handleAuthentification(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'Authentification'>,
 ): void {
   if (client.auth !== 'none') {
-    server.metrics.drop('auth_repeated');
+    ctx.metrics.drop(DropReason.AuthRepeated);
     return;
   }
   if ((m.flags & AuthFlags.UseGuest) !== 0) {
-    server.send(
+    ctx.send(
       client,
       uid,
       {
@@ -113,7 +127,7 @@ export function handleAuthentification(
     return;
   }
   if (m.accessToken === '') {
-    server.send(
+    ctx.send(
       client,
       uid,
       { type: 'Authentification', result: AuthResult.InvalidToken, reason: 'Access token is missing.' },
@@ -125,7 +139,7 @@ export function handleAuthentification(
   const tokenType = (m.flags & AuthFlags.UseIntegrity) !== 0 ? 'integrity' : 'bearer';
   let attempt: Promise<AuthOutcome>;
   try {
-    attempt = server.authenticate({ token: m.accessToken, tokenType, ip: client.ip, clientId: client.id });
+    attempt = ctx.authenticate({ token: m.accessToken, tokenType, ip: client.ip, clientId: client.id });
   } catch (err) {
     attempt = Promise.reject(err);
   }
@@ -136,7 +150,7 @@ export function handleAuthentification(
       if (outcome.result === AuthResult.Success) {
         // Encode first: a reply that cannot be written (a huge name, say) must not leave the
         // client half-authenticated.
-        const bytes = server.encode(uid, {
+        const bytes = ctx.encode(uid, {
           type: 'Authentification',
           result: AuthResult.Success,
           userId: outcome.userId,
@@ -148,29 +162,29 @@ export function handleAuthentification(
         client.userServer = outcome.serverAddress;
         client.displayName = outcome.displayName;
         client.userFlags = outcome.flags ?? 0;
-        server.metrics.count('authenticated');
+        ctx.metrics.count(Counter.Authenticated);
         client.send(bytes, Priority.High);
         return;
       }
       const bytes =
         outcome.result === AuthResult.Blacklisted
-          ? server.encode(uid, {
+          ? ctx.encode(uid, {
               type: 'Authentification',
               result: outcome.result,
               expireAt: toDateTime(outcome.expireAt),
               reason: outcome.reason,
             })
-          : server.encode(uid, { type: 'Authentification', result: outcome.result, reason: outcome.reason });
+          : ctx.encode(uid, { type: 'Authentification', result: outcome.result, reason: outcome.reason });
       // A failed attempt may be retried with another token.
       client.auth = 'none';
-      server.metrics.count('auth_failed');
+      ctx.metrics.count(Counter.AuthFailed);
       client.send(bytes, Priority.High);
     })
     .catch((err: unknown) => {
       // Whatever went wrong (a bad outcome from the authenticator, an encoding error), the
       // process must not see an unhandled rejection and the client must not stay 'pending'.
-      server.metrics.count('auth_error');
-      server.log.warn({ err, client: client.id }, 'authentification failed unexpectedly');
+      ctx.metrics.count(Counter.AuthError);
+      ctx.log.warn({ err, client: client.id }, 'authentification failed unexpectedly');
       if (client.closed) return;
       client.auth = 'none';
       client.userId = 0;
@@ -178,18 +192,18 @@ export function handleAuthentification(
       client.displayName = '';
       client.userFlags = 0;
       try {
-        server.send(
+        ctx.send(
           client,
           uid,
           {
             type: 'Authentification',
             result: AuthResult.MasterError,
-            reason: 'Authentification failed on the server.',
+            reason: 'Authentification failed on the ctx.',
           },
           Priority.High,
         );
       } catch {
-        server.disconnect(client, 'Authentification failed.', QuitType.UnknownError);
+        ctx.disconnect(client, 'Authentification failed.', QuitType.UnknownError);
       }
     });
 }
@@ -207,18 +221,18 @@ export function sessionsPerPage(maxPacketSize: number): number {
 
 /** Public instances only (spec §7.5), paged to fit one packet. */
 export function handleSessions(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'Sessions'>,
 ): void {
-  const listed = [...server.instances.values()]
+  const listed = [...ctx.instances.values()]
     .filter((i) => (i.flags & InstanceFlags.IsPublic) !== 0)
     .sort((a, b) => a.id - b.id);
-  const per = sessionsPerPage(server.options.maxPacketSize);
+  const per = sessionsPerPage(ctx.options.maxPacketSize);
   const total = Math.min(255, Math.ceil(listed.length / per));
   const page = m.page < total ? listed.slice(m.page * per, (m.page + 1) * per) : [];
-  server.send(
+  ctx.send(
     client,
     uid,
     {

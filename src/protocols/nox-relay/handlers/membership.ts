@@ -19,24 +19,25 @@ import {
   TravelingAction,
   TravelingResult,
 } from '../constants.js';
+import type { RelayContext } from '../context.js';
 import { Player } from '../instances.js';
 import type { ClientMessage, ServerMessage } from '../messages.js';
-import type { NoxRelayServer } from '../server.js';
+import { Counter, DropReason } from '../reasons.js';
 import type { RelayClient } from '../session.js';
 import { transformMessage } from './relay.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
 
 function enterFail(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   iid: number,
   result: number,
   reason: string,
 ): void {
-  server.metrics.count('enter_refused');
-  server.send(client, uid, { type: 'Enter', instanceId: iid, result, reason }, Priority.High);
+  ctx.metrics.count(Counter.EnterRefused);
+  ctx.send(client, uid, { type: 'Enter', instanceId: iid, result, reason }, Priority.High);
 }
 
 export function joinMessage(about: Player): ServerMessage {
@@ -55,12 +56,12 @@ export function joinMessage(about: Player): ServerMessage {
 }
 
 /** Join, then the avatar, then the stored transforms of `about`, to `to` (spec §4.9 order). */
-export function introduce(server: NoxRelayServer, to: Player, about: Player): void {
+export function introduce(ctx: RelayContext, to: Player, about: Player): void {
   to.known.add(about);
   const c = to.client;
-  server.send(c, 0, joinMessage(about), Priority.High);
+  ctx.send(c, 0, joinMessage(about), Priority.High);
   if (about.avatar !== undefined) {
-    server.send(
+    ctx.send(
       c,
       0,
       {
@@ -74,24 +75,24 @@ export function introduce(server: NoxRelayServer, to: Player, about: Player): vo
     );
   }
   for (const st of about.transforms.values()) {
-    if (st.flags !== 0) server.send(c, 0, transformMessage(about.instance.id, about.id, st), Priority.Normal);
+    if (st.flags !== 0) ctx.send(c, 0, transformMessage(about.instance.id, about.id, st), Priority.Normal);
   }
 }
 
-export function handleEnter(server: NoxRelayServer, client: RelayClient, uid: number, m: Msg<'Enter'>): void {
+export function handleEnter(ctx: RelayContext, client: RelayClient, uid: number, m: Msg<'Enter'>): void {
   const iid = m.instanceId;
   // Spec §1.8: authentication before any action. Offline servers authenticate any token.
   if (client.auth !== 'done') {
-    enterFail(server, client, uid, iid, EnterResult.Refused, 'You are not authenticated.');
+    enterFail(ctx, client, uid, iid, EnterResult.Refused, 'You are not authenticated.');
     return;
   }
-  const inst = server.instances.get(iid);
+  const inst = ctx.instances.get(iid);
   if (inst === undefined) {
-    enterFail(server, client, uid, iid, EnterResult.NotFound, 'Instance not found.');
+    enterFail(ctx, client, uid, iid, EnterResult.NotFound, 'Instance not found.');
     return;
   }
   if (client.players.has(iid)) {
-    enterFail(server, client, uid, iid, EnterResult.Unknown, 'Already in an instance.');
+    enterFail(ctx, client, uid, iid, EnterResult.Unknown, 'Already in an instance.');
     return;
   }
   if (
@@ -99,13 +100,13 @@ export function handleEnter(server: NoxRelayServer, client: RelayClient, uid: nu
     inst.players.size >= inst.capacity &&
     (inst.flags & InstanceFlags.AllowOverload) === 0
   ) {
-    enterFail(server, client, uid, iid, EnterResult.Full, 'Instance is full.');
+    enterFail(ctx, client, uid, iid, EnterResult.Full, 'Instance is full.');
     return;
   }
   const ban = inst.blacklist.get(client.userId);
   if (ban !== undefined && (ban.expiresAt === 0 || ban.expiresAt > Date.now())) {
-    server.metrics.count('enter_refused');
-    server.send(
+    ctx.metrics.count(Counter.EnterRefused);
+    ctx.send(
       client,
       uid,
       {
@@ -121,24 +122,24 @@ export function handleEnter(server: NoxRelayServer, client: RelayClient, uid: nu
   }
   const owner = inst.owners.has(client.userId);
   if ((inst.flags & InstanceFlags.UseWhitelist) !== 0 && !owner && !inst.whitelist.has(client.userId)) {
-    enterFail(server, client, uid, iid, EnterResult.NotWhitelisted, 'You are not whitelisted.');
+    enterFail(ctx, client, uid, iid, EnterResult.NotWhitelisted, 'You are not whitelisted.');
     return;
   }
   const asBot = (m.flags & EnterFlags.AsBot) !== 0;
   if (asBot && (inst.flags & InstanceFlags.AuthorizeBot) === 0) {
-    enterFail(server, client, uid, iid, EnterResult.Refused, 'Bots are not allowed in this instance.');
+    enterFail(ctx, client, uid, iid, EnterResult.Refused, 'Bots are not allowed in this instance.');
     return;
   }
   let pseudonyme: string | undefined;
   if (m.pseudonyme !== undefined) {
     pseudonyme = m.pseudonyme.trim();
     if (pseudonyme.length < 3 || pseudonyme.length > 32) {
-      enterFail(server, client, uid, iid, EnterResult.InvalidPseudonyme, 'Invalid pseudonyme.');
+      enterFail(ctx, client, uid, iid, EnterResult.InvalidPseudonyme, 'Invalid pseudonyme.');
       return;
     }
   }
   if (!inst.checkPassword(m.password)) {
-    enterFail(server, client, uid, iid, EnterResult.IncorrectPassword, 'Incorrect password.');
+    enterFail(ctx, client, uid, iid, EnterResult.IncorrectPassword, 'Incorrect password.');
     return;
   }
 
@@ -147,15 +148,15 @@ export function handleEnter(server: NoxRelayServer, client: RelayClient, uid: nu
   if ((m.flags & EnterFlags.HideInList) !== 0) flags |= PlayerFlags.HideInList;
   if (owner) flags |= PlayerFlags.InstanceOwner;
   if (inst.moderators.has(client.userId)) flags |= PlayerFlags.InstanceModerator;
-  if (server.offline) flags |= PlayerFlags.AuthUnverified;
+  if (ctx.offline) flags |= PlayerFlags.AuthUnverified;
   if (pseudonyme !== undefined) flags |= PlayerFlags.HasCustomDisplay;
   const id = inst.freeId();
   const name = pseudonyme ?? (client.displayName !== '' ? client.displayName : `Player ${id}`);
   const p = new Player(id, client, inst, flags, name, PlayerStatus.Preparing);
   inst.add(p);
   client.players.set(iid, p);
-  server.metrics.count('entered');
-  server.send(
+  ctx.metrics.count(Counter.Entered);
+  ctx.send(
     client,
     uid,
     {
@@ -175,8 +176,8 @@ export function handleEnter(server: NoxRelayServer, client: RelayClient, uid: nu
   );
   for (const q of inst.members) {
     if (q === p) continue;
-    introduce(server, p, q);
-    if (q.status === PlayerStatus.Ready) introduce(server, q, p);
+    introduce(ctx, p, q);
+    if (q.status === PlayerStatus.Ready) introduce(ctx, q, p);
   }
 }
 
@@ -202,7 +203,7 @@ function leaveFor(
  * leaver when it is still there to hear them, the Quit confirmation when `confirmUid` is set.
  */
 export function removePlayer(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   left: Player,
   quitType: number,
   reason: string | null,
@@ -215,11 +216,11 @@ export function removePlayer(
   for (const r of inst.members) {
     if (r === left || !r.known.has(left)) continue;
     r.known.delete(left);
-    server.send(r.client, 0, leaveFor(r, left, quitType, reason, by), Priority.High);
+    ctx.send(r.client, 0, leaveFor(r, left, quitType, reason, by), Priority.High);
   }
   if (leaverListens) {
     for (const q of left.known) {
-      server.send(
+      ctx.send(
         left.client,
         0,
         {
@@ -234,7 +235,7 @@ export function removePlayer(
       );
     }
     if (confirmUid !== null) {
-      server.send(
+      ctx.send(
         left.client,
         confirmUid,
         { type: 'Quit', instanceId: inst.id, quitType, reason },
@@ -246,19 +247,19 @@ export function removePlayer(
   left.status = PlayerStatus.None;
   inst.remove(left);
   left.client.players.delete(inst.id);
-  server.metrics.count('left');
+  ctx.metrics.count(Counter.Left);
 }
 
-export function handleQuit(server: NoxRelayServer, client: RelayClient, uid: number, m: Msg<'Quit'>): void {
+export function handleQuit(ctx: RelayContext, client: RelayClient, uid: number, m: Msg<'Quit'>): void {
   const iid = m.instanceId;
   const fail = (reason: string) =>
-    server.send(
+    ctx.send(
       client,
       uid,
       { type: 'Quit', instanceId: iid, quitType: QuitType.UnknownError, reason },
       Priority.Critical,
     );
-  if (!server.instances.has(iid)) {
+  if (!ctx.instances.has(iid)) {
     fail('Instance not found.');
     return;
   }
@@ -273,43 +274,43 @@ export function handleQuit(server: NoxRelayServer, client: RelayClient, uid: num
     m.quitType === QuitType.Timeout ||
     (m.quitType === QuitType.ModerationKick && (p.flags & PlayerFlags.HasPrivilege) !== 0);
   if (!allowed) {
-    server.metrics.drop('quit_type_refused');
+    ctx.metrics.drop(DropReason.QuitTypeRefused);
     return;
   }
-  removePlayer(server, p, m.quitType, m.reason, p, uid, true);
+  removePlayer(ctx, p, m.quitType, m.reason, p, uid, true);
 }
 
 /** Server-side moderation: kicks `playerId` out of `iid` (ModerationKick), `by` a member or the system. */
 export function kickPlayer(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   iid: number,
   playerId: number,
   reason: string,
   byPlayerId?: number,
 ): boolean {
-  const inst = server.instances.get(iid);
+  const inst = ctx.instances.get(iid);
   const p = inst?.players.get(playerId);
   if (inst === undefined || p === undefined) return false;
   const by = byPlayerId === undefined ? null : (inst.players.get(byPlayerId) ?? null);
-  removePlayer(server, p, QuitType.ModerationKick, reason, by, 0, true);
+  removePlayer(ctx, p, QuitType.ModerationKick, reason, by, 0, true);
   return true;
 }
 
 export function handleTraveling(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'Traveling'>,
 ): void {
   const iid = m.instanceId;
   const unknown = (reason: string) =>
-    server.send(
+    ctx.send(
       client,
       uid,
       { type: 'Traveling', instanceId: iid, result: TravelingResult.Unknown, reason },
       Priority.High,
     );
-  const inst = server.instances.get(iid);
+  const inst = ctx.instances.get(iid);
   if (inst === undefined) {
     unknown('Instance not found.');
     return;
@@ -330,7 +331,7 @@ export function handleTraveling(
         return;
       }
       p.status = PlayerStatus.Traveling;
-      server.send(
+      ctx.send(
         client,
         uid,
         {
@@ -351,18 +352,18 @@ export function handleTraveling(
         return;
       }
       p.status = PlayerStatus.Ready;
-      server.send(
+      ctx.send(
         client,
         uid,
         { type: 'Traveling', instanceId: iid, result: TravelingResult.Ready },
         Priority.High,
       );
       // Catch up on the members that entered while this player was loading.
-      for (const q of inst.members) if (q !== p && !p.known.has(q)) introduce(server, p, q);
+      for (const q of inst.members) if (q !== p && !p.known.has(q)) introduce(ctx, p, q);
       return;
     }
     case TravelingAction.Failed:
-      server.metrics.count('travel_failed');
+      ctx.metrics.count(Counter.TravelFailed);
       return;
     default: {
       unknown(`Action ${m.action} is not supported yet.`);
@@ -373,17 +374,17 @@ export function handleTraveling(
 
 /** gamewire's PasswordRequirement: does instance `iid` need a password? (docs/nox-relay.md) */
 export function handlePasswordRequirement(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'PasswordRequirement'>,
 ): void {
-  const inst = server.instances.get(m.instanceId);
+  const inst = ctx.instances.get(m.instanceId);
   const result =
     inst === undefined
       ? PasswordRequirementResult.NotFound
       : inst.hasPassword
         ? PasswordRequirementResult.Required
         : PasswordRequirementResult.NotRequired;
-  server.send(client, uid, { type: 'PasswordRequirement', instanceId: m.instanceId, result }, Priority.High);
+  ctx.send(client, uid, { type: 'PasswordRequirement', instanceId: m.instanceId, result }, Priority.High);
 }

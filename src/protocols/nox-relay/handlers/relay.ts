@@ -14,23 +14,24 @@ import {
   TransformFlags,
   TransformType,
 } from '../constants.js';
+import type { RelayContext } from '../context.js';
 import type { Instance, Player, StoredTransform } from '../instances.js';
 import type { ClientMessage, ServerMessage, TransformMessage } from '../messages.js';
-import type { NoxRelayServer } from '../server.js';
+import { Counter, DropReason, notReady } from '../reasons.js';
 import type { RelayClient } from '../session.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
 
 /** The member of `iid` that `client` controls, if it may send instance traffic (status ≥ Traveling). */
 function activePlayer(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   iid: number,
-  what: string,
+  what: 'transform' | 'teleport' | 'avatar_params',
 ): Player | undefined {
   const p = client.players.get(iid);
   if (p === undefined || p.status < PlayerStatus.Traveling) {
-    server.metrics.drop(`${what}_not_ready`);
+    ctx.metrics.drop(notReady(what));
     return undefined;
   }
   return p;
@@ -238,26 +239,20 @@ function merge(st: StoredTransform, m: TransformMessage, threshold: number): boo
   return changed;
 }
 
-function flush(
-  server: NoxRelayServer,
-  owner: Player,
-  st: StoredTransform,
-  now: number,
-  alsoOwner: boolean,
-): void {
+function flush(ctx: RelayContext, owner: Player, st: StoredTransform, now: number, alsoOwner: boolean): void {
   st.dirty = false;
   st.lastSent = now;
-  const w = server.fanWriter.reset();
+  const w = ctx.fanWriter.reset();
   writeTransformRelay(w, owner.instance.id, owner.id, st);
   // One copy for the whole fan-out: the sockets keep a reference until the bytes are out.
   const bytes = w.toBuffer();
   const n = fanOut(owner.instance, owner, null, bytes, Priority.Low, alsoOwner);
-  server.metrics.count('transforms_relayed');
-  server.metrics.count('transform_fanout', n);
+  ctx.metrics.count(Counter.TransformsRelayed);
+  ctx.metrics.count(Counter.TransformFanout, n);
 }
 
 /** Sends what the TPS limit held back, then re-arms while anything is still pending. */
-function scheduleFlush(server: NoxRelayServer, inst: Instance, delay: number): void {
+function scheduleFlush(ctx: RelayContext, inst: Instance, delay: number): void {
   if (inst.flushTimer !== undefined) return;
   inst.flushTimer = setTimeout(
     () => {
@@ -269,60 +264,60 @@ function scheduleFlush(server: NoxRelayServer, inst: Instance, delay: number): v
         for (const st of p.transforms.values()) {
           if (!st.dirty) continue;
           const left = interval - (now - st.lastSent);
-          if (left <= 0) flush(server, p, st, now, false);
+          if (left <= 0) flush(ctx, p, st, now, false);
           else wait = Math.min(wait, left);
         }
       }
-      if (Number.isFinite(wait)) scheduleFlush(server, inst, wait);
+      if (Number.isFinite(wait)) scheduleFlush(ctx, inst, wait);
     },
     Math.max(1, Math.ceil(delay)),
   );
   inst.flushTimer.unref();
 }
 
-export function handleTransform(server: NoxRelayServer, client: RelayClient, m: Msg<'Transform'>): void {
-  const p = activePlayer(server, client, m.instanceId, 'transform');
+export function handleTransform(ctx: RelayContext, client: RelayClient, m: Msg<'Transform'>): void {
+  const p = activePlayer(ctx, client, m.instanceId, 'transform');
   if (p === undefined) return;
   if (m.transformType !== TransformType.OnPlayer) {
     // ByPath and OnObject are declared but not relayed, as in the reference server (spec §5.4).
-    server.metrics.drop('transform_unsupported');
+    ctx.metrics.drop(DropReason.TransformUnsupported);
     return;
   }
   const owner = target(p, m.playerId!);
   if (owner === undefined) {
-    server.metrics.drop('transform_forbidden');
+    ctx.metrics.drop(DropReason.TransformForbidden);
     return;
   }
   const inst = p.instance;
   let st = owner.transforms.get(m.rig!);
   if (st === undefined) {
     if (owner.transforms.size >= 64) {
-      server.metrics.drop('transform_rigs');
+      ctx.metrics.drop(DropReason.TransformRigs);
       return;
     }
     st = newStored(m.rig!);
     owner.transforms.set(m.rig!, st);
   }
   if (!merge(st, m, inst.threshold)) {
-    server.metrics.drop('transform_below_threshold');
+    ctx.metrics.drop(DropReason.TransformBelowThreshold);
     return;
   }
   st.dirty = true;
   const now = performance.now();
   const interval = 1000 / inst.tps;
-  if (now - st.lastSent >= interval) flush(server, owner, st, now, owner !== p);
-  else scheduleFlush(server, inst, interval - (now - st.lastSent));
+  if (now - st.lastSent >= interval) flush(ctx, owner, st, now, owner !== p);
+  else scheduleFlush(ctx, inst, interval - (now - st.lastSent));
 }
 
 // ---- Teleport, Custom -----------------------------------------------------------------------
 
 /** gamewire's Teleport: sets the target's Base rig (position + rotation, after a reset) and relays. */
-export function handleTeleport(server: NoxRelayServer, client: RelayClient, m: Msg<'Teleport'>): void {
-  const p = activePlayer(server, client, m.instanceId, 'teleport');
+export function handleTeleport(ctx: RelayContext, client: RelayClient, m: Msg<'Teleport'>): void {
+  const p = activePlayer(ctx, client, m.instanceId, 'teleport');
   if (p === undefined) return;
   const owner = target(p, m.playerId);
   if (owner === undefined) {
-    server.metrics.drop('teleport_forbidden');
+    ctx.metrics.drop(DropReason.TeleportForbidden);
     return;
   }
   let st = owner.transforms.get(0);
@@ -342,7 +337,7 @@ export function handleTeleport(server: NoxRelayServer, client: RelayClient, m: M
     },
     0,
   );
-  const bytes = server.encode(0, {
+  const bytes = ctx.encode(0, {
     type: 'Teleport',
     instanceId: m.instanceId,
     playerId: owner.id,
@@ -353,17 +348,17 @@ export function handleTeleport(server: NoxRelayServer, client: RelayClient, m: M
 }
 
 /** gamewire's Custom: the opaque bytes go to the other members, tagged with the sender's id. */
-export function handleCustom(server: NoxRelayServer, client: RelayClient, m: Msg<'Custom'>): void {
+export function handleCustom(ctx: RelayContext, client: RelayClient, m: Msg<'Custom'>): void {
   const p = client.players.get(m.instanceId);
   if (p === undefined) {
-    server.metrics.drop('custom_not_member');
+    ctx.metrics.drop(DropReason.CustomNotMember);
     return;
   }
-  if (5 + 3 + m.data.length > server.options.maxPacketSize) {
-    server.metrics.drop('custom_too_large');
+  if (5 + 3 + m.data.length > ctx.options.maxPacketSize) {
+    ctx.metrics.drop(DropReason.CustomTooLarge);
     return;
   }
-  const bytes = server.encode(0, { type: 'Custom', instanceId: m.instanceId, playerId: p.id, data: m.data });
+  const bytes = ctx.encode(0, { type: 'Custom', instanceId: m.instanceId, playerId: p.id, data: m.data });
   fanOut(p.instance, p, p, bytes, Priority.Low, false);
 }
 
@@ -374,20 +369,20 @@ export const MAX_AVATAR_SERVER_BYTES = 255;
 export const MAX_AVATAR_PARAMS = 1024;
 
 export function handleAvatarChanged(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'AvatarChanged'>,
 ): void {
   const iid = m.instanceId;
   const failed = (reason: string) =>
-    server.send(
+    ctx.send(
       client,
       uid,
       { type: 'AvatarChanged', instanceId: iid, result: AvatarChangedResult.Failed, reason },
       Priority.High,
     );
-  const inst = server.instances.get(iid);
+  const inst = ctx.instances.get(iid);
   if (inst === undefined) {
     failed('Invalid instance');
     return;
@@ -411,7 +406,7 @@ export function handleAvatarChanged(
     owner = t;
   }
   if (Buffer.byteLength(m.avatarServer, 'utf8') > MAX_AVATAR_SERVER_BYTES) {
-    server.metrics.drop('avatar_changed_too_large');
+    ctx.metrics.drop(DropReason.AvatarChangedTooLarge);
     failed('Invalid avatar server');
     return;
   }
@@ -423,16 +418,16 @@ export function handleAvatarChanged(
     playerId: owner.id,
     ...avatar,
   };
-  const bytes = server.encode(0, notice);
-  if (bytes.length > server.options.maxPacketSize) {
-    server.metrics.drop('avatar_changed_too_large');
+  const bytes = ctx.encode(0, notice);
+  if (bytes.length > ctx.options.maxPacketSize) {
+    ctx.metrics.drop(DropReason.AvatarChangedTooLarge);
     failed('Avatar change too large');
     return;
   }
   owner.avatar = avatar;
   owner.params.clear();
   owner.paramBytes = 0;
-  server.send(
+  ctx.send(
     client,
     uid,
     { type: 'AvatarChanged', instanceId: iid, result: AvatarChangedResult.Success, reason: null },
@@ -441,27 +436,23 @@ export function handleAvatarChanged(
   fanOut(inst, owner, p, bytes, Priority.Normal, owner !== p);
 }
 
-export function handleAvatarParams(
-  server: NoxRelayServer,
-  client: RelayClient,
-  m: Msg<'AvatarParams'>,
-): void {
-  const p = activePlayer(server, client, m.instanceId, 'avatar_params');
+export function handleAvatarParams(ctx: RelayContext, client: RelayClient, m: Msg<'AvatarParams'>): void {
+  const p = activePlayer(ctx, client, m.instanceId, 'avatar_params');
   if (p === undefined) return;
   const owner = target(p, m.playerId);
   if (owner === undefined || owner.avatar === undefined) {
-    server.metrics.drop('avatar_params_refused');
+    ctx.metrics.drop(DropReason.AvatarParamsRefused);
     return;
   }
   // Caps (docs/nox-relay.md, Limits): each value, the player's stored total, and the relay's
   // encoded size (one packet, as for Custom). A message breaking any of them is dropped whole.
-  const o = server.options;
+  const o = ctx.options;
   let total = owner.paramBytes;
   let count = owner.params.size;
   const seen = new Map<number, number>();
   for (const param of m.parameters) {
     if (param.value.length > o.maxAvatarParamBytes) {
-      server.metrics.drop('avatar_params_too_large');
+      ctx.metrics.drop(DropReason.AvatarParamsTooLarge);
       return;
     }
     const old = seen.get(param.parameterId) ?? owner.params.get(param.parameterId)?.length;
@@ -470,17 +461,17 @@ export function handleAvatarParams(
     seen.set(param.parameterId, param.value.length);
   }
   if (total > o.maxAvatarParamsTotal || count > MAX_AVATAR_PARAMS) {
-    server.metrics.drop('avatar_params_too_large');
+    ctx.metrics.drop(DropReason.AvatarParamsTooLarge);
     return;
   }
-  const bytes = server.encode(0, {
+  const bytes = ctx.encode(0, {
     type: 'AvatarParams',
     instanceId: m.instanceId,
     playerId: owner.id,
     parameters: m.parameters,
   });
   if (bytes.length > o.maxPacketSize) {
-    server.metrics.drop('avatar_params_too_large');
+    ctx.metrics.drop(DropReason.AvatarParamsTooLarge);
     return;
   }
   for (const param of m.parameters) owner.params.set(param.parameterId, Buffer.from(param.value));

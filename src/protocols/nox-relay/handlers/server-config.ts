@@ -4,9 +4,10 @@
  * never sent back, only has_password.
  */
 import { InstanceFlags, PlayerFlags, Priority, ServerConfigFlags, ServerConfigResult } from '../constants.js';
+import type { RelayContext } from '../context.js';
 import type { Instance } from '../instances.js';
 import type { ClientMessage, ServerMessage } from '../messages.js';
-import type { NoxRelayServer } from '../server.js';
+import { Counter } from '../reasons.js';
 import type { RelayClient } from '../session.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
@@ -26,22 +27,22 @@ function configMessage(inst: Instance, result: number, flags: number): ServerMes
 }
 
 export function handleServerConfig(
-  server: NoxRelayServer,
+  ctx: RelayContext,
   client: RelayClient,
   uid: number,
   m: Msg<'ServerConfig'>,
 ): void {
   const iid = m.instanceId;
   const failure = (reason: string) => {
-    server.metrics.count('server_config_refused');
-    server.send(
+    ctx.metrics.count(Counter.ServerConfigRefused);
+    ctx.send(
       client,
       uid,
       { type: 'ServerConfig', instanceId: iid, result: ServerConfigResult.Failure, reason },
       Priority.Normal,
     );
   };
-  const inst = server.instances.get(iid);
+  const inst = ctx.instances.get(iid);
   if (inst === undefined) {
     failure('Instance not found.');
     return;
@@ -57,7 +58,7 @@ export function handleServerConfig(
   }
   const f = m.configFlags;
   if (f === ServerConfigFlags.None) {
-    server.send(
+    ctx.send(
       client,
       uid,
       configMessage(inst, ServerConfigResult.Success, ServerConfigFlags.All),
@@ -79,7 +80,7 @@ export function handleServerConfig(
     return;
   }
   // Flags and password stay consistent: UsePassword is set exactly when a password is stored.
-  // The Flags field wins (reference server): clearing UsePassword removes the password, setting
+  // The Flags field wins (reference ctx): clearing UsePassword removes the password, setting
   // it needs a password (already stored, or in this request).
   const passwordAfter = m.password !== undefined ? m.password !== '' : inst.hasPassword;
   let clearPassword = false;
@@ -99,9 +100,9 @@ export function handleServerConfig(
     if (clearPassword) inst.setPassword('');
     inst.flags = m.instanceFlags >>> 0;
   }
-  server.metrics.count('server_config_changed');
+  ctx.metrics.count(Counter.ServerConfigChanged);
   const applied = f & ServerConfigFlags.All;
-  server.send(client, uid, configMessage(inst, ServerConfigResult.Success, applied), Priority.Normal);
-  const change = server.encode(0, configMessage(inst, ServerConfigResult.Change, applied));
+  ctx.send(client, uid, configMessage(inst, ServerConfigResult.Success, applied), Priority.Normal);
+  const change = ctx.encode(0, configMessage(inst, ServerConfigResult.Change, applied));
   for (const r of inst.members) if (r !== p) r.client.send(change, Priority.Normal);
 }

@@ -1,0 +1,37 @@
+/**
+ * What a message handler may use of the server: its options, instances, counters and the send
+ * path. Handlers see only this interface, so they can be read (and tested) without the transport,
+ * admission and reassembly machinery behind it.
+ */
+import type { Logger } from 'pino';
+import type { ProtocolMetrics } from '../../core/metrics.js';
+import type { WireWriter } from '../../wire/index.js';
+import type { Authenticator } from './auth.js';
+import type { Priority } from './constants.js';
+import type { Instance } from './instances.js';
+import type { ServerMessage } from './messages.js';
+import type { ResolvedOptions } from './options.js';
+import type { RelayClient } from './session.js';
+
+export interface RelayContext {
+  readonly options: ResolvedOptions;
+  readonly log: Logger;
+  readonly metrics: ProtocolMetrics;
+  readonly instances: ReadonlyMap<number, Instance>;
+  /** No master server: any token is accepted and the Handshake says IsOffline. */
+  readonly offline: boolean;
+  readonly authenticate: Authenticator;
+  /** Scratch writer for the transform fan-out (hot path); valid until the next use. */
+  readonly fanWriter: WireWriter;
+  /** Encodes one packet into a fresh buffer (safe to hand to several sockets). */
+  encode(uid: number, message: ServerMessage): Buffer;
+  send(client: RelayClient, uid: number, message: ServerMessage, priority: Priority): void;
+  /** Tells the client why (unless it is half-open), then forgets it. */
+  disconnect(client: RelayClient, reason: string, quitType: number): void;
+  /** Forgets a client: its players leave, TCP ends after flushing. */
+  dropClient(client: RelayClient, quitType: number, reason: string | null): void;
+  /** The address cookie to put in this UDP client's Handshake reply; null on TCP or when disabled. */
+  addressCookie(client: RelayClient): Uint8Array | null;
+  /** Checks a cookie sent back by a UDP client; a valid one proves its address (and admits it). */
+  proveAddress(client: RelayClient, cookie: Uint8Array): boolean;
+}
