@@ -134,10 +134,16 @@ async function phase(mode: Mode): Promise<Phase> {
   let measuring = false;
   let delivered = 0;
   let ready = 0;
+  /** Each player's address cookie, from its Handshake reply (gamewire's UDP address proof). */
+  const cookies: (Buffer | undefined)[] = new Array(total);
   for (let i = 0; i < total; i++) {
     const s = dgram.createSocket('udp4');
     sockets.push(s);
     s.on('message', (msg) => {
+      if (mode === 'gamewire' && cookies[i] === undefined && msg.length >= 13 && msg[4] === 0x01) {
+        const len = msg.readUInt16BE(0);
+        cookies[i] = Buffer.from(msg.subarray(len - 8, len));
+      }
       let off = 0;
       while (off + 5 <= msg.length) {
         const len = msg.readUInt16BE(off);
@@ -178,6 +184,26 @@ async function phase(mode: Mode): Promise<Phase> {
         engine: 'bench',
         platform: 'node',
         addressCookie: null,
+      }),
+    );
+  }
+  if (mode === 'gamewire') {
+    const until = performance.now() + 10_000;
+    while (cookies.includes(undefined) && performance.now() < until)
+      await new Promise((r) => setTimeout(r, 10));
+  }
+  for (let i = 0; i < total; i++) {
+    const iid = i % INSTANCES;
+    if (mode === 'baseline') continue;
+    // Send the cookie back: the address is proven, so the fan-out is not held to 3x.
+    send(
+      i,
+      packet(w, 6, {
+        type: 'Handshake',
+        protocol: 1,
+        engine: 'bench',
+        platform: 'node',
+        addressCookie: cookies[i] ?? null,
       }),
     );
     send(i, packet(w, 2, { type: 'Authentification', flags: 0, accessToken: `bench-${i}` }));

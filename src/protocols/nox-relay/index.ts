@@ -1,21 +1,52 @@
 /**
  * NoxVR Relay v1 (`nox-relay`): codec, server (TCP+UDP on one port), client and bot swarm.
- * See docs/nox-relay.md and ../shared/specs/nox-relay.md.
+ * See docs/nox-relay.md.
  */
 import { readFileSync } from 'node:fs';
-import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../cli/errors.js';
+import { CliError } from '../../cli/errors.js';
 import type { ProtocolModule } from '../../core/protocol.js';
-import type { ServerDefinition } from '../../core/server.js';
-import { runBots } from './bots.js';
+import type { ServeOption, ServerDefinition } from '../../core/server.js';
+import { registerCommands } from './cli.js';
 import { noxRelayCodec } from './codec.js';
 import { DEFAULT_PORT } from './constants.js';
+import { NoxRelayConfigError } from './errors.js';
 import { type InstanceConfig, parseInstances } from './instances.js';
+import type { NoxRelayOptions } from './options.js';
 import { NoxRelayServer } from './server.js';
 
 export { NoxRelayClient } from './client.js';
-export type { NoxRelayOptions } from './server.js';
+export { NoxRelayClientError, NoxRelayConfigError } from './errors.js';
+export type { NoxRelayOptions } from './options.js';
+export { CloseReason, DropReason } from './reasons.js';
 export { NoxRelayServer } from './server.js';
+
+/**
+ * Limits settable from `gamewire serve` and the config file: key = the NoxRelayOptions name,
+ * flag = `--nox-` + the key in kebab-case. Unset: the server's own default (docs/nox-relay.md).
+ */
+const limitOptions: [key: keyof NoxRelayOptions, what: string][] = [
+  ['maxUdpPerIp', 'most UDP sessions from one address (default 64)'],
+  ['maxTcpPerIp', 'most TCP connections from one address (default 64)'],
+  ['maxHalfOpenUdp', 'most half-open UDP sessions; the oldest is evicted (default min(256, max-clients/4))'],
+  [
+    'maxHalfOpenUdpPerIp',
+    'most half-open UDP sessions from one address (default max(1, min(8, max-half-open-udp/8)))',
+  ],
+  ['udpReplyFactor', 'an unproven UDP source is sent at most this many times what it sent (default 3)'],
+  ['maxRequestsPerSecond', 'packets one client may send per second (default 2000, burst twice that)'],
+  ['udpSendBytesPerSecond', "each UDP client's send budget, bytes per second (default 1048576)"],
+  ['slowConsumerTimeoutMs', 'close a TCP client whose queue stays over 64 KiB this long (default 5000)'],
+  ['maxReassemblyBytesPerIp', 'segment reassembly memory per source address (default 4194304)'],
+];
+
+const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+
+const limitServeOptions: ServeOption[] = limitOptions.map(([key, what]) => ({
+  key,
+  flag: `--nox-${kebab(key)} <n>`,
+  description: `nox-relay: ${what}`,
+  type: 'int',
+}));
 
 /** `instances` from the config file (an array) or `--instances FILE` (a path to JSON). */
 export function loadInstances(value: unknown): InstanceConfig[] | undefined {
@@ -76,6 +107,7 @@ const server: ServerDefinition = {
       type: 'int',
       default: 4096,
     },
+    ...limitServeOptions,
   ],
   async start(options, ctx) {
     let instances: InstanceConfig[] | undefined;
@@ -85,18 +117,28 @@ const server: ServerDefinition = {
       if (err instanceof CliError) throw err;
       throw new CliError('ERR_CONFIG', (err as Error).message);
     }
-    const relay = new NoxRelayServer({
-      host: options.host as string,
-      port: options.port as number,
-      instances,
-      master: (options.master as string | undefined) || undefined,
-      serverAddress: options.serverAddress as string,
-      maxPacketSize: options.maxPacketSize as number,
-      connectionTimeoutMs: (options.connectionTimeout as number) * 1000,
-      maxClients: options.maxClients as number,
-      log: ctx.log,
-      metrics: ctx.metrics,
-    });
+    let relay: NoxRelayServer;
+    try {
+      relay = new NoxRelayServer({
+        host: options.host as string,
+        port: options.port as number,
+        instances,
+        master: (options.master as string | undefined) || undefined,
+        serverAddress: options.serverAddress as string,
+        maxPacketSize: options.maxPacketSize as number,
+        connectionTimeoutMs: (options.connectionTimeout as number) * 1000,
+        maxClients: options.maxClients as number,
+        ...Object.fromEntries(
+          limitOptions.filter(([key]) => options[key] !== undefined).map(([key]) => [key, options[key]]),
+        ),
+        log: ctx.log,
+        metrics: ctx.metrics,
+      });
+    } catch (err) {
+      // An option out of range: a usage problem (exit 2), named by the server's message.
+      if (err instanceof NoxRelayConfigError) throw new CliError('ERR_CONFIG', err.message, 2);
+      throw err;
+    }
     const endpoints = await relay.start();
     ctx.log.info(
       { port: relay.port, instances: relay.instances.size, offline: relay.offline },
@@ -105,53 +147,6 @@ const server: ServerDefinition = {
     return { endpoints, close: () => relay.close() };
   },
 };
-
-function registerCommands(program: Command): void {
-  const nox = program.command('nox-relay').description('NoxVR Relay tools');
-  nox
-    .command('bots')
-    .description('a swarm of bots that enter an instance and stream transforms (load and watch a server)')
-    .option('--host <host>', 'relay address', '127.0.0.1')
-    .option('--port <port>', 'relay port', parseIntOption, DEFAULT_PORT)
-    .option('--count <n>', 'number of bots', parseIntOption, 10)
-    .option('--instance <id>', 'instance to enter', parseIntOption, 0)
-    .option('--transport <tcp|udp>', 'transport', 'udp')
-    .option('--rate <hz>', 'transforms per second per bot', parseIntOption, 20)
-    .option('--duration <s>', 'stop after this many seconds', parseIntOption, 10)
-    .option('--token-prefix <text>', 'offline token prefix (token = prefix + index)', 'bot-')
-    .option('--no-as-bot', 'enter as ordinary players instead of bots')
-    .action(async (opts: Record<string, unknown>) => {
-      const transport = opts.transport as string;
-      if (transport !== 'tcp' && transport !== 'udp') throw new UsageError('--transport takes tcp or udp');
-      if ((opts.count as number) < 1) throw new UsageError('--count must be at least 1');
-      if ((opts.instance as number) > 255) throw new UsageError('--instance must be 0..255');
-      const abort = new AbortController();
-      const onSignal = () => abort.abort();
-      // `on`, not `once`: a second signal during the goodbye must not kill the process midway.
-      process.on('SIGINT', onSignal);
-      process.on('SIGTERM', onSignal);
-      try {
-        const stats = await runBots({
-          host: opts.host as string,
-          port: opts.port as number,
-          count: opts.count as number,
-          instance: opts.instance as number,
-          transport,
-          rate: opts.rate as number,
-          durationS: opts.duration as number,
-          tokenPrefix: opts.tokenPrefix as string,
-          asBot: opts.asBot !== false,
-          out: (line) => process.stdout.write(`${line}\n`),
-          signal: abort.signal,
-        });
-        process.stdout.write(`${JSON.stringify({ summary: stats })}\n`);
-        if (stats.entered === 0) throw new CliError('ERR_BOTS', 'no bot could enter the instance');
-      } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-      }
-    });
-}
 
 export const noxRelay: ProtocolModule = {
   name: 'nox-relay',

@@ -709,6 +709,37 @@ describe('nox-relay server definition (gamewire serve)', () => {
       ),
     ).rejects.toThrow(/id must be an integer/);
   });
+
+  it('passes the limit options (--nox-max-udp-per-ip, …) to the server and refuses values out of range', async () => {
+    const { noxRelay } = await import('../../../src/protocols/nox-relay/index.js');
+    const { silentLogger } = await import('../../../src/core/logger.js');
+    const def = noxRelay.server!;
+    const flags = def.options.map((o) => o.flag);
+    expect(flags).toContain('--nox-max-half-open-udp-per-ip <n>');
+    expect(flags).toContain('--nox-max-reassembly-bytes-per-ip <n>');
+    const options: Record<string, unknown> = { host: '127.0.0.1', port: 0 };
+    for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
+    const ctx = () => ({ log: silentLogger(), metrics: new ProtocolMetrics('nox-relay'), dataDir: '/tmp' });
+    const running = await def.start({ ...options, maxUdpPerIp: 1, udpReplyFactor: 1 }, ctx());
+    cleanup.push(() => running.close());
+    const port = running.endpoints[0]!.port;
+    const a = new NoxRelayClient({ port, transport: 'udp', keepAliveMs: 0, requestTimeoutMs: 1500 });
+    const b = new NoxRelayClient({ port, transport: 'udp', keepAliveMs: 0, requestTimeoutMs: 1500 });
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    await a.connect();
+    await b.connect();
+    await a.handshake();
+    await a.authenticate('1');
+    // One UDP session per address: the second client from 127.0.0.1 is refused.
+    await expect(b.handshake()).rejects.toThrow(/no Handshake reply/);
+    await expect(def.start({ ...options, maxHalfOpenUdp: 0 }, ctx())).rejects.toMatchObject({
+      code: 'ERR_CONFIG',
+      message: expect.stringMatching(/maxHalfOpenUdp/),
+    });
+  });
 });
 
 describe('nox-relay server: random traffic', () => {
