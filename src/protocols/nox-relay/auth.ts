@@ -1,6 +1,6 @@
 /**
  * Authentification back ends. Offline mode (the default) accepts any non-empty token; a master
- * server checks tokens over HTTP (`POST {master}/api/relays/checkbearer`, spec §4.6). Both sit
+ * server checks tokens over HTTP (`POST {master}/api/relays/checkbearer`, docs/nox-relay.md). Both sit
  * behind one function type, so an embedding program can plug in its own.
  */
 import { AuthResult } from './constants.js';

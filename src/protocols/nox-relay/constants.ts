@@ -1,5 +1,5 @@
 /**
- * NoxVR Relay v1 constants and enumerations (../shared/specs/nox-relay.md §1.4, §3). Plain
+ * NoxVR Relay v1 constants and enumerations (docs/nox-relay.md, "Wire format"). Plain
  * `as const` objects: the project builds with `erasableSyntaxOnly`, so no TypeScript enums.
  */
 
@@ -167,7 +167,7 @@ export const ServerConfigFlags = {
 
 export const ServerConfigResult = { Success: 0, Failure: 1, Change: 2 } as const;
 
-/** gamewire's PasswordRequirement reply (the format is ours: spec §5.2, docs/nox-relay.md). */
+/** gamewire's PasswordRequirement reply (the format is ours: docs/nox-relay.md, docs/nox-relay.md). */
 export const PasswordRequirementResult = { NotRequired: 0, Required: 1, NotFound: 2 } as const;
 
 /** Server-side player status (never on the wire). */

@@ -113,7 +113,7 @@ export function dispatch(
   }
 }
 
-/** Each entry is a complete inner packet, dispatched in order (spec §4.4, §7.8). */
+/** Each entry is a complete inner packet, dispatched in order (docs/nox-relay.md). */
 function onReliable(
   ctx: DispatchContext,
   client: RelayClient,
@@ -132,7 +132,7 @@ function onReliable(
   }
 }
 
-/** Stores a segment; a completed session is dispatched as one packet (spec §4.3, §7.8). */
+/** Stores a segment; a completed session is dispatched as one packet (docs/nox-relay.md). */
 function onSegment(
   ctx: DispatchContext,
   client: RelayClient,

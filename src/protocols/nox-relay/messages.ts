@@ -1,11 +1,11 @@
 /**
- * Every NoxVR Relay v1 message, declared once per direction (../shared/specs/nox-relay.md).
+ * Every NoxVR Relay v1 message, declared once per direction (docs/nox-relay.md, "Wire format").
  *
  * A packet is `[length u16][uid u16][type u8][payload]`, big-endian, `length` counting the whole
  * packet. The payloads are declared here; `packet.ts` adds the header. Type codes are direction
  * specific (0x11 is Sessions going up, Leave coming down), so there is one union per direction.
  *
- * Trailing optional fields ("present if bytes remain", spec §1.2) decode to `null` when absent and
+ * Trailing optional fields ("present if bytes remain", docs/nox-relay.md) decode to `null` when absent and
  * are written only when not null.
  */
 import {
@@ -30,7 +30,7 @@ import {
   TravelingResult,
 } from './constants.js';
 
-/** Nox string: u16 BE byte length, UTF-8 (spec §1.2, §7.1). */
+/** Nox string: u16 BE byte length, UTF-8 (docs/nox-relay.md). */
 export const noxString = string(t.u16be);
 
 /** A trailing string present only when bytes remain; `null` when absent. */
@@ -64,7 +64,7 @@ export const optU16: Codec<number | null> = custom<number | null>({
 });
 
 /**
- * Enter's threshold: a float (reference server and client, spec §7.3). The documentation's
+ * Enter's threshold: a float (reference server and client, docs/nox-relay.md). The documentation's
  * one-byte form is accepted when exactly one byte is left; it is always written as a float.
  */
 export const enterThreshold: Codec<number> = custom<number>({
@@ -121,13 +121,13 @@ const segmentationFields = {
   segmentData: bytes('rest'),
 };
 
-/** Reliable: u8 count, then u16-length entries, each a complete inner packet (spec §4.4, §7.8). */
+/** Reliable: u8 count, then u16-length entries, each a complete inner packet (docs/nox-relay.md). */
 const reliableFields = { messages: array(bytes(t.u16be), t.u8) };
 
 const quitFields = { instanceId: t.u8, quitType: t.u8, reason: optString };
 
 /**
- * Transform (spec §5.4). OnPlayer carries player_id and rig; ByPath a path string; OnObject an
+ * Transform (docs/nox-relay.md). OnPlayer carries player_id and rig; ByPath a path string; OnObject an
  * object id. Each vector is present when its TransformFlags bit is set.
  */
 const transformFields = {
@@ -233,7 +233,7 @@ export const HandshakeResponse = message('Handshake', {
   clientIp: ipv4,
   clientPort: t.u16be,
   flags: t.u8,
-  /** Present iff IsOffline is clear (spec §4.2, §7.2). */
+  /** Present iff IsOffline is clear (docs/nox-relay.md). */
   masterAddr: when((m) => (m.flags & 0x01) === 0, noxString),
   maxPacketSize: t.u16be,
   connectionTimeout: t.u16be,
@@ -262,9 +262,9 @@ export const EnterResponse = message('Enter', {
   displayName: when(entered, noxString),
   createdAt: when(entered, dateTime),
   tps: when(entered, t.u8),
-  /** A float as the reference server and client have it (spec §7.3). */
+  /** A float as the reference server and client have it (docs/nox-relay.md). */
   threshold: when(entered, enterThreshold),
-  /** Blacklisted: expires_at, then reason (spec §7.3). */
+  /** Blacklisted: expires_at, then reason (docs/nox-relay.md). */
   expiresAt: when((m) => m.result === EnterResult.Blacklisted, dateTime),
   reason: when((m) => m.result !== EnterResult.Success, optString),
 });
@@ -294,7 +294,7 @@ const configOk = (m: { result: number }) =>
   m.result === ServerConfigResult.Success || m.result === ServerConfigResult.Change;
 const configHas = (bit: number) => (m: { result: number; configFlags?: number }) =>
   configOk(m) && ((m.configFlags ?? 0) & bit) !== 0;
-/** Reference-server order: instance_flags before has_password (spec §7.4). */
+/** Reference-server order: instance_flags before has_password (docs/nox-relay.md). */
 export const ServerConfigResponse = message('ServerConfig', {
   instanceId: t.u8,
   result: t.u8,
@@ -317,7 +317,7 @@ export const JoinNotice = message('Join', {
   engine: noxString,
   platform: noxString,
 });
-/** moderator_id and reason are parsed by remaining length (spec §4.10, §7.6). */
+/** moderator_id and reason are parsed by remaining length (docs/nox-relay.md). */
 export const LeaveNotice = message('Leave', {
   instanceId: t.u8,
   quitType: t.u8,
@@ -332,7 +332,7 @@ export const SessionInstance = struct({
   currentPlayers: t.u16be,
   capacity: t.u16be,
 });
-/** Reference-server order: count, instances, then current_page and total_pages (spec §7.5). */
+/** Reference-server order: count, instances, then current_page and total_pages (docs/nox-relay.md). */
 export const SessionsResponse = message('Sessions', {
   instances: array(SessionInstance, t.u8),
   currentPage: t.u8,

@@ -1,5 +1,5 @@
 /**
- * Segmentation reassembly (spec: sessions keyed by segment id and sender, any order, duplicates
+ * Segmentation reassembly (the protocol: sessions keyed by segment id and sender, any order, duplicates
  * overwrite, a timeout) with memory caps: per session, per client, per source address and
  * server-wide. A segment that would pass a cap is dropped and counted; nothing is allocated for
  * it first.

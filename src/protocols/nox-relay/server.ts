@@ -453,7 +453,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.log.debug({ err: (err as Error).message, client: client.id }, 'undecodable packet dropped');
       return;
     }
-    // Only a valid packet resets the connection timeout (spec).
+    // Only a valid packet resets the connection timeout (docs/nox-relay.md).
     client.lastSeen = now;
     if (client.halfOpen && message.type !== 'Handshake' && !this.promote(client)) return;
     try {

@@ -219,7 +219,7 @@ export function sessionsPerPage(maxPacketSize: number): number {
   return Math.max(1, Math.min(255, Math.floor((maxPacketSize - 5 - 3) / 13)));
 }
 
-/** Public instances only (spec §7.5), paged to fit one packet. */
+/** Public instances only (docs/nox-relay.md), paged to fit one packet. */
 export function handleSessions(
   ctx: RelayContext,
   client: RelayClient,

@@ -55,7 +55,7 @@ export function joinMessage(about: Player): ServerMessage {
   };
 }
 
-/** Join, then the avatar, then the stored transforms of `about`, to `to` (spec §4.9 order). */
+/** Join, then the avatar, then the stored transforms of `about`, to `to` (docs/nox-relay.md order). */
 export function introduce(ctx: RelayContext, to: Player, about: Player): void {
   to.known.add(about);
   const c = to.client;
@@ -181,7 +181,7 @@ export function handleEnter(ctx: RelayContext, client: RelayClient, uid: number,
   }
 }
 
-/** Leave as `to` should see it (spec §7.6: the documentation's audience table). */
+/** Leave as `to` should see it (docs/nox-relay.md: the documentation's audience table). */
 function leaveFor(
   to: Player,
   left: Player,
@@ -268,7 +268,7 @@ export function handleQuit(ctx: RelayContext, client: RelayClient, uid: number, 
     fail('You are not in this instance.');
     return;
   }
-  // A player may leave on its own (Normal, Timeout); kicks are not self-service (spec §4.8).
+  // A player may leave on its own (Normal, Timeout); kicks are not self-service (docs/nox-relay.md).
   const allowed =
     m.quitType === QuitType.Normal ||
     m.quitType === QuitType.Timeout ||

@@ -279,7 +279,7 @@ export function handleTransform(ctx: RelayContext, client: RelayClient, m: Msg<'
   const p = activePlayer(ctx, client, m.instanceId, 'transform');
   if (p === undefined) return;
   if (m.transformType !== TransformType.OnPlayer) {
-    // ByPath and OnObject are declared but not relayed, as in the reference server (spec §5.4).
+    // ByPath and OnObject are declared but not relayed, as in the reference server (docs/nox-relay.md).
     ctx.metrics.drop(DropReason.TransformUnsupported);
     return;
   }

@@ -1,5 +1,5 @@
 /**
- * ServerConfig (spec §4.11, §7.4): high-privilege members (InstanceOwner, MasterModerator) read
+ * ServerConfig (docs/nox-relay.md): high-privilege members (InstanceOwner, MasterModerator) read
  * or change an instance. The requester gets Success, the other members Change. The password is
  * never sent back, only has_password.
  */
