@@ -3,7 +3,7 @@
  * module's `registerCommands`.
  */
 import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../cli/errors.js';
+import { CommandError, parseIntOption, UsageError } from '../../core/errors.js';
 import { runBots } from './bots.js';
 import { DEFAULT_PORT } from './constants.js';
 
@@ -46,7 +46,7 @@ export function registerCommands(program: Command): void {
           signal: abort.signal,
         });
         process.stdout.write(`${JSON.stringify({ summary: stats })}\n`);
-        if (stats.entered === 0) throw new CliError('ERR_BOTS', 'no bot could enter the instance');
+        if (stats.entered === 0) throw new CommandError('ERR_BOTS', 'no bot could enter the instance');
       } finally {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);

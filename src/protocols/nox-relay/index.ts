@@ -3,7 +3,6 @@
  * See docs/nox-relay.md.
  */
 import { readFileSync } from 'node:fs';
-import { CliError } from '../../cli/errors.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { ServeOption, ServerDefinition } from '../../core/server.js';
 import { registerCommands } from './cli.js';
@@ -46,6 +45,7 @@ const limitServeOptions: ServeOption[] = limitOptions.map(([key, what]) => ({
   flag: `--nox-${kebab(key)} <n>`,
   description: `nox-relay: ${what}`,
   type: 'int',
+  min: 1,
 }));
 
 /** `instances` from the config file (an array) or `--instances FILE` (a path to JSON). */
@@ -56,7 +56,11 @@ export function loadInstances(value: unknown): InstanceConfig[] | undefined {
     try {
       json = JSON.parse(readFileSync(value, 'utf8'));
     } catch (err) {
-      throw new CliError('ERR_CONFIG', `cannot read instance file ${value}: ${(err as Error).message}`);
+      throw new NoxRelayConfigError(
+        `cannot read instance file ${value}: ${(err as Error).message}`,
+        'nox-relay.instances',
+        value,
+      );
     }
     return parseInstances(json, value);
   }
@@ -110,35 +114,23 @@ const server: ServerDefinition = {
     ...limitServeOptions,
   ],
   async start(options, ctx) {
-    let instances: InstanceConfig[] | undefined;
-    try {
-      instances = loadInstances(options.instances);
-    } catch (err) {
-      if (err instanceof CliError) throw err;
-      throw new CliError('ERR_CONFIG', (err as Error).message);
-    }
-    let relay: NoxRelayServer;
-    try {
-      relay = new NoxRelayServer({
-        host: options.host as string,
-        port: options.port as number,
-        instances,
-        master: (options.master as string | undefined) || undefined,
-        serverAddress: options.serverAddress as string,
-        maxPacketSize: options.maxPacketSize as number,
-        connectionTimeoutMs: (options.connectionTimeout as number) * 1000,
-        maxClients: options.maxClients as number,
-        ...Object.fromEntries(
-          limitOptions.filter(([key]) => options[key] !== undefined).map(([key]) => [key, options[key]]),
-        ),
-        log: ctx.log,
-        metrics: ctx.metrics,
-      });
-    } catch (err) {
-      // An option out of range: a usage problem (exit 2), named by the server's message.
-      if (err instanceof NoxRelayConfigError) throw new CliError('ERR_CONFIG', err.message, 2);
-      throw err;
-    }
+    // Instance files and option values are checked here and in the server: NoxRelayConfigError.
+    const instances = loadInstances(options.instances);
+    const relay = new NoxRelayServer({
+      host: options.host as string,
+      port: options.port as number,
+      instances,
+      master: (options.master as string | undefined) || undefined,
+      serverAddress: options.serverAddress as string,
+      maxPacketSize: options.maxPacketSize as number,
+      connectionTimeoutMs: (options.connectionTimeout as number) * 1000,
+      maxClients: options.maxClients as number,
+      ...Object.fromEntries(
+        limitOptions.filter(([key]) => options[key] !== undefined).map(([key]) => [key, options[key]]),
+      ),
+      log: ctx.log,
+      metrics: ctx.metrics,
+    });
     const endpoints = await relay.start();
     ctx.log.info(
       { port: relay.port, instances: relay.instances.size, offline: relay.offline },

@@ -742,6 +742,32 @@ describe('nox-relay server definition (gamewire serve)', () => {
   });
 });
 
+describe('nox-relay errors', () => {
+  it('are GamewireErrors with stable codes: ERR_CONFIG for options and instances, ERR_NOX_* for the client', async () => {
+    const { GamewireError } = await import('../../../src/wire/errors.js');
+    const { ConfigError } = await import('../../../src/core/errors.js');
+    const { NoxRelayServer } = await import('../../../src/protocols/nox-relay/server.js');
+    const { parseInstances } = await import('../../../src/protocols/nox-relay/instances.js');
+    let err: unknown;
+    try {
+      new NoxRelayServer({ maxPacketSize: 5 });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect(err).toBeInstanceOf(GamewireError);
+    expect(err).toMatchObject({
+      code: 'ERR_CONFIG',
+      exitCode: 2,
+      message: expect.stringMatching(/maxPacketSize/),
+    });
+    expect(() => parseInstances([{ id: 300 }])).toThrow(GamewireError);
+    const c = new NoxRelayClient({ port: 1, transport: 'udp' });
+    await c.close();
+    await expect(c.latency()).rejects.toMatchObject({ code: 'ERR_NOX_CLOSED' });
+  });
+});
+
 describe('nox-relay server: random traffic', () => {
   it('survives random well-framed packets of every type from a member, with no handler fault', async () => {
     const fc = (await import('fast-check')).default;
