@@ -5,17 +5,19 @@
  */
 import fs from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
 import { StreamDeframer } from '../../wire/framing.js';
-import { CacheWriter } from './cache/cache.js';
+import { CacheWriter, DOWNLOAD_STATE_FILE, type DownloadState } from './cache/cache.js';
 import { decodeContainer, splitTrailer } from './cache/container.js';
 import { type Js5Index, readIndex } from './cache/js5-index.js';
 import { crc32, type MasterIndex, type MasterIndexFormat, readMasterIndex } from './cache/master-index.js';
 import { createStore, openStore, type Store } from './cache/store.js';
 import { whirlpool } from './cache/whirlpool.js';
+import { Js5Error } from './errors.js';
 import { MAX_CONTAINER_LENGTH, responseMeasure, unframeResponse, xorInPlace } from './framing.js';
 import { HandshakeStatus, INIT_JS5_OPCODE, RequestOpcode } from './messages.js';
-import { handshakeIsSeeded, type Js5Profile, PROFILES, type ProfileSpec } from './profiles.js';
+import { handshakeIsSeeded, type Js5Profile, PROFILE_NAMES, PROFILES, type ProfileSpec } from './profiles.js';
 import { requestKey } from './responses.js';
 
 export interface Js5ClientOptions {
@@ -23,6 +25,8 @@ export interface Js5ClientOptions {
   port: number;
   build: number;
   profile: Js5Profile;
+  /** Local address to connect from (tests: 127.0.0.2 is a second loopback address). */
+  localAddress?: string;
   /** 16-byte seed for the OSRS ≥ 223 handshake (zeros by default). */
   seed?: Uint8Array;
   /** XOR key to request right after the handshake (0 = none). */
@@ -40,17 +44,67 @@ export interface Js5ClientOptions {
   prefetchCap?: number;
 }
 
+/** What each handshake reply means, and what the person running the client can do about it. */
+function refusal(status: number, build: number, expected?: { build: number; profile: Js5Profile }): string {
+  switch (status) {
+    case HandshakeStatus.outOfDate:
+      return expected !== undefined
+        ? `the js5 server refused build ${build} as out of date (reply 6): it expects build ${expected.build}; pass --build ${expected.build} (with --profile ${expected.profile})`
+        : `the js5 server refused build ${build} as out of date (reply 6) and accepts none of the profiles' default builds (${PROFILE_NAMES.map((p) => PROFILES[p].defaultBuild).join(', ')}): pass the build it serves with --build (the server's --build)`;
+    case HandshakeStatus.full:
+      return "the js5 server is full (reply 7): try again later, or raise the server's --js5-max-clients";
+    case HandshakeStatus.ipLimit:
+      return "the js5 server has too many connections from this address (reply 9): close other clients, or raise the server's --js5-max-per-ip";
+    default:
+      return `the js5 server refused the handshake with reply ${status}`;
+  }
+}
+
 /** The server answered the handshake with something other than 0. */
-export class Js5HandshakeError extends Error {
-  readonly code = 'ERR_JS5_HANDSHAKE';
+export class Js5HandshakeError extends Js5Error {
   readonly status: number;
-  constructor(status: number) {
-    super(`js5 handshake refused with status ${status}`);
+  /** The build the client sent. */
+  readonly build: number;
+  /** The build the server accepts, when the client found it (see `probeServerBuild`). */
+  readonly expectedBuild: number | undefined;
+  constructor(status: number, build: number, expected?: { build: number; profile: Js5Profile }) {
+    super(
+      status === HandshakeStatus.outOfDate
+        ? 'ERR_JS5_OUT_OF_DATE'
+        : status === HandshakeStatus.full
+          ? 'ERR_JS5_FULL'
+          : status === HandshakeStatus.ipLimit
+            ? 'ERR_JS5_IP_LIMIT'
+            : 'ERR_JS5_HANDSHAKE',
+      refusal(status, build, expected),
+    );
     this.status = status;
+    this.build = build;
+    this.expectedBuild = expected?.build;
   }
   override get name(): string {
     return 'Js5HandshakeError';
   }
+}
+
+/**
+ * After a reply 6, finds which build the server accepts by trying each profile's default build
+ * (one short connection each, closed at once). Returns undefined when none is accepted.
+ */
+export async function probeServerBuild(
+  options: Pick<Js5ClientOptions, 'host' | 'port' | 'localAddress' | 'timeoutMs'>,
+): Promise<{ build: number; profile: Js5Profile } | undefined> {
+  for (const profile of PROFILE_NAMES) {
+    const build = PROFILES[profile].defaultBuild;
+    try {
+      const c = await Js5Client.connect({ ...options, profile, build, idleTimeoutMs: 0 });
+      c.socket.destroy();
+      return { build, profile };
+    } catch (e) {
+      if (!(e instanceof Js5HandshakeError) || e.status !== HandshakeStatus.outOfDate) return undefined;
+    }
+  }
+  return undefined;
 }
 
 interface Waiter {
@@ -66,7 +120,8 @@ interface Pending {
 
 export class Js5Client {
   readonly profile: ProfileSpec;
-  private readonly socket: net.Socket;
+  /** @internal */
+  readonly socket: net.Socket;
   private readonly deframer: StreamDeframer;
   /** Requests not yet sent, one FIFO per kind: a prefetch waiting at its cap never blocks an urgent one. */
   private readonly queues: { urgent: Pending[]; prefetch: Pending[] } = { urgent: [], prefetch: [] };
@@ -99,18 +154,43 @@ export class Js5Client {
   /** Connects, handshakes and sends the post-handshake packets of the profile. */
   static connect(options: Js5ClientOptions): Promise<Js5Client> {
     return new Promise((resolve, reject) => {
-      const socket = net.connect({ host: options.host, port: options.port });
+      const socket = net.connect({
+        host: options.host,
+        port: options.port,
+        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
+      });
       socket.setNoDelay(true);
       const timer = setTimeout(() => {
         socket.destroy();
-        reject(new Error('js5 handshake timed out'));
+        reject(
+          new Js5Error(
+            'ERR_JS5_TIMEOUT',
+            `no js5 handshake reply from ${options.host}:${options.port} within ${options.timeoutMs ?? 10_000} ms: is it a js5 server?`,
+          ),
+        );
       }, options.timeoutMs ?? 10_000);
       const fail = (err: Error) => {
         clearTimeout(timer);
         socket.destroy();
         reject(err);
       };
-      socket.once('error', fail);
+      socket.once('error', (err: Error & { code?: string }) =>
+        fail(
+          err.code === 'ECONNREFUSED'
+            ? new Js5Error(
+                'ERR_JS5_NO_SERVER',
+                `no server at ${options.host}:${options.port}: is \`gamewire serve js5\` running there?`,
+                { cause: err },
+              )
+            : new Js5Error(
+                'ERR_JS5_CONNECTION',
+                `js5 connection to ${options.host}:${options.port} failed: ${err.message}`,
+                {
+                  cause: err,
+                },
+              ),
+        ),
+      );
       socket.once('connect', () => {
         const seeded = handshakeIsSeeded(options.profile, options.build);
         const hs = Buffer.alloc(seeded ? 21 : 5);
@@ -126,7 +206,7 @@ export class Js5Client {
         const status = chunk[0]!;
         if (status !== HandshakeStatus.ok) {
           socket.destroy();
-          reject(new Js5HandshakeError(status));
+          reject(new Js5HandshakeError(status, options.build));
           return;
         }
         const client = new Js5Client(socket, options);
@@ -135,7 +215,9 @@ export class Js5Client {
         resolve(client);
       };
       socket.on('data', onData);
-      socket.once('close', () => fail(new Error('connection closed during the js5 handshake')));
+      socket.once('close', () =>
+        fail(new Js5Error('ERR_JS5_CONNECTION', 'the server closed the connection during the js5 handshake')),
+      );
     });
   }
 
@@ -145,7 +227,10 @@ export class Js5Client {
         () => {
           if (this.inFlight > 0 && Date.now() - this.lastByteAt > idleTimeoutMs) {
             this.abort(
-              new Error(`no response for ${idleTimeoutMs} ms with ${this.inFlight} request(s) in flight`),
+              new Js5Error(
+                'ERR_JS5_TIMEOUT',
+                `no response for ${idleTimeoutMs} ms with ${this.inFlight} request(s) in flight`,
+              ),
             );
           }
         },
@@ -156,7 +241,16 @@ export class Js5Client {
     this.socket.removeAllListeners('close');
     this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
     this.socket.on('error', (err) => this.abort(err));
-    this.socket.on('close', () => this.abort(new Error('js5 connection closed')));
+    this.socket.on('close', () =>
+      this.abort(
+        new Js5Error(
+          'ERR_JS5_CLOSED',
+          this.inFlight > 0
+            ? `the js5 server closed the connection with ${this.inFlight} request(s) unanswered (a group it does not have?)`
+            : 'the js5 server closed the connection',
+        ),
+      ),
+    );
     const hello: number[] = [];
     if (this.profile.sendsConnected) hello.push(RequestOpcode.connected, 0, 0, 3);
     hello.push(RequestOpcode.loggedOut, 0, 0, 0);
@@ -243,7 +337,7 @@ export class Js5Client {
         this.onResponse(buf, start, end);
       });
     } catch (e) {
-      this.abort(e instanceof Error ? e : new Error(String(e)));
+      this.abort(e instanceof Error ? e : new Js5Error('ERR_JS5_CONNECTION', String(e)));
     }
   }
 
@@ -295,7 +389,7 @@ export class Js5Client {
     return new Promise((resolve) => {
       if (this.watchdog !== undefined) clearInterval(this.watchdog);
       if (this.socket.destroyed) return resolve();
-      this.failure ??= new Error('client closed');
+      this.failure ??= new Js5Error('ERR_JS5_CLOSED', 'client closed');
       this.socket.once('close', () => resolve());
       this.socket.end();
     });
@@ -319,23 +413,29 @@ export interface DownloadSummary {
   groups: number;
   downloaded: number;
   skipped: number;
-  bytes: number;
+  /**
+   * Bytes of all the cache's groups as stored once the run is done (containers + 2-byte version
+   * trailers, downloaded and skipped alike; indexes not counted): the measure `verify` and `info`
+   * print.
+   */
+  storedBytes: number;
 }
 
+/** The stored size of a group that is present and matches its index entry, else undefined. */
 function groupIsCurrent(
   store: Store,
   archive: number,
   group: number,
   checksum: number,
   version: number,
-): boolean {
+): number | undefined {
   try {
     const stored = store.read(archive, group);
-    if (stored === undefined) return false;
+    if (stored === undefined) return undefined;
     const { container, version: v } = splitTrailer(stored);
-    return v === (version & 0xffff) && crc32(container) === checksum;
+    return v === (version & 0xffff) && crc32(container) === checksum ? stored.length : undefined;
   } catch {
-    return false;
+    return undefined;
   }
 }
 
@@ -350,7 +450,18 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
       ? openStore(options.out, { writable: true })
       : createStore(options.out, options.kind ?? 'disk');
   const writer = new CacheWriter(store);
-  const summary: DownloadSummary = { archives: 0, groups: 0, downloaded: 0, skipped: 0, bytes: 0 };
+  const summary: DownloadSummary = { archives: 0, groups: 0, downloaded: 0, skipped: 0, storedBytes: 0 };
+  // Marks the folder as an unfinished download until the last index is written.
+  const marker = path.join(options.out, DOWNLOAD_STATE_FILE);
+  const state: DownloadState = {
+    state: 'downloading',
+    host: options.host,
+    port: options.port,
+    profile: options.profile,
+    build: options.build,
+    startedAt: new Date().toISOString(),
+  };
+  fs.writeFileSync(marker, `${JSON.stringify(state)}\n`);
   try {
     const master = await client.masterIndex();
     const indexes: { archive: number; container: Buffer; index: Js5Index }[] = [];
@@ -389,8 +500,10 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
       for (const g of index.groups) {
         if (g.id > 0xffff) continue;
         summary.groups++;
-        if (groupIsCurrent(store, archive, g.id, g.checksum, g.version)) {
+        const current = groupIsCurrent(store, archive, g.id, g.checksum, g.version);
+        if (current !== undefined) {
           summary.skipped++;
+          summary.storedBytes += current;
           options.onProgress?.(++done, total);
           continue;
         }
@@ -405,7 +518,7 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
             }
             writer.putContainer(archive, g.id, container, g.version);
             summary.downloaded++;
-            summary.bytes += container.length;
+            summary.storedBytes += container.length + 2;
             options.onProgress?.(++done, total);
           }),
         );
@@ -414,6 +527,7 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
     await Promise.all(jobs);
     // Indexes last: a cache is complete only once its indexes are written.
     for (const { archive, container } of indexes) store.write(255, archive, container);
+    fs.rmSync(marker, { force: true });
     return summary;
   } finally {
     store.close();

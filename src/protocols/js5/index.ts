@@ -3,23 +3,19 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import cliProgress from 'cli-progress';
-import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../cli/errors.js';
+import { UsageError } from '../../cli/errors.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { RunningServer, ServerContext } from '../../core/server.js';
-import { cacheInfo, countGroups, verifyCache } from './cache/cache.js';
-import { createDemoCache } from './cache/demo.js';
-import { MASTER_INDEX_FORMATS, type MasterIndexFormat } from './cache/master-index.js';
+import { createDemoCache, type DemoProfile } from './cache/demo.js';
 import { openStore } from './cache/store.js';
-import { downloadCache } from './client.js';
+import { masterFormat, registerCommands } from './cli.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
-import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
-import { Js5Server, MIN_SLICE_BYTES, type MissingGroupBehaviour } from './server.js';
+import { PROFILES, parseProfile } from './profiles.js';
+import { DEFAULT_MAX_PER_IP, Js5Server, MIN_SLICE_BYTES, type MissingGroupBehaviour } from './server.js';
 
 export { CacheWriter, cacheInfo, readArchiveIndex, verifyCache } from './cache/cache.js';
 export { decodeContainer, encodeContainer, splitTrailer } from './cache/container.js';
-export { createDemoCache, createSyntheticCache } from './cache/demo.js';
+export { createDemoCache, createSyntheticCache, DEMO_ARCHIVES } from './cache/demo.js';
 export { packGroup, unpackGroup } from './cache/group.js';
 export { nameHash, readIndex, writeIndex } from './cache/js5-index.js';
 export {
@@ -36,30 +32,36 @@ export {
   StoreCorruptError,
   StoreReadError,
 } from './cache/store.js';
-export { downloadCache, Js5Client, Js5HandshakeError } from './client.js';
+export { downloadCache, Js5Client, Js5HandshakeError, probeServerBuild } from './client.js';
+export { Js5Error } from './errors.js';
 export { framedLength, frameResponse, unframeResponse, xorInPlace } from './framing.js';
 export { PROFILES } from './profiles.js';
 export { Js5Server } from './server.js';
 
-const DEMO_DIR = 'js5-demo-cache';
+/**
+ * Folder of the demo cache for a profile, inside the data dir. The name carries the layout
+ * version, so a demo built by an older gamewire (7 archives, a hole at 5) is never served again.
+ */
+export function demoDirName(profile: DemoProfile): string {
+  return `js5-demo-cache-${profile}-v2`;
+}
 
-/** Opens `dir` as a cache, creating the demo cache there first when `demo` and it is absent. */
-function ensureDemo(dir: string): void {
+/** Creates the demo cache in `dir` unless a complete one is there. */
+function ensureDemo(dir: string, profile: DemoProfile): void {
   const marker = path.join(dir, 'main_file_cache.idx255');
   if (fs.existsSync(marker)) return;
   // A half-built demo (interrupted run) is rebuilt from scratch.
   fs.rmSync(dir, { recursive: true, force: true });
   const tmp = `${dir}.tmp-${process.pid}`;
   fs.rmSync(tmp, { recursive: true, force: true });
-  createDemoCache(tmp, { kind: 'disk' });
+  createDemoCache(tmp, { kind: 'disk', profile });
   fs.renameSync(tmp, dir);
 }
 
-function masterFormat(value: unknown): MasterIndexFormat {
-  const f = String(value) as MasterIndexFormat;
-  if (!MASTER_INDEX_FORMATS.includes(f))
-    throw new UsageError(`master index format must be one of ${MASTER_INDEX_FORMATS.join(', ')}`);
-  return f;
+function positive(value: unknown, flag: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new UsageError(`${flag} takes a whole number of at least 1`);
+  return n;
 }
 
 async function start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer> {
@@ -71,10 +73,10 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
   }
   let dir = options.cache as string | undefined;
   if (dir === undefined) {
-    dir = path.join(ctx.dataDir, DEMO_DIR);
+    dir = path.join(ctx.dataDir, demoDirName(profile));
     fs.mkdirSync(ctx.dataDir, { recursive: true });
-    ensureDemo(dir);
-    ctx.log.info({ dir }, 'serving the demo cache');
+    ensureDemo(dir, profile);
+    ctx.log.info({ dir, profile }, 'serving the demo cache');
   }
   const missing = String(options.missingGroup ?? 'close');
   if (missing !== 'close' && missing !== 'drop') throw new UsageError('--missing-group takes close or drop');
@@ -88,7 +90,9 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
       ? {}
       : { masterIndexFormat: masterFormat(options.js5MasterIndex) }),
     maxClients: Number(options.js5MaxClients ?? 1000),
-    maxPerIp: Number(options.js5MaxPerIp ?? 0),
+    maxPerIp: Number(options.js5MaxPerIp ?? DEFAULT_MAX_PER_IP),
+    handshakeTimeoutMs: positive(options.js5HandshakeTimeoutMs ?? 10_000, '--js5-handshake-timeout-ms'),
+    idleTimeoutMs: Number(options.js5IdleTimeoutMs ?? 30_000),
     missingGroup: missing as MissingGroupBehaviour,
     sliceBytes,
     cacheBytes: Number(options.js5CacheMb ?? 64) * 1024 * 1024,
@@ -110,131 +114,6 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
     ],
     close: () => server.close(),
   };
-}
-
-function progressBar(label: string): cliProgress.SingleBar {
-  return new cliProgress.SingleBar(
-    {
-      stream: process.stderr,
-      format: `${label} [{bar}] {percentage}% {value}/{total} groups`,
-      hideCursor: true,
-    },
-    cliProgress.Presets.shades_classic,
-  );
-}
-
-function storeOrFail(dir: string) {
-  try {
-    return openStore(dir);
-  } catch (e) {
-    throw new CliError('ERR_JS5_NO_CACHE', (e as Error).message);
-  }
-}
-
-function registerCommands(program: Command): void {
-  const js5 = program.command('js5').description('JS5 cache tools and downloader');
-  const cache = js5.command('cache').description('inspect, check and create JS5 caches');
-
-  cache
-    .command('create-demo')
-    .description('build a synthetic cache (several archives, marker-boundary sizes, mixed compression)')
-    .argument('<dir>', 'where to create it')
-    .option('--flat', 'write a flat-file store (<archive>/<group>.dat) instead of dat2/idx')
-    .action((dir: string, opts: { flat?: boolean }) => {
-      if (fs.existsSync(dir) && fs.readdirSync(dir).length > 0)
-        throw new UsageError(`${dir} exists and is not empty`);
-      const summary = createDemoCache(dir, { kind: opts.flat === true ? 'flat' : 'disk' });
-      process.stdout.write(`${JSON.stringify(summary)}\n`);
-    });
-
-  cache
-    .command('verify')
-    .description('check the CRC and version of every group against its index')
-    .argument('<dir>', 'cache folder (dat2/idx or flat files)')
-    .action((dir: string) => {
-      const store = storeOrFail(dir);
-      try {
-        const bar = progressBar('verify');
-        bar.start(countGroups(store), 0);
-        const result = verifyCache(store, () => bar.increment());
-        bar.stop();
-        process.stdout.write(`${JSON.stringify({ ok: result.problems.length === 0, ...result })}\n`);
-        if (result.problems.length > 0) {
-          throw new CliError('ERR_JS5_VERIFY', `${result.problems.length} group(s) failed verification`);
-        }
-      } finally {
-        store.close();
-      }
-    });
-
-  cache
-    .command('info')
-    .description('print a summary of a cache')
-    .argument('<dir>', 'cache folder')
-    .action((dir: string) => {
-      const store = storeOrFail(dir);
-      try {
-        process.stdout.write(`${JSON.stringify(cacheInfo(store))}\n`);
-      } finally {
-        store.close();
-      }
-    });
-
-  js5
-    .command('download')
-    .description('download a whole cache from a JS5 server (resumes where a previous run stopped)')
-    .requiredOption('--out <dir>', 'cache folder to write')
-    .option('--host <host>', 'server address', '127.0.0.1')
-    .option('--port <port>', 'server port', parseIntOption, 43594)
-    .option('--profile <profile>', `client family: ${PROFILE_NAMES.join(', ')}`, '530')
-    .option('--build <n>', "client build (default: the profile's)", parseIntOption)
-    .option('--xor <key>', 'ask for XOR-encoded responses with this key (1-255)', parseIntOption)
-    .option('--flat', 'write a flat-file store instead of dat2/idx')
-    .option(
-      '--master-index <format>',
-      "master index format: original, versioned or digests (default: the profile's)",
-    )
-    .action(
-      async (opts: {
-        out: string;
-        host: string;
-        port: number;
-        profile: string;
-        build?: number;
-        xor?: number;
-        flat?: boolean;
-        masterIndex?: string;
-      }) => {
-        let profile: ReturnType<typeof parseProfile>;
-        try {
-          profile = parseProfile(opts.profile);
-        } catch (e) {
-          throw new UsageError((e as Error).message);
-        }
-        if (opts.xor !== undefined && opts.xor > 255) throw new UsageError('--xor takes 0..255');
-        const bar = progressBar('download');
-        try {
-          const summary = await downloadCache({
-            host: opts.host,
-            port: opts.port,
-            profile,
-            build: opts.build ?? PROFILES[profile].defaultBuild,
-            xorKey: opts.xor ?? 0,
-            ...(opts.masterIndex === undefined ? {} : { masterIndexFormat: masterFormat(opts.masterIndex) }),
-            out: opts.out,
-            kind: opts.flat === true ? 'flat' : 'disk',
-            onTotal: (total) => bar.start(total, 0),
-            onProgress: (done) => bar.update(done),
-          });
-          bar.stop();
-          process.stdout.write(`${JSON.stringify(summary)}\n`);
-        } catch (e) {
-          bar.stop();
-          if (e instanceof CliError) throw e;
-          throw new CliError((e as { code?: string }).code ?? 'ERR_JS5_DOWNLOAD', (e as Error).message);
-        }
-      },
-    );
 }
 
 export const js5: ProtocolModule = {
@@ -301,9 +180,25 @@ export const js5: ProtocolModule = {
       {
         key: 'js5MaxPerIp',
         flag: '--js5-max-per-ip <n>',
-        description: 'js5: sessions per address before replying 9 (0 = no limit)',
+        description:
+          'js5: connections per address, counted from accept; one more gets 9 (IP limit). 0 = no limit (behind a proxy)',
         type: 'int',
-        default: 0,
+        default: DEFAULT_MAX_PER_IP,
+      },
+      {
+        key: 'js5HandshakeTimeoutMs',
+        flag: '--js5-handshake-timeout-ms <ms>',
+        description: 'js5: close a connection that has not completed its handshake this long after accept',
+        type: 'int',
+        default: 10_000,
+      },
+      {
+        key: 'js5IdleTimeoutMs',
+        flag: '--js5-idle-timeout-ms <ms>',
+        description:
+          'js5: close a session with no request for this long (keep-alives do not count; 0 = never)',
+        type: 'int',
+        default: 30_000,
       },
       {
         key: 'js5PreloadMaxMb',

@@ -8,6 +8,7 @@ import { decodeContainer, splitTrailer } from './cache/container.js';
 import { readIndex } from './cache/js5-index.js';
 import { createMasterIndex, type MasterIndexFormat, masterIndexContainer } from './cache/master-index.js';
 import type { Store } from './cache/store.js';
+import { Js5Error } from './errors.js';
 import { frameResponse } from './framing.js';
 
 /** Largest scratch buffer kept for store reads. */
@@ -70,8 +71,9 @@ export class ResponseSource {
       if (framed === undefined) continue;
       total += framed.length;
       if (total > this.options.preloadMaxBytes) {
-        throw new Error(
-          `preloading needs more than ${this.options.preloadMaxBytes} bytes; raise the limit or drop --preload`,
+        throw new Js5Error(
+          'ERR_JS5_PRELOAD_TOO_LARGE',
+          `preloading needs more than ${this.options.preloadMaxBytes} bytes; raise --js5-preload-max-mb or drop --preload`,
         );
       }
       this.pinned.set(key, framed);

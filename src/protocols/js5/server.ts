@@ -9,6 +9,11 @@
  * Backpressure: a connection with `urgentCap` urgent or `prefetchCap` prefetch requests queued
  * stops being read (TCP then throttles the client); a socket whose `write` returns false leaves
  * the ring until `drain`.
+ *
+ * Admission: connections are counted per remote address as they are accepted (`maxPerIp`, reply
+ * 9 beyond it); a connection must complete its handshake within `handshakeTimeoutMs`; a JS5
+ * session is closed after `idleTimeoutMs` without a request (keep-alives such as logged-in do not
+ * count) unless the server is still sending it responses it asked for.
  */
 import type net from 'node:net';
 import type { Logger } from 'pino';
@@ -20,6 +25,7 @@ import { WireReader } from '../../wire/reader.js';
 import type { MasterIndexFormat } from './cache/master-index.js';
 import type { Store } from './cache/store.js';
 import { xorInPlace } from './framing.js';
+import { RateLimitedLog } from './log-limit.js';
 import { HandshakeStatus, INIT_JS5_OPCODE, Js5Request } from './messages.js';
 import { handshakeIsSeeded, type Js5Profile, PROFILES, type ProfileSpec } from './profiles.js';
 import { ResponseSource, requestKey } from './responses.js';
@@ -37,9 +43,20 @@ export interface Js5ServerOptions {
   masterIndexFormat?: MasterIndexFormat;
   /** JS5 sessions beyond this get 7 (full). */
   maxClients?: number;
-  /** JS5 sessions per remote address beyond this get 9 (IP limit); 0 = no limit. */
+  /**
+   * Connections per remote address (counted from accept, handshaken or not); one more gets 9
+   * (IP limit) at once and is closed. 0 = no limit (behind a proxy every client shares one address).
+   */
   maxPerIp?: number;
+  /** A connection that has not sent its whole handshake this long after accept is closed. */
+  handshakeTimeoutMs?: number;
+  /**
+   * A JS5 session with no request (prefetch or urgent) for this long is closed, unless responses
+   * it asked for are still being written and the socket keeps taking them. 0 disables.
+   */
   idleTimeoutMs?: number;
+  /** Info-level refusal logs (wrong build, missing group, full): at most one per reason per this. */
+  logIntervalMs?: number;
   missingGroup?: MissingGroupBehaviour;
   /** Bytes one connection may be sent per scheduler turn: a positive integer (CLI: ≥ 512). */
   sliceBytes?: number;
@@ -65,22 +82,24 @@ interface Queued {
  */
 export const MIN_SLICE_BYTES = 512;
 
+/**
+ * Default connections per address. One player needs one JS5 connection (two briefly while it
+ * reconnects); a few players may share an address behind NAT. Behind a proxy, raise it or use 0.
+ */
+export const DEFAULT_MAX_PER_IP = 8;
+
 const MODE_HANDSHAKE = 0;
 const MODE_JS5 = 1;
-
-/** Removes every entry for `key` from `queue`, in place. */
-function removeKey(queue: Queued[], key: number): void {
-  let w = 0;
-  for (let r = 0; r < queue.length; r++) {
-    const q = queue[r]!;
-    if (q.key !== key) queue[w++] = q;
-  }
-  queue.length = w;
-}
 
 class Session {
   readonly socket: net.Socket;
   readonly deframer: StreamDeframer;
+  readonly ip: string;
+  readonly acceptedAt = Date.now();
+  /** Last request, or last write progress while responses were pending (the idle rule). */
+  lastActivity = Date.now();
+  /** A missing group was requested: serve what was queued before it, then close. */
+  draining = false;
   mode = MODE_HANDSHAKE;
   xorKey = 0;
   readonly urgent: Queued[] = [];
@@ -98,6 +117,7 @@ class Session {
   constructor(socket: net.Socket, deframer: StreamDeframer) {
     this.socket = socket;
     this.deframer = deframer;
+    this.ip = socket.remoteAddress ?? '';
   }
 
   hasWork(): boolean {
@@ -138,14 +158,21 @@ export class Js5Server {
   private closing = false;
   private readonly reader = new WireReader();
   private readonly corked: Session[] = [];
+  /** Open connections per remote address, counted from accept. */
+  private readonly perIp = new Map<string, number>();
+  private js5Sessions = 0;
+  private sweeper: NodeJS.Timeout | undefined;
+  private readonly notice: RateLimitedLog;
 
   constructor(options: Js5ServerOptions) {
     this.profile = PROFILES[options.profile];
     this.build = options.build ?? this.profile.defaultBuild;
     this.options = {
       maxClients: 1000,
-      maxPerIp: 0,
+      maxPerIp: DEFAULT_MAX_PER_IP,
+      handshakeTimeoutMs: 10_000,
       idleTimeoutMs: 30_000,
+      logIntervalMs: 10_000,
       missingGroup: 'close',
       sliceBytes: 16 * 1024,
       maxBufferedBytes: 256 * 1024,
@@ -158,6 +185,18 @@ export class Js5Server {
     if (!Number.isInteger(slice) || slice < 1) {
       throw new RangeError(`sliceBytes must be a positive integer, got ${slice}`);
     }
+    for (const k of [
+      'maxClients',
+      'maxPerIp',
+      'handshakeTimeoutMs',
+      'idleTimeoutMs',
+      'logIntervalMs',
+    ] as const) {
+      const v = this.options[k];
+      if (!Number.isInteger(v) || v < 0) throw new RangeError(`${k} must be a whole number, got ${v}`);
+    }
+    if (this.options.handshakeTimeoutMs === 0) throw new RangeError('handshakeTimeoutMs must be positive');
+    this.notice = new RateLimitedLog(this.options.log, this.options.logIntervalMs);
     this.responses = new ResponseSource(options.store, {
       masterIndexFormat: options.masterIndexFormat ?? this.profile.masterIndexFormat,
       cacheBytes: this.options.cacheBytes,
@@ -180,16 +219,24 @@ export class Js5Server {
       port: this.options.port,
       // Room above the JS5 cap so that extra clients can be told "full" (7) rather than dropped.
       maxConnections: this.options.maxClients + 64,
-      idleTimeoutMs: this.options.idleTimeoutMs,
+      // Our own idle rule (requests only) replaces the transport's any-byte timer.
+      idleTimeoutMs: 0,
       metrics: this.options.metrics,
       log: this.options.log,
       onConnection: (socket) => this.accept(socket),
     });
+    const shortest = Math.min(
+      this.options.handshakeTimeoutMs,
+      this.options.idleTimeoutMs > 0 ? this.options.idleTimeoutMs : Number.POSITIVE_INFINITY,
+    );
+    this.sweeper = setInterval(() => this.sweep(), Math.max(20, Math.min(1000, Math.floor(shortest / 4))));
+    this.sweeper.unref();
     return this;
   }
 
   async close(): Promise<void> {
     this.closing = true;
+    if (this.sweeper !== undefined) clearInterval(this.sweeper);
     await this.listener?.close();
     this.options.store.close();
   }
@@ -197,6 +244,23 @@ export class Js5Server {
   // ---- connections -----------------------------------------------------------------------
 
   private accept(socket: net.Socket): void {
+    const ip = socket.remoteAddress ?? '';
+    const open = this.perIp.get(ip) ?? 0;
+    if (this.options.maxPerIp > 0 && open >= this.options.maxPerIp) {
+      // Refused before anything is read: 9 (IP limit) is what real clients expect here. The byte
+      // waits in their receive buffer until they read the handshake reply.
+      this.options.metrics.close('ip_limit');
+      this.notice.info(
+        'ip_limit',
+        { remote: ip, open, maxPerIp: this.options.maxPerIp },
+        'js5 connection refused: too many connections from this address (reply 9)',
+      );
+      socket.on('data', () => {});
+      socket.end(Buffer.of(HandshakeStatus.ipLimit));
+      setTimeout(() => socket.destroy(), 1000).unref();
+      return;
+    }
+    this.perIp.set(ip, open + 1);
     const seededBuild = handshakeIsSeeded(this.profile.name, this.build);
     const build = this.build;
     const deframer = new StreamDeframer(
@@ -218,7 +282,7 @@ export class Js5Server {
     this.sessions.add(s);
     s.onFrame = (buf, start, end) => this.onFrame(s, buf, start, end);
     socket.on('data', (chunk: Buffer) => {
-      if (s.closed) return;
+      if (s.closed || s.draining) return;
       try {
         if (!deframer.push(chunk, s.onFrame) && !s.closed) this.pauseReading(s);
       } catch (e) {
@@ -227,12 +291,18 @@ export class Js5Server {
     });
     socket.on('drain', () => {
       if (s.closed) return;
+      // The peer is taking the responses it asked for: not idle.
+      s.lastActivity = Date.now();
       s.writable = true;
       this.enqueue(s);
     });
     socket.on('close', () => {
       s.closed = true;
       this.sessions.delete(s);
+      if (s.mode === MODE_JS5) this.js5Sessions--;
+      const n = (this.perIp.get(s.ip) ?? 1) - 1;
+      if (n <= 0) this.perIp.delete(s.ip);
+      else this.perIp.set(s.ip, n);
       s.urgent.length = 0;
       s.prefetch.length = 0;
       s.current = undefined;
@@ -257,6 +327,20 @@ export class Js5Server {
     s.socket.destroy();
   }
 
+  /** Closes sessions past the handshake deadline or idle by the request-only rule. */
+  private sweep(): void {
+    const now = Date.now();
+    const { handshakeTimeoutMs, idleTimeoutMs } = this.options;
+    for (const s of this.sessions) {
+      if (s.closed) continue;
+      if (s.mode === MODE_HANDSHAKE) {
+        if (now - s.acceptedAt >= handshakeTimeoutMs) this.drop(s, 'handshake_timeout');
+        continue;
+      }
+      if (idleTimeoutMs > 0 && now - s.lastActivity >= idleTimeoutMs) this.drop(s, 'idle_timeout');
+    }
+  }
+
   private pauseReading(s: Session): void {
     if (!s.paused) {
       s.paused = true;
@@ -265,7 +349,7 @@ export class Js5Server {
   }
 
   private maybeResume(s: Session): void {
-    if (!s.paused || s.closed) return;
+    if (!s.paused || s.closed || s.draining) return;
     if (s.urgent.length >= this.profile.urgentCap || s.prefetch.length >= this.profile.prefetchCap) return;
     s.paused = false;
     try {
@@ -281,7 +365,7 @@ export class Js5Server {
   }
 
   private onFrame(s: Session, buf: Buffer, start: number, end: number): boolean {
-    if (s.closed) return false;
+    if (s.closed || s.draining) return false;
     if (s.mode === MODE_HANDSHAKE) return this.onHandshake(s, buf, start);
     const m = this.options.metrics;
     m.received++;
@@ -289,14 +373,16 @@ export class Js5Server {
     switch (req.type) {
       case 'urgent': {
         const key = requestKey(req.archive, req.group);
+        s.lastActivity = Date.now();
         if (!this.responses.has(key)) return this.missing(s, key);
-        // An urgent request supersedes every queued prefetch of the same group.
-        removeKey(s.prefetch, key);
+        // A queued prefetch of the same group stays queued: 435, 530 and OSRS clients all keep
+        // an upgraded prefetch in their in-flight list and expect a response for it too.
         s.urgent.push({ key, turn: this.stats.turns, bytes: this.stats.bytesSent });
         break;
       }
       case 'prefetch': {
         const key = requestKey(req.archive, req.group);
+        s.lastActivity = Date.now();
         if (!this.responses.has(key)) return this.missing(s, key);
         s.prefetch.push({ key, turn: this.stats.turns, bytes: this.stats.bytesSent });
         break;
@@ -322,16 +408,38 @@ export class Js5Server {
     return true;
   }
 
+  /**
+   * A request for a group the cache does not have. `drop`: forget the request. `close`: read no
+   * further requests, send every response queued before this one, then close.
+   */
   private missing(s: Session, key: number): boolean {
-    const where = { archive: Math.floor(key / 65536), group: key % 65536 };
+    const where = { archive: Math.floor(key / 65536), group: key % 65536, remote: s.ip };
     if (this.options.missingGroup === 'drop') {
       this.options.metrics.drop('missing_group');
-      this.options.log.debug(where, 'js5 request for a missing group dropped');
+      this.notice.info('missing_group', where, 'js5 request for a missing group dropped');
       return true;
     }
-    this.options.log.debug(where, 'js5 request for a missing group: closing');
-    this.drop(s, 'missing_group');
+    if (!s.draining) {
+      this.notice.info(
+        'missing_group',
+        where,
+        'js5 request for a missing group: closing after queued responses',
+      );
+      s.draining = true;
+      this.pauseReading(s);
+      if (!s.hasWork()) this.finishDrain(s);
+    }
     return false;
+  }
+
+  /** Ends a draining session once its queued responses are written (the end flushes them). */
+  private finishDrain(s: Session): void {
+    if (s.closed) return;
+    this.options.metrics.close('missing_group');
+    s.closed = true;
+    s.socket.end();
+    // A peer that never closes its side is not kept.
+    setTimeout(() => s.socket.destroy(), 5000).unref();
   }
 
   private onHandshake(s: Session, buf: Buffer, start: number): boolean {
@@ -345,27 +453,27 @@ export class Js5Server {
       }
     };
     if (build !== this.build) {
+      this.notice.info(
+        'out_of_date',
+        { remote: s.ip, clientBuild: build, serverBuild: this.build, profile: this.profile.name },
+        `js5 handshake refused: client build ${build}, server expects ${this.build} (reply 6)`,
+      );
       reply(HandshakeStatus.outOfDate, 'out_of_date');
       return false;
     }
-    let js5 = 0;
-    let sameIp = 0;
-    const ip = s.socket.remoteAddress;
-    for (const x of this.sessions) {
-      if (x.mode !== MODE_JS5) continue;
-      js5++;
-      if (x.socket.remoteAddress === ip) sameIp++;
-    }
-    if (js5 >= this.options.maxClients) {
+    if (this.js5Sessions >= this.options.maxClients) {
+      this.notice.info(
+        'server_full',
+        { remote: s.ip, sessions: this.js5Sessions, maxClients: this.options.maxClients },
+        'js5 handshake refused: server full (reply 7)',
+      );
       reply(HandshakeStatus.full, 'server_full');
-      return false;
-    }
-    if (this.options.maxPerIp > 0 && sameIp >= this.options.maxPerIp) {
-      reply(HandshakeStatus.ipLimit, 'ip_limit');
       return false;
     }
     reply(HandshakeStatus.ok);
     s.mode = MODE_JS5;
+    s.lastActivity = Date.now();
+    this.js5Sessions++;
     s.deframer.setMeasure(fixedFrames(4));
     return true;
   }
@@ -394,6 +502,7 @@ export class Js5Server {
       if (s.closed) continue;
       const sent = this.serveSlice(s);
       budget -= sent;
+      if (s.draining && !s.hasWork()) this.finishDrain(s);
       if (!s.closed) {
         this.maybeResume(s);
         this.enqueue(s);
@@ -447,6 +556,8 @@ export class Js5Server {
       if (!ok && s.socket.writableLength >= this.options.maxBufferedBytes) s.writable = false;
     }
     if (wrote) {
+      // Bytes the socket took without backing up: the peer is reading.
+      if (s.writable) s.lastActivity = Date.now();
       this.stats.turns++;
       this.stats.bytesSent += sent;
       this.options.metrics.count('bytes_sent', sent);
@@ -462,8 +573,9 @@ export class Js5Server {
       if (q === undefined) return false;
       const framed = this.responses.get(q.key);
       if (framed === undefined) {
-        // Listed in an index but unreadable (corrupt or removed since start).
-        if (!this.missing(s, q.key)) return false;
+        // Listed in an index but unreadable (corrupt or removed since start): like a missing
+        // group, but what is still queued is served first.
+        this.missing(s, q.key);
         continue;
       }
       if (urgent) {

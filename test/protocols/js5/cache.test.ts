@@ -652,7 +652,7 @@ describe('demo cache', () => {
     const files = unpackGroup(decodeContainer(store.read(2, 40)!, 'required').data, g.files.length);
     expect(files).toHaveLength(3);
     expect(verifyCache(store).problems).toEqual([]);
-    expect(verifyCache(store).groups).toBe(146);
+    expect(verifyCache(store).groups).toBe(212);
   });
 });
 

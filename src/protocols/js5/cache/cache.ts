@@ -3,6 +3,8 @@
  * writer semantics of spec §6.5 (version + 1, CRC of the new container, trailer), verifying every
  * group against its index, and a summary for `cache info`.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { DecodeError } from '../../../wire/errors.js';
 import { type CompressionName, decodeContainer, encodeContainer, splitTrailer } from './container.js';
 import { IndexFlags, type Js5Group, type Js5Index, readIndex, writeIndex } from './js5-index.js';
@@ -36,6 +38,8 @@ export class CacheWriter {
   private readonly dirty = new Set<number>();
   private readonly byId = new Map<number, Map<number, Js5Group>>();
   private readonly indexCompression: CompressionName;
+  /** Bytes of groups written so far (container + trailer), indexes not counted. */
+  storedBytes = 0;
 
   constructor(store: Store, options: { indexCompression?: CompressionName } = {}) {
     this.store = store;
@@ -87,6 +91,7 @@ export class CacheWriter {
     container.copy(stored);
     stored.writeUInt16BE(entry.version & 0xffff, container.length);
     this.store.write(archive, group, stored);
+    this.storedBytes += stored.length;
     this.dirty.add(archive);
     return entry;
   }
@@ -97,6 +102,7 @@ export class CacheWriter {
     stored.set(container);
     stored.writeUInt16BE(version & 0xffff, container.length);
     this.store.write(archive, group, stored);
+    this.storedBytes += stored.length;
   }
 
   /** Writes every changed index (version + 1) to archive 255. */
@@ -121,8 +127,43 @@ export interface VerifyProblem {
 export interface VerifyResult {
   archives: number;
   groups: number;
-  bytes: number;
+  /** Bytes of the groups as stored (containers + 2-byte version trailers; indexes not counted). */
+  storedBytes: number;
   problems: VerifyProblem[];
+  /** Set when the folder holds a download that has not finished (see `DOWNLOAD_STATE_FILE`). */
+  unfinishedDownload?: DownloadState;
+}
+
+/**
+ * The downloader writes this file into the cache folder when it starts and removes it once the
+ * last index is written, so `verify` can tell an interrupted download from a complete cache
+ * (the downloader writes indexes last, so an interrupted one may have groups but no index).
+ */
+export const DOWNLOAD_STATE_FILE = 'gamewire-download.json';
+
+export interface DownloadState {
+  state: 'downloading';
+  host: string;
+  port: number;
+  profile: string;
+  build: number;
+  startedAt: string;
+}
+
+/** The unfinished-download marker of a cache folder, if any (a damaged marker counts too). */
+export function readDownloadState(dir: string): DownloadState | undefined {
+  const f = path.join(dir, DOWNLOAD_STATE_FILE);
+  let text: string;
+  try {
+    text = fs.readFileSync(f, 'utf8');
+  } catch {
+    return undefined;
+  }
+  try {
+    return JSON.parse(text) as DownloadState;
+  } catch {
+    return { state: 'downloading', host: '?', port: 0, profile: '?', build: 0, startedAt: '?' };
+  }
 }
 
 /** Counts the groups `verifyCache` will check (for a progress bar). */
@@ -137,7 +178,9 @@ export function countGroups(store: Store): number {
  * once per group checked.
  */
 export function verifyCache(store: Store, onGroup?: () => void): VerifyResult {
-  const result: VerifyResult = { archives: 0, groups: 0, bytes: 0, problems: [] };
+  const result: VerifyResult = { archives: 0, groups: 0, storedBytes: 0, problems: [] };
+  const unfinished = readDownloadState(store.dir);
+  if (unfinished !== undefined) result.unfinishedDownload = unfinished;
   for (const archive of indexedArchives(store)) {
     let idx: Js5Index | undefined;
     try {
@@ -166,7 +209,7 @@ function checkGroup(store: Store, archive: number, g: Js5Group, result: VerifyRe
     return e instanceof DecodeError ? e.message : String(e);
   }
   if (stored === undefined) return 'missing';
-  result.bytes += stored.length;
+  result.storedBytes += stored.length;
   try {
     const { container, version } = splitTrailer(stored);
     if (crc32(container) !== g.checksum) return `crc ${crc32(container)} != index ${g.checksum}`;
@@ -194,6 +237,9 @@ export interface ArchiveInfo {
  */
 export function cacheInfo(store: Store): {
   kind: string;
+  groups: number;
+  /** Sum of the archives' `storedBytes` (containers + trailers; indexes not counted). */
+  storedBytes: number;
   archives: ArchiveInfo[];
   masterIndex: { archive: number; checksum: number; version: number }[];
 } {
@@ -218,5 +264,11 @@ export function cacheInfo(store: Store): {
     checksum: e.checksum,
     version: e.version,
   }));
-  return { kind: store.kind, archives, masterIndex };
+  return {
+    kind: store.kind,
+    groups: archives.reduce((n, a) => n + a.groups, 0),
+    storedBytes: archives.reduce((n, a) => n + a.storedBytes, 0),
+    archives,
+    masterIndex,
+  };
 }

@@ -10,6 +10,20 @@ import { packGroup } from './group.js';
 import { IndexFlags, nameHash } from './js5-index.js';
 import { createStore, type Store } from './store.js';
 
+/** The client families a demo cache can be laid out for (the server's profiles). */
+export type DemoProfile = '435' | '530' | 'osrs';
+
+/**
+ * Archives each client family creates at start, so the master index must have an entry (a real
+ * index, no (0, 0) hole) for each:
+ * - 435: archives 0–12 (its cache has idx0–idx12);
+ * - 530: archives 0–27 (the client builds 28 Js5 archives in `createJs5` and fails on fewer);
+ * - osrs: 26 (0–25). Old School clients read the entry of every archive they create at
+ *   `5 + 8 × archive` with no bounds check; 26 covers every archive of the revisions the osrs
+ *   profile targets, and entries a client does not create are never read.
+ */
+export const DEMO_ARCHIVES: Readonly<Record<DemoProfile, number>> = { '435': 13, '530': 28, osrs: 26 };
+
 /** mulberry32: a small deterministic PRNG. */
 function prng(seed: number): () => number {
   let a = seed >>> 0;
@@ -43,28 +57,44 @@ function rawFor(containerSize: number): number {
 export interface DemoOptions {
   kind?: 'disk' | 'flat';
   seed?: number;
+  /** Client family to lay the archives out for (default 530, what `npm start` serves). */
+  profile?: DemoProfile;
 }
 
 export interface DemoSummary {
   dir: string;
   kind: 'disk' | 'flat';
+  profile?: DemoProfile;
   archives: number;
   groups: number;
-  bytes: number;
+  /**
+   * Bytes of the groups as stored (containers plus their 2-byte version trailers, archives
+   * 0–254; indexes not counted): the same measure as `verify`, `info` and `download`.
+   */
+  storedBytes: number;
+  /** Bytes of the groups' data once decompressed. */
+  unpackedBytes: number;
 }
 
 /**
- * Builds the demo cache in `dir`: archives 0–4 and 6 (5 is absent, so the master index has a
- * (0, 0) hole), index protocols 5 and 6 with and without names, group sizes from a few bytes to
- * ~600 KB including every 512-byte marker boundary, compression none/gzip/bzip2, sparse ids.
+ * Builds the demo cache in `dir` for a client family: every archive that family creates has an
+ * index (no holes). Archives 0–4 and 6 hold the test content: index protocols 5 and 6 with and
+ * without names, group sizes from a few bytes to ~600 KB including every 512-byte marker
+ * boundary, compression none/gzip/bzip2, multi-file groups, sparse ids up to 65535. The other
+ * archives hold a few small named groups each. For 435 every index is protocol 5 (the format of
+ * that era, with no version field).
  */
 export function createDemoCache(dir: string, options: DemoOptions = {}): DemoSummary {
   const kind = options.kind ?? 'disk';
+  const profile = options.profile ?? '530';
+  const archives = DEMO_ARCHIVES[profile];
+  const proto = (p: 5 | 6): 5 | 6 => (profile === '435' ? 5 : p);
   const rand = prng(options.seed ?? 530);
   const store = createStore(dir, kind);
   const w = new CacheWriter(store);
   let groups = 0;
-  let bytes = 0;
+  let storedBytes = 0;
+  let unpackedBytes = 0;
   const put = (archive: number, group: number, size: number, compression: CompressionName, name?: string) => {
     const data = payload(rand, size);
     w.putGroup(archive, group, data, {
@@ -72,15 +102,15 @@ export function createDemoCache(dir: string, options: DemoOptions = {}): DemoSum
       ...(name === undefined ? {} : { nameHash: nameHash(name) }),
     });
     groups++;
-    bytes += size;
+    unpackedBytes += size;
   };
   try {
     // 0: many small groups, named.
-    w.index(0, { protocol: 6, flags: IndexFlags.names });
+    w.index(0, { protocol: proto(6), flags: IndexFlags.names });
     for (let g = 0; g < 60; g++)
       put(0, g, 20 + Math.floor(rand() * 2000), g % 3 === 0 ? 'gzip' : 'none', `demo_${g}`);
     // 1: containers exactly on the marker boundaries, then a few compressed ones.
-    w.index(1, { protocol: 6 });
+    w.index(1, { protocol: proto(6) });
     const boundaries = [509, 510, 1020, 1021, 1531, 1532, 511, 512, 1023, 1024, 2043, 2044];
     boundaries.forEach((c, g) => {
       put(1, g, rawFor(c), 'none');
@@ -88,7 +118,7 @@ export function createDemoCache(dir: string, options: DemoOptions = {}): DemoSum
     for (let g = boundaries.length; g < boundaries.length + 8; g++)
       put(1, g, 400 + Math.floor(rand() * 3000), 'bzip2');
     // 2: medium groups, mixed compression.
-    w.index(2, { protocol: 6, flags: IndexFlags.names });
+    w.index(2, { protocol: proto(6), flags: IndexFlags.names });
     for (let g = 0; g < 40; g++) {
       const size = 2000 + Math.floor(rand() * 60_000);
       const c: CompressionName = g % 4 === 1 && size < 20_000 ? 'bzip2' : g % 2 === 0 ? 'gzip' : 'none';
@@ -97,30 +127,40 @@ export function createDemoCache(dir: string, options: DemoOptions = {}): DemoSum
     // 5 more groups in archive 2 hold 3 files each (striped multi-file groups).
     for (let g = 40; g < 45; g++) {
       const files = [0, 1, 2].map(() => payload(rand, 100 + Math.floor(rand() * 3000)));
-      w.putGroup(2, g, packGroup(files), {
+      const packed = packGroup(files);
+      w.putGroup(2, g, packed, {
         compression: 'gzip',
         files: [0, 4, 9],
         nameHash: nameHash(`multi_${g}`),
       });
       groups++;
-      bytes += files.reduce((n, f) => n + f.length, 0);
+      unpackedBytes += packed.length;
     }
     // 3: protocol 5 (ORIGINAL) index.
     w.index(3, { protocol: 5 });
     for (let g = 0; g < 10; g++) put(3, g, 100 + Math.floor(rand() * 5000), g % 2 === 0 ? 'none' : 'gzip');
     // 4: large groups (several hundred KB): what slicing is for.
-    w.index(4, { protocol: 6 });
+    w.index(4, { protocol: proto(6) });
     for (let g = 0; g < 6; g++)
       put(4, g, 150_000 + Math.floor(rand() * 450_000), g % 2 === 0 ? 'none' : 'gzip');
-    // 6: sparse group ids up to the wire's u16 limit.
-    w.index(6, { protocol: 6, flags: IndexFlags.names });
+    // 6: sparse group ids up to the wire's u16 limit. Clients size their per-group arrays by the
+    // largest id, so the 530 client spends about 1.5 s parsing this index.
+    w.index(6, { protocol: proto(6), flags: IndexFlags.names });
     for (const g of [0, 7, 300, 4096, 65_535])
       put(6, g, 64 + Math.floor(rand() * 700), 'gzip', `sparse_${g}`);
+    // 5 and 7…: small named groups, so every archive the client creates has a real index.
+    for (let a = 5; a < archives; a++) {
+      if (a === 6) continue;
+      w.index(a, { protocol: proto(6), flags: IndexFlags.names });
+      for (let g = 0; g < 3; g++)
+        put(a, g, 32 + Math.floor(rand() * 400), g === 1 ? 'gzip' : 'none', `archive${a}_${g}`);
+    }
     w.flush();
+    storedBytes = w.storedBytes;
   } finally {
     store.close();
   }
-  return { dir, kind, archives: 6, groups, bytes };
+  return { dir, kind, profile, archives, groups, storedBytes, unpackedBytes };
 }
 
 /**
@@ -132,23 +172,25 @@ export function createSyntheticCache(dir: string, totalBytes: number, seed = 1):
   const store: Store = createStore(dir, 'disk');
   const w = new CacheWriter(store);
   let groups = 0;
-  let bytes = 0;
+  let storedBytes = 0;
+  let unpackedBytes = 0;
   const pool = payload(rand, 1 << 20);
   try {
-    for (let archive = 0; archive < 8 && bytes < totalBytes; archive++) {
+    for (let archive = 0; archive < 8 && unpackedBytes < totalBytes; archive++) {
       w.index(archive, { protocol: 6 });
-      for (let g = 0; g < 4000 && bytes < totalBytes; g++) {
+      for (let g = 0; g < 4000 && unpackedBytes < totalBytes; g++) {
         const size = Math.floor(Math.exp(Math.log(100) + rand() * (Math.log(512 * 1024) - Math.log(100))));
         const start = Math.floor(rand() * (pool.length - size));
         const data = pool.subarray(start, start + size);
         w.putGroup(archive, g, data, { compression: g % 16 === 0 && size < 64 * 1024 ? 'gzip' : 'none' });
         groups++;
-        bytes += size;
+        unpackedBytes += size;
       }
     }
     w.flush();
+    storedBytes = w.storedBytes;
   } finally {
     store.close();
   }
-  return { dir, kind: 'disk', archives: 8, groups, bytes };
+  return { dir, kind: 'disk', archives: 8, groups, storedBytes, unpackedBytes };
 }

@@ -9,6 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { DecodeError } from '../../../wire/errors.js';
+import { Js5Error } from '../errors.js';
 
 export interface Store {
   readonly kind: 'disk' | 'flat';
@@ -263,7 +264,8 @@ export class DiskStore implements Store {
    */
   write(archive: number, group: number, data: Uint8Array): void {
     checkIds(archive, group);
-    if (!this.writable) throw new Error('store is read-only');
+    if (!this.writable)
+      throw new Js5Error('ERR_JS5_READ_ONLY', `the cache in ${this.dir} was opened read-only`);
     if (data.length > MAX_GROUP_SIZE)
       throw new RangeError(`group of ${data.length} bytes exceeds ${MAX_GROUP_SIZE}`);
     const extended = group > 0xffff;
@@ -414,7 +416,8 @@ export class FlatFileStore implements Store {
 
 /** Opens the store in `dir`: a disk store if `main_file_cache.dat2` exists, else flat files. */
 export function openStore(dir: string, options: { writable?: boolean } = {}): Store {
-  if (!fs.existsSync(dir)) throw new Error(`no cache at ${dir}`);
+  if (!fs.existsSync(dir))
+    throw new Js5Error('ERR_JS5_NO_CACHE', `no cache at ${dir}: the folder does not exist`);
   if (fs.existsSync(path.join(dir, 'main_file_cache.dat2'))) return DiskStore.open(dir, options);
   return new FlatFileStore(dir);
 }
