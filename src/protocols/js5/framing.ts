@@ -1,8 +1,8 @@
 /**
- * JS5 downstream framing (spec §3.3): a response is `archive u8, group u16` followed by the
+ * JS5 downstream framing (docs/js5.md, "Responses" and "Block markers"): a response is `archive u8, group u16` followed by the
  * container (minus its version trailer), with a `0xFF` byte inserted at every response offset
  * that is a positive multiple of 512 while more bytes follow. Counting restarts per response.
- * XOR (spec §4) covers every framed downstream byte after a rekey.
+ * XOR (docs/js5.md, "XOR") covers every framed downstream byte after a rekey.
  */
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
 import type { FrameMeasure } from '../../wire/framing.js';

@@ -1,5 +1,5 @@
 /**
- * JS5 messages, declared once (spec §1–§3). Upstream: the login-state handshake
+ * JS5 messages, declared once (docs/js5.md, "Wire format"). Upstream: the login-state handshake
  * (INIT_JS5REMOTE_CONNECTION, opcode 15) and 4-byte requests. Downstream: the one-byte handshake
  * reply and responses framed with 0xFF block markers (a custom codec: markers depend on the byte
  * offset inside the response, which no declaration expresses).
@@ -31,7 +31,7 @@ import {
 /** Login opcode that turns a connection into a JS5 connection. */
 export const INIT_JS5_OPCODE = 15;
 
-/** Handshake reply codes (spec §1). */
+/** Handshake reply codes (docs/js5.md, "Handshake"). */
 export const HandshakeStatus = { ok: 0, outOfDate: 6, full: 7, ipLimit: 9 } as const;
 
 /** `0f` + build: 435, 530, OSRS ≤ 222. */

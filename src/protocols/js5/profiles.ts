@@ -1,5 +1,5 @@
 /**
- * Client families the server and client can speak to (spec §1, §3.2, §3.5, §3.6). They differ
+ * Client families the server and client can speak to (docs/js5.md, "Profiles"). They differ
  * in the 0x80 prefetch flag, the in-flight caps, the master index format and the handshake.
  */
 import type { MasterIndexFormat } from './cache/master-index.js';

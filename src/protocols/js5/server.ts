@@ -1,5 +1,5 @@
 /**
- * The JS5 server (spec §1–§5).
+ * The JS5 server (docs/js5.md, "Server").
  *
  * Scheduling: one scheduler for all connections. Connections with work and a writable socket
  * sit in a ring; each turn gives one connection up to `sliceBytes` of output (urgent requests

@@ -38,7 +38,7 @@ import { tempDir } from './helpers.js';
 const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 
 describe('containers', () => {
-  // OpenRS2 fixtures cache/compression/{none,bzip2,gzip,lzma}.dat (spec §3.1); all decode to "OpenRS2".
+  // OpenRS2 fixtures cache/compression/{none,bzip2,gzip,lzma}.dat; all decode to "OpenRS2".
   const fixtures: [string, string][] = [
     ['none', '00 00000007 4f70656e525332'],
     [
@@ -155,7 +155,7 @@ describe('containers', () => {
 });
 
 describe('Js5Index', () => {
-  // OpenRS2 cache/index/*.dat (spec §6.5).
+  // OpenRS2 cache/index/*.dat.
   test('empty and versioned', () => {
     expect(readIndex(hex('05 00 0000'))).toEqual({ protocol: 5, version: 0, flags: 0, groups: [] });
     expect(readIndex(hex('06 12345678 00 0000'))).toEqual({

@@ -23,7 +23,7 @@ function container(size: number): Buffer {
 }
 
 /**
- * The spec's table (§3.3, OpenRS2 fixtures 509…1532): container size → framed size and the
+ * The block-marker table (OpenRS2 fixtures 509…1532): container size → framed size and the
  * response offsets that hold a 0xFF marker.
  */
 const TABLE: [number, number, number[]][] = [

@@ -1,6 +1,6 @@
 /**
  * Cache-level operations over a store: reading an archive's Js5Index, writing groups with the
- * writer semantics of spec §6.5 (version + 1, CRC of the new container, trailer), verifying every
+ * writer semantics of OpenRS2 and the clients (version + 1, CRC of the new container, trailer), verifying every
  * group against its index, and a summary for `cache info`.
  */
 import fs from 'node:fs';
@@ -233,7 +233,7 @@ export interface ArchiveInfo {
 
 /**
  * A summary of every indexed archive, plus the VERSIONED master index a server would send (the
- * CRCs a 550 login compares against, spec §1).
+ * CRCs a 550 login compares against).
  */
 export function cacheInfo(store: Store): {
   kind: string;

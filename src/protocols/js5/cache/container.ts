@@ -1,6 +1,6 @@
 /**
- * JS5 containers (spec §3.1): `type u8, length i32, [uncompressedLength i32 if type != 0], data`,
- * stored on disk with a u16 version trailer for archives 0–254 (spec §3.4).
+ * JS5 containers (docs/js5.md, "Containers"): `type u8, length i32, [uncompressedLength i32 if type != 0], data`,
+ * stored on disk with a u16 version trailer for archives 0–254 (docs/js5.md, "Version trailer").
  */
 import { DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { WireReader } from '../../../wire/reader.js';
@@ -10,7 +10,7 @@ export const Compression = { none: 0, bzip2: 1, gzip: 2, lzma: 3 } as const;
 export type CompressionName = keyof typeof Compression;
 export const COMPRESSION_NAMES: readonly CompressionName[] = ['none', 'bzip2', 'gzip', 'lzma'];
 
-/** Largest group (container) size a store holds: 2^24 − 1 (spec §6.3). */
+/** Largest group (container) size a store holds: 2^24 − 1 (the idx entry holds a 24-bit size). */
 export const MAX_GROUP_SIZE = 0xff_ffff;
 
 export interface ContainerHeader {

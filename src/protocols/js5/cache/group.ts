@@ -1,5 +1,5 @@
 /**
- * Multi-file groups (spec §6.6). A group whose index entry lists several files holds them as
+ * Multi-file groups (docs/js5.md, "Multi-file groups"). A group whose index entry lists several files holds them as
  * stripes: the files' bytes stripe after stripe, then for each stripe one int32 length delta per
  * file, then a u8 stripe count. A single-file group is just the file.
  */

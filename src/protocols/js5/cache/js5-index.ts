@@ -1,7 +1,7 @@
 /**
- * Js5Index (a.k.a. reference table), the uncompressed payload of group 255/N (spec §6.5):
+ * Js5Index (a.k.a. reference table), the uncompressed payload of group 255/N (docs/js5.md, "Js5Index"):
  * protocols 5 (ORIGINAL), 6 (VERSIONED), 7 (SMART); flags for names, digests, lengths and
- * uncompressed CRCs. Column order follows the spec; ids are delta-coded.
+ * uncompressed CRCs. Column order is the one every client reads; ids are delta-coded.
  */
 import { DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { WireReader } from '../../../wire/reader.js';

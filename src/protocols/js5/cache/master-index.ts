@@ -1,6 +1,6 @@
 /**
  * The master index (group 255/255), generated from the store and served as a type-0 container
- * (spec §3.5). ORIGINAL = `crc` per archive (435); VERSIONED = `crc, version` per archive
+ * (docs/js5.md, "Master index"). ORIGINAL = `crc` per archive (435); VERSIONED = `crc, version` per archive
  * (530, 550, OSRS); DIGESTS = `u8 count`, `crc, version, whirlpool[64]` per archive, then an
  * unsigned "signature" `0x0a ‖ whirlpool(everything before it)` (later RS2; RSA signing and the
  * RS3 LENGTHS format are not done).

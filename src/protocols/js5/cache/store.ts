@@ -1,5 +1,5 @@
 /**
- * Cache stores (spec §6): the disk store (`main_file_cache.dat2` + `idx0`…`idx255`, 520-byte
+ * Cache stores (docs/js5.md, "Cache on disk"): the disk store (`main_file_cache.dat2` + `idx0`…`idx255`, 520-byte
  * sectors) and the flat-file store (`<archive>/<group>.dat`). Both hold each group exactly as
  * stored: container + version trailer for archives 0–254, container only for 255.
  *
