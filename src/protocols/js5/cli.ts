@@ -4,7 +4,7 @@
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../cli/errors.js';
+import { CommandError as CliError, parseIntOption, UsageError } from '../../core/errors.js';
 import { cacheInfo, countGroups, verifyCache } from './cache/cache.js';
 import { createDemoCache, DEMO_ARCHIVES } from './cache/demo.js';
 import { MASTER_INDEX_FORMATS, type MasterIndexFormat } from './cache/master-index.js';

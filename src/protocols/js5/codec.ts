@@ -2,7 +2,7 @@
  * The CLI's view of JS5: `js5` (requests with --from client, responses with --from server),
  * and the decode-only formats `js5-container`, `js5-index`, `js5-master-index`.
  */
-import { UsageError } from '../../cli/errors.js';
+import { UsageError } from '../../core/errors.js';
 import type { CodecOptions, ProtocolCodec } from '../../core/protocol.js';
 import type { Json } from '../../wire/codec.js';
 import { asDecodeError, DecodeError, ErrorCode } from '../../wire/errors.js';

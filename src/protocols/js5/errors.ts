@@ -3,13 +3,11 @@
  * cache-folder problems. Each has a stable `code` (`ERR_JS5_…`), listed in docs/js5.md.
  */
 
-export class Js5Error extends Error {
-  /** Stable machine-readable code, `ERR_JS5_…`. */
-  readonly code: string;
+import { GamewireError } from '../../wire/errors.js';
 
+export class Js5Error extends GamewireError {
   constructor(code: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.code = code;
+    super(code, message, options);
   }
 
   override get name(): string {

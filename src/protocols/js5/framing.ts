@@ -4,8 +4,10 @@
  * that is a positive multiple of 512 while more bytes follow. Counting restarts per response.
  * XOR (docs/js5.md, "XOR") covers every framed downstream byte after a rekey.
  */
+
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
 import type { FrameMeasure } from '../../wire/framing.js';
+import { Js5Error } from './errors.js';
 
 export const BLOCK_SIZE = 512;
 /** Response bytes before the container: archive u8 + group u16. */
@@ -34,7 +36,7 @@ export function frameResponse(
   container: Uint8Array,
   prefetch = false,
 ): Buffer {
-  if (container.length < 5) throw new RangeError('container must be at least 5 bytes');
+  if (container.length < 5) throw new Js5Error('ERR_JS5_BAD_ARGUMENT', 'container must be at least 5 bytes');
   const out = Buffer.allocUnsafe(framedLength(container.length));
   out[0] = archive;
   out[1] = group >>> 8;

@@ -3,14 +3,15 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { UsageError } from '../../cli/errors.js';
+import { UsageError } from '../../core/errors.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { RunningServer, ServerContext } from '../../core/server.js';
 import { createDemoCache, type DemoProfile } from './cache/demo.js';
+import { MASTER_INDEX_FORMATS } from './cache/master-index.js';
 import { openStore } from './cache/store.js';
 import { masterFormat, registerCommands } from './cli.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
-import { PROFILES, parseProfile } from './profiles.js';
+import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
 import { DEFAULT_MAX_PER_IP, Js5Server, MIN_SLICE_BYTES, type MissingGroupBehaviour } from './server.js';
 
 export { CacheWriter, cacheInfo, readArchiveIndex, verifyCache } from './cache/cache.js';
@@ -58,6 +59,28 @@ function ensureDemo(dir: string, profile: DemoProfile): void {
   fs.renameSync(tmp, dir);
 }
 
+/**
+ * Keys renamed to the config naming rule (no protocol prefix) are still read under their former
+ * names: a former key in a config file counts while the new key holds its default.
+ */
+const FORMER_KEYS: Readonly<Record<string, string>> = {
+  sliceBytes: 'js5SliceBytes',
+  masterIndex: 'js5MasterIndex',
+  maxClients: 'js5MaxClients',
+  maxPerIp: 'js5MaxPerIp',
+  cacheMb: 'js5CacheMb',
+  preloadMaxMb: 'js5PreloadMaxMb',
+};
+
+function opt(options: Record<string, unknown>, key: string): unknown {
+  const former = FORMER_KEYS[key];
+  const declared = js5.server!.options.find((o) => o.key === key);
+  if (former !== undefined && options[former] !== undefined && options[key] === declared?.default) {
+    return options[former];
+  }
+  return options[key];
+}
+
 function positive(value: unknown, flag: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new UsageError(`${flag} takes a whole number of at least 1`);
@@ -67,7 +90,7 @@ function positive(value: unknown, flag: string): number {
 async function start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer> {
   const profile = parseProfile(options.profile ?? '530');
   const build = options.build === undefined ? PROFILES[profile].defaultBuild : Number(options.build);
-  const sliceBytes = Number(options.js5SliceBytes ?? 16 * 1024);
+  const sliceBytes = Number(opt(options, 'sliceBytes') ?? 16 * 1024);
   if (!Number.isInteger(sliceBytes) || sliceBytes < MIN_SLICE_BYTES) {
     throw new UsageError(`--js5-slice-bytes takes an integer of at least ${MIN_SLICE_BYTES}`);
   }
@@ -86,18 +109,18 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
     store: openStore(dir),
     profile,
     build,
-    ...(options.js5MasterIndex === undefined
+    ...(opt(options, 'masterIndex') === undefined
       ? {}
-      : { masterIndexFormat: masterFormat(options.js5MasterIndex) }),
-    maxClients: Number(options.js5MaxClients ?? 1000),
-    maxPerIp: Number(options.js5MaxPerIp ?? DEFAULT_MAX_PER_IP),
-    handshakeTimeoutMs: positive(options.js5HandshakeTimeoutMs ?? 10_000, '--js5-handshake-timeout-ms'),
-    idleTimeoutMs: Number(options.js5IdleTimeoutMs ?? 30_000),
+      : { masterIndexFormat: masterFormat(opt(options, 'masterIndex')) }),
+    maxClients: Number(opt(options, 'maxClients') ?? 1000),
+    maxPerIp: Number(opt(options, 'maxPerIp') ?? DEFAULT_MAX_PER_IP),
+    handshakeTimeoutMs: positive(opt(options, 'handshakeTimeoutMs') ?? 10_000, '--js5-handshake-timeout-ms'),
+    idleTimeoutMs: Number(opt(options, 'idleTimeoutMs') ?? 30_000),
     missingGroup: missing as MissingGroupBehaviour,
     sliceBytes,
-    cacheBytes: Number(options.js5CacheMb ?? 64) * 1024 * 1024,
+    cacheBytes: Number(opt(options, 'cacheMb') ?? 64) * 1024 * 1024,
     preload: options.preload === true,
-    preloadMaxBytes: Number(options.js5PreloadMaxMb ?? 1024) * 1024 * 1024,
+    preloadMaxBytes: Number(opt(options, 'preloadMaxMb') ?? 1024) * 1024 * 1024,
     log: ctx.log,
     metrics: ctx.metrics,
   });
@@ -132,12 +155,14 @@ export const js5: ProtocolModule = {
       },
       {
         key: 'build',
+        min: 0,
         flag: '--build <n>',
         description: "js5: accepted client build (default: the profile's)",
         type: 'int',
       },
       {
         key: 'profile',
+        choices: PROFILE_NAMES,
         flag: '--profile <profile>',
         description: 'js5: 435, 530 or osrs',
         type: 'string',
@@ -151,34 +176,45 @@ export const js5: ProtocolModule = {
       },
       {
         key: 'missingGroup',
+        choices: ['close', 'drop'],
         flag: '--missing-group <mode>',
         description: 'js5: close (default) or drop on a request for a missing group',
         type: 'string',
         default: 'close',
       },
       {
-        key: 'js5MaxClients',
+        key: 'maxClients',
+        min: 1,
+        aliases: ['js5MaxClients'],
         flag: '--js5-max-clients <n>',
         description: 'js5: sessions before replying 7 (full)',
         type: 'int',
         default: 1000,
       },
       {
-        key: 'js5CacheMb',
+        key: 'cacheMb',
+        min: 1,
+        unit: 'MiB',
+        aliases: ['js5CacheMb'],
         flag: '--js5-cache-mb <n>',
         description: 'js5: memory for framed groups (MiB)',
         type: 'int',
         default: 64,
       },
       {
-        key: 'js5SliceBytes',
+        key: 'sliceBytes',
+        min: MIN_SLICE_BYTES,
+        unit: 'bytes',
+        aliases: ['js5SliceBytes'],
         flag: '--js5-slice-bytes <n>',
         description: 'js5: bytes per client per scheduler turn (at least 512)',
         type: 'int',
         default: 16384,
       },
       {
-        key: 'js5MaxPerIp',
+        key: 'maxPerIp',
+        min: 0,
+        aliases: ['js5MaxPerIp'],
         flag: '--js5-max-per-ip <n>',
         description:
           'js5: connections per address, counted from accept; one more gets 9 (IP limit). 0 = no limit (behind a proxy)',
@@ -186,14 +222,18 @@ export const js5: ProtocolModule = {
         default: DEFAULT_MAX_PER_IP,
       },
       {
-        key: 'js5HandshakeTimeoutMs',
+        key: 'handshakeTimeoutMs',
+        min: 1,
+        unit: 'ms',
         flag: '--js5-handshake-timeout-ms <ms>',
         description: 'js5: close a connection that has not completed its handshake this long after accept',
         type: 'int',
         default: 10_000,
       },
       {
-        key: 'js5IdleTimeoutMs',
+        key: 'idleTimeoutMs',
+        min: 0,
+        unit: 'ms',
         flag: '--js5-idle-timeout-ms <ms>',
         description:
           'js5: close a session with no request for this long (keep-alives do not count; 0 = never)',
@@ -201,14 +241,19 @@ export const js5: ProtocolModule = {
         default: 30_000,
       },
       {
-        key: 'js5PreloadMaxMb',
+        key: 'preloadMaxMb',
+        min: 1,
+        unit: 'MiB',
+        aliases: ['js5PreloadMaxMb'],
         flag: '--js5-preload-max-mb <n>',
         description: 'js5: refuse --preload beyond this many MiB of framed groups',
         type: 'int',
         default: 1024,
       },
       {
-        key: 'js5MasterIndex',
+        key: 'masterIndex',
+        choices: MASTER_INDEX_FORMATS,
+        aliases: ['js5MasterIndex'],
         flag: '--js5-master-index <format>',
         description: "js5: master index format: original, versioned or digests (default: the profile's)",
         type: 'string',

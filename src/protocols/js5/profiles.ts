@@ -2,6 +2,7 @@
  * Client families the server and client can speak to (docs/js5.md, "Profiles"). They differ
  * in the 0x80 prefetch flag, the in-flight caps, the master index format and the handshake.
  */
+import { UsageError } from '../../core/errors.js';
 import type { MasterIndexFormat } from './cache/master-index.js';
 
 export const PROFILE_NAMES = ['435', '530', 'osrs'] as const;
@@ -60,5 +61,5 @@ export function handshakeIsSeeded(profile: Js5Profile, build: number): boolean {
 export function parseProfile(value: unknown): Js5Profile {
   const s = String(value);
   if ((PROFILE_NAMES as readonly string[]).includes(s)) return s as Js5Profile;
-  throw new RangeError(`unknown js5 profile "${s}" (known: ${PROFILE_NAMES.join(', ')})`);
+  throw new UsageError(`unknown js5 profile "${s}" (known: ${PROFILE_NAMES.join(', ')})`);
 }

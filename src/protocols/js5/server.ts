@@ -15,6 +15,7 @@
  * session is closed after `idleTimeoutMs` without a request (keep-alives such as logged-in do not
  * count) unless the server is still sending it responses it asked for.
  */
+
 import type net from 'node:net';
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
@@ -24,6 +25,7 @@ import { fixedFrames, StreamDeframer } from '../../wire/framing.js';
 import { WireReader } from '../../wire/reader.js';
 import type { MasterIndexFormat } from './cache/master-index.js';
 import type { Store } from './cache/store.js';
+import { Js5Error } from './errors.js';
 import { xorInPlace } from './framing.js';
 import { RateLimitedLog } from './log-limit.js';
 import { HandshakeStatus, INIT_JS5_OPCODE, Js5Request } from './messages.js';
@@ -183,7 +185,7 @@ export class Js5Server {
     } as Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
     const slice = this.options.sliceBytes;
     if (!Number.isInteger(slice) || slice < 1) {
-      throw new RangeError(`sliceBytes must be a positive integer, got ${slice}`);
+      throw new Js5Error('ERR_JS5_BAD_OPTION', `sliceBytes must be a positive integer, got ${slice}`);
     }
     for (const k of [
       'maxClients',
@@ -193,9 +195,11 @@ export class Js5Server {
       'logIntervalMs',
     ] as const) {
       const v = this.options[k];
-      if (!Number.isInteger(v) || v < 0) throw new RangeError(`${k} must be a whole number, got ${v}`);
+      if (!Number.isInteger(v) || v < 0)
+        throw new Js5Error('ERR_JS5_BAD_OPTION', `${k} must be a whole number, got ${v}`);
     }
-    if (this.options.handshakeTimeoutMs === 0) throw new RangeError('handshakeTimeoutMs must be positive');
+    if (this.options.handshakeTimeoutMs === 0)
+      throw new Js5Error('ERR_JS5_BAD_OPTION', 'handshakeTimeoutMs must be positive');
     this.notice = new RateLimitedLog(this.options.log, this.options.logIntervalMs);
     this.responses = new ResponseSource(options.store, {
       masterIndexFormat: options.masterIndexFormat ?? this.profile.masterIndexFormat,

@@ -3,9 +3,11 @@
  * writer semantics of OpenRS2 and the clients (version + 1, CRC of the new container, trailer), verifying every
  * group against its index, and a summary for `cache info`.
  */
+
 import fs from 'node:fs';
 import path from 'node:path';
 import { DecodeError } from '../../../wire/errors.js';
+import { Js5Error } from '../errors.js';
 import { type CompressionName, decodeContainer, encodeContainer, splitTrailer } from './container.js';
 import { IndexFlags, type Js5Group, type Js5Index, readIndex, writeIndex } from './js5-index.js';
 import { crc32, createMasterIndex } from './master-index.js';
@@ -63,7 +65,8 @@ export class CacheWriter {
 
   /** Compresses `data` and stores it as group `group` of `archive`, bumping its version. */
   putGroup(archive: number, group: number, data: Uint8Array, options: PutGroupOptions = {}): Js5Group {
-    if (archive === 255) throw new RangeError('archive 255 holds indexes; use the archive itself');
+    if (archive === 255)
+      throw new Js5Error('ERR_JS5_BAD_ARGUMENT', 'archive 255 holds indexes; use the archive itself');
     const idx = this.index(archive);
     let byId = this.byId.get(archive);
     if (byId === undefined) {

@@ -2,8 +2,10 @@
  * JS5 containers (docs/js5.md, "Containers"): `type u8, length i32, [uncompressedLength i32 if type != 0], data`,
  * stored on disk with a u16 version trailer for archives 0–254 (docs/js5.md, "Version trailer").
  */
+
 import { DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { WireReader } from '../../../wire/reader.js';
+import { Js5Error } from '../errors.js';
 import { bunzip2Exact, bzip2, gunzipExact, gzip, unlzmaExact } from './compression.js';
 
 export const Compression = { none: 0, bzip2: 1, gzip: 2, lzma: 3 } as const;
@@ -124,12 +126,12 @@ export function decodeContainer(
 /** Builds a container. LZMA is read-only here. */
 export function encodeContainer(data: Uint8Array, compression: CompressionName, version?: number): Buffer {
   if (data.length > MAX_GROUP_SIZE)
-    throw new RangeError(`group of ${data.length} bytes exceeds ${MAX_GROUP_SIZE}`);
+    throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `group of ${data.length} bytes exceeds ${MAX_GROUP_SIZE}`);
   let body: Buffer;
   if (compression === 'none') body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   else if (compression === 'gzip') body = gzip(data);
   else if (compression === 'bzip2') body = bzip2(data);
-  else throw new RangeError('lzma compression is not supported (read only)');
+  else throw new Js5Error('ERR_JS5_BAD_ARGUMENT', 'lzma compression is not supported (read only)');
   const headerSize = compression === 'none' ? 5 : 9;
   const out = Buffer.allocUnsafe(headerSize + body.length + (version === undefined ? 0 : 2));
   out[0] = Compression[compression];

@@ -3,9 +3,11 @@
  * protocols 5 (ORIGINAL), 6 (VERSIONED), 7 (SMART); flags for names, digests, lengths and
  * uncompressed CRCs. Column order is the one every client reads; ids are delta-coded.
  */
+
 import { DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { WireReader } from '../../../wire/reader.js';
 import { WireWriter } from '../../../wire/writer.js';
+import { Js5Error } from '../errors.js';
 
 export const IndexProtocol = { original: 5, versioned: 6, smart: 7 } as const;
 export const IndexFlags = { names: 0x01, digests: 0x02, lengths: 0x04, uncompressedChecksums: 0x08 } as const;
@@ -72,7 +74,7 @@ export function readBigSmart(r: WireReader): number {
 }
 
 export function writeBigSmart(w: WireWriter, v: number): void {
-  if (v < 0 || v > 0x7fff_ffff) throw new RangeError(`smart value ${v} out of range`);
+  if (v < 0 || v > 0x7fff_ffff) throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `smart value ${v} out of range`);
   if (v < 0x8000) w.u16be(v);
   else w.u32be((v | 0x8000_0000) >>> 0);
 }
@@ -152,7 +154,7 @@ export function writeIndex(index: Js5Index, w = new WireWriter()): Buffer {
   for (let i = 0; i < groups.length; i++) {
     const id = groups[i]!.id;
     if (id > maxId || (i > 0 && id <= prev))
-      throw new RangeError(`group ids must be increasing and ≤ ${maxId}`);
+      throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `group ids must be increasing and ≤ ${maxId}`);
     count(id - (i === 0 ? 0 : prev));
     prev = id;
   }
@@ -173,7 +175,7 @@ export function writeIndex(index: Js5Index, w = new WireWriter()): Buffer {
     for (let i = 0; i < g.files.length; i++) {
       const id = g.files[i]!.id;
       if (id > maxId || (i > 0 && id <= p))
-        throw new RangeError(`file ids must be increasing and ≤ ${maxId}`);
+        throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `file ids must be increasing and ≤ ${maxId}`);
       count(id - (i === 0 ? 0 : p));
       p = id;
     }

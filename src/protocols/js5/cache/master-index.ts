@@ -5,9 +5,11 @@
  * unsigned "signature" `0x0a ‖ whirlpool(everything before it)` (later RS2; RSA signing and the
  * RS3 LENGTHS format are not done).
  */
+
 import zlib from 'node:zlib';
 import { DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { WireReader } from '../../../wire/reader.js';
+import { Js5Error } from '../errors.js';
 import { decodeContainer } from './container.js';
 import { readIndex } from './js5-index.js';
 import { type Store, StoreCorruptError } from './store.js';
@@ -35,7 +37,8 @@ export interface MasterIndex {
 /** Encodes the payload (no container header). */
 export function writeMasterIndex(index: MasterIndex): Buffer {
   if (index.format === 'digests') {
-    if (index.entries.length > 255) throw new RangeError('DIGESTS holds at most 255 archives');
+    if (index.entries.length > 255)
+      throw new Js5Error('ERR_JS5_BAD_ARGUMENT', 'DIGESTS holds at most 255 archives');
     const body = Buffer.alloc(1 + index.entries.length * 72);
     body[0] = index.entries.length;
     index.entries.forEach((e, i) => {

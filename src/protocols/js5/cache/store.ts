@@ -68,9 +68,9 @@ const INDEX_ENTRY = 6;
 
 function checkIds(archive: number, group: number): void {
   if (!Number.isInteger(archive) || archive < 0 || archive > 255)
-    throw new RangeError(`archive ${archive} out of range`);
+    throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `archive ${archive} out of range`);
   if (!Number.isInteger(group) || group < 0 || group > 0x7fff_ffff)
-    throw new RangeError(`group ${group} out of range`);
+    throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `group ${group} out of range`);
 }
 
 function preadFully(fd: number, buf: Buffer, position: number): number {
@@ -267,7 +267,7 @@ export class DiskStore implements Store {
     if (!this.writable)
       throw new Js5Error('ERR_JS5_READ_ONLY', `the cache in ${this.dir} was opened read-only`);
     if (data.length > MAX_GROUP_SIZE)
-      throw new RangeError(`group of ${data.length} bytes exceeds ${MAX_GROUP_SIZE}`);
+      throw new Js5Error('ERR_JS5_BAD_ARGUMENT', `group of ${data.length} bytes exceeds ${MAX_GROUP_SIZE}`);
     const extended = group > 0xffff;
     const headerSize = extended ? EXTENDED_HEADER : HEADER;
     const perSector = SECTOR_SIZE - headerSize;
@@ -275,7 +275,8 @@ export class DiskStore implements Store {
     const nums = this.reusableChain(archive, group, count);
     let append = Math.max(1, Math.ceil(this.datLength / SECTOR_SIZE));
     while (nums.length < count) nums.push(append++);
-    if (append - 1 > MAX_SECTOR) throw new RangeError('data file is full (2^24 sectors)');
+    if (append - 1 > MAX_SECTOR)
+      throw new Js5Error('ERR_JS5_BAD_ARGUMENT', 'data file is full (2^24 sectors)');
     // Write runs of consecutive sectors with one syscall each.
     let i = 0;
     while (i < count) {
