@@ -1,5 +1,5 @@
 /**
- * RmcClient: typed RMC calls over TCP (HyperScape variant).
+ * RmcClient: typed RMC calls over TCP or PRUDP (`transport: 'prudp'`), any variant.
  *
  * - `call(Protocol, 'Method_V1', args)` encodes the arguments from the method's declaration
  *   and resolves with its decoded results.
@@ -30,6 +30,11 @@ import {
   writeProtocolId,
 } from './messages.js';
 import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
+import {
+  type PrudpConnectOptions,
+  PrudpClientConnection,
+  PrudpClientError,
+} from './prudp/client.js';
 import { qString } from './types.js';
 
 /** A transport-level client failure (timeout, closed connection, protocol violation). */
@@ -59,6 +64,12 @@ export interface RmcClientOptions {
    * or `classic` (packed ids: protocols and methods must declare ids).
    */
   variant?: RmcVariant;
+  /** `tcp` (u32-framed, default) or `prudp` (RMC in PRUDP DATA over UDP). */
+  transport?: 'tcp' | 'prudp';
+  /** PRUDP: the sandbox access key. */
+  accessKey?: string;
+  /** PRUDP: checksum width, credentials (Kerberos / ECDH), retransmission and limits. */
+  prudp?: Partial<PrudpConnectOptions>;
 }
 
 interface Pending {
@@ -71,10 +82,9 @@ interface Pending {
 }
 
 export class RmcClient {
-  private readonly socket: net.Socket;
+  private readonly link: FrameLink;
   private readonly pending = new Map<number, Pending>();
   private readonly writer = new WireWriter({ initialCapacity: 4096 });
-  private readonly deframer: StreamDeframer;
   private readonly reader = new WireReader();
   private readonly timeoutMs: number;
   private readonly variant: RmcVariant;
@@ -84,45 +94,17 @@ export class RmcClient {
   /** Responses whose call id matched nothing (late after a timeout, or bogus). */
   unmatched = 0;
 
-  private constructor(socket: net.Socket, options: RmcClientOptions) {
-    this.socket = socket;
+  private constructor(link: FrameLink, options: RmcClientOptions) {
+    this.link = link;
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.variant = options.variant ?? 'hyperscape';
-    const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    this.deframer = new StreamDeframer(
-      lengthPrefixed({
-        prefix: 'u32le',
-        counts: 'rest',
-        maxFrameBytes,
-        minFrameBytes: this.variant === 'classic' ? 6 : 7,
-      }),
-      {
-        maxFrameBytes,
-      },
-    );
-    socket.on('data', (chunk: Buffer) => {
-      try {
-        this.deframer.push(chunk, (buf, start, end) => {
-          this.onFrame(buf, start, end);
-        });
-      } catch (e) {
-        const msg = e instanceof Error ? e.message : String(e);
-        this.shutdown(
-          new RmcClientError(
-            e instanceof DecodeError ? e.code : 'ERR_INTERNAL',
-            `bad frame from server: ${msg}`,
-          ),
-        );
-      }
-    });
-    socket.on('error', (err) =>
-      this.shutdown(new RmcClientError('ERR_RMC_CONNECTION', `connection error: ${err.message}`)),
-    );
-    socket.on('close', () => this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed')));
+    link.onFrame = (buf, start, end) => this.onFrame(buf, start, end);
+    link.onClose = (err) => this.shutdown(err);
   }
 
-  /** Connects over TCP. */
+  /** Connects over TCP (default) or PRUDP (`transport: 'prudp'`). */
   static connect(options: RmcClientOptions): Promise<RmcClient> {
+    if (options.transport === 'prudp') return RmcClient.connectPrudp(options);
     return new Promise((resolve, reject) => {
       const socket = net.connect({ host: options.host, port: options.port });
       socket.setNoDelay(true);
@@ -142,9 +124,26 @@ export class RmcClient {
       socket.once('connect', () => {
         clearTimeout(timer);
         socket.removeAllListeners('error');
-        resolve(new RmcClient(socket, options));
+        resolve(new RmcClient(tcpLink(socket, options), options));
       });
     });
+  }
+
+  private static async connectPrudp(options: RmcClientOptions): Promise<RmcClient> {
+    let conn: PrudpClientConnection;
+    try {
+      conn = await PrudpClientConnection.connect({
+        ...options.prudp,
+        host: options.host,
+        port: options.port,
+        accessKey: options.accessKey ?? options.prudp?.accessKey ?? '',
+        connectTimeoutMs: options.connectTimeoutMs ?? options.prudp?.connectTimeoutMs ?? 5000,
+      });
+    } catch (err) {
+      if (err instanceof PrudpClientError) throw new RmcClientError(err.code, err.message);
+      throw err;
+    }
+    return new RmcClient(prudpLink(conn, options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES), options);
   }
 
   /** Calls in flight. */
@@ -270,7 +269,7 @@ export class RmcClient {
   private flush(): void {
     this.flushScheduled = false;
     if (this.writer.offset === 0 || this.closedError !== undefined) return;
-    this.socket.write(this.writer.toBuffer());
+    this.link.write(this.writer.view());
     this.writer.reset();
   }
 
@@ -354,7 +353,7 @@ export class RmcClient {
 
   private shutdown(err: Error): void {
     if (this.closedError === undefined) this.closedError = err;
-    if (!this.socket.destroyed) this.socket.destroy();
+    this.link.destroy();
     const all = [...this.pending.values()];
     this.pending.clear();
     for (const p of all) {
@@ -364,15 +363,120 @@ export class RmcClient {
   }
 
   /** Closes the connection; pending calls reject with ERR_RMC_CLOSED. */
-  close(): Promise<void> {
-    return new Promise((resolve) => {
-      if (this.socket.destroyed) {
-        this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed'));
-        resolve();
-        return;
-      }
-      this.socket.once('close', () => resolve());
-      this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed'));
-    });
+  async close(): Promise<void> {
+    const closing = this.link.close();
+    this.shutdown(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed'));
+    await closing;
   }
+}
+
+/** The transport under an RmcClient: whole frames out, whole frames in. */
+interface FrameLink {
+  /** Sends whole frames (the bytes may be reused after the call returns). */
+  write(frames: Buffer): void;
+  /** Ends the transport politely (TCP end, PRUDP DISCONNECT); resolves once it is closed. */
+  close(): Promise<void>;
+  /** Ends it at once. */
+  destroy(): void;
+  onFrame: (buf: Buffer, start: number, end: number) => void;
+  onClose: (err: Error) => void;
+}
+
+function tcpLink(socket: net.Socket, options: RmcClientOptions): FrameLink {
+  const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+  const deframer = new StreamDeframer(
+    lengthPrefixed({
+      prefix: 'u32le',
+      counts: 'rest',
+      maxFrameBytes,
+      minFrameBytes: (options.variant ?? 'hyperscape') === 'classic' ? 6 : 7,
+    }),
+    { maxFrameBytes },
+  );
+  const link: FrameLink = {
+    write: (frames) => {
+      socket.write(Buffer.from(frames));
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        if (socket.destroyed) {
+          resolve();
+          return;
+        }
+        socket.once('close', () => resolve());
+        socket.destroy();
+      }),
+    destroy: () => {
+      if (!socket.destroyed) socket.destroy();
+    },
+    onFrame: () => {},
+    onClose: () => {},
+  };
+  socket.on('data', (chunk: Buffer) => {
+    try {
+      deframer.push(chunk, (buf, start, end) => {
+        link.onFrame(buf, start, end);
+      });
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      link.onClose(
+        new RmcClientError(e instanceof DecodeError ? e.code : 'ERR_INTERNAL', `bad frame from server: ${msg}`),
+      );
+    }
+  });
+  socket.on('error', (err) =>
+    link.onClose(new RmcClientError('ERR_RMC_CONNECTION', `connection error: ${err.message}`)),
+  );
+  socket.on('close', () => link.onClose(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed')));
+  return link;
+}
+
+/** Each RMC frame travels as one PRUDP message (fragmented by the link at 963 bytes). */
+function prudpLink(conn: PrudpClientConnection, maxFrameBytes: number): FrameLink {
+  let closing: Promise<void> | undefined;
+  const link: FrameLink = {
+    write: (frames) => {
+      let off = 0;
+      while (off + 4 <= frames.length) {
+        const len = frames.readUInt32LE(off) + 4;
+        if (off + len > frames.length) break;
+        conn.send(frames.subarray(off, off + len));
+        off += len;
+      }
+    },
+    close: () => {
+      closing ??= conn.close();
+      return closing;
+    },
+    destroy: () => {
+      // A polite close (DISCONNECT) runs in the background unless one is under way.
+      if (!conn.closed) closing ??= conn.close();
+    },
+    onFrame: () => {},
+    onClose: () => {},
+  };
+  conn.onMessage = (m) => {
+    // One message must be exactly one frame.
+    if (m.length < 4 || m.length > maxFrameBytes || m.readUInt32LE(0) !== m.length - 4) {
+      link.onClose(
+        new RmcClientError('ERR_BAD_LENGTH', `PRUDP message of ${m.length} bytes is not one RMC frame`),
+      );
+      return;
+    }
+    try {
+      link.onFrame(m, 0, m.length);
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      link.onClose(
+        new RmcClientError(e instanceof DecodeError ? e.code : 'ERR_INTERNAL', `bad frame from server: ${msg}`),
+      );
+    }
+  };
+  conn.onClose = (err) =>
+    link.onClose(
+      err instanceof PrudpClientError && err.code === 'ERR_PRUDP_CLOSED'
+        ? new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed')
+        : new RmcClientError((err as PrudpClientError).code ?? 'ERR_RMC_CONNECTION', err.message),
+    );
+  return link;
 }

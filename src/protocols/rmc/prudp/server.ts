@@ -1,0 +1,549 @@
+/**
+ * The PRUDP server transport: one UDP socket, the connection table, the handshake of the
+ * official server (SYN-ACK 0x48, CONNECT-ACK 0x49, acks with HAS_SIZE and size 0, DATA 0x72
+ * with its own sequence from 1), and an RmcSink per connection so the RMC dispatcher runs
+ * unchanged on top.
+ *
+ * Limits (each an option): connections in all and per IP, half-open connections (a SYN without
+ * a CONNECT yet) and how long they live, reassembly bytes, idle timeout, and no reply to a
+ * source without a connection larger than `maxUnprovenReplyFactor` times its datagram. Every
+ * dropped datagram is counted in ProtocolMetrics (`dropped`), by reason.
+ */
+import { randomBytes } from 'node:crypto';
+import type dgram from 'node:dgram';
+import type { Logger } from 'pino';
+import type { ProtocolMetrics } from '../../../core/metrics.js';
+import type { Endpoint } from '../../../core/server.js';
+import { bindUdp, closeUdp } from '../../../core/udp.js';
+import { DecodeError, WireWriter } from '../../../wire/index.js';
+import type { RmcConnection, RmcDispatcher, RmcSink } from '../dispatcher.js';
+import { accessKeyByte, type ChecksumWidth, learnFromSyn } from './checksum.js';
+import { Flag, PacketType, PRUDP_DEFAULTS, type PrudpProfile } from './constants.js';
+import { type LinkOptions, PrudpLink } from './link.js';
+import { type ChecksumConfig, newPacket, type PrudpPacket, readPacket, writePacket } from './packet.js';
+import { ClassicPayloadCodec, classicRc4, type PayloadCodec } from './payload.js';
+
+/** What a CONNECT's payload establishes. */
+export interface ConnectOutcome {
+  /** How this connection's DATA payloads are encoded. */
+  payload: PayloadCodec;
+  /** The CONNECT-ACK payload as it goes on the wire (undefined: none). */
+  ackPayload: Buffer | undefined;
+  /** Authenticated user, when the CONNECT carried credentials (a Kerberos ticket). */
+  user?: { pid: number; name: string };
+}
+
+export interface ConnectInfo {
+  remoteAddress: string;
+  remotePort: number;
+  checksum: ChecksumConfig;
+}
+
+/**
+ * Decides what a CONNECT's payload means (empty: an unauthenticated "auth server" connection;
+ * a Kerberos ticket or an ECDH key: a secure one). Throw to refuse the CONNECT (dropped, counted).
+ */
+export type ConnectHandler = (payload: Buffer, info: ConnectInfo) => ConnectOutcome;
+
+export interface PrudpServerOptions extends LinkOptions {
+  dispatcher: RmcDispatcher;
+  log: Logger;
+  metrics: ProtocolMetrics;
+  profile?: PrudpProfile;
+  /** Sandbox access key, or `auto` to learn each connection's key byte from its SYN. */
+  accessKey?: string;
+  /** Checksum width, or `auto` (learned from the SYN's length; default). */
+  checksumWidth?: ChecksumWidth | 'auto';
+  /** CONNECT payload handler (default: only empty CONNECTs, classic payloads). */
+  onConnect?: ConnectHandler;
+  idleTimeoutMs?: number;
+  halfOpenTimeoutMs?: number;
+  maxConnections?: number;
+  maxConnectionsPerIp?: number;
+  maxHalfOpen?: number;
+  maxUnprovenReplyFactor?: number;
+  /** Timer resolution for retransmissions (ms, default 50). */
+  tickMs?: number;
+}
+
+export interface PrudpListenOptions {
+  host?: string;
+  port?: number;
+}
+
+const State = { HalfOpen: 0, Open: 1 } as const;
+type State = (typeof State)[keyof typeof State];
+
+interface Peer {
+  key: string;
+  address: string;
+  port: number;
+  vport: number;
+  state: State;
+  checksum: ChecksumConfig;
+  serverSignature: number;
+  synAck: Buffer;
+  createdAt: number;
+  /** Set once open. */
+  link: PrudpLink | undefined;
+  connectAck: Buffer | undefined;
+  connectSeq: number;
+  rmc: RmcConnection | undefined;
+  writer: WireWriter | undefined;
+}
+
+/** Non-zero random u32 (signatures must not be 0: 0 means "not known yet"). */
+function randomSignature(): number {
+  for (;;) {
+    const v = randomBytes(4).readUInt32LE(0);
+    if (v !== 0) return v;
+  }
+}
+
+/** The default CONNECT handler: empty payloads only (an auth-server style connection). */
+export const plainConnect: ConnectHandler = (payload) => {
+  if (payload.length !== 0) throw new Error('this endpoint takes no CONNECT credentials');
+  // The official server acks with one payload byte: RC4 of a stored, empty body.
+  return { payload: new ClassicPayloadCodec(), ackPayload: classicRc4(Buffer.from([0])) };
+};
+
+export class PrudpServer {
+  private readonly o: PrudpServerOptions;
+  private readonly peers = new Map<string, Peer>();
+  private readonly perIp = new Map<string, number>();
+  private halfOpen = 0;
+  private openCount = 0;
+  private socket: dgram.Socket | undefined;
+  private tickTimer: NodeJS.Timeout | undefined;
+  private sweepTimer: NodeJS.Timeout | undefined;
+  private readonly packet: PrudpPacket = newPacket();
+  private readonly scratch = new WireWriter({ initialCapacity: 256 });
+  private readonly fixedKeyByte: number | undefined;
+  private readonly dispatcher: RmcDispatcher;
+  readonly metrics: ProtocolMetrics;
+  readonly log: Logger;
+  port = 0;
+
+  constructor(options: PrudpServerOptions) {
+    this.o = options;
+    this.dispatcher = options.dispatcher;
+    this.metrics = options.metrics;
+    this.log = options.log;
+    const key = options.accessKey ?? 'auto';
+    this.fixedKeyByte = key === 'auto' ? undefined : accessKeyByte(key);
+  }
+
+  /** Connections fully open. */
+  get connections(): number {
+    return this.openCount;
+  }
+
+  get halfOpenConnections(): number {
+    return this.halfOpen;
+  }
+
+  async listen(options: PrudpListenOptions = {}): Promise<{ port: number; endpoints: Endpoint[] }> {
+    const host = options.host ?? '0.0.0.0';
+    const socket = await bindUdp({ host, port: options.port ?? 9103, recvBufferSize: 4 * 1024 * 1024 });
+    this.socket = socket;
+    this.port = socket.address().port;
+    socket.on('message', (msg, rinfo) => this.onDatagram(msg, rinfo.address, rinfo.port));
+    socket.on('error', (err) => this.log.warn({ err }, 'PRUDP socket error'));
+    const tickMs = this.o.tickMs ?? 50;
+    this.tickTimer = setInterval(() => this.tick(), tickMs);
+    this.tickTimer.unref();
+    this.sweepTimer = setInterval(() => this.sweep(), 1000);
+    this.sweepTimer.unref();
+    return {
+      port: this.port,
+      endpoints: [
+        {
+          transport: 'udp',
+          host,
+          port: this.port,
+          description: `Rendez-Vous RMC over PRUDP (${this.o.profile ?? 'hyperscape'} profile)`,
+        },
+      ],
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.tickTimer !== undefined) clearInterval(this.tickTimer);
+    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
+    for (const peer of [...this.peers.values()]) {
+      if (peer.link !== undefined && !peer.link.closed) {
+        // Tell the client (best effort, not retransmitted) so it does not wait for a timeout.
+        peer.link.sendDisconnect();
+        peer.link.stop();
+      }
+      this.remove(peer, 'server_close');
+    }
+    if (this.socket !== undefined) await closeUdp(this.socket);
+    this.socket = undefined;
+  }
+
+  private send(peer: { address: string; port: number }, datagram: Buffer): void {
+    const s = this.socket;
+    if (s === undefined) return;
+    this.metrics.sent++;
+    s.send(datagram, peer.port, peer.address);
+  }
+
+  private onDatagram(msg: Buffer, address: string, port: number): void {
+    if (msg.length < 11) {
+      this.metrics.drop('prudp_short');
+      return;
+    }
+    const key = `${address}:${port}:${msg[0]}`;
+    const peer = this.peers.get(key);
+    if (peer === undefined) {
+      this.onUnknown(msg, key, address, port);
+      return;
+    }
+    const p = this.packet;
+    let off = 0;
+    try {
+      while (off < msg.length) {
+        off = readPacket(msg, off, peer.checksum, p);
+        this.metrics.received++;
+        this.onPacket(peer, p);
+        if (this.peers.get(key) !== peer) return;
+        // Only a packet that states its size can be followed by another.
+        if ((p.flags & Flag.HAS_SIZE) === 0 && off < msg.length) {
+          this.metrics.drop('prudp_trailing');
+          return;
+        }
+      }
+    } catch (e) {
+      if (!(e instanceof DecodeError)) throw e;
+      this.metrics.drop(e.code === 'ERR_BAD_CHECKSUM' ? 'prudp_bad_checksum' : 'prudp_malformed');
+    }
+  }
+
+  /** A datagram from a source without a connection: only a SYN can start one. */
+  private onUnknown(msg: Buffer, key: string, address: string, port: number): void {
+    const type = msg[2]! & 0x07;
+    if (type !== PacketType.SYN || (msg[2]! & Flag.ACK) !== 0) {
+      this.metrics.drop('prudp_unknown_connection');
+      return;
+    }
+    let checksum: ChecksumConfig;
+    const width = this.o.checksumWidth ?? 'auto';
+    if (this.fixedKeyByte !== undefined && width !== 'auto') {
+      checksum = { width, keyByte: this.fixedKeyByte };
+    } else {
+      const learned = learnFromSyn(msg);
+      if (learned === undefined || (width !== 'auto' && learned.width !== width)) {
+        this.metrics.drop('prudp_malformed');
+        return;
+      }
+      if (this.fixedKeyByte !== undefined && learned.keyByte !== this.fixedKeyByte) {
+        this.metrics.drop('prudp_bad_checksum');
+        return;
+      }
+      checksum = learned;
+    }
+    const p = this.packet;
+    try {
+      const end = readPacket(msg, 0, checksum, p);
+      if (end !== msg.length) {
+        this.metrics.drop('prudp_trailing');
+        return;
+      }
+    } catch (e) {
+      if (!(e instanceof DecodeError)) throw e;
+      this.metrics.drop(e.code === 'ERR_BAD_CHECKSUM' ? 'prudp_bad_checksum' : 'prudp_malformed');
+      return;
+    }
+    this.metrics.received++;
+    const o = this.o;
+    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen)) {
+      this.metrics.drop('prudp_half_open_limit');
+      return;
+    }
+    if (this.peers.size >= (o.maxConnections ?? PRUDP_DEFAULTS.maxConnections)) {
+      this.metrics.drop('prudp_connection_limit');
+      return;
+    }
+    const ipCount = this.perIp.get(address) ?? 0;
+    if (ipCount >= (o.maxConnectionsPerIp ?? PRUDP_DEFAULTS.maxConnectionsPerIp)) {
+      this.metrics.drop('prudp_per_ip_limit');
+      return;
+    }
+    const serverSignature = randomSignature();
+    const w = this.scratch;
+    w.reset();
+    writePacket(
+      w,
+      {
+        source: p.destination,
+        destination: p.source,
+        type: PacketType.SYN,
+        flags: Flag.ACK | Flag.HAS_SIZE,
+        sessionId: 0,
+        packetSignature: 0,
+        sequenceId: p.sequenceId,
+        connectionSignature: serverSignature,
+      },
+      undefined,
+      checksum,
+    );
+    const synAck = Buffer.from(w.view());
+    if (synAck.length > msg.length * (o.maxUnprovenReplyFactor ?? PRUDP_DEFAULTS.maxUnprovenReplyFactor)) {
+      this.metrics.drop('prudp_amplification');
+      return;
+    }
+    const peer: Peer = {
+      key,
+      address,
+      port,
+      vport: p.source,
+      state: State.HalfOpen,
+      checksum,
+      serverSignature,
+      synAck,
+      createdAt: Date.now(),
+      link: undefined,
+      connectAck: undefined,
+      connectSeq: 0,
+      rmc: undefined,
+      writer: undefined,
+    };
+    this.peers.set(key, peer);
+    this.perIp.set(address, ipCount + 1);
+    this.halfOpen++;
+    this.metrics.count('prudp_syn');
+    this.send(peer, synAck);
+  }
+
+  private onPacket(peer: Peer, p: PrudpPacket): void {
+    if (peer.state === State.HalfOpen) {
+      if (p.type === PacketType.SYN && (p.flags & Flag.ACK) === 0) {
+        this.send(peer, peer.synAck); // our SYN-ACK was lost: the same one again
+        return;
+      }
+      if (p.type !== PacketType.CONNECT || (p.flags & Flag.ACK) !== 0) {
+        this.metrics.drop('prudp_not_connected');
+        return;
+      }
+      if (p.packetSignature !== peer.serverSignature) {
+        this.metrics.drop('prudp_bad_signature');
+        return;
+      }
+      this.accept(peer, p);
+      return;
+    }
+    const link = peer.link!;
+    if (p.packetSignature !== link.id.localSignature) {
+      this.metrics.drop('prudp_bad_signature');
+      return;
+    }
+    if (p.type !== PacketType.SYN && p.sessionId !== link.id.remoteSession) {
+      this.metrics.drop('prudp_bad_session');
+      return;
+    }
+    const now = Date.now();
+    link.lastHeard = now;
+    if ((p.flags & Flag.ACK) !== 0) {
+      link.onAck(p, now);
+      return;
+    }
+    switch (p.type) {
+      case PacketType.DATA:
+        link.onData(p);
+        return;
+      case PacketType.PING:
+        link.onPing(p);
+        return;
+      case PacketType.DISCONNECT:
+        link.onDisconnect(p);
+        return;
+      case PacketType.CONNECT:
+        // Our CONNECT-ACK was lost: the same one again.
+        if (p.sequenceId === peer.connectSeq && peer.connectAck !== undefined) this.send(peer, peer.connectAck);
+        else this.metrics.drop('prudp_unexpected');
+        return;
+      default:
+        this.metrics.drop('prudp_unexpected');
+    }
+  }
+
+  private accept(peer: Peer, p: PrudpPacket): void {
+    let outcome: ConnectOutcome;
+    try {
+      // The payload view belongs to the datagram; handlers get their own copy.
+      outcome = (this.o.onConnect ?? plainConnect)(Buffer.from(p.payload), {
+        remoteAddress: peer.address,
+        remotePort: peer.port,
+        checksum: peer.checksum,
+      });
+    } catch (err) {
+      this.metrics.drop('prudp_connect_refused');
+      this.log.info({ err: (err as Error).message, remote: peer.address }, 'PRUDP CONNECT refused');
+      return;
+    }
+    const serverSession = randomBytes(1)[0]!;
+    const now = Date.now();
+    const writer = new WireWriter({ initialCapacity: 1024 });
+    const link = new PrudpLink(
+      {
+        localVport: p.destination,
+        remoteVport: p.source,
+        localSession: serverSession,
+        remoteSession: p.sessionId,
+        localSignature: peer.serverSignature,
+        remoteSignature: p.connectionSignature,
+        hasSize: true,
+        checksum: peer.checksum,
+        payload: outcome.payload,
+        nextSeq: 1,
+        expectedSeq: (p.sequenceId + 1) & 0xffff,
+      },
+      {
+        send: (d) => this.send(peer, d),
+        message: (m) => this.onMessage(peer, m),
+        failed: (reason) => this.onLinkFailed(peer, reason),
+        metrics: this.metrics,
+      },
+      this.o,
+    );
+    link.lastHeard = now;
+    const w = this.scratch;
+    w.reset();
+    writePacket(
+      w,
+      {
+        source: p.destination,
+        destination: p.source,
+        type: PacketType.CONNECT,
+        flags: Flag.ACK | Flag.HAS_SIZE,
+        sessionId: serverSession,
+        packetSignature: p.connectionSignature,
+        sequenceId: p.sequenceId,
+        connectionSignature: 0,
+      },
+      outcome.ackPayload,
+      peer.checksum,
+    );
+    peer.connectAck = Buffer.from(w.view());
+    peer.connectSeq = p.sequenceId;
+    peer.link = link;
+    peer.writer = writer;
+    peer.state = State.Open;
+    this.halfOpen--;
+    this.openCount++;
+    this.metrics.open++;
+    this.metrics.count('prudp_connections');
+    const sink: RmcSink = {
+      writer,
+      commit: () => this.flushAnswers(peer),
+      close: () => this.closePeer(peer, 'server'),
+    };
+    peer.rmc = this.dispatcher.open(
+      { transport: 'prudp', remoteAddress: peer.address, remotePort: peer.port },
+      sink,
+    );
+    if (outcome.user !== undefined) {
+      // A Kerberos-authenticated connection: handlers see who it is.
+      const pid = Buffer.alloc(4);
+      pid.writeUInt32LE(outcome.user.pid);
+      peer.rmc.user = { pid, name: outcome.user.name };
+      peer.rmc.data.set('prudp.pid', outcome.user.pid);
+    }
+    this.send(peer, peer.connectAck);
+  }
+
+  /** The dispatcher appended whole RMC frames: each becomes one (fragmented) message. */
+  private flushAnswers(peer: Peer): void {
+    const w = peer.writer;
+    const link = peer.link;
+    if (w === undefined || link === undefined) return;
+    const buf = w.buf;
+    const end = w.offset;
+    let off = 0;
+    const now = Date.now();
+    while (off + 4 <= end) {
+      const len = buf.readUInt32LE(off) + 4;
+      if (off + len > end) break;
+      link.sendMessage(buf.subarray(off, off + len), now);
+      off += len;
+    }
+    if (off === end) w.reset();
+    else {
+      // A partial frame cannot happen (the dispatcher commits whole frames); keep it anyway.
+      buf.copy(buf, 0, off, end);
+      w.offset = end - off;
+    }
+  }
+
+  private onMessage(peer: Peer, message: Buffer): void {
+    const rmc = peer.rmc;
+    if (rmc === undefined) return;
+    try {
+      this.dispatcher.handleFrame(rmc, message, 0, message.length);
+    } catch (err) {
+      if (err instanceof DecodeError) {
+        this.metrics.drop('malformed');
+        this.log.info({ code: err.code, err: err.message, remote: peer.address }, 'malformed RMC message; closing');
+      } else {
+        this.log.error({ err }, 'RMC dispatcher failed; closing the connection');
+      }
+      // Answers already computed still go out (they are queued on the link); then it ends.
+      this.closePeer(peer, 'malformed');
+    }
+  }
+
+  private onLinkFailed(peer: Peer, reason: string): void {
+    this.remove(peer, reason);
+  }
+
+  /** Server-side close: a DISCONNECT to the client (not waited for), then forget it. */
+  private closePeer(peer: Peer, reason: string): void {
+    if (this.peers.get(peer.key) !== peer) return;
+    const link = peer.link;
+    if (link !== undefined && !link.closed) {
+      link.sendDisconnect();
+      link.stop();
+    }
+    this.remove(peer, reason);
+  }
+
+  private remove(peer: Peer, reason: string): void {
+    if (this.peers.get(peer.key) !== peer) return;
+    this.peers.delete(peer.key);
+    const n = (this.perIp.get(peer.address) ?? 1) - 1;
+    if (n <= 0) this.perIp.delete(peer.address);
+    else this.perIp.set(peer.address, n);
+    if (peer.state === State.HalfOpen) {
+      this.halfOpen--;
+      if (reason !== 'server_close') this.metrics.count('prudp_half_open_expired');
+      return;
+    }
+    this.openCount--;
+    this.metrics.open--;
+    this.metrics.close(reason);
+    peer.link?.stop();
+    if (peer.rmc !== undefined) this.dispatcher.closeConnection(peer.rmc);
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    for (const peer of this.peers.values()) {
+      const link = peer.link;
+      if (link !== undefined && link.pending > 0) link.tick(now);
+    }
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    const idle = this.o.idleTimeoutMs ?? PRUDP_DEFAULTS.idleTimeoutMs;
+    const halfOpen = this.o.halfOpenTimeoutMs ?? PRUDP_DEFAULTS.halfOpenTimeoutMs;
+    for (const peer of [...this.peers.values()]) {
+      if (peer.state === State.HalfOpen) {
+        if (now - peer.createdAt > halfOpen) this.remove(peer, 'half_open_timeout');
+      } else if (idle > 0 && now - peer.link!.lastHeard > idle) {
+        this.closePeer(peer, 'idle_timeout');
+      }
+    }
+  }
+}
