@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import type { CodecOptions, Direction, ProtocolCodec } from '../core/protocol.js';
+import type { CodecFlag, CodecOptions, Direction, ProtocolCodec } from '../core/protocol.js';
 import { allCodecs, findCodec, protocols } from '../protocols/registry.js';
 import { DecodeError, EncodeError } from '../wire/errors.js';
 import { parseHex } from '../wire/hex.js';
@@ -21,8 +21,26 @@ function readInput(file: string | undefined, what: string): Buffer {
   }
 }
 
-function codecOptions(codec: ProtocolCodec, opts: { from?: string; variant?: string }): CodecOptions {
+/** Every codec's own flags, once each (codecs may share one, e.g. `--access-key`). */
+function codecFlags(): CodecFlag[] {
+  const seen = new Map<string, CodecFlag>();
+  for (const c of allCodecs()) for (const f of c.flags ?? []) if (!seen.has(f.flag)) seen.set(f.flag, f);
+  return [...seen.values()];
+}
+
+function codecOptions(
+  codec: ProtocolCodec,
+  opts: { from?: string; variant?: string } & Record<string, unknown>,
+): CodecOptions {
   const out: CodecOptions = {};
+  for (const f of codecFlags()) {
+    const v = opts[f.key];
+    if (typeof v !== 'string') continue;
+    if (!(codec.flags ?? []).some((own) => own.key === f.key))
+      throw new UsageError(`${codec.name} does not take ${f.flag.split(' ')[0]}`);
+    out.extra ??= {};
+    out.extra[f.key] = v;
+  }
   if (opts.from !== undefined) {
     if (opts.from !== 'client' && opts.from !== 'server')
       throw new UsageError('--from takes client or server');
@@ -65,7 +83,7 @@ export function buildProgram(): Command {
     .configureOutput({ outputError: () => {} })
     .showHelpAfterError(false);
 
-  program
+  const decodeCmd = program
     .command('decode')
     .description('decode bytes into JSON (one object per message; an array for several)')
     .argument(
@@ -77,17 +95,18 @@ export function buildProgram(): Command {
     .argument('[file]', 'a file of raw bytes, or - for stdin')
     .option('--hex <hex>', 'the bytes as hex (spaces allowed)')
     .option('--from <side>', 'who sent the bytes: client or server')
-    .option('--variant <name>', 'protocol variant')
-    .action(
-      (name: string, file: string | undefined, opts: { hex?: string; from?: string; variant?: string }) => {
-        const codec = lookupCodec(name, false);
-        const options = codecOptions(codec, opts);
-        const bytes = opts.hex !== undefined ? parseHex(opts.hex) : readInput(file, 'bytes (--hex)');
-        printJson(codec.decode(bytes, options));
-      },
-    );
+    .option('--variant <name>', 'protocol variant');
+  for (const f of codecFlags()) decodeCmd.option(f.flag, f.description);
+  decodeCmd.action(
+    (name: string, file: string | undefined, opts: { hex?: string; from?: string; variant?: string }) => {
+      const codec = lookupCodec(name, false);
+      const options = codecOptions(codec, opts);
+      const bytes = opts.hex !== undefined ? parseHex(opts.hex) : readInput(file, 'bytes (--hex)');
+      printJson(codec.decode(bytes, options));
+    },
+  );
 
-  program
+  const encodeCmd = program
     .command('encode')
     .description('encode the JSON that decode prints back into bytes (printed as hex)')
     .argument(
@@ -100,21 +119,22 @@ export function buildProgram(): Command {
     .argument('[file]', 'a JSON file, or - for stdin')
     .option('--json <json>', 'the message(s) as JSON')
     .option('--from <side>', 'who sends the bytes: client or server')
-    .option('--variant <name>', 'protocol variant')
-    .action(
-      (name: string, file: string | undefined, opts: { json?: string; from?: string; variant?: string }) => {
-        const codec = lookupCodec(name, true);
-        const options = codecOptions(codec, opts);
-        const text = opts.json ?? readInput(file, 'JSON (--json)').toString('utf8');
-        let json: unknown;
-        try {
-          json = JSON.parse(text);
-        } catch (err) {
-          throw new CliError('ERR_BAD_JSON', `input is not JSON: ${(err as Error).message}`);
-        }
-        process.stdout.write(`${codec.encode(json, options).toString('hex')}\n`);
-      },
-    );
+    .option('--variant <name>', 'protocol variant');
+  for (const f of codecFlags()) encodeCmd.option(f.flag, f.description);
+  encodeCmd.action(
+    (name: string, file: string | undefined, opts: { json?: string; from?: string; variant?: string }) => {
+      const codec = lookupCodec(name, true);
+      const options = codecOptions(codec, opts);
+      const text = opts.json ?? readInput(file, 'JSON (--json)').toString('utf8');
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch (err) {
+        throw new CliError('ERR_BAD_JSON', `input is not JSON: ${(err as Error).message}`);
+      }
+      process.stdout.write(`${codec.encode(json, options).toString('hex')}\n`);
+    },
+  );
 
   program
     .command('protocols')

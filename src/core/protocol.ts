@@ -13,6 +13,17 @@ export type Direction = 'client' | 'server';
 export interface CodecOptions {
   from?: Direction;
   variant?: string;
+  /** Values of the codec's own flags (`CodecFlag.key` -> string), when given. */
+  extra?: Record<string, string>;
+}
+
+/** A codec-specific flag of `decode`/`encode` (e.g. prudp's `--access-key KEY`). */
+export interface CodecFlag {
+  /** Commander flag with a value, e.g. `--access-key <key>`. */
+  flag: string;
+  /** Key in `CodecOptions.extra` (commander's camelCase name of the flag, e.g. `accessKey`). */
+  key: string;
+  description: string;
 }
 
 /** A decode/encode entry for the CLI: bytes <-> the JSON of cli-contract.md. */
@@ -24,6 +35,8 @@ export interface ProtocolCodec {
   variants?: readonly string[];
   /** False for decode-only formats. */
   canEncode: boolean;
+  /** Flags of its own that `decode`/`encode` accept for this codec only. */
+  flags?: readonly CodecFlag[];
   /**
    * Decodes every message in `bytes` (a datagram, or a stream of frames). One message gives
    * one object; several give an array. Throws DecodeError only (ERR_INCOMPLETE when the input

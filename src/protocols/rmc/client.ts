@@ -29,12 +29,8 @@ import {
   readVerboseHead,
   writeProtocolId,
 } from './messages.js';
+import { PrudpClientConnection, PrudpClientError, type PrudpConnectOptions } from './prudp/client.js';
 import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
-import {
-  type PrudpConnectOptions,
-  PrudpClientConnection,
-  PrudpClientError,
-} from './prudp/client.js';
 import { qString } from './types.js';
 
 /** A transport-level client failure (timeout, closed connection, protocol violation). */
@@ -420,7 +416,10 @@ function tcpLink(socket: net.Socket, options: RmcClientOptions): FrameLink {
     } catch (e) {
       const msg = e instanceof Error ? e.message : String(e);
       link.onClose(
-        new RmcClientError(e instanceof DecodeError ? e.code : 'ERR_INTERNAL', `bad frame from server: ${msg}`),
+        new RmcClientError(
+          e instanceof DecodeError ? e.code : 'ERR_INTERNAL',
+          `bad frame from server: ${msg}`,
+        ),
       );
     }
   });
@@ -468,7 +467,10 @@ function prudpLink(conn: PrudpClientConnection, maxFrameBytes: number): FrameLin
     } catch (e) {
       const msg = e instanceof Error ? e.message : String(e);
       link.onClose(
-        new RmcClientError(e instanceof DecodeError ? e.code : 'ERR_INTERNAL', `bad frame from server: ${msg}`),
+        new RmcClientError(
+          e instanceof DecodeError ? e.code : 'ERR_INTERNAL',
+          `bad frame from server: ${msg}`,
+        ),
       );
     }
   };

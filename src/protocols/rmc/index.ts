@@ -13,6 +13,7 @@ import { summarizeProtocol } from './describe.js';
 import { RmcError } from './errors.js';
 import { DEFAULT_MAX_FRAME_BYTES, RMC_VARIANTS, type RmcVariant } from './messages.js';
 import { BUILTIN_PROTOCOLS, parseDatacenters, registerBuiltins } from './protocols/index.js';
+import { prudpCodec } from './prudp/codec.js';
 import { RmcServer } from './server.js';
 import type { MethodDef } from './signature.js';
 import { DEFAULT_MAX_ACCOUNTS, MemoryStore } from './store.js';
@@ -24,6 +25,7 @@ export * from './dispatcher.js';
 export * from './errors.js';
 export * from './messages.js';
 export * from './protocols/index.js';
+export * from './prudp/index.js';
 export * from './server.js';
 export * from './signature.js';
 export * from './store.js';
@@ -113,7 +115,7 @@ function intOption(options: Record<string, unknown>, key: string, min: number): 
 export const rmc: ProtocolModule = {
   name: 'rmc',
   summary: 'Rendez-Vous RMC (HyperScape string-named variant by default; nex-verbose and classic packed)',
-  codecs: [rmcCodec],
+  codecs: [rmcCodec, prudpCodec],
   server: {
     summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
     defaultPort: 9103,

@@ -158,7 +158,8 @@ export class PrudpClientConnection {
       let wait = o.retransmitMs ?? PRUDP_DEFAULTS.retransmitMs;
       const limit = o.maxRetransmits ?? PRUDP_DEFAULTS.maxRetransmits;
       const overall = setTimeout(
-        () => fail(new PrudpClientError('ERR_PRUDP_TIMEOUT', `PRUDP connect to ${o.host}:${o.port} timed out`)),
+        () =>
+          fail(new PrudpClientError('ERR_PRUDP_TIMEOUT', `PRUDP connect to ${o.host}:${o.port} timed out`)),
         o.connectTimeoutMs ?? 10_000,
       );
       let retry: NodeJS.Timeout | undefined;
@@ -226,7 +227,12 @@ export class PrudpClientConnection {
           try {
             payload = creds.accept(Buffer.from(p.payload));
           } catch (err) {
-            fail(new PrudpClientError('ERR_PRUDP_CONNECT_REFUSED', `CONNECT-ACK not accepted: ${(err as Error).message}`));
+            fail(
+              new PrudpClientError(
+                'ERR_PRUDP_CONNECT_REFUSED',
+                `CONNECT-ACK not accepted: ${(err as Error).message}`,
+              ),
+            );
             return;
           }
           done();
@@ -316,7 +322,8 @@ export class PrudpClientConnection {
           link.lastHeard = now;
           if ((p.flags & Flag.ACK) !== 0) {
             const type = link.onAck(p, now);
-            if (type === PacketType.DISCONNECT && p.sequenceId === this.disconnectSeq) this.disconnectDone?.();
+            if (type === PacketType.DISCONNECT && p.sequenceId === this.disconnectSeq)
+              this.disconnectDone?.();
           } else if (p.type === PacketType.DATA) link.onData(p);
           else if (p.type === PacketType.PING) link.onPing(p);
           else if (p.type === PacketType.DISCONNECT) link.onDisconnect(p);

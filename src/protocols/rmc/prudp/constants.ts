@@ -15,7 +15,16 @@ export const PacketType = {
   RAW: 7,
 } as const;
 export type PacketTypeValue = (typeof PacketType)[keyof typeof PacketType];
-export const PACKET_TYPE_NAMES = ['SYN', 'CONNECT', 'DATA', 'DISCONNECT', 'PING', 'USER', 'ROUTE', 'RAW'] as const;
+export const PACKET_TYPE_NAMES = [
+  'SYN',
+  'CONNECT',
+  'DATA',
+  'DISCONNECT',
+  'PING',
+  'USER',
+  'ROUTE',
+  'RAW',
+] as const;
 
 /** Flags as they sit in the type_flags byte (flag value << 3). */
 export const Flag = {

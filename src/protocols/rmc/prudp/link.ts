@@ -16,8 +16,8 @@
 import type { ProtocolMetrics } from '../../../core/metrics.js';
 import { DecodeError, WireWriter } from '../../../wire/index.js';
 import { Flag, FRAGMENT_PLAINTEXT_BYTES, PacketType, PRUDP_DEFAULTS } from './constants.js';
-import type { PayloadCodec } from './payload.js';
 import { type ChecksumConfig, type PacketFields, type PrudpPacket, writePacket } from './packet.js';
+import type { PayloadCodec } from './payload.js';
 
 export interface LinkOptions {
   retransmitMs?: number;
@@ -165,7 +165,12 @@ export class PrudpLink {
   sendPing(): void {
     const w = this.writer;
     w.reset();
-    writePacket(w, this.fields(PacketType.PING, Flag.NEED_ACK, this.nextPingSeq, 0), undefined, this.id.checksum);
+    writePacket(
+      w,
+      this.fields(PacketType.PING, Flag.NEED_ACK, this.nextPingSeq, 0),
+      undefined,
+      this.id.checksum,
+    );
     this.nextPingSeq = (this.nextPingSeq + 1) & 0xffff;
     this.io.send(Buffer.from(w.view()));
     this.lastSent = Date.now();
@@ -187,7 +192,8 @@ export class PrudpLink {
       waitMs: this.o.retransmitMs,
       due: 0,
     };
-    if (this.unacked.size < this.o.sendWindow && this.queueHead === this.queue.length) this.transmit(out, now);
+    if (this.unacked.size < this.o.sendWindow && this.queueHead === this.queue.length)
+      this.transmit(out, now);
     else this.queue.push(out);
   }
 

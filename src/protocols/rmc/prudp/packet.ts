@@ -9,7 +9,7 @@
  * a 1- or 4-byte checksum over everything before it. Several packets may share a datagram;
  * only a packet with HAS_SIZE can be followed by another.
  */
-import { DecodeError, doc, ErrorCode, message, t, when, type WireWriter } from '../../../wire/index.js';
+import { DecodeError, doc, ErrorCode, message, t, type WireWriter, when } from '../../../wire/index.js';
 import { type ChecksumWidth, checksum, keyByteFor } from './checksum.js';
 import { Flag, PacketType } from './constants.js';
 
@@ -19,7 +19,7 @@ export const PrudpHeader = message('PRUDP', {
   destination: doc('destination vport: stream type << 4 | port', t.u8),
   typeFlags: doc('packet type (low 3 bits) | flags << 3 (ACK 1, RELIABLE 2, NEED_ACK 4, HAS_SIZE 8)', t.u8),
   sessionId: doc("the sender's random session byte (0 in SYN and SYN-ACK)", t.u8),
-  packetSignature: doc("the connection signature the peer announced (0 before one is known)", t.u32le),
+  packetSignature: doc('the connection signature the peer announced (0 before one is known)', t.u32le),
   sequenceId: t.u16le,
   connectionSignature: when((p) => (p.typeFlags & 0x07) <= PacketType.CONNECT, t.u32le),
   fragmentId: when((p) => (p.typeFlags & 0x07) === PacketType.DATA, t.u8),

@@ -360,7 +360,8 @@ export class PrudpServer {
         return;
       case PacketType.CONNECT:
         // Our CONNECT-ACK was lost: the same one again.
-        if (p.sequenceId === peer.connectSeq && peer.connectAck !== undefined) this.send(peer, peer.connectAck);
+        if (p.sequenceId === peer.connectSeq && peer.connectAck !== undefined)
+          this.send(peer, peer.connectAck);
         else this.metrics.drop('prudp_unexpected');
         return;
       default:
@@ -484,7 +485,10 @@ export class PrudpServer {
     } catch (err) {
       if (err instanceof DecodeError) {
         this.metrics.drop('malformed');
-        this.log.info({ code: err.code, err: err.message, remote: peer.address }, 'malformed RMC message; closing');
+        this.log.info(
+          { code: err.code, err: err.message, remote: peer.address },
+          'malformed RMC message; closing',
+        );
       } else {
         this.log.error({ err }, 'RMC dispatcher failed; closing the connection');
       }

@@ -1,0 +1,10 @@
+/** PRUDP V0: the UDP transport real Rendez-Vous clients speak under RMC. See docs/rmc.md. */
+export * from './checksum.js';
+export * from './client.js';
+export * from './codec.js';
+export * from './constants.js';
+export * from './link.js';
+export * from './packet.js';
+export * from './payload.js';
+export * from './rc4.js';
+export * from './server.js';
