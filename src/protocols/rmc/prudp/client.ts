@@ -184,8 +184,10 @@ export class PrudpClientConnection {
         done();
         reject(err);
       };
-      const onError = (err: Error) =>
+      const onError = (err: Error) => {
+        if ((err as NodeJS.ErrnoException).code === 'ECONNREFUSED') return; // retried until the limit
         fail(new PrudpClientError('ERR_PRUDP_CONNECTION', `socket error: ${err.message}`));
+      };
       const onHandshake = (msg: Buffer) => {
         const p = this.packet;
         try {
@@ -280,9 +282,14 @@ export class PrudpClientConnection {
     link.lastSent = now;
     this.link = link;
     this.socket.on('message', (msg) => this.onDatagram(msg));
-    this.socket.on('error', (err) =>
-      this.shutdown(new PrudpClientError('ERR_PRUDP_CONNECTION', `socket error: ${err.message}`)),
-    );
+    this.socket.on('error', (err) => {
+      // An ICMP "port unreachable" on the connected socket is transient: retransmission decides.
+      if ((err as NodeJS.ErrnoException).code === 'ECONNREFUSED') {
+        this.metrics.count('prudp_icmp_unreachable');
+        return;
+      }
+      this.shutdown(new PrudpClientError('ERR_PRUDP_CONNECTION', `socket error: ${err.message}`));
+    });
     const tickMs = Math.max(10, Math.min(50, (this.o.retransmitMs ?? PRUDP_DEFAULTS.retransmitMs) / 4));
     this.timer = setInterval(() => this.tick(), tickMs);
     this.timer.unref();

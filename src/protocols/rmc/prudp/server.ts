@@ -498,6 +498,8 @@ export class PrudpServer {
   }
 
   private onLinkFailed(peer: Peer, reason: string): void {
+    // A limit broke the link: tell the client at once (best effort) rather than let it time out.
+    if (reason !== 'retransmit_give_up' && reason !== 'peer_disconnect') peer.link?.sendDisconnect();
     this.remove(peer, reason);
   }
 

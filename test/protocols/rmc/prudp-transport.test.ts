@@ -1,0 +1,229 @@
+/**
+ * RMC over PRUDP end to end with real UDP sockets on 127.0.0.1: RmcClient (transport prudp)
+ * against PrudpServer + the RMC dispatcher. Fragmentation across sizes, pipelining, a lossy
+ * link, malformed datagrams and SYN floods, limits.
+ */
+import dgram from 'node:dgram';
+import { afterEach, describe, expect, it } from 'vitest';
+import { accessKeyByte, Flag, PacketType, RmcClient, writePacket } from '../../../src/protocols/rmc/index.js';
+import { WireWriter } from '../../../src/wire/index.js';
+import { EchoProtocol, LossyProxy, type PrudpFixture, sizedData, startPrudp } from './prudp-helpers.js';
+
+const KEY = 'yl4NG7qZ';
+let cleanup: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.reverse()) await f();
+  cleanup = [];
+});
+
+async function fixture(options: Parameters<typeof startPrudp>[0] = {}): Promise<PrudpFixture> {
+  const f = await startPrudp(options);
+  cleanup.push(() => f.close());
+  return f;
+}
+
+async function client(
+  port: number,
+  extra: Partial<Parameters<typeof RmcClient.connect>[0]> = {},
+): Promise<RmcClient> {
+  const c = await RmcClient.connect({
+    host: '127.0.0.1',
+    port,
+    transport: 'prudp',
+    accessKey: KEY,
+    timeoutMs: 20_000,
+    ...extra,
+  });
+  cleanup.push(() => c.close());
+  return c;
+}
+
+function rawSocket(): Promise<dgram.Socket> {
+  const s = dgram.createSocket('udp4');
+  cleanup.push(() => new Promise<void>((r) => s.close(() => r())));
+  return new Promise((r) => s.bind(0, '127.0.0.1', () => r(s)));
+}
+
+function syn(): Buffer {
+  const w = new WireWriter();
+  writePacket(
+    w,
+    {
+      source: 0x3f,
+      destination: 0x31,
+      type: PacketType.SYN,
+      flags: Flag.NEED_ACK,
+      sessionId: 0,
+      packetSignature: 0,
+      sequenceId: 0,
+      connectionSignature: 0,
+    },
+    undefined,
+    { width: 1, keyByte: accessKeyByte(KEY) },
+  );
+  return w.toBuffer();
+}
+
+describe('RMC over PRUDP', () => {
+  it('calls complete over PRUDP (hyperscape RMC variant, classic payloads)', async () => {
+    const f = await fixture();
+    const c = await client(f.port);
+    const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('hello') });
+    expect(r.data.toString()).toBe('hello');
+    expect(f.prudp.connections).toBe(1);
+  });
+
+  it('the classic packed variant works over PRUDP too', async () => {
+    const f = await fixture({ variant: 'classic' });
+    const c = await client(f.port, { variant: 'classic' });
+    const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('classic') });
+    expect(r.data.toString()).toBe('classic');
+  });
+
+  it('fragments and reassembles responses from 962 bytes to 100 KB', async () => {
+    const f = await fixture();
+    const c = await client(f.port);
+    for (const n of [0, 1, 900, 940, 941, 942, 962, 963, 964, 1926, 5000, 32_768, 100_000]) {
+      const r = await c.call(EchoProtocol, 'Sized', { n, tag: n & 0xff });
+      expect(r.data.length).toBe(n);
+      expect(r.data.equals(sizedData(n, n & 0xff))).toBe(true);
+    }
+    // Large requests are fragmented by the client and reassembled by the server.
+    const big = sizedData(50_000, 3);
+    const e = await c.call(EchoProtocol, 'Echo', { data: big });
+    expect(e.data.equals(big)).toBe(true);
+  });
+
+  it('a lossy link (10% dropped, duplicated, reordered): 1000 pipelined calls each complete exactly once', async () => {
+    const f = await fixture({ retransmitMs: 100, retransmitMaxMs: 400, maxRetransmits: 30 });
+    const proxy = await LossyProxy.start(f.port, { drop: 0.1, dup: 0.1, reorder: 0.1 });
+    cleanup.push(() => proxy.close());
+    const c = await client(proxy.port, {
+      timeoutMs: 60_000,
+      prudp: { retransmitMs: 100, retransmitMaxMs: 400, maxRetransmits: 30, connectTimeoutMs: 20_000 },
+    });
+    const results = await Promise.all(
+      Array.from({ length: 1000 }, (_, i) =>
+        c.call(EchoProtocol, 'Sized', { n: i % 3 === 0 ? 1500 : 10, tag: i }),
+      ),
+    );
+    for (let i = 0; i < 1000; i++) {
+      expect(results[i]!.tag).toBe(i);
+      expect(results[i]!.data.equals(sizedData(i % 3 === 0 ? 1500 : 10, i))).toBe(true);
+      expect(f.calls.get(i)).toBe(1);
+    }
+    expect(proxy.dropped).toBeGreaterThan(0);
+    expect(proxy.duplicated).toBeGreaterThan(0);
+    expect(proxy.reordered).toBeGreaterThan(0);
+    expect(f.metrics.counters.get('prudp_duplicates') ?? 0).toBeGreaterThan(0);
+    expect(c.unmatched).toBe(0);
+  }, 120_000);
+
+  it('malformed datagrams and bad checksums are dropped and counted; the open connection keeps working', async () => {
+    const f = await fixture();
+    const c = await client(f.port);
+    const s = await rawSocket();
+    const bad = syn();
+    bad[bad.length - 1] ^= 0x55;
+    const junk = [
+      Buffer.alloc(0),
+      Buffer.from([1, 2, 3]),
+      bad,
+      Buffer.alloc(40, 0xff),
+      Buffer.from('3f3132000000000000000000', 'hex'),
+    ];
+    for (let i = 0; i < 200; i++)
+      junk.push(Buffer.from(Array.from({ length: 5 + (i % 60) }, (_, j) => (i * 31 + j * 17) & 0xff)));
+    for (const j of junk) s.send(j, f.port, '127.0.0.1');
+    const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('still') });
+    expect(r.data.toString()).toBe('still');
+    const dropped = [...f.metrics.dropped.values()].reduce((a, b) => a + b, 0);
+    expect(dropped).toBeGreaterThan(100);
+    expect(f.metrics.dropped.get('prudp_bad_checksum') ?? 0).toBeGreaterThan(0);
+  });
+
+  it('a SYN flood hits the half-open and per-IP limits (counted) without hurting open connections', async () => {
+    const f = await fixture({ maxHalfOpen: 50, maxConnectionsPerIp: 1000 });
+    const c = await client(f.port);
+    const sockets = await Promise.all(Array.from({ length: 80 }, () => rawSocket()));
+    for (const s of sockets) s.send(syn(), f.port, '127.0.0.1');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(f.prudp.halfOpenConnections).toBe(50);
+    expect(f.metrics.dropped.get('prudp_half_open_limit')).toBe(30);
+    const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('ok') });
+    expect(r.data.toString()).toBe('ok');
+  });
+
+  it('per-IP connection limit', async () => {
+    const f = await fixture({ maxConnectionsPerIp: 2 });
+    await client(f.port);
+    await client(f.port);
+    await expect(
+      client(f.port, { prudp: { connectTimeoutMs: 1500, retransmitMs: 200 } }),
+    ).rejects.toMatchObject({
+      code: 'ERR_PRUDP_TIMEOUT',
+    });
+    expect(f.metrics.dropped.get('prudp_per_ip_limit') ?? 0).toBeGreaterThan(0);
+  });
+
+  it('half-open connections expire', async () => {
+    const f = await fixture({ halfOpenTimeoutMs: 200 });
+    const s = await rawSocket();
+    s.send(syn(), f.port, '127.0.0.1');
+    await new Promise((r) => setTimeout(r, 100));
+    expect(f.prudp.halfOpenConnections).toBe(1);
+    await new Promise((r) => setTimeout(r, 2000));
+    expect(f.prudp.halfOpenConnections).toBe(0);
+  });
+
+  it('no reply to an unknown source larger than the allowed factor of its datagram', async () => {
+    const f = await fixture({ maxUnprovenReplyFactor: 1 });
+    const s = await rawSocket();
+    const got: Buffer[] = [];
+    s.on('message', (m) => got.push(m));
+    s.send(syn(), f.port, '127.0.0.1');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(got).toHaveLength(0);
+    expect(f.metrics.dropped.get('prudp_amplification')).toBe(1);
+  });
+
+  it('idle connections are closed; the client sees the DISCONNECT', async () => {
+    const f = await fixture({ idleTimeoutMs: 300 });
+    const c = await client(f.port, { prudp: { pingIntervalMs: 0 } });
+    await c.call(EchoProtocol, 'Echo', { data: Buffer.from('x') });
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(f.prudp.connections).toBe(0);
+    expect(f.metrics.closed.get('idle_timeout')).toBe(1);
+    expect(c.closed).toBe(true);
+  });
+
+  it('client PINGs keep an idle connection alive', async () => {
+    const f = await fixture({ idleTimeoutMs: 1500 });
+    const c = await client(f.port, { prudp: { pingIntervalMs: 200 } });
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(f.prudp.connections).toBe(1);
+    const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('alive') });
+    expect(r.data.toString()).toBe('alive');
+  });
+
+  it('a message larger than the reassembly budget closes that connection only', async () => {
+    const f = await fixture({ maxReassemblyBytes: 10_000 });
+    const ok = await client(f.port);
+    const c = await client(f.port);
+    await expect(
+      c.call(EchoProtocol, 'Echo', { data: Buffer.alloc(20_000, 1) }, { timeoutMs: 20_000 }),
+    ).rejects.toMatchObject({ code: 'ERR_RMC_CLOSED' });
+    expect(f.metrics.dropped.get('prudp_reassembly_limit')).toBe(1);
+    const r = await ok.call(EchoProtocol, 'Echo', { data: Buffer.from('fine') });
+    expect(r.data.toString()).toBe('fine');
+  });
+
+  it('the client gives up after its retransmissions when the server vanishes', async () => {
+    const f = await fixture();
+    const c = await client(f.port, { prudp: { retransmitMs: 50, retransmitMaxMs: 100, maxRetransmits: 3 } });
+    await f.close();
+    await expect(c.call(EchoProtocol, 'Echo', { data: Buffer.from('gone') })).rejects.toMatchObject({
+      code: expect.stringMatching(/ERR_PRUDP_LINK|ERR_RMC_CLOSED|ERR_PRUDP_CLOSED/),
+    });
+  });
+});
