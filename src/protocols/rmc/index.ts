@@ -12,8 +12,9 @@ import { findBuiltinByFullName, rmcCodec } from './codec.js';
 import { summarizeProtocol } from './describe.js';
 import { RmcError } from './errors.js';
 import { DEFAULT_MAX_FRAME_BYTES, RMC_VARIANTS, type RmcVariant } from './messages.js';
-import { BUILTIN_PROTOCOLS, parseDatacenters, registerBuiltins } from './protocols/index.js';
+import { BUILTIN_PROTOCOLS, parseDatacenters } from './protocols/index.js';
 import { prudpCodec } from './prudp/codec.js';
+import { PRUDP_SERVE_OPTIONS, profileOf, startRmcTransports } from './prudp/serve.js';
 import { RmcServer } from './server.js';
 import type { MethodDef } from './signature.js';
 import { DEFAULT_MAX_ACCOUNTS, MemoryStore } from './store.js';
@@ -120,6 +121,7 @@ export const rmc: ProtocolModule = {
     summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
     defaultPort: 9103,
     options: [
+      ...PRUDP_SERVE_OPTIONS,
       {
         key: 'datacenters',
         flag: '--datacenters <list>',
@@ -178,6 +180,7 @@ export const rmc: ProtocolModule = {
       const server = new RmcServer({
         log: ctx.log,
         metrics: ctx.metrics,
+        variant: profileOf(options) === 'classic' ? 'classic' : 'hyperscape',
         maxFrameBytes: intOption(options, 'rmcMaxFrameBytes', 16),
         idleTimeoutMs: intOption(options, 'rmcIdleTimeout', 0),
         maxConnections: intOption(options, 'rmcMaxConnections', 1),
@@ -186,13 +189,16 @@ export const rmc: ProtocolModule = {
         maxAccounts: intOption(options, 'rmcMaxAccounts', 1),
       });
       const secureUrl = typeof options.rmcSecureUrl === 'string' ? options.rmcSecureUrl : undefined;
-      registerBuiltins(
+      // PRUDP and/or TCP per --rmc-transport; the profile picks the built-ins (see prudp/serve.ts).
+      const listening = await startRmcTransports(
         server,
+        options,
+        ctx,
+        store,
         secureUrl === undefined ? { store, datacenters } : { store, datacenters, secureUrl },
       );
-      const listening = await server.listen({ host: options.host as string, port: options.port as number });
       return {
-        ...listening,
+        endpoints: listening.endpoints,
         close: async (graceMs?: number) => {
           await listening.close(graceMs);
           await store.flush();

@@ -17,7 +17,9 @@ import { SessionProtocol, SessionRegistry, sessionHandlers } from './session.js'
 export * from './apex-antitoxicity.js';
 export * from './cloud-servers.js';
 export * from './login.js';
+export * from './secure-connection.js';
 export * from './session.js';
+export * from './ticket-granting.js';
 
 /** Every built-in protocol declaration (for the CLI's typed decoding and `rmc call`). */
 export const BUILTIN_PROTOCOLS: readonly ProtocolDef<any>[] = [

@@ -1,0 +1,120 @@
+/**
+ * TicketGranting (protocol 10), the classic Rendez-Vous authentication server's protocol:
+ * Login (1), LoginEx (2), RequestTicket (3). Layouts are the documented classic ones (NEX /
+ * Quazal TicketGranting; the Ubisoft captures show the same fields).
+ *
+ * Accounts come from the RMC store (created on first login). The store keeps no passwords:
+ * a user's Kerberos key derives from `passwordFor(name)` (default: one server-wide password).
+ * The Login response names the secure server with a `prudps:/` StationURL (PID 2).
+ */
+import type { CallContext, Handlers } from '../dispatcher.js';
+import { RmcError } from '../errors.js';
+import { deriveUserKey, type KerberosAuthority, SECURE_SERVER_PID } from '../prudp/kerberos.js';
+import { defineProtocol, method } from '../signature.js';
+import type { RmcStore } from '../store.js';
+import { anyDataHolder, buffer32, qResult, qString, RESULT_SUCCESS, u32 } from '../types.js';
+import { RVConnectionData } from './login.js';
+
+const loginResults = {
+  retval: qResult,
+  pidPrincipal: u32,
+  pbufResponse: buffer32,
+  pConnectionData: RVConnectionData,
+  strReturnMsg: qString,
+};
+
+export const TicketGrantingProtocol = defineProtocol(
+  'TicketGrantingProtocol',
+  'Classic Rendez-Vous authentication: logs a user in and issues Kerberos tickets for the secure server.',
+  {
+    Login: method({
+      id: 1,
+      args: { strUserName: qString },
+      results: loginResults,
+      layout: 'documented',
+      doc: 'user name -> Result, PID, Kerberos ticket (Buffer), RVConnectionData (secure server URL), message',
+    }),
+    LoginEx: method({
+      id: 2,
+      args: { strUserName: qString, oExtraData: anyDataHolder },
+      results: loginResults,
+      layout: 'documented',
+      doc: 'Login with extra data (an AnyDataHolder, not interpreted)',
+    }),
+    RequestTicket: method({
+      id: 3,
+      args: { idSource: u32, idTarget: u32 },
+      results: { retval: qResult, bufResponse: buffer32 },
+      layout: 'documented',
+      doc: 'a Kerberos ticket from the logged-in user (idSource) for a target PID (2 = the secure server)',
+    }),
+  },
+  { id: 10 },
+);
+
+export interface TicketGrantingOptions {
+  store: RmcStore;
+  authority: KerberosAuthority;
+  /** The user's password (its Kerberos key derives from it); undefined refuses the login. */
+  passwordFor: (name: string) => string | undefined;
+  /** The secure server's StationURL (`prudps:/address=…;port=…;CID=1;PID=2;sid=1;stream=3;type=2`). */
+  secureUrl: string;
+  /** Longest user name accepted (default 64 bytes). */
+  maxUserNameBytes?: number;
+}
+
+const LOGGED_IN = 'TicketGranting.pid';
+const PASSWORD = 'TicketGranting.password';
+
+/** The u32 PID of an account: from its 16-byte store PID, kept clear of the server PIDs (< 0x1000). */
+export function classicPid(storePidHex: string): number {
+  const v = Buffer.from(storePidHex, 'hex').readUInt32LE(0);
+  return v < 0x1000 ? v + 0x1000 : v;
+}
+
+export function ticketGrantingHandlers(o: TicketGrantingOptions): Handlers<typeof TicketGrantingProtocol> {
+  const maxName = o.maxUserNameBytes ?? 64;
+  const login = (ctx: CallContext, name: string) => {
+    if (name.length === 0 || Buffer.byteLength(name) > maxName)
+      throw RmcError.of('RendezVous::InvalidUsername', 'empty or over-long user name');
+    const password = o.passwordFor(name);
+    if (password === undefined) throw RmcError.of('RendezVous::InvalidUsername', `no account ${name}`);
+    const account = o.store.login(`classic:${name}`, name);
+    const pid = classicPid(account.pid);
+    const key = deriveUserKey(pid, password);
+    const { sealed } = o.authority.userTicket(pid, key, SECURE_SERVER_PID);
+    const conn = ctx.connection;
+    conn.data.set(LOGGED_IN, pid);
+    conn.data.set(PASSWORD, password);
+    const pidBytes = Buffer.alloc(4);
+    pidBytes.writeUInt32LE(pid);
+    conn.user = { pid: pidBytes, name: account.name };
+    ctx.log.info({ name, pid, connection: conn.id }, 'TicketGranting login');
+    return {
+      retval: RESULT_SUCCESS,
+      pidPrincipal: pid,
+      pbufResponse: sealed,
+      pConnectionData: {
+        urlRegularProtocols: o.secureUrl,
+        lstSpecialProtocols: [],
+        urlSpecialProtocols: 'prudp:/',
+      },
+      strReturnMsg: '',
+    };
+  };
+  return {
+    Login: (ctx, args) => login(ctx, args.strUserName),
+    LoginEx: (ctx, args) => login(ctx, args.strUserName),
+    RequestTicket(ctx, args) {
+      const pid = ctx.connection.data.get(LOGGED_IN) as number | undefined;
+      const password = ctx.connection.data.get(PASSWORD) as string | undefined;
+      if (pid === undefined || password === undefined)
+        throw RmcError.of('RendezVous::NotAuthenticated', 'log in first');
+      if (args.idSource !== pid)
+        throw RmcError.of('RendezVous::PermissionDenied', 'tickets only for yourself');
+      if (args.idTarget !== SECURE_SERVER_PID) throw RmcError.of('RendezVous::InvalidPID', 'unknown target');
+      const { sealed } = o.authority.userTicket(pid, deriveUserKey(pid, password), args.idTarget);
+      return { retval: RESULT_SUCCESS, bufResponse: sealed };
+    },
+  };
+}

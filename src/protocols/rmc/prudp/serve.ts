@@ -1,0 +1,269 @@
+/**
+ * How `gamewire serve rmc` runs its transports: PRUDP on UDP and the framed TCP on TCP, both on
+ * `--port` (9103) by default, `--rmc-transport prudp|tcp|both`; the PRUDP profile picks the RMC
+ * variant, the built-in protocols and the CONNECT handling:
+ *
+ * - `hyperscape` (default): string-named RMC, the HyperScape built-ins, the ECDH secure CONNECT
+ *   with a signing key generated on first run in the data folder (an empty CONNECT still gives a
+ *   classic RC4 connection).
+ * - `classic`: packed RMC, TicketGranting + SecureConnection, Kerberos secure CONNECT on the
+ *   same endpoint (an empty CONNECT is an auth-server connection).
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { ConfigError } from '../../../core/errors.js';
+import type { Endpoint, ServeOption, ServerContext } from '../../../core/server.js';
+import { type BuiltinOptions, registerBuiltins } from '../protocols/index.js';
+import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols/secure-connection.js';
+import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
+import type { RmcServer } from '../server.js';
+import type { RmcStore } from '../store.js';
+import { PRUDP_DEFAULTS, PRUDP_PROFILES, type PrudpProfile } from './constants.js';
+import { KerberosAuthority } from './kerberos.js';
+import { classicConnectHandler } from './profiles.js';
+import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
+import { PrudpServer, plainConnect } from './server.js';
+
+export const RMC_TRANSPORTS = ['both', 'prudp', 'tcp'] as const;
+
+export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
+  {
+    key: 'rmcTransport',
+    flag: '--rmc-transport <t>',
+    description: 'rmc: prudp (UDP), tcp (u32-framed) or both, on the same port',
+    type: 'string',
+    default: 'both',
+    choices: RMC_TRANSPORTS,
+  },
+  {
+    key: 'prudpProfile',
+    flag: '--prudp-profile <p>',
+    description:
+      'rmc: PRUDP profile, hyperscape (string-named RMC, ECDH+AES) or classic (packed RMC, RC4, Kerberos)',
+    type: 'string',
+    default: 'hyperscape',
+    choices: PRUDP_PROFILES,
+  },
+  {
+    key: 'prudpAccessKey',
+    flag: '--prudp-access-key <key>',
+    description: "rmc: PRUDP sandbox access key, or auto (learn each client's from its SYN)",
+    type: 'string',
+    default: 'auto',
+  },
+  {
+    key: 'prudpChecksum',
+    flag: '--prudp-checksum <w>',
+    description: 'rmc: PRUDP checksum width 1 or 4, or auto (from the SYN length)',
+    type: 'string',
+    default: 'auto',
+    choices: ['auto', '1', '4'],
+  },
+  {
+    key: 'prudpPublicHost',
+    flag: '--prudp-public-host <host>',
+    description: 'rmc: address written into StationURLs (default: the bind address, 127.0.0.1 for 0.0.0.0)',
+    type: 'string',
+  },
+  {
+    key: 'prudpPassword',
+    flag: '--prudp-password <pass>',
+    description: "rmc (classic): the password every account's Kerberos key derives from",
+    type: 'string',
+    default: 'gamewire',
+    secret: true,
+  },
+  {
+    key: 'prudpMaxConnections',
+    flag: '--prudp-max-connections <n>',
+    description: 'rmc: most PRUDP connections (open and half-open)',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxConnections,
+    min: 1,
+  },
+  {
+    key: 'prudpMaxConnectionsPerIp',
+    flag: '--prudp-max-connections-per-ip <n>',
+    description: 'rmc: most PRUDP connections from one IP address',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxConnectionsPerIp,
+    min: 1,
+  },
+  {
+    key: 'prudpMaxHalfOpen',
+    flag: '--prudp-max-half-open <n>',
+    description: 'rmc: most PRUDP connections between SYN and CONNECT',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxHalfOpen,
+    min: 1,
+  },
+  {
+    key: 'prudpIdleTimeout',
+    flag: '--prudp-idle-timeout <ms>',
+    description: 'rmc: drop PRUDP connections silent this long',
+    type: 'int',
+    default: PRUDP_DEFAULTS.idleTimeoutMs,
+    min: 0,
+    unit: 'ms',
+  },
+  {
+    key: 'prudpMaxReassemblyBytes',
+    flag: '--prudp-max-reassembly-bytes <n>',
+    description: 'rmc: bytes held per PRUDP connection for reassembly and early packets',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxReassemblyBytes,
+    min: 1024,
+    unit: 'bytes',
+  },
+  {
+    key: 'prudpRetransmit',
+    flag: '--prudp-retransmit <ms>',
+    description: 'rmc: first PRUDP retransmission after this long (then x1.5 each time)',
+    type: 'int',
+    default: PRUDP_DEFAULTS.retransmitMs,
+    min: 10,
+    unit: 'ms',
+  },
+  {
+    key: 'prudpMaxRetransmits',
+    flag: '--prudp-max-retransmits <n>',
+    description: 'rmc: PRUDP retransmissions of one packet before the connection is given up',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxRetransmits,
+    min: 1,
+  },
+];
+
+function num(options: Record<string, unknown>, key: string, fallback: number, min: number): number {
+  const v = options[key] ?? fallback;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min)
+    throw new ConfigError(
+      `rmc: ${key} must be a whole number >= ${min}, got ${JSON.stringify(v)}`,
+      `rmc.${key}`,
+    );
+  return v;
+}
+
+function str<T extends string>(
+  options: Record<string, unknown>,
+  key: string,
+  choices: readonly T[],
+  dflt: T,
+): T {
+  const v = options[key] ?? dflt;
+  if (typeof v !== 'string' || !(choices as readonly string[]).includes(v))
+    throw new ConfigError(
+      `rmc: ${key} must be one of ${choices.join(', ')}, got ${JSON.stringify(v)}`,
+      `rmc.${key}`,
+    );
+  return v as T;
+}
+
+/** The PRUDP profile and RMC variant `serve rmc` runs with. */
+export function profileOf(options: Record<string, unknown>): PrudpProfile {
+  return str(options, 'prudpProfile', PRUDP_PROFILES, 'hyperscape');
+}
+
+/** Loads (or creates) the Kerberos server key in the data folder, so auth and secure roles share it. */
+export function loadOrCreateKerberosKey(dir: string, file = 'prudp-kerberos.key'): Buffer {
+  const p = path.join(dir, file);
+  if (existsSync(p)) {
+    const k = Buffer.from(readFileSync(p, 'utf8').trim(), 'hex');
+    if (k.length === 32) return k;
+  }
+  mkdirSync(dir, { recursive: true });
+  const k = randomBytes(32);
+  writeFileSync(p, `${k.toString('hex')}\n`, { mode: 0o600 });
+  return k;
+}
+
+export interface RmcTransports {
+  endpoints: Endpoint[];
+  close(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Registers the profile's built-in protocols on `server` and starts the transports the options
+ * ask for. `builtins` are the HyperScape built-ins' options (store, datacenters, secureUrl).
+ */
+export async function startRmcTransports(
+  server: RmcServer,
+  options: Record<string, unknown>,
+  ctx: ServerContext,
+  store: RmcStore,
+  builtins: BuiltinOptions,
+): Promise<RmcTransports> {
+  const transport = str(options, 'rmcTransport', RMC_TRANSPORTS, 'both');
+  const profile = profileOf(options);
+  const host = (options.host as string | undefined) ?? '0.0.0.0';
+  let port = (options.port as number | undefined) ?? 9103;
+  const publicHost =
+    typeof options.prudpPublicHost === 'string'
+      ? options.prudpPublicHost
+      : host === '0.0.0.0' || host === '::'
+        ? '127.0.0.1'
+        : host;
+  const authority =
+    profile === 'classic' ? new KerberosAuthority(loadOrCreateKerberosKey(ctx.dataDir)) : undefined;
+  const endpoints: Endpoint[] = [];
+  const closers: ((graceMs?: number) => Promise<void>)[] = [];
+  try {
+    if (transport !== 'prudp') {
+      const listening = await server.listen({ host, port });
+      endpoints.push(...listening.endpoints);
+      closers.push((g) => listening.close(g));
+      // Port 0: PRUDP takes the port TCP got, so one number names both.
+      if (port === 0) port = listening.port;
+    }
+    let prudp: PrudpServer | undefined;
+    if (transport !== 'tcp') {
+      const checksum = str(options, 'prudpChecksum', ['auto', '1', '4'] as const, 'auto');
+      prudp = new PrudpServer({
+        dispatcher: server.dispatcher,
+        log: ctx.log,
+        metrics: ctx.metrics,
+        profile,
+        accessKey: typeof options.prudpAccessKey === 'string' ? options.prudpAccessKey : 'auto',
+        checksumWidth: checksum === 'auto' ? 'auto' : (Number(checksum) as 1 | 4),
+        maxConnections: num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1),
+        maxConnectionsPerIp: num(options, 'prudpMaxConnectionsPerIp', PRUDP_DEFAULTS.maxConnectionsPerIp, 1),
+        maxHalfOpen: num(options, 'prudpMaxHalfOpen', PRUDP_DEFAULTS.maxHalfOpen, 1),
+        idleTimeoutMs: num(options, 'prudpIdleTimeout', PRUDP_DEFAULTS.idleTimeoutMs, 0),
+        maxReassemblyBytes: num(options, 'prudpMaxReassemblyBytes', PRUDP_DEFAULTS.maxReassemblyBytes, 1024),
+        retransmitMs: num(options, 'prudpRetransmit', PRUDP_DEFAULTS.retransmitMs, 10),
+        maxRetransmits: num(options, 'prudpMaxRetransmits', PRUDP_DEFAULTS.maxRetransmits, 1),
+        onConnect:
+          authority !== undefined
+            ? classicConnectHandler(authority)
+            : ecdhConnectHandler(loadOrCreateSigningKey(ctx.dataDir), plainConnect),
+      });
+      const l = await prudp.listen({ host, port });
+      port = l.port;
+      endpoints.push(...l.endpoints);
+      const p = prudp;
+      closers.push(() => p.close());
+    }
+    // The secure server is this same endpoint (PID 2, vport stream 3 / port 1).
+    const secureUrl = `prudps:/address=${publicHost};port=${port};CID=1;PID=2;sid=1;stream=3;type=2`;
+    if (authority !== undefined) {
+      const password = typeof options.prudpPassword === 'string' ? options.prudpPassword : 'gamewire';
+      server.register(
+        TicketGrantingProtocol,
+        ticketGrantingHandlers({ store, authority, passwordFor: () => password, secureUrl }),
+      );
+      server.register(SecureConnectionProtocol, secureConnectionHandlers());
+    } else {
+      registerBuiltins(server, { ...builtins, store, secureUrl: builtins.secureUrl ?? secureUrl });
+    }
+  } catch (err) {
+    for (const c of closers) await c();
+    throw err;
+  }
+  return {
+    endpoints,
+    close: async (graceMs?: number) => {
+      for (const c of closers) await c(graceMs);
+    },
+  };
+}
