@@ -10,4 +10,5 @@ export * from './payload.js';
 export * from './profiles.js';
 export * from './rc4.js';
 export * from './secure.js';
+export * from './serve.js';
 export * from './server.js';
