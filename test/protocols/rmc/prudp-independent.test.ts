@@ -507,6 +507,8 @@ describe('independent PRUDP client vs `gamewire serve rmc --prudp-profile classi
         encodeClassic(classicRequest(10, 0x1003, 1, qstr('x'))),
       );
       bad[bad.length - 1] ^= 0x5a;
+      await new Promise((r) => setTimeout(r, 100));
+      c.inbox.length = 0; // the acks of the calls above
       c.send(bad);
       expect(await c.none((p) => p.type === 2, 700)).toBe(true);
 
