@@ -13,6 +13,7 @@ import { summarizeProtocol } from './describe.js';
 import { RmcError } from './errors.js';
 import { DEFAULT_MAX_FRAME_BYTES, RMC_VARIANTS, type RmcVariant } from './messages.js';
 import { BUILTIN_PROTOCOLS, parseDatacenters } from './protocols/index.js';
+import { connectForCall } from './prudp/call.js';
 import { prudpCodec } from './prudp/codec.js';
 import { PRUDP_SERVE_OPTIONS, profileOf, startRmcTransports } from './prudp/serve.js';
 import { RmcServer } from './server.js';
@@ -38,6 +39,11 @@ interface CallFlags {
   args?: string;
   timeout: number;
   variant: string;
+  transport: string;
+  accessKey?: string;
+  checksum?: string;
+  user?: string;
+  password?: string;
 }
 
 function argsFromJson(flags: CallFlags, def: MethodDef | undefined, name: string): Buffer {
@@ -79,13 +85,15 @@ async function runCall(name: string, flags: CallFlags): Promise<void> {
     target = [name.slice(0, i), name];
   }
   const argBytes = argsFromJson(flags, def, name);
-  const client = await RmcClient.connect({
-    host: flags.host,
-    port: flags.port,
-    timeoutMs: flags.timeout,
-    variant,
-  }).catch((err: Error) => {
-    throw new CliError('ERR_RMC_CONNECTION', err.message);
+  if (flags.transport !== 'tcp' && flags.transport !== 'prudp')
+    throw new UsageError('--transport takes tcp or prudp');
+  const base = { host: flags.host, port: flags.port, timeoutMs: flags.timeout, variant };
+  const client = await (flags.transport === 'prudp'
+    ? connectForCall(base, flags)
+    : RmcClient.connect(base)
+  ).catch((err: Error) => {
+    if (err instanceof UsageError || err instanceof RmcError) throw err;
+    throw new CliError((err as { code?: string }).code ?? 'ERR_RMC_CONNECTION', err.message);
   });
   try {
     const raw = await client.callRaw(target[0], target[1], argBytes);
@@ -221,6 +229,14 @@ export const rmc: ProtocolModule = {
         'hyperscape, nex-verbose, or classic (method given as protocolId::methodId)',
         'hyperscape',
       )
+      .option('--transport <t>', 'tcp (u32-framed) or prudp (UDP)', 'tcp')
+      .option('--access-key <key>', 'PRUDP sandbox access key')
+      .option('--checksum <width>', 'PRUDP checksum width, 1 or 4', '1')
+      .option(
+        '--user <name>',
+        'classic over PRUDP: log in with TicketGranting and call on the secure connection',
+      )
+      .option('--password <pass>', 'classic over PRUDP: the password for --user')
       .action((name: string, flags: CallFlags) => runCall(name, flags));
     cmd
       .command('methods')
