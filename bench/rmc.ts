@@ -25,6 +25,7 @@ import {
 } from '../src/protocols/rmc/index.js';
 import { type Codec, encode, lengthPrefixed, StreamDeframer } from '../src/wire/index.js';
 import { type BenchResult, type BenchRow, type BenchSuite, percentile } from './harness.js';
+import { prudpRows } from './rmc-prudp.js';
 
 const BenchProtocol = defineProtocol('BenchProtocol', 'bench', {
   Ping_V1: method({ args: { n: u32 }, results: { n: u32 }, layout: 'unknown', doc: 'returns its argument' }),
@@ -264,6 +265,27 @@ export const suite: BenchSuite = {
     const rows = [
       await measure('1 connection, 64 calls in flight', 1, 64, 2000, 2),
       await measure('50 connections, 16 calls in flight each', 50, 16, 2000, 2),
+      // PRUDP (UDP) rows: see bench/rmc-prudp.ts.
+      ...(await prudpRows(
+        (s) => s.register(BenchProtocol, { Ping_V1: (_ctx, { n }) => ({ n }) }),
+        requestFrame,
+        async () => {
+          const server = await startRmc();
+          try {
+            const r = await runLoad({
+              port: server.port,
+              connections: 1,
+              window: 64,
+              warmupMs: 300,
+              durationMs: 2000,
+              frame: requestFrame,
+            });
+            return r.calls / r.seconds;
+          } finally {
+            await server.close();
+          }
+        },
+      )),
     ];
     return {
       suite: 'rmc',

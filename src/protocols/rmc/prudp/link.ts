@@ -47,6 +47,8 @@ interface Outgoing {
   retries: number;
   waitMs: number;
   due: number;
+  /** Later packets acked since this one was (re)sent: 3 mean it was most likely lost. */
+  skips: number;
 }
 
 export interface LinkIdentity {
@@ -191,6 +193,7 @@ export class PrudpLink {
       retries: 0,
       waitMs: this.o.retransmitMs,
       due: 0,
+      skips: 0,
     };
     if (this.unacked.size < this.o.sendWindow && this.queueHead === this.queue.length)
       this.transmit(out, now);
@@ -227,6 +230,7 @@ export class PrudpLink {
         return;
       }
       out.retries++;
+      out.skips = 0;
       out.waitMs = Math.min(this.o.retransmitMaxMs, out.waitMs * this.o.retransmitBackoff);
       out.due = now + out.waitMs;
       this.io.metrics.count('prudp_retransmits');
@@ -238,6 +242,18 @@ export class PrudpLink {
   onAck(p: PrudpPacket, now: number): number {
     const out = this.unacked.get(p.sequenceId);
     if (out === undefined || out.type !== p.type) return -1;
+    // Fast retransmit: packets sent before this one and still unacked after three later acks
+    // were most likely lost; resend them now instead of waiting for their timer. (The map keeps
+    // send order, so in-order acks stop at the first entry.)
+    for (const older of this.unacked.values()) {
+      if (older === out) break;
+      if (++older.skips === 3) {
+        older.skips = 0;
+        older.due = now + older.waitMs;
+        this.io.metrics.count('prudp_fast_retransmits');
+        this.io.send(older.datagram);
+      }
+    }
     this.unacked.delete(p.sequenceId);
     this.fillWindow(now);
     return out.type;
