@@ -48,7 +48,7 @@ async function serve(profile: 'classic' | 'hyperscape', extra: Record<string, un
       port: 0,
       prudpProfile: profile,
       prudpAccessKey: KEY,
-      rmcTransport: 'prudp',
+      transport: 'prudp',
       ...extra,
     },
     { log, metrics, dataDir },

@@ -29,7 +29,7 @@ export const RMC_TRANSPORTS = ['both', 'prudp', 'tcp'] as const;
 
 export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
   {
-    key: 'rmcTransport',
+    key: 'transport',
     flag: '--rmc-transport <t>',
     description: 'rmc: prudp (UDP), tcp (u32-framed) or both, on the same port',
     type: 'string',
@@ -51,6 +51,7 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
     description: "rmc: PRUDP sandbox access key, or auto (learn each client's from its SYN)",
     type: 'string',
     default: 'auto',
+    secret: true,
   },
   {
     key: 'prudpChecksum',
@@ -194,7 +195,7 @@ export async function startRmcTransports(
   store: RmcStore,
   builtins: BuiltinOptions,
 ): Promise<RmcTransports> {
-  const transport = str(options, 'rmcTransport', RMC_TRANSPORTS, 'both');
+  const transport = str(options, 'transport', RMC_TRANSPORTS, 'both');
   const profile = profileOf(options);
   const host = (options.host as string | undefined) ?? '0.0.0.0';
   let port = (options.port as number | undefined) ?? 9103;
