@@ -358,4 +358,49 @@ describe('gamewire decode/encode prudp', () => {
     expect(runCli(['decode', 'prudp', '--hex', '00']).code).toBe(2);
     expect(runCli(['decode', 'rmc', '--access-key', 'x', '--hex', '00']).code).toBe(2);
   });
+
+  it('--session-key decodes HyperScape secure DATA down to the string-named RMC', () => {
+    const key = Buffer.alloc(16, 9);
+    const body = Buffer.concat([
+      Buffer.from([0x15, 0, ...Buffer.from('CloudServersProtocol\0'), 1, 5, 0, 0, 0, 0x28, 0]),
+      Buffer.from('CloudServersProtocol::GetDatacenters_V1\0'),
+      Buffer.alloc(4),
+    ]);
+    const msg = Buffer.concat([Buffer.alloc(4), body]);
+    msg.writeUInt32LE(body.length, 0);
+    const secure = packet(
+      {
+        source: 0x3f,
+        destination: 0x31,
+        type: PacketType.DATA,
+        flags: 0x30,
+        sessionId: 1,
+        packetSignature: 2,
+        sequenceId: 2,
+        fragmentId: 0,
+      },
+      new SecurePayloadCodec(key).encode(msg),
+    );
+    const args = [
+      'decode',
+      'prudp',
+      '--access-key',
+      KEY,
+      '--rmc-variant',
+      'hyperscape',
+      '--hex',
+      secure.toString('hex'),
+    ];
+    const plain = runCli(args);
+    expect(plain.code).toBe(0);
+    expect(JSON.parse(plain.stdout).decoded).toBeUndefined();
+    const d = runCli([...args, '--session-key', key.toString('hex')]);
+    expect(d.stderr).toBe('');
+    expect(JSON.parse(d.stdout).decoded.rmc).toMatchObject({
+      type: 'request',
+      protocol: 'CloudServersProtocol',
+      callId: 5,
+      method: 'CloudServersProtocol::GetDatacenters_V1',
+    });
+  });
 });

@@ -226,4 +226,89 @@ describe('RMC over PRUDP', () => {
       code: expect.stringMatching(/ERR_PRUDP_LINK|ERR_RMC_CLOSED|ERR_PRUDP_CLOSED/),
     });
   });
+
+  it('wrong signatures and session ids are dropped and counted; the right ones go through', async () => {
+    const f = await fixture();
+    const s = await rawSocket();
+    const cfg = { width: 1 as const, keyByte: accessKeyByte(KEY) };
+    const inbox: Buffer[] = [];
+    s.on('message', (m) => inbox.push(m));
+    const send = (fields: Parameters<typeof writePacket>[1], payload?: Buffer) => {
+      const w = new WireWriter();
+      writePacket(w, fields, payload, cfg);
+      s.send(w.toBuffer(), f.port, '127.0.0.1');
+    };
+    const wait = () => new Promise((r) => setTimeout(r, 150));
+    send({
+      source: 0x3f,
+      destination: 0x31,
+      type: 0,
+      flags: Flag.NEED_ACK,
+      sessionId: 0,
+      packetSignature: 0,
+      sequenceId: 0,
+      connectionSignature: 0,
+    });
+    await wait();
+    const serverSig = inbox[0]!.readUInt32LE(10);
+    const connect = (sig: number) =>
+      send({
+        source: 0x3f,
+        destination: 0x31,
+        type: 1,
+        flags: 0x30,
+        sessionId: 7,
+        packetSignature: sig,
+        sequenceId: 1,
+        connectionSignature: 0xabcd,
+      });
+    connect((serverSig + 1) >>> 0);
+    await wait();
+    expect(f.metrics.dropped.get('prudp_bad_signature')).toBe(1);
+    expect(f.prudp.connections).toBe(0);
+    connect(serverSig);
+    await wait();
+    expect(f.prudp.connections).toBe(1);
+    const ping = (session: number, sig: number) =>
+      send({
+        source: 0x3f,
+        destination: 0x31,
+        type: PacketType.PING,
+        flags: Flag.NEED_ACK,
+        sessionId: session,
+        packetSignature: sig,
+        sequenceId: 1,
+      });
+    const before = inbox.length;
+    ping(8, serverSig);
+    ping(7, 0x1234);
+    await wait();
+    expect(f.metrics.dropped.get('prudp_bad_session')).toBe(1);
+    expect(f.metrics.dropped.get('prudp_bad_signature')).toBe(2);
+    expect(inbox.length).toBe(before);
+    ping(7, serverSig);
+    await wait();
+    expect(inbox.length).toBe(before + 1);
+    expect(inbox.at(-1)![2]).toBe(0x4c); // PING|ACK|HAS_SIZE
+    // A coalesced datagram (two sized PINGs) gets both acked.
+    const w = new WireWriter();
+    for (const seq of [2, 3])
+      writePacket(
+        w,
+        {
+          source: 0x3f,
+          destination: 0x31,
+          type: PacketType.PING,
+          flags: Flag.NEED_ACK | Flag.HAS_SIZE,
+          sessionId: 7,
+          packetSignature: serverSig,
+          sequenceId: seq,
+        },
+        undefined,
+        cfg,
+      );
+    s.send(w.toBuffer(), f.port, '127.0.0.1');
+    await wait();
+    expect(inbox.slice(-2).map((d) => d.readUInt16LE(8))).toEqual([2, 3]);
+  });
 });
