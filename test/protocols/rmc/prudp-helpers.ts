@@ -91,6 +91,7 @@ export class LossyProxy {
   private readonly target: number;
   private readonly rates: { drop: number; dup: number; reorder: number };
   dropped = 0;
+  private closed = false;
   duplicated = 0;
   reordered = 0;
 
@@ -153,13 +154,19 @@ export class LossyProxy {
     }
     if (r < drop + dup + reorder) {
       this.reordered++;
-      setTimeout(() => send(msg), 5 + Math.floor(this.random() * 20));
+      setTimeout(
+        () => {
+          if (!this.closed) send(msg);
+        },
+        5 + Math.floor(this.random() * 20),
+      );
       return;
     }
     send(msg);
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     await new Promise<void>((r) => this.socket.close(() => r()));
     await new Promise<void>((r) => this.upstream.close(() => r()));
   }

@@ -5,8 +5,17 @@
  */
 import dgram from 'node:dgram';
 import { afterEach, describe, expect, it } from 'vitest';
-import { accessKeyByte, Flag, PacketType, RmcClient, writePacket } from '../../../src/protocols/rmc/index.js';
-import { WireWriter } from '../../../src/wire/index.js';
+import {
+  accessKeyByte,
+  ClassicPayloadCodec,
+  Flag,
+  type HyperscapeMessage,
+  hyperscapePacket,
+  PacketType,
+  RmcClient,
+  writePacket,
+} from '../../../src/protocols/rmc/index.js';
+import { type Codec, encode, WireWriter } from '../../../src/wire/index.js';
 import { EchoProtocol, LossyProxy, type PrudpFixture, sizedData, startPrudp } from './prudp-helpers.js';
 
 const KEY = 'yl4NG7qZ';
@@ -89,7 +98,8 @@ describe('RMC over PRUDP', () => {
       expect(r.data.equals(sizedData(n, n & 0xff))).toBe(true);
     }
     // Large requests are fragmented by the client and reassembled by the server.
-    const big = sizedData(50_000, 3);
+    // Over 255 fragments: ids run 1 … 255, 1 … and only the last is 0.
+    const big = sizedData(300_000, 3);
     const e = await c.call(EchoProtocol, 'Echo', { data: big });
     expect(e.data.equals(big)).toBe(true);
   });
@@ -310,5 +320,72 @@ describe('RMC over PRUDP', () => {
     s.send(w.toBuffer(), f.port, '127.0.0.1');
     await wait();
     expect(inbox.slice(-2).map((d) => d.readUInt16LE(8))).toEqual([2, 3]);
+  });
+
+  it('a peer that never acks while calling on is cut off at the send-queue limit', async () => {
+    const f = await fixture({ sendWindow: 4, maxQueued: 10 });
+    const s = await rawSocket();
+    const cfg = { width: 1 as const, keyByte: accessKeyByte(KEY) };
+    const inbox: Buffer[] = [];
+    s.on('message', (m) => inbox.push(m));
+    const send = (fields: Parameters<typeof writePacket>[1], payload?: Buffer) => {
+      const w = new WireWriter();
+      writePacket(w, fields, payload, cfg);
+      s.send(w.toBuffer(), f.port, '127.0.0.1');
+    };
+    send({
+      source: 0x3f,
+      destination: 0x31,
+      type: 0,
+      flags: Flag.NEED_ACK,
+      sessionId: 0,
+      packetSignature: 0,
+      sequenceId: 0,
+      connectionSignature: 0,
+    });
+    await new Promise((r) => setTimeout(r, 150));
+    const sig = inbox[0]!.readUInt32LE(10);
+    send({
+      source: 0x3f,
+      destination: 0x31,
+      type: 1,
+      flags: 0x30,
+      sessionId: 7,
+      packetSignature: sig,
+      sequenceId: 1,
+      connectionSignature: 1,
+    });
+    await new Promise((r) => setTimeout(r, 150));
+    const frame = encode(EchoProtocol.methods.Echo.args, { data: Buffer.from('x') });
+    const codec = new ClassicPayloadCodec();
+    for (let i = 0; i < 30; i++) {
+      const body = Buffer.concat([
+        encode(hyperscapePacket as Codec<HyperscapeMessage>, {
+          type: 'request',
+          protocol: 'EchoProtocol',
+          callId: i + 1,
+          method: 'EchoProtocol::Echo',
+          classVersions: [],
+          args: frame,
+        }),
+      ]);
+      send(
+        {
+          source: 0x3f,
+          destination: 0x31,
+          type: 2,
+          flags: 0x30,
+          sessionId: 7,
+          packetSignature: sig,
+          sequenceId: 2 + i,
+          fragmentId: 0,
+        },
+        codec.encode(body),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    expect(f.metrics.dropped.get('prudp_send_queue_full')).toBe(1);
+    expect(f.metrics.closed.get('send_queue_full')).toBe(1);
+    expect(f.prudp.connections).toBe(0);
   });
 });

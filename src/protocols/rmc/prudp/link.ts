@@ -28,6 +28,8 @@ export interface LinkOptions {
   maxOutOfOrder?: number;
   maxReassemblyBytes?: number;
   disconnectAckRepeats?: number;
+  /** Reliable packets waiting behind the send window before the link is given up (default 8192). */
+  maxQueued?: number;
 }
 
 export interface LinkIo {
@@ -105,6 +107,7 @@ export class PrudpLink {
       maxOutOfOrder: options.maxOutOfOrder ?? PRUDP_DEFAULTS.maxOutOfOrder,
       maxReassemblyBytes: options.maxReassemblyBytes ?? PRUDP_DEFAULTS.maxReassemblyBytes,
       disconnectAckRepeats: options.disconnectAckRepeats ?? PRUDP_DEFAULTS.disconnectAckRepeats,
+      maxQueued: options.maxQueued ?? 8192,
     };
   }
 
@@ -150,7 +153,8 @@ export class PrudpLink {
     for (let off = 0; off < n || off === 0; off += FRAGMENT_PLAINTEXT_BYTES) {
       const end = Math.min(n, off + FRAGMENT_PLAINTEXT_BYTES);
       const last = end >= n;
-      const fragmentId = last ? 0 : ++frag & 0xff;
+      // 1 … 255 then 1 again: 0 always means "last", whatever the message size.
+      const fragmentId = last ? 0 : (frag++ % 255) + 1;
       this.sendReliable(PacketType.DATA, message.subarray(off, end), fragmentId, now);
       if (last) break;
     }
@@ -159,7 +163,7 @@ export class PrudpLink {
   /** Sends a DISCONNECT (reliable); the caller waits for its ack through `onAck`. */
   sendDisconnect(now = Date.now()): number {
     const seq = this.id.nextSeq;
-    this.sendReliable(PacketType.DISCONNECT, new Uint8Array(0), 0, now);
+    this.sendReliable(PacketType.DISCONNECT, new Uint8Array(0), 0, now, true);
     return seq;
   }
 
@@ -178,7 +182,14 @@ export class PrudpLink {
     this.lastSent = Date.now();
   }
 
-  private sendReliable(type: number, plain: Uint8Array, fragmentId: number, now: number): void {
+  /** `urgent` skips the send window (a DISCONNECT must leave even when the window is full). */
+  private sendReliable(
+    type: number,
+    plain: Uint8Array,
+    fragmentId: number,
+    now: number,
+    urgent = false,
+  ): void {
     const id = this.id;
     const seq = id.nextSeq;
     id.nextSeq = (seq + 1) & 0xffff;
@@ -195,9 +206,13 @@ export class PrudpLink {
       due: 0,
       skips: 0,
     };
-    if (this.unacked.size < this.o.sendWindow && this.queueHead === this.queue.length)
+    if (urgent || (this.unacked.size < this.o.sendWindow && this.queueHead === this.queue.length))
       this.transmit(out, now);
-    else this.queue.push(out);
+    else if (this.queue.length - this.queueHead >= this.o.maxQueued) {
+      // A peer that stops acking while calls keep coming must not grow our memory without end.
+      this.io.metrics.drop('prudp_send_queue_full');
+      this.fail('send_queue_full');
+    } else this.queue.push(out);
   }
 
   private transmit(out: Outgoing, now: number): void {

@@ -178,15 +178,21 @@ export class PrudpServer {
       }
       this.remove(peer, 'server_close');
     }
-    if (this.socket !== undefined) await closeUdp(this.socket);
+    const socket = this.socket;
+    // Late answers (async handlers) must find no socket rather than a closed one.
     this.socket = undefined;
+    if (socket !== undefined) await closeUdp(socket);
   }
 
   private send(peer: { address: string; port: number }, datagram: Buffer): void {
     const s = this.socket;
     if (s === undefined) return;
     this.metrics.sent++;
-    s.send(datagram, peer.port, peer.address);
+    try {
+      s.send(datagram, peer.port, peer.address);
+    } catch (err) {
+      this.log.debug({ err }, 'PRUDP send failed');
+    }
   }
 
   private onDatagram(msg: Buffer, address: string, port: number): void {
@@ -492,7 +498,7 @@ export class PrudpServer {
       } else {
         this.log.error({ err }, 'RMC dispatcher failed; closing the connection');
       }
-      // Answers already computed still go out (they are queued on the link); then it ends.
+      // Answers already sent stay sent (they are no longer retransmitted); then it ends.
       this.closePeer(peer, 'malformed');
     }
   }
