@@ -42,6 +42,8 @@ export class TcpReassembler {
   private held: Held[] = [];
   private heldBytes = 0;
   finished = false;
+  /** Stream offset of the FIN, once seen. */
+  private finAt = Number.POSITIVE_INFINITY;
   /** Bytes skipped as gaps, for the summary. */
   gapBytes = 0;
   private readonly sink: TcpSink;
@@ -68,14 +70,19 @@ export class TcpReassembler {
       if (payload.length === 0) return;
       this.base = seq;
     }
-    if (payload.length > 0) this.insert(this.offsetOf(seq), payload);
-    if (fin) this.finished = true;
+    const at = this.offsetOf(seq);
+    if (fin) {
+      this.finished = true;
+      this.finAt = at + payload.length;
+    }
+    if (payload.length > 0) this.insert(at, payload);
   }
 
   /** The peer acknowledged everything before `ack`: a hole below it will never be filled. */
   acknowledged(ack: number): void {
     if (this.base === undefined) return;
-    const upTo = this.offsetOf(ack);
+    // The FIN takes a sequence number of its own: acknowledging it acknowledges no data.
+    const upTo = Math.min(this.offsetOf(ack), this.finAt);
     if (upTo > this.next) this.skipTo(upTo);
   }
 
