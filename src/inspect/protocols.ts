@@ -238,6 +238,15 @@ export function rmcDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
 
 // ---- NoxVR -----------------------------------------------------------------------------------
 
+/** The end of a Handshake packet followed only by zero bytes (padding), or -1. */
+function paddedHandshakeEnd(b: Buffer): number {
+  if (b.length < 5 || b[4] !== 0x01) return -1;
+  const len = b.readUInt16BE(0);
+  if (len < 5 || len > b.length) return -1;
+  for (let i = len; i < b.length; i++) if (b[i] !== 0) return -1;
+  return len;
+}
+
 interface SegmentSession {
   total: number;
   parts: Map<number, Buffer>;
@@ -341,7 +350,13 @@ export function noxDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
       try {
         splitPackets(payload, 0, payload.length, udpMeasure, ranges);
       } catch (e) {
-        out.error(d, asDecodeError(e, 0));
+        // A first Handshake may be padded with zero bytes up to the size of its reply.
+        const end = paddedHandshakeEnd(payload);
+        if (end < 0) {
+          out.error(d, asDecodeError(e, 0));
+          return;
+        }
+        packet(d, payload, 0, end, 0, 0);
         return;
       }
       // `ranges` is reused by nested decodes only through this loop's copy.

@@ -33,9 +33,13 @@ export class Tcpdump {
   }
 
   static async start(filter: string, file: string, extra: string[] = ['-i', 'lo']): Promise<Tcpdump> {
-    const child = spawn('tcpdump', [...extra, '--immediate-mode', '-U', '-n', '-s', '0', '-w', file, filter], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const child = spawn(
+      'tcpdump',
+      [...extra, '--immediate-mode', '-U', '-n', '-s', '0', '-w', file, filter],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
     let stderr = '';
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     await new Promise<void>((resolve, reject) => {

@@ -43,7 +43,8 @@ export class RawTcp {
   async take(n: number, ms = 10_000): Promise<Buffer> {
     const deadline = Date.now() + ms;
     while (this.buf.length < n) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${n} bytes (have ${this.buf.length})`);
+      if (Date.now() > deadline)
+        throw new Error(`timed out waiting for ${n} bytes (have ${this.buf.length})`);
       await new Promise<void>((r) => {
         this.waiters.push(r);
         setTimeout(r, 200);
@@ -72,7 +73,9 @@ export class RawTcp {
 // ---- JS5 ----------------------------------------------------------------------------------
 
 /** One JS5 response, read the way a client reads it: header, then the 0xFF-marked body. */
-export async function js5ReadResponse(c: RawTcp): Promise<{ archive: number; group: number; container: Buffer }> {
+export async function js5ReadResponse(
+  c: RawTcp,
+): Promise<{ archive: number; group: number; container: Buffer }> {
   const head = await c.peek(8);
   const compression = head[3]! & 0x7f;
   const length = head.readInt32BE(4);
@@ -204,7 +207,14 @@ export function qString(s: string): Buffer {
 export function rmcRequest(protocol: string, callId: number, method: string, args: Buffer): Buffer {
   const id = Buffer.alloc(4);
   id.writeUInt32LE(callId);
-  const body = Buffer.concat([qString(protocol), Buffer.from([1]), id, qString(method), Buffer.alloc(4), args]);
+  const body = Buffer.concat([
+    qString(protocol),
+    Buffer.from([1]),
+    id,
+    qString(method),
+    Buffer.alloc(4),
+    args,
+  ]);
   const size = Buffer.alloc(4);
   size.writeUInt32LE(body.length);
   return Buffer.concat([size, body]);

@@ -87,7 +87,13 @@ describe('inspect: tcpdump captures of JS5', () => {
     const port = server.port;
     const file = path.join(tempDir(), 'js5-client.pcap');
     dump = await Tcpdump.start(`tcp port ${port}`, file);
-    const client = await Js5Client.connect({ host: '127.0.0.1', port, build: 530, profile: '530', xorKey: 0x21 });
+    const client = await Js5Client.connect({
+      host: '127.0.0.1',
+      port,
+      build: 530,
+      profile: '530',
+      xorKey: 0x21,
+    });
     const groups = [0, 1, 2];
     const got = await Promise.all(groups.map((g) => client.request(255, g, true)));
     await client.close();
@@ -105,7 +111,12 @@ describe('inspect: tcpdump captures of JS5', () => {
     expect(responses.map((m) => m.group).sort()).toEqual(groups);
     for (const m of responses) {
       const c = got[groups.indexOf(m.group)]!;
-      expect(c.subarray(m.compression === 0 ? 5 : 9, c.length).toString('hex').startsWith(m.data)).toBe(true);
+      expect(
+        c
+          .subarray(m.compression === 0 ? 5 : 9, c.length)
+          .toString('hex')
+          .startsWith(m.data),
+      ).toBe(true);
     }
   });
 });
