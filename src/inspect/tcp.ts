@@ -83,7 +83,11 @@ export class TcpReassembler {
     if (this.base === undefined) return;
     // The FIN takes a sequence number of its own: acknowledging it acknowledges no data.
     const upTo = Math.min(this.offsetOf(ack), this.finAt);
-    if (upTo > this.next) this.skipTo(upTo);
+    // Skip only the holes below `upTo`: held segments inside the range are real bytes.
+    while (upTo > this.next) {
+      const held = this.held[0];
+      this.skipTo(held !== undefined && held.at < upTo ? held.at : upTo);
+    }
   }
 
   /** The capture ended: holes before held data become gaps, then the held data is delivered. */
