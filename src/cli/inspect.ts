@@ -117,6 +117,11 @@ export function addInspectCommand(program: Command): void {
       if (flags.flow !== undefined) filter.flow = flags.flow;
       const types = list(flags.type);
       if (types !== undefined) filter.types = types;
+      // `gamewire inspect big.pcap | head`: a closed pipe ends the run quietly.
+      process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EPIPE') process.exit(0);
+        throw err;
+      });
       const width = process.stdout.isTTY ? (process.stdout.columns ?? 200) : 400;
       const print = (r: InspectRecord): void => {
         if (!accepts(r, filter)) return;

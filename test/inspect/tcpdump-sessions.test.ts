@@ -256,3 +256,66 @@ describe('inspect: tcpdump capture of RMC over TCP', () => {
     expect(down[1]).toMatchObject({ type: 'error', protocol: 'LoginProtocol', callId: 7 });
   });
 });
+
+describe('inspect --follow -', () => {
+  it('prints messages of a live tcpdump stream as they arrive', async (ctx) => {
+    if (!HAVE_TCPDUMP) return ctx.skip();
+    const server: NoxRelayServer = await startNox();
+    cleanups.push(() => server.close());
+    const { spawn } = await import('node:child_process');
+    const { BIN } = await import('../helpers/cli.js');
+    const tcpdump = spawn(
+      'tcpdump',
+      ['-i', 'lo', '--immediate-mode', '-U', '-n', '-s', '0', '-w', '-', `tcp port ${server.port}`],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    cleanups.push(() => {
+      if (tcpdump.exitCode === null) tcpdump.kill('SIGKILL');
+    });
+    const inspect = spawn(
+      process.execPath,
+      [BIN, 'inspect', '--follow', '-', '--json', '--port', `${server.port}=nox-relay`],
+      {
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    cleanups.push(() => {
+      if (inspect.exitCode === null) inspect.kill('SIGKILL');
+    });
+    tcpdump.stdout.pipe(inspect.stdin);
+    const lines: JsonRecord[] = [];
+    let partial = '';
+    inspect.stdout.on('data', (d: Buffer) => {
+      partial += d.toString();
+      const parts = partial.split('\n');
+      partial = parts.pop()!;
+      for (const l of parts) if (l !== '') lines.push(JSON.parse(l));
+    });
+    await new Promise<void>((resolve, reject) => {
+      let err = '';
+      const timer = setTimeout(() => reject(new Error(`tcpdump did not start: ${err}`)), 20_000);
+      tcpdump.stderr.on('data', (d: Buffer) => {
+        err += d.toString();
+        if (err.includes('listening on')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    });
+    const c = await RawTcp.connect(server.port);
+    cleanups.push(() => c.close());
+    c.send(noxHandshake('live', 'follow'));
+    await noxRead(c);
+    // The handshake shows up while tcpdump is still running: printed as it arrived.
+    const deadline = Date.now() + 20_000;
+    while (!lines.some((l) => l.message?.type === 'Handshake' && l.direction === 'server')) {
+      if (Date.now() > deadline) throw new Error(`nothing printed live: ${JSON.stringify(lines)}`);
+      await sleep(50);
+    }
+    expect(tcpdump.exitCode).toBe(null);
+    expect(lines[0]!.message).toMatchObject({ type: 'Handshake', engine: 'live', platform: 'follow' });
+    tcpdump.kill('SIGINT');
+    const code = await new Promise<number | null>((r) => inspect.once('exit', (c) => r(c)));
+    expect(code).toBe(0);
+  });
+});
