@@ -205,7 +205,8 @@ export class AccountLogWriter {
   private readonly pending = new Set<string>();
   /** Lines in the file (superseded ones included). */
   private lines: number;
-  private running: Promise<void> | undefined = undefined;
+  /** The write loop is running (set before it starts, cleared as it ends, both synchronously). */
+  private active = false;
   private waiters: (() => void)[] = [];
   /** Lines written since the last write error (for the warning). */
   private failing = false;
@@ -229,7 +230,10 @@ export class AccountLogWriter {
   save(): Promise<void> {
     return new Promise<void>((resolve) => {
       this.waiters.push(resolve);
-      this.running ??= this.run();
+      if (!this.active) {
+        this.active = true;
+        void this.run();
+      }
     });
   }
 
@@ -249,7 +253,7 @@ export class AccountLogWriter {
         for (const w of waiters) w();
       }
     } finally {
-      this.running = undefined;
+      this.active = false;
     }
   }
 
