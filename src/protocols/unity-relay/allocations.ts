@@ -18,6 +18,7 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
+import type { RelayLink } from './links.js';
 import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
 
 export const CONNECTION_DATA_MAGIC = 0x47575201;
@@ -58,9 +59,11 @@ export interface Allocation {
   readonly host: Allocation | undefined;
   readonly createdAt: number;
   state: AllocationState;
-  /** Where it is bound from (state `bound`). */
+  /** Where it is bound from (state `bound`): the remote address and port of its link. */
   address: string;
   port: number;
+  /** The link it is bound through (state `bound`): UDP address, DTLS association or WebSocket. */
+  link: RelayLink | undefined;
   /** Newest nonce accepted so far (serial-number order, see `nonceIsNewer`); -1 before the first BIND. */
   nonce: number;
   /**
@@ -254,13 +257,19 @@ export class AllocationStore {
     return buf.subarray(offset + 4, offset + 4 + ALLOCATION_ID_LENGTH);
   }
 
-  /** Records a successful BIND from `address:port`. */
-  bind(a: Allocation, address: string, port: number, nonce: number): void {
+  /** Records a successful BIND from `address:port` (through `link`). */
+  bind(a: Allocation, address: string, port: number, nonce: number, link?: RelayLink): void {
     if (a.state !== 'bound') {
       a.state = 'bound';
     }
     a.address = address;
     a.port = port;
+    if (a.link !== link) {
+      const old = a.link;
+      a.link = link;
+      // Re-homed to another link: the old one no longer carries this binding.
+      if (old !== undefined && old !== link) old.unbound();
+    }
     if (nonceIsNewer(nonce, a.nonce)) a.nonce = nonce;
     a.lastSeen = this.now();
   }
@@ -276,8 +285,16 @@ export class AllocationStore {
     a.state = 'allocated';
     a.address = '';
     a.port = 0;
+    this.releaseLink(a);
     a.lastSeen = this.now();
     return peers;
+  }
+
+  /** Forgets the binding's link and tells it (a DTLS association then closes: its lifetime is the binding's). */
+  private releaseLink(a: Allocation): void {
+    const link = a.link;
+    a.link = undefined;
+    link?.unbound();
   }
 
   /** Links a client to a host (after ACCEPTED). */
@@ -296,6 +313,7 @@ export class AllocationStore {
     const peers = [...a.peers];
     for (const p of peers) this.unlink(a, p);
     a.state = 'expired';
+    this.releaseLink(a);
     a.expiredAt = this.now();
     if (a.joinCode !== undefined) this.joinCodes.delete(a.joinCode);
     return peers;
@@ -380,6 +398,7 @@ export class AllocationStore {
       state: 'allocated',
       address: '',
       port: 0,
+      link: undefined,
       nonce: -1,
       lastSeen: now,
       expiredAt: 0,
