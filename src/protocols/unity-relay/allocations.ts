@@ -77,6 +77,8 @@ export interface Allocation {
   readonly peers: Set<Allocation>;
   /** Set once a join code has been issued for this (host) allocation. */
   joinCode: string | undefined;
+  /** Who asked for it (the API client's address), for the per-address cap; '' when unknown. */
+  readonly owner: string;
 }
 
 export interface JoinCode {
@@ -156,6 +158,8 @@ export class AllocationStore {
   private readonly secret: Buffer;
   private readonly bySlot = new Map<number, Allocation>();
   private readonly joinCodes = new Map<string, JoinCode>();
+  /** Live allocations per owner (only owners with at least one). */
+  private readonly byOwner = new Map<string, number>();
 
   constructor(options: StoreOptions = {}) {
     this.idleTimeoutMs = options.idleTimeoutMs ?? 10_000;
@@ -178,16 +182,21 @@ export class AllocationStore {
     for (const a of this.bySlot.values()) if (a.state !== 'expired') yield a;
   }
 
-  /** Creates a host allocation (POST /v1/allocate). */
-  allocateHost(maxConnections: number, region: string): Allocation {
-    return this.create('host', maxConnections, region, undefined);
+  /** Creates a host allocation (POST /v1/allocate) for `owner` (the API client's address). */
+  allocateHost(maxConnections: number, region: string, owner = ''): Allocation {
+    return this.create('host', maxConnections, region, undefined, owner);
   }
 
   /** Creates a client allocation from a join code (POST /v1/join), or undefined if the code is not valid. */
-  join(code: string): Allocation | undefined {
+  join(code: string, owner = ''): Allocation | undefined {
     const jc = this.lookupJoinCode(code);
     if (jc === undefined) return undefined;
-    return this.create('client', 1, jc.host.region, jc.host);
+    return this.create('client', 1, jc.host.region, jc.host, owner);
+  }
+
+  /** Live allocations created for `owner`. */
+  liveOf(owner: string): number {
+    return this.byOwner.get(owner) ?? 0;
   }
 
   /** Issues (or returns the existing) join code of a live host allocation. */
@@ -267,6 +276,7 @@ export class AllocationStore {
     if (a.link !== link) {
       const old = a.link;
       a.link = link;
+      link?.bound();
       // Re-homed to another link: the old one no longer carries this binding.
       if (old !== undefined && old !== link) old.unbound();
     }
@@ -314,6 +324,11 @@ export class AllocationStore {
     for (const p of peers) this.unlink(a, p);
     a.state = 'expired';
     this.releaseLink(a);
+    if (a.owner !== '') {
+      const n = (this.byOwner.get(a.owner) ?? 1) - 1;
+      if (n <= 0) this.byOwner.delete(a.owner);
+      else this.byOwner.set(a.owner, n);
+    }
     a.expiredAt = this.now();
     if (a.joinCode !== undefined) this.joinCodes.delete(a.joinCode);
     return peers;
@@ -352,6 +367,7 @@ export class AllocationStore {
     maxConnections: number,
     region: string,
     host: Allocation | undefined,
+    owner: string,
   ): Allocation {
     if (this.bySlot.size >= this.maxAllocations) {
       // Make room from tombstones before refusing.
@@ -404,8 +420,10 @@ export class AllocationStore {
       expiredAt: 0,
       peers: new Set(),
       joinCode: undefined,
+      owner,
     };
     this.bySlot.set(slot, a);
+    if (owner !== '') this.byOwner.set(owner, (this.byOwner.get(owner) ?? 0) + 1);
     return a;
   }
 }

@@ -33,7 +33,9 @@ export interface RelayLink {
   readonly identity: Buffer | undefined;
   /** Sends one relay message (one datagram, one DTLS record, one binary frame). */
   send(msg: Buffer): void;
-  /** The binding that used this link ended (expiry, CLOSE): DTLS closes its association. */
+  /** An allocation was bound through this link. */
+  bound(): void;
+  /** The binding that used this link ended (expiry, CLOSE, re-homed): DTLS closes its association. */
   unbound(): void;
 }
 
@@ -70,6 +72,8 @@ export class UdpLink implements RelayLink {
     this.socket.send(msg, this.port, this.address);
   }
 
+  bound(): void {}
+
   unbound(): void {}
 }
 
@@ -94,6 +98,8 @@ export class UdpSource implements RelayLink {
   send(msg: Buffer): void {
     this.socket.send(msg, this.port, this.address);
   }
+
+  bound(): void {}
 
   unbound(): void {}
 }
