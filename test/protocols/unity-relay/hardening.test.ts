@@ -103,7 +103,8 @@ function nextDatagram(s: dgram.Socket, type: number, ms = 1000): Promise<Buffer 
 
 describe('unity-relay API hardening (issue 17 item 7)', () => {
   it('50,010 distinct 404 URLs do not reset anyone’s limits, and the limiter table stays small', async () => {
-    const s = await start({ apiRateLimitPerMinute: 5 });
+    // A frozen clock: nothing refills while the flood runs, so the counts are exact.
+    const s = await start({ apiRateLimitPerMinute: 5, store: { now: () => 1_000_000 } });
     for (let i = 0; i < 5; i++) expect((await request('GET', '/v1/regions')).status).toBe(200);
     expect((await request('GET', '/v1/regions')).status).toBe(429);
     // The flood: 50,010 different unknown URLs, 16 connections in parallel.
@@ -179,7 +180,7 @@ describe('unity-relay API hardening (issue 17 item 7)', () => {
 
   it('throttles wrong API keys per address; the right key from another address still works', async () => {
     const key = 'k'.repeat(24);
-    await start({ apiKey: key, apiLimits: { authFailuresPerMinute: 5 } });
+    await start({ apiKey: key, apiLimits: { authFailuresPerMinute: 5 }, store: { now: () => 1_000_000 } });
     const wrong = { authorization: 'Bearer wrong-wrong-wrong-wrong' };
     for (let i = 0; i < 5; i++)
       expect((await request('GET', '/v1/regions', { headers: wrong })).status).toBe(401);
