@@ -67,10 +67,16 @@ export async function startEchoServer(options: Partial<DtlsServerOptions> = {}):
 }
 
 /** Resolves when `predicate` holds, polling; rejects after `timeoutMs` with `what` in the message. */
-export async function waitFor(predicate: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
+export async function waitFor(
+  predicate: () => boolean,
+  what: string | (() => string),
+  timeoutMs = 20_000,
+): Promise<void> {
   const start = Date.now();
   while (!predicate()) {
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() - start > timeoutMs) {
+      throw new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`);
+    }
     await new Promise((r) => setTimeout(r, 20));
   }
 }
@@ -111,6 +117,8 @@ export interface UdpProxy {
   /** Datagrams seen from the client / from the server (forwarded or dropped). */
   fromClient: Buffer[];
   fromServer: Buffer[];
+  /** Sends a datagram to the server from the proxy's socket: the 5-tuple the server knows the client by. */
+  inject(datagram: Buffer): void;
   close(): Promise<void>;
 }
 
@@ -139,6 +147,7 @@ export async function startProxy(
     port: socket.address().port,
     fromClient,
     fromServer,
+    inject: (datagram) => socket.send(datagram, serverPort, '127.0.0.1'),
     close: () => new Promise((resolve) => socket.close(() => resolve())),
   };
 }

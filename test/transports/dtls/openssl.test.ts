@@ -74,7 +74,10 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
         const srv = await startEchoServer();
         const client = sClient(srv, cipher, ems ? undefined : noEmsEnv);
         try {
-          await waitFor(() => srv.associations.length === 1, `a handshake (${client.stderr()})`);
+          await waitFor(
+            () => srv.associations.length === 1,
+            () => `a handshake (${client.stderr()})`,
+          );
           const a = srv.associations[0]!;
           expect(a.cipherSuite).toBe(id);
           expect(a.extendedMasterSecret).toBe(ems);
@@ -133,7 +136,7 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
     try {
       await waitFor(
         () => /unknown psk identity/i.test(client.stderr()),
-        `the alert at the client (${client.stderr()})`,
+        () => `the alert at the client (${client.stderr()})`,
       );
       expect(srv.associations).toHaveLength(0);
       expect(srv.drops).toContain('unknown-psk-identity');
@@ -152,7 +155,10 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
       `-psk ${wrong.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`;
     const client = spawnProgram('sh', ['-c', script]);
     try {
-      await waitFor(() => /alert/i.test(client.stderr()), `the alert at the client (${client.stderr()})`);
+      await waitFor(
+        () => /alert/i.test(client.stderr()),
+        () => `the alert at the client (${client.stderr()})`,
+      );
       expect(client.stderr()).toMatch(/decrypt error/i);
       expect(srv.associations).toHaveLength(0);
       expect(srv.drops).toContain('bad-finished');
@@ -171,7 +177,7 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
     try {
       await waitFor(
         () => /handshake failure/i.test(client.stderr()),
-        `the alert at the client (${client.stderr()})`,
+        () => `the alert at the client (${client.stderr()})`,
       );
       expect(srv.drops).toContain('no-shared-cipher-suite');
     } finally {
