@@ -21,8 +21,8 @@ import {
 
 /** A ClientHello datagram as a DTLS client sends it (first: record version 1.0, no cookie). */
 function clientHello(
-  cookie = Buffer.alloc(0),
-  random = randomBytes(32),
+  cookie: Buffer = Buffer.alloc(0),
+  random: Buffer = randomBytes(32),
   messageSeq = 0,
   recordSeq = 0,
 ): Buffer {
