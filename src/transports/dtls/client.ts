@@ -128,7 +128,10 @@ export class DtlsClient extends EventEmitter<DtlsClientEventMap> {
         () => this.#settle?.(new DtlsError('ERR_DTLS_TIMEOUT', 'DTLS handshake timed out')),
         this.#options.timeoutMs ?? 10_000,
       );
-      this.#socket.on('error', (e) => {
+      this.#socket.on('error', (e: NodeJS.ErrnoException) => {
+        // ICMP "port unreachable" on a connected UDP socket is advisory (a server not up yet, or
+        // restarting): retransmission and the handshake deadline decide, as for any lost datagram.
+        if (e.code === 'ECONNREFUSED') return;
         if (this.#settle !== undefined) this.#settle(new DtlsError('ERR_DTLS_SOCKET', e.message));
         else this.#end('socket-error');
       });

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
+import dgram from 'node:dgram';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import {
   type EchoServer,
   hasProgram,
@@ -11,6 +14,7 @@ import {
   spawnProgram,
   startEchoServer,
   startProxy,
+  testIdentity,
   waitFor,
 } from './helpers.js';
 
@@ -185,4 +189,96 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
       await srv.close();
     }
   });
+  it('s_client through a proxy that loses every handshake flight once still completes (real retransmission timers)', async () => {
+    const srv = await startEchoServer();
+    const seen = new Set<string>();
+    const proxy = await startProxy(srv.port, (direction, datagram) => {
+      if (recordTypes(datagram).includes(23)) return false;
+      const key = `${direction}:${datagram.readUInt16BE(1)}:${recordTypes(datagram).join(',')}:${plaintextHandshakeTypes(datagram).join(',')}`;
+      if (seen.has(key)) return false;
+      seen.add(key);
+      return true;
+    });
+    const script =
+      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${proxy.port} -quiet ` +
+      `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`;
+    const client = spawnProgram('sh', ['-c', script]);
+    try {
+      await waitFor(
+        () => srv.associations.length === 1,
+        () => `a handshake (${client.stderr()})`,
+        25_000,
+      );
+      client.child.stdin!.write('after loss');
+      await waitFor(
+        () => client.stdout().includes('echo:after loss'),
+        () => `the echo (${client.stderr()})`,
+        25_000,
+      );
+      // The first copy of each was lost: hello, HVR, ServerHello flight, the client's CKE+CCS+Finished
+      // (OpenSSL then resends it as three datagrams) and our CCS+Finished.
+      expect([...seen]).toEqual(
+        expect.arrayContaining([
+          'to-server:65279:22:1',
+          'to-client:65279:22:3',
+          'to-client:65277:22,22:2,14',
+          'to-server:65277:22,20,22:16',
+          'to-client:65277:20,22:',
+        ]),
+      );
+    } finally {
+      await client.stop();
+      await proxy.close();
+      await srv.close();
+    }
+  }, 60_000);
+});
+
+async function freeUdpPort(): Promise<number> {
+  const s = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => s.bind(0, '127.0.0.1', () => resolve()));
+  const { port } = s.address();
+  await new Promise<void>((resolve) => s.close(() => resolve()));
+  return port;
+}
+
+// DtlsClient against an independent server: OpenSSL's s_server.
+describe.runIf(haveOpenssl)('DtlsClient against openssl s_server -dtls1_2', () => {
+  for (const [cipher, id] of suites) {
+    it(`${cipher}: handshake and data both ways`, async () => {
+      const port = await freeUdpPort();
+      const identity = testIdentity();
+      const psk = randomBytes(64);
+      const server = spawnProgram('sh', [
+        '-c',
+        `exec openssl s_server -dtls1_2 -accept 127.0.0.1:${port} -nocert -naccept 1 -quiet ` +
+          `-psk ${psk.toString('hex')} -psk_identity "$(printf '${octal(identity)}')" -cipher ${cipher}`,
+      ]);
+      let client: DtlsClient | undefined;
+      try {
+        client = await DtlsClient.connect({
+          host: '127.0.0.1',
+          port,
+          identity,
+          psk,
+          cipherSuites: [id],
+          timeoutMs: 20_000,
+        });
+        expect(client.cipherSuite).toBe(id);
+        expect(client.extendedMasterSecret).toBe(true);
+        const got: Buffer[] = [];
+        client.on('message', (m) => got.push(m));
+        client.send(Buffer.from('to s_server'));
+        await waitFor(
+          () => server.stdout().includes('to s_server'),
+          () => `the message at s_server (${server.stderr()})`,
+        );
+        server.child.stdin!.write('to DtlsClient');
+        await waitFor(() => Buffer.concat(got).includes('to DtlsClient'), 'the message at the client');
+      } finally {
+        client?.close();
+        await server.stop();
+      }
+    });
+  }
 });
