@@ -317,6 +317,28 @@ describe('issue 17 item 8: one client cannot degrade everyone', () => {
   });
 });
 
+describe('logs', () => {
+  it('a refusal because a cap is reached is logged at info, once per interval; closes at debug', async () => {
+    const { pino } = await import('pino');
+    const lines: { level: number; msg: string; cap?: string; flag?: string; reason?: string }[] = [];
+    const log = pino({ level: 'debug' }, { write: (l: string) => lines.push(JSON.parse(l)) });
+    const s = await server({ maxClients: 1, log });
+    // The UDP player takes the one slot; TCP newcomers are refused by the relay (not the listener).
+    await player(s, '1', { transport: 'udp', enter: false });
+    for (let i = 0; i < 3; i++) {
+      const c = new NoxRelayClient({ port: s.port, transport: 'tcp', keepAliveMs: 0 });
+      cleanup.push(() => c.close());
+      await c.connect();
+      await until(() => c.isClosed, 3000);
+    }
+    const full = lines.filter((l) => l.level === 30 && l.cap !== undefined);
+    expect(full).toHaveLength(1);
+    expect(full[0]).toMatchObject({ cap: 'maxClients', flag: '--nox-max-clients' });
+    expect(lines.filter((l) => l.level === 20 && l.reason === 'over_capacity')).toHaveLength(3);
+    expect(lines.some((l) => l.level === 20 && l.msg === 'client connected')).toBe(true);
+  });
+});
+
 describe('issue 17 item 11: reassembly per address, and the open gauge', () => {
   it("one address cannot spend the whole reassembly budget; another address's segments still reassemble", async () => {
     const s = await server({
