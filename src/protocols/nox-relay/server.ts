@@ -450,7 +450,12 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.register(client);
     this.metrics.received++;
     client.allowRequest(client.createdAt);
-    dispatch(this, client, uid, hs, 0);
+    try {
+      dispatch(this, client, uid, hs, 0);
+    } catch (err) {
+      this.metrics.count(Counter.HandlerError);
+      this.log.error({ err, client: client.id, type: hs.type }, 'handler failed');
+    }
     // A Handshake that could not be answered leaves nothing behind.
     if (!client.handshaked) this.dropClient(client, QuitType.UnknownError, null);
   }
