@@ -79,6 +79,8 @@ async function gamewireServer(dir: string, preload: boolean): Promise<Target & {
     build: BUILD,
     preload,
     cacheBytes: LRU_BYTES,
+    // Every bench client connects from 127.0.0.1: no per-address cap (as behind a proxy).
+    maxPerIp: 0,
     log: silentLogger(),
     metrics: new ProtocolMetrics('js5'),
   });

@@ -10,6 +10,7 @@ import { allCodecs, findCodec, protocols } from '../protocols/registry.js';
 import { DecodeError, EncodeError } from '../wire/errors.js';
 import { parseHex } from '../wire/hex.js';
 import { CliError, printError, UsageError } from './errors.js';
+import { addInspectCommand } from './inspect.js';
 import { addServeCommand } from './serve.js';
 
 function readInput(file: string | undefined, what: string): Buffer {
@@ -150,6 +151,7 @@ export function buildProgram(): Command {
     });
 
   addServeCommand(program);
+  addInspectCommand(program);
   for (const p of protocols) p.registerCommands?.(program);
   return program;
 }

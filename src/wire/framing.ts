@@ -15,7 +15,14 @@ export interface DeframerOptions {
   maxFrameBytes: number;
   /** Most bytes held while paused or waiting for a frame (defaults to 2 × maxFrameBytes + 64 KiB). */
   maxBufferedBytes?: number;
+  /**
+   * When the buffer empties and has grown beyond this, it is released, so one large frame does
+   * not pin its memory for the connection's whole life (default: kept).
+   */
+  maxRetainedBytes?: number;
 }
+
+const EMPTY = Buffer.alloc(0);
 
 /**
  * Splits a TCP byte stream into frames, whatever the fragmentation or coalescing.
@@ -28,7 +35,7 @@ export interface DeframerOptions {
  * - A handler that returns `false` pauses delivery: the rest is kept until `resume`.
  */
 export class StreamDeframer {
-  private acc: Buffer = Buffer.alloc(0);
+  private acc: Buffer = EMPTY;
   private start = 0;
   private end = 0;
   private failed: DecodeError | null = null;
@@ -37,12 +44,19 @@ export class StreamDeframer {
   private streamOffset = 0;
   private readonly maxFrame: number;
   private readonly maxBuffered: number;
+  private readonly maxRetained: number;
   private measure: FrameMeasure;
 
   constructor(measure: FrameMeasure, options: DeframerOptions) {
     this.measure = measure;
     this.maxFrame = options.maxFrameBytes;
     this.maxBuffered = options.maxBufferedBytes ?? options.maxFrameBytes * 2 + 65_536;
+    this.maxRetained = options.maxRetainedBytes ?? Number.POSITIVE_INFINITY;
+  }
+
+  /** Bytes of memory the internal buffer holds (at least `buffered`). */
+  get capacity(): number {
+    return this.acc.length;
   }
 
   /** Bytes held that do not yet make a whole frame (or wait behind a pause). */
@@ -98,6 +112,7 @@ export class StreamDeframer {
   reset(): void {
     this.start = this.end = 0;
     this.paused = false;
+    if (this.acc.length > this.maxRetained) this.acc = EMPTY;
   }
 
   private drain(onFrame: FrameHandler): boolean {
@@ -113,7 +128,10 @@ export class StreamDeframer {
         break;
       }
     }
-    if (this.start === this.end) this.start = this.end = 0;
+    if (this.start === this.end) {
+      this.start = this.end = 0;
+      if (this.acc.length > this.maxRetained) this.acc = EMPTY;
+    }
     return !this.paused;
   }
 

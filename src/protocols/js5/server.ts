@@ -261,10 +261,13 @@ export class Js5Server {
       );
       socket.on('data', () => {});
       socket.end(Buffer.of(HandshakeStatus.ipLimit));
-      setTimeout(() => socket.destroy(), 1000).unref();
+      // Not counted per address, so held briefly: long enough for the reply to be read, short
+      // enough that a flood of refused connections cannot fill the listener.
+      this.linger(socket, Math.min(1000, this.options.handshakeTimeoutMs));
       return;
     }
     this.perIp.set(ip, open + 1);
+    this.options.log.debug({ remote: ip, port: socket.remotePort }, 'js5 connection open');
     const seededBuild = handshakeIsSeeded(this.profile.name, this.build);
     const build = this.build;
     const deframer = new StreamDeframer(
@@ -301,6 +304,10 @@ export class Js5Server {
       this.enqueue(s);
     });
     socket.on('close', () => {
+      this.options.log.debug(
+        { remote: s.ip, port: socket.remotePort, js5: s.mode === MODE_JS5 },
+        'js5 connection closed',
+      );
       s.closed = true;
       this.sessions.delete(s);
       if (s.mode === MODE_JS5) this.js5Sessions--;
@@ -326,6 +333,7 @@ export class Js5Server {
 
   private drop(s: Session, reason: string): void {
     if (s.closed) return;
+    this.options.log.debug({ remote: s.ip, reason }, 'js5 connection dropped');
     this.options.metrics.close(reason);
     s.closed = true;
     s.socket.destroy();
@@ -442,8 +450,15 @@ export class Js5Server {
     this.options.metrics.close('missing_group');
     s.closed = true;
     s.socket.end();
-    // A peer that never closes its side is not kept.
-    setTimeout(() => s.socket.destroy(), 5000).unref();
+    this.linger(s.socket);
+  }
+
+  /**
+   * After the server ended a connection, the peer gets `handshakeTimeoutMs` to close its side
+   * (reading what was sent); a peer that never does is dropped, so it cannot hold its slot.
+   */
+  private linger(socket: net.Socket, ms = this.options.handshakeTimeoutMs): void {
+    setTimeout(() => socket.destroy(), ms).unref();
   }
 
   private onHandshake(s: Session, buf: Buffer, start: number): boolean {
@@ -454,6 +469,7 @@ export class Js5Server {
         this.options.metrics.close(reason);
         s.closed = true;
         s.socket.end();
+        this.linger(s.socket);
       }
     };
     if (build !== this.build) {

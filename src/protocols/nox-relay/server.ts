@@ -30,6 +30,9 @@ import { handshakeEnd, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
 
+/** "A cap is reached" is logged at info at most this often. */
+const FULL_LOG_INTERVAL_MS = 10_000;
+
 export class NoxRelayServer implements RelayContext, DispatchContext {
   readonly options: ResolvedOptions;
   readonly log: Logger;
@@ -54,6 +57,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private udp: dgram.Socket | undefined;
   private readonly udpQueue = { bytes: 0 };
   private timer: NodeJS.Timeout | undefined;
+  private lastFullLog = Number.NEGATIVE_INFINITY;
   private closing: Promise<void> | undefined;
 
   constructor(options: NoxRelayOptions = {}) {
@@ -230,6 +234,42 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.metrics.open = this.tcpClients + this.udpClients.size;
   }
 
+  /** Counts a close and, at debug level, logs it with the client it concerns. */
+  private noteClose(reason: CloseReason, client?: RelayClient, ip?: string): void {
+    this.metrics.close(reason);
+    if (this.log.isLevelEnabled('debug')) {
+      this.log.debug(
+        {
+          client: client?.id,
+          transport: client?.transport,
+          ip: client?.ip ?? ip,
+          port: client?.port,
+          reason,
+        },
+        'client closed',
+      );
+    }
+  }
+
+  /**
+   * A refusal because a cap is reached. Full is worth an operator's attention (the caps may be
+   * too low for the load), so it is logged at info, at most once per `FULL_LOG_INTERVAL_MS`.
+   */
+  private noteFull(cap: 'maxClients' | 'maxUdpPerIp' | 'maxTcpPerIp', ip: string): void {
+    const now = performance.now();
+    if (now - this.lastFullLog < FULL_LOG_INTERVAL_MS) return;
+    this.lastFullLog = now;
+    this.log.info(
+      {
+        cap,
+        limit: this.options[cap],
+        ip,
+        flag: `--nox-${cap.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`,
+      },
+      'nox-relay is refusing new clients: a cap is reached (raise it if this is normal load)',
+    );
+  }
+
   private register(client: RelayClient): void {
     this.clients.set(client.id, client);
     if (client.transport === 'udp') {
@@ -240,6 +280,18 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.tcpPerIp.set(client.ip, (this.tcpPerIp.get(client.ip) ?? 0) + 1);
     }
     this.updateOpen();
+    if (this.log.isLevelEnabled('debug')) {
+      this.log.debug(
+        {
+          client: client.id,
+          transport: client.transport,
+          ip: client.ip,
+          port: client.port,
+          halfOpen: client.halfOpen,
+        },
+        'client connected',
+      );
+    }
   }
 
   // ---- TCP ----------------------------------------------------------------------------------
@@ -249,12 +301,14 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     // The shared listener set the gauge to its own count; ours includes UDP.
     socket.once('close', () => this.updateOpen());
     if (this.establishedClients >= this.options.maxClients || this.closing !== undefined) {
-      this.metrics.close(CloseReason.OverCapacity);
+      this.noteClose(CloseReason.OverCapacity, undefined, ip);
+      if (this.closing === undefined) this.noteFull('maxClients', ip);
       socket.destroy();
       return;
     }
     if ((this.tcpPerIp.get(ip) ?? 0) >= this.options.maxTcpPerIp) {
-      this.metrics.close(CloseReason.OverCapacityIp);
+      this.noteClose(CloseReason.OverCapacityIp, undefined, ip);
+      this.noteFull('maxTcpPerIp', ip);
       socket.destroy();
       return;
     }
@@ -269,7 +323,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
         deframer.push(chunk, onFrame);
       } catch (err) {
         // A bad length prefix: the stream cannot be resynchronised. Only this connection goes.
-        this.metrics.close(CloseReason.Malformed);
+        this.noteClose(CloseReason.Malformed, client);
         this.log.debug({ err: (err as Error).message, client: client.id }, 'bad frame, closing');
         socket.destroy();
       }
@@ -360,6 +414,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     if (this.closing !== undefined || this.establishedClients >= o.maxClients) {
       this.metrics.drop(DropReason.OverCapacity);
+      if (this.closing === undefined) this.noteFull('maxClients', rinfo.address);
       return;
     }
     const ip = rinfo.address;
@@ -376,6 +431,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     // Room for one more session from this address: its own oldest half-open session goes first.
     if (!this.makeRoom(ip, proven)) {
       this.metrics.drop(DropReason.OverCapacity);
+      this.noteFull('maxUdpPerIp', ip);
       return;
     }
     const client = new RelayClient(
@@ -394,7 +450,12 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.register(client);
     this.metrics.received++;
     client.allowRequest(client.createdAt);
-    dispatch(this, client, uid, hs, 0);
+    try {
+      dispatch(this, client, uid, hs, 0);
+    } catch (err) {
+      this.metrics.count(Counter.HandlerError);
+      this.log.error({ err, client: client.id, type: hs.type }, 'handler failed');
+    }
     // A Handshake that could not be answered leaves nothing behind.
     if (!client.handshaked) this.dropClient(client, QuitType.UnknownError, null);
   }
@@ -408,7 +469,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     const o = this.options;
     const evict = (c: RelayClient | undefined): boolean => {
       if (c === undefined) return false;
-      this.metrics.close(CloseReason.HalfOpenEvicted);
+      this.noteClose(CloseReason.HalfOpenEvicted, c);
       this.dropClient(c, QuitType.Timeout, null);
       return true;
     };
@@ -424,6 +485,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private promote(client: RelayClient): boolean {
     if (this.establishedClients >= this.options.maxClients) {
       this.metrics.drop(DropReason.OverCapacity);
+      this.noteFull('maxClients', client.ip);
       this.dropClient(client, QuitType.UnknownError, null);
       return false;
     }
@@ -474,12 +536,12 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     for (const c of [...this.clients.values()]) {
       if (c.halfOpen && now - c.createdAt >= o.halfOpenTimeoutMs) {
         // Never sent a second packet: forgotten silently.
-        this.metrics.close(CloseReason.HalfOpenTimeout);
+        this.noteClose(CloseReason.HalfOpenTimeout, c);
         this.dropClient(c, QuitType.Timeout, null);
         continue;
       }
       if (now - c.lastSeen >= o.connectionTimeoutMs) {
-        this.metrics.close(CloseReason.Timeout);
+        this.noteClose(CloseReason.Timeout, c);
         this.disconnect(c, 'Connection timed out.', QuitType.Timeout);
         continue;
       }

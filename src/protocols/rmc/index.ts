@@ -3,22 +3,27 @@
  * default, the classic packed variant for decoding, a server framework with typed handlers,
  * the built-in HyperScape protocols, and a client. See docs/rmc.md.
  */
-import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../cli/errors.js';
+
+import { ConfigError } from '../../core/errors.js';
+import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
 import type { ProtocolModule } from '../../core/protocol.js';
-import { decode, parseHex, WireWriter } from '../../wire/index.js';
-import { RmcClient, RmcClientError } from './client.js';
-import { findBuiltinByFullName, rmcCodec } from './codec.js';
-import { summarizeProtocol } from './describe.js';
-import { RmcError } from './errors.js';
-import { DEFAULT_MAX_FRAME_BYTES, RMC_VARIANTS, type RmcVariant } from './messages.js';
-import { BUILTIN_PROTOCOLS, parseDatacenters } from './protocols/index.js';
-import { connectForCall } from './prudp/call.js';
+import type { ServeOption } from '../../core/server.js';
+import { registerCommands } from './cli.js';
+import { rmcCodec } from './codec.js';
+import { DEFAULT_MAX_FRAME_BYTES } from './messages.js';
+import {
+  DEFAULT_MAX_SESSIONS_PER_ACCOUNT,
+  DEFAULT_MAX_SESSIONS_PER_IP,
+  DEFAULT_REGISTRATIONS_PER_HOUR,
+  DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR,
+  parseDatacenters,
+  registerBuiltins,
+  SessionRegistry,
+} from './protocols/index.js';
 import { prudpCodec } from './prudp/codec.js';
 import { PRUDP_SERVE_OPTIONS, profileOf, startRmcTransports } from './prudp/serve.js';
-import { RmcServer } from './server.js';
-import type { MethodDef } from './signature.js';
-import { DEFAULT_MAX_ACCOUNTS, MemoryStore } from './store.js';
+import { DEFAULT_MAX_IN_FLIGHT, RmcServer } from './server.js';
+import { DEFAULT_MAX_ACCOUNTS, DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT, MemoryStore } from './store.js';
 
 export * from './client.js';
 export * from './codec.js';
@@ -33,93 +38,172 @@ export * from './signature.js';
 export * from './store.js';
 export * from './types.js';
 
-interface CallFlags {
-  host: string;
-  port: number;
-  args?: string;
-  timeout: number;
-  variant: string;
-  transport: string;
-  accessKey?: string;
-  checksum?: string;
-  user?: string;
-  password?: string;
-}
-
-function argsFromJson(flags: CallFlags, def: MethodDef | undefined, name: string): Buffer {
-  let argsJson: unknown = def === undefined ? '' : {};
-  if (flags.args !== undefined) {
-    try {
-      argsJson = JSON.parse(flags.args);
-    } catch (err) {
-      throw new UsageError(`--args is not JSON: ${(err as Error).message}`);
-    }
-  }
-  if (typeof argsJson === 'string') return parseHex(argsJson);
-  if (def === undefined) {
-    throw new UsageError(`${name} is not a built-in method: give --args as a JSON string of hex bytes`);
-  }
-  const w = new WireWriter();
-  def.args.write(w, def.args.fromJson(argsJson, 'args'));
-  return w.toBuffer();
-}
-
-async function runCall(name: string, flags: CallFlags): Promise<void> {
-  const variant = flags.variant as RmcVariant;
-  if (!RMC_VARIANTS.includes(variant)) {
-    throw new UsageError(`unknown variant "${flags.variant}" (variants: ${RMC_VARIANTS.join(', ')})`);
-  }
-  const i = name.indexOf('::');
-  if (i <= 0) throw new UsageError(`method must be Protocol::Method_Vn, got "${name}"`);
-  let target: [string | number, string | number];
-  let def: MethodDef | undefined;
-  if (variant === 'classic') {
-    const m = /^(\d+)::(\d+)$/.exec(name);
-    if (m === null)
-      throw new UsageError(`with --variant classic the method is protocolId::methodId, got "${name}"`);
-    target = [Number(m[1]), Number(m[2])];
-    if ((target[0] as number) > 0xffff || (target[1] as number) > 0x7fff)
-      throw new UsageError('id out of range');
-  } else {
-    def = findBuiltinByFullName(name);
-    target = [name.slice(0, i), name];
-  }
-  const argBytes = argsFromJson(flags, def, name);
-  if (flags.transport !== 'tcp' && flags.transport !== 'prudp')
-    throw new UsageError('--transport takes tcp or prudp');
-  const base = { host: flags.host, port: flags.port, timeoutMs: flags.timeout, variant };
-  const client = await (flags.transport === 'prudp'
-    ? connectForCall(base, flags)
-    : RmcClient.connect(base)
-  ).catch((err: Error) => {
-    if (err instanceof UsageError || err instanceof RmcError) throw err;
-    throw new CliError((err as { code?: string }).code ?? 'ERR_RMC_CONNECTION', err.message);
-  });
-  try {
-    const raw = await client.callRaw(target[0], target[1], argBytes);
-    const results = def === undefined ? raw.toString('hex') : def.results.toJson(decode(def.results, raw));
-    const out = variant === 'classic' ? { methodId: target[1], results } : { method: `${name}*`, results };
-    process.stdout.write(`${JSON.stringify(out)}\n`);
-  } catch (err) {
-    if (err instanceof RmcError) {
-      const hex = `0x${err.code.toString(16).padStart(4, '0')}`;
-      throw new CliError('ERR_RMC_FAILURE', `${err.qualifiedName} (${err.namespace}/${hex})`);
-    }
-    if (err instanceof RmcClientError) throw new CliError(err.code, err.message);
-    throw err;
-  } finally {
-    await client.close();
-  }
-}
-
-/** A whole-number option (from a flag or the config file), at least `min`. */
+/**
+ * A whole-number option (from a flag or the config file), at least `min`. Reads the key, or the
+ * name it had before the config naming rule (still accepted).
+ */
 function intOption(options: Record<string, unknown>, key: string, min: number): number {
-  const v = options[key];
+  const alias = RMC_SERVE_OPTIONS.find((o) => o.key === key)?.aliases?.[0];
+  const v = options[key] ?? (alias === undefined ? undefined : options[alias]);
   if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min) {
-    throw new CliError('ERR_CONFIG', `rmc: ${key} must be a whole number ≥ ${min}, got ${JSON.stringify(v)}`);
+    throw new ConfigError(
+      `rmc: ${key} must be a whole number ≥ ${min}, got ${JSON.stringify(v)}`,
+      `rmc.${key}`,
+    );
   }
   return v;
 }
+
+function stringOption(options: Record<string, unknown>, key: string, alias: string): string | undefined {
+  const v = options[key] ?? options[alias];
+  return typeof v === 'string' ? v : undefined;
+}
+
+const int = (
+  key: string,
+  description: string,
+  def: number,
+  unit: string,
+  min = 0,
+  aliases?: readonly string[],
+): ServeOption => ({
+  key,
+  flag: `--rmc-${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} <${unit === 'ms' ? 'ms' : 'n'}>`,
+  description: `rmc: ${description}`,
+  type: 'int',
+  default: def,
+  min,
+  unit,
+  ...(aliases === undefined ? {} : { aliases }),
+});
+
+/** Every rmc serve option; keys follow docs/decisions.md ("Config keys and flags"). */
+export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
+  {
+    key: 'datacenters',
+    flag: '--datacenters <list>',
+    description:
+      'rmc: CloudServersProtocol datacenters, id=host:port,… (config: objects {id,name,region,host,port})',
+    type: 'list',
+  },
+  {
+    key: 'store',
+    flag: '--rmc-store <file>',
+    description: 'rmc: persist accounts to this append-only account log (default: in memory only)',
+    type: 'string',
+    aliases: ['rmcStore'],
+  },
+  {
+    key: 'secureUrl',
+    flag: '--rmc-secure-url <url>',
+    description: 'rmc: StationURL LoginWithToken_V1 sends clients to (default prudp:/)',
+    type: 'string',
+    aliases: ['rmcSecureUrl'],
+  },
+  int(
+    'maxAccounts',
+    'most accounts in the store; logins that would create more are refused',
+    DEFAULT_MAX_ACCOUNTS,
+    'accounts',
+    1,
+    ['rmcMaxAccounts'],
+  ),
+  int(
+    'registrationsPerIpPerHour',
+    'new accounts one address may create per hour (0 = no limit)',
+    DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR,
+    'accounts',
+  ),
+  int(
+    'registrationsPerHour',
+    'new accounts the server creates per hour (0 = no limit)',
+    DEFAULT_REGISTRATIONS_PER_HOUR,
+    'accounts',
+  ),
+  int(
+    'maxLoginsPerAccount',
+    'login sessions one account may hold at once (0 = no limit)',
+    DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT,
+    'sessions',
+  ),
+  int(
+    'maxSessionsPerIp',
+    'game-session memberships per address (0 = no limit)',
+    DEFAULT_MAX_SESSIONS_PER_IP,
+    'sessions',
+  ),
+  int(
+    'maxSessionsPerAccount',
+    'game-session memberships per account (0 = no limit)',
+    DEFAULT_MAX_SESSIONS_PER_ACCOUNT,
+    'sessions',
+  ),
+  int(
+    'idleTimeoutMs',
+    'close connections silent this long (0 disables)',
+    FRAMED_TCP_DEFAULTS.idleTimeoutMs,
+    'ms',
+    0,
+    ['rmcIdleTimeout'],
+  ),
+  int(
+    'frameTimeoutMs',
+    'a frame (and the first one after connecting) must complete within this (0 disables)',
+    FRAMED_TCP_DEFAULTS.frameTimeoutMs,
+    'ms',
+  ),
+  int(
+    'maxConnections',
+    'most simultaneous connections',
+    FRAMED_TCP_DEFAULTS.maxConnections,
+    'connections',
+    1,
+    ['rmcMaxConnections'],
+  ),
+  int(
+    'maxConnectionsPerIp',
+    'most connections from one address, IPv4 or IPv6 /64 (0 = no limit)',
+    FRAMED_TCP_DEFAULTS.maxConnectionsPerIp,
+    'connections',
+  ),
+  int('maxFrameBytes', 'largest RMC frame accepted', DEFAULT_MAX_FRAME_BYTES, 'bytes', 16, [
+    'rmcMaxFrameBytes',
+  ]),
+  int(
+    'maxBufferedBytes',
+    'input bytes held across all connections',
+    FRAMED_TCP_DEFAULTS.maxBufferedBytes,
+    'bytes',
+    65_536,
+  ),
+  int(
+    'maxBufferedBytesPerIp',
+    'input bytes held for one address (0 = only the global budget)',
+    FRAMED_TCP_DEFAULTS.maxBufferedBytesPerIp,
+    'bytes',
+  ),
+  int(
+    'maxQueuedBytes',
+    'answer bytes waiting for one peer to read before its calls wait',
+    FRAMED_TCP_DEFAULTS.maxQueuedBytes,
+    'bytes',
+    4096,
+  ),
+  int(
+    'maxInFlight',
+    'calls in flight per connection before its next calls wait',
+    DEFAULT_MAX_IN_FLIGHT,
+    'calls',
+    1,
+  ),
+  int(
+    'framesPerTurn',
+    'calls one connection is served per turn before the next connection',
+    FRAMED_TCP_DEFAULTS.framesPerTurn,
+    'calls',
+    1,
+  ),
+];
 
 export const rmc: ProtocolModule = {
   name: 'rmc',
@@ -128,138 +212,60 @@ export const rmc: ProtocolModule = {
   server: {
     summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
     defaultPort: 9103,
-    options: [
-      ...PRUDP_SERVE_OPTIONS,
-      {
-        key: 'datacenters',
-        flag: '--datacenters <list>',
-        description:
-          'rmc: CloudServersProtocol datacenters, id=host:port,… (config: objects {id,name,region,host,port})',
-        type: 'list',
-      },
-      {
-        key: 'rmcStore',
-        flag: '--rmc-store <file>',
-        description: 'rmc: persist accounts to this JSON file (default: in memory only)',
-        type: 'string',
-      },
-      {
-        key: 'rmcSecureUrl',
-        flag: '--rmc-secure-url <url>',
-        description: 'rmc: StationURL LoginWithToken_V1 sends clients to (default prudp:/)',
-        type: 'string',
-      },
-      {
-        key: 'rmcMaxAccounts',
-        flag: '--rmc-max-accounts <n>',
-        description: 'rmc: most accounts in the store; logins that would create more are refused',
-        type: 'int',
-        default: DEFAULT_MAX_ACCOUNTS,
-      },
-      {
-        key: 'rmcIdleTimeout',
-        flag: '--rmc-idle-timeout <ms>',
-        description: 'rmc: close connections silent this long (0 disables)',
-        type: 'int',
-        default: 120_000,
-      },
-      {
-        key: 'rmcMaxConnections',
-        flag: '--rmc-max-connections <n>',
-        description: 'rmc: most simultaneous connections',
-        type: 'int',
-        default: 10_000,
-      },
-      {
-        key: 'rmcMaxFrameBytes',
-        flag: '--rmc-max-frame-bytes <n>',
-        description: 'rmc: largest RMC frame accepted',
-        type: 'int',
-        default: DEFAULT_MAX_FRAME_BYTES,
-      },
-    ],
+    options: [...RMC_SERVE_OPTIONS, ...PRUDP_SERVE_OPTIONS],
     async start(options, ctx) {
       let datacenters: ReturnType<typeof parseDatacenters>;
       try {
         datacenters = parseDatacenters(options.datacenters);
       } catch (err) {
-        throw new CliError('ERR_CONFIG', `rmc: ${(err as Error).message}`);
+        throw new ConfigError(`rmc: ${(err as Error).message}`, 'rmc.datacenters');
       }
       const server = new RmcServer({
         log: ctx.log,
         metrics: ctx.metrics,
         variant: profileOf(options) === 'classic' ? 'classic' : 'hyperscape',
-        maxFrameBytes: intOption(options, 'rmcMaxFrameBytes', 16),
-        idleTimeoutMs: intOption(options, 'rmcIdleTimeout', 0),
-        maxConnections: intOption(options, 'rmcMaxConnections', 1),
+        maxFrameBytes: intOption(options, 'maxFrameBytes', 16),
+        idleTimeoutMs: intOption(options, 'idleTimeoutMs', 0),
+        frameTimeoutMs: intOption(options, 'frameTimeoutMs', 0),
+        maxConnections: intOption(options, 'maxConnections', 1),
+        maxConnectionsPerIp: intOption(options, 'maxConnectionsPerIp', 0),
+        maxBufferedBytes: intOption(options, 'maxBufferedBytes', 65_536),
+        maxBufferedBytesPerIp: intOption(options, 'maxBufferedBytesPerIp', 0),
+        maxQueuedBytes: intOption(options, 'maxQueuedBytes', 4096),
+        maxInFlight: intOption(options, 'maxInFlight', 1),
+        framesPerTurn: intOption(options, 'framesPerTurn', 1),
       });
-      const store = new MemoryStore(typeof options.rmcStore === 'string' ? options.rmcStore : undefined, {
-        maxAccounts: intOption(options, 'rmcMaxAccounts', 1),
+      const store = new MemoryStore(stringOption(options, 'store', 'rmcStore'), {
+        maxAccounts: intOption(options, 'maxAccounts', 1),
+        maxSessionsPerAccount: intOption(options, 'maxLoginsPerAccount', 0),
       });
-      const secureUrl = typeof options.rmcSecureUrl === 'string' ? options.rmcSecureUrl : undefined;
+      const sessions = new SessionRegistry({
+        maxSessionsPerIp: intOption(options, 'maxSessionsPerIp', 0),
+        maxSessionsPerAccount: intOption(options, 'maxSessionsPerAccount', 0),
+      });
+      const registration = {
+        perIpPerHour: intOption(options, 'registrationsPerIpPerHour', 0),
+        perHour: intOption(options, 'registrationsPerHour', 0),
+      };
+      const secureUrl = stringOption(options, 'secureUrl', 'rmcSecureUrl');
       // PRUDP and/or TCP per --rmc-transport; the profile picks the built-ins (see prudp/serve.ts).
-      const listening = await startRmcTransports(
-        server,
-        options,
-        ctx,
-        store,
-        secureUrl === undefined ? { store, datacenters } : { store, datacenters, secureUrl },
+      const listening = await startRmcTransports(server, options, ctx, store, (url) =>
+        registerBuiltins(server, {
+          store,
+          datacenters,
+          sessions,
+          registration,
+          secureUrl: secureUrl ?? url,
+        }),
       );
       return {
         endpoints: listening.endpoints,
         close: async (graceMs?: number) => {
           await listening.close(graceMs);
-          await store.flush();
+          await store.close();
         },
       };
     },
   },
-  registerCommands(program: Command) {
-    const cmd = program.command('rmc').description('Rendez-Vous RMC tools');
-    cmd
-      .command('call')
-      .description('call an RMC method on a server and print its results as JSON')
-      .argument('<method>', 'Protocol::Method_Vn, e.g. LoginProtocol::Register_V1')
-      .option('--host <host>', 'server address', '127.0.0.1')
-      .option('--port <port>', 'server port', parseIntOption, 9103)
-      .option('--args <json>', 'arguments as JSON (declared methods), or a JSON string of hex bytes')
-      .option('--timeout <ms>', 'call timeout in milliseconds', parseIntOption, 10_000)
-      .option(
-        '--variant <name>',
-        'hyperscape, nex-verbose, or classic (method given as protocolId::methodId)',
-        'hyperscape',
-      )
-      .option('--transport <t>', 'tcp (u32-framed) or prudp (UDP)', 'tcp')
-      .option('--access-key <key>', 'PRUDP sandbox access key')
-      .option('--checksum <width>', 'PRUDP checksum width, 1 or 4', '1')
-      .option(
-        '--user <name>',
-        'classic over PRUDP: log in with TicketGranting and call on the secure connection',
-      )
-      .option('--password <pass>', 'classic over PRUDP: the password for --user')
-      .action((name: string, flags: CallFlags) => runCall(name, flags));
-    cmd
-      .command('methods')
-      .description('list the built-in methods, their signatures and how much of each layout is public')
-      .option('--json', 'print JSON')
-      .action((flags: { json?: boolean }) => {
-        const all = BUILTIN_PROTOCOLS.map((p) => ({
-          protocol: p.name,
-          doc: p.doc,
-          methods: summarizeProtocol(p),
-        }));
-        if (flags.json === true) {
-          process.stdout.write(`${JSON.stringify(all)}\n`);
-          return;
-        }
-        for (const p of all) {
-          process.stdout.write(`${p.protocol}: ${p.doc}\n`);
-          for (const m of p.methods) {
-            process.stdout.write(`  ${m.method}(${m.args}) -> (${m.results})  [layout ${m.layout}]\n`);
-          }
-          if (p.methods.length === 0)
-            process.stdout.write('  (no declared methods: every call is acknowledged)\n');
-        }
-      });
-  },
+  registerCommands,
 };

@@ -1,32 +1,55 @@
 /**
  * RMC server: a dispatcher plus transports, in any of the three variants (`variant`).
  *
- * The TCP transport frames the stream with the RMC u32 length (the wire core's
- * StreamDeframer), caps frame size, closes idle connections, and pipelines calls: answers leave
- * in the order handlers finish, sync answers in one write at the end of each received chunk,
- * async ones batched per tick. It applies backpressure: it stops reading (the deframer stops
- * delivering mid-chunk, and the socket pauses) while more than `maxQueuedBytes` of answers wait
- * for the peer to read them or too many calls are in flight.
+ * The TCP transport is the shared framed-TCP seam (`src/core/framed-tcp.ts`) with the RMC u32
+ * length as its measure: per-address connection cap, frame deadline, input budgets, idle
+ * timeout, round-robin delivery and bounded output all come from there. This file adds what is
+ * RMC's own: a bound on calls in flight per connection (delivery holds until half of them are
+ * answered), and answers written straight into the connection's writer by the dispatcher
+ * (pipelined: they leave in the order handlers finish, sync ones at the end of each turn, async
+ * ones batched per tick).
  *
- * A PRUDP transport would do the same with reassembled DATA payloads: `dispatcher.open`,
+ * A PRUDP transport does the same with reassembled DATA payloads: `dispatcher.open`,
  * `dispatcher.handleFrame` per RMC message, `dispatcher.closeConnection`. Handlers do not change.
  */
-import type net from 'node:net';
 import type { Logger } from 'pino';
+import {
+  FRAMED_TCP_DEFAULTS,
+  type FramedConnection,
+  type FrameSink,
+  listenFramedTcp,
+} from '../../core/framed-tcp.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint, RunningServer } from '../../core/server.js';
-import { listenTcp, type TcpListener } from '../../core/tcp.js';
-import {
-  DecodeError,
-  type DecodeLimits,
-  lengthPrefixed,
-  StreamDeframer,
-  WireWriter,
-} from '../../wire/index.js';
+import type { DecodeLimits } from '../../wire/index.js';
+import { lengthPrefixed } from '../../wire/index.js';
 import { type Handlers, type RegisterOptions, RmcDispatcher, type RmcSink } from './dispatcher.js';
 import { DEFAULT_MAX_FRAME_BYTES, type RmcVariant } from './messages.js';
 import type { ProtocolDef } from './signature.js';
+
+/** Why rmc closes connections (the `reason` of `gamewire_connections_closed_total`). */
+export const RmcCloseReason = {
+  /** A frame whose length or envelope cannot be read (the stream cannot be resynchronised). */
+  Malformed: 'malformed',
+  /** The dispatcher itself failed (a bug); the connection is closed, the server keeps going. */
+  HandlerError: 'handler_error',
+  /** A handler (or an answer that could not be written) closed the connection. */
+  ClosedByHandler: 'closed_by_server',
+  IdleTimeout: 'idle_timeout',
+  FrameTimeout: 'frame_timeout',
+  OverCapacity: 'over_capacity',
+  PerIpLimit: 'per_ip_limit',
+  SocketError: 'socket_error',
+} as const;
+
+/** Why rmc drops input without closing (the `reason` of `gamewire_dropped_total`). */
+export const RmcDropReason = {
+  /** A malformed frame (the connection is then closed as `malformed`). */
+  Malformed: 'malformed',
+  /** A response frame sent to the server, which never calls clients. */
+  UnexpectedResponse: 'unexpected_response',
+} as const;
 
 export interface RmcServerOptions {
   log?: Logger;
@@ -37,14 +60,25 @@ export interface RmcServerOptions {
   maxFrameBytes?: number;
   /** Connections silent this long are closed (default 120 s; 0 disables). */
   idleTimeoutMs?: number;
+  /** Most simultaneous connections (default 10 000). */
   maxConnections?: number;
-  /** Calls in flight per connection before reading pauses (default 1024). */
+  /** Most connections from one address, IPv4 or IPv6 /64 (default 32; 0 = no limit). */
+  maxConnectionsPerIp?: number;
+  /** A frame must complete this long after its first byte, the first frame after connecting (default 30 s; 0 disables). */
+  frameTimeoutMs?: number;
+  /** Input bytes held across all connections (default 32 MiB). */
+  maxBufferedBytes?: number;
+  /** Input bytes held for one address's connections (default 8 MiB; 0 = only the global budget). */
+  maxBufferedBytesPerIp?: number;
+  /** Calls in flight (dispatched, not yet answered) per connection before delivery holds (default 64). */
   maxInFlight?: number;
   /**
-   * Answer bytes queued per connection (not yet taken by the kernel) before reading pauses
-   * (default 1 MiB). Reading resumes when the socket drains.
+   * Answer bytes queued per connection (not yet taken by the kernel) before delivery pauses
+   * (default 256 KiB). Delivery resumes when the socket drains.
    */
   maxQueuedBytes?: number;
+  /** Calls one connection is served per turn before the next connection's turn (default 16). */
+  framesPerTurn?: number;
   limits?: Partial<DecodeLimits>;
 }
 
@@ -64,10 +98,9 @@ export interface RmcConnectionStats {
 }
 
 /** Default `maxQueuedBytes`. */
-export const DEFAULT_MAX_QUEUED_BYTES = 1024 * 1024;
-const WRITER_INITIAL_BYTES = 4096;
-/** A connection's writer larger than this after a flush is replaced with a small one. */
-const WRITER_SHRINK_BYTES = 64 * 1024;
+export const DEFAULT_MAX_QUEUED_BYTES = FRAMED_TCP_DEFAULTS.maxQueuedBytes;
+/** Default `maxInFlight`. */
+export const DEFAULT_MAX_IN_FLIGHT = 64;
 
 export interface ListenOptions {
   host?: string;
@@ -90,7 +123,7 @@ export class RmcServer {
   readonly log: Logger;
   readonly metrics: ProtocolMetrics;
   private readonly options: RmcServerOptions;
-  private readonly listeners: TcpListener[] = [];
+  private readonly listeners: { close(graceMs?: number): Promise<void> }[] = [];
   private readonly live = new Set<() => RmcConnectionStats>();
 
   constructor(options: RmcServerOptions = {}) {
@@ -113,39 +146,48 @@ export class RmcServer {
 
   /** Listens on TCP. Port 0 picks a free port (reported in `port` and `endpoints`). */
   async listen(options: ListenOptions = {}): Promise<RmcListening> {
+    const o = this.options;
     const host = options.host ?? '0.0.0.0';
-    const maxFrameBytes = this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    const maxInFlight = this.options.maxInFlight ?? 1024;
-    const maxQueuedBytes = this.options.maxQueuedBytes ?? DEFAULT_MAX_QUEUED_BYTES;
-    const variant = this.options.variant ?? 'hyperscape';
+    const maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    const maxInFlight = Math.max(1, o.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
+    const variant = o.variant ?? 'hyperscape';
     const measure = lengthPrefixed({
       prefix: 'u32le',
       counts: 'rest',
       maxFrameBytes,
       minFrameBytes: variant === 'classic' ? MIN_CLASSIC_FRAME_BYTES : MIN_FRAME_BYTES,
     });
-    const listener = await listenTcp({
+    const tcp = await listenFramedTcp({
       host,
       port: options.port ?? 9103,
-      maxConnections: this.options.maxConnections ?? 10_000,
-      idleTimeoutMs: this.options.idleTimeoutMs ?? 120_000,
+      protocol: 'rmc',
+      measure,
+      maxFrameBytes,
+      maxConnections: o.maxConnections,
+      maxConnectionsPerIp: o.maxConnectionsPerIp,
+      idleTimeoutMs: o.idleTimeoutMs,
+      frameTimeoutMs: o.frameTimeoutMs,
+      maxBufferedBytes: o.maxBufferedBytes,
+      maxBufferedBytesPerIp: o.maxBufferedBytesPerIp,
+      maxQueuedBytes: o.maxQueuedBytes,
+      framesPerTurn: o.framesPerTurn,
       metrics: this.metrics,
       log: this.log,
-      onConnection: (socket) => this.attach(socket, measure, maxFrameBytes, maxInFlight, maxQueuedBytes),
+      onConnection: (c) => this.attach(c, maxInFlight),
     });
-    this.listeners.push(listener);
+    this.listeners.push(tcp);
     const endpoints: Endpoint[] = [
       {
         transport: 'tcp',
         host,
-        port: listener.port,
+        port: tcp.port,
         description: `Rendez-Vous RMC (${variant} variant), u32-framed`,
       },
     ];
     return {
-      port: listener.port,
+      port: tcp.port,
       endpoints,
-      close: (graceMs?: number) => listener.close(graceMs),
+      close: (graceMs?: number) => tcp.close(graceMs),
     };
   }
 
@@ -159,157 +201,53 @@ export class RmcServer {
     return [...this.live].map((f) => f());
   }
 
-  private attach(
-    socket: net.Socket,
-    measure: ReturnType<typeof lengthPrefixed>,
-    maxFrameBytes: number,
-    maxInFlight: number,
-    maxQueuedBytes: number,
-  ): void {
-    const { dispatcher, metrics, log } = this;
-    const deframer = new StreamDeframer(measure, { maxFrameBytes });
-    let writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
-    let flushScheduled = false;
-    /** socket.write returned false: reading waits for 'drain'. */
-    let waitingForDrain = false;
-    /** Too many calls in flight: reading waits until half of them are answered. */
-    let pausedForCalls = false;
-    /** Inside pump(): re-entrant resumes are left to it. */
-    let pumping = false;
+  private attach(c: FramedConnection, maxInFlight: number): FrameSink {
+    const { dispatcher, metrics } = this;
     let inFlight = 0;
-    let failed = false;
-
-    /** Answers not yet taken by the kernel: still in the writer, or queued in the socket. */
-    const queued = () => writer.offset + socket.writableLength;
-
-    const onDrain = () => {
-      waitingForDrain = false;
-      resumeReading();
-    };
-
-    const flush = () => {
-      flushScheduled = false;
-      if (writer.offset === 0 || socket.destroyed || socket.writableEnded) {
-        writer.reset();
-        return;
-      }
-      const out = writer.toBuffer();
-      writer.reset();
-      // A burst of large answers grows the writer; do not keep that memory for the
-      // connection's whole life.
-      if (writer.buf.length > WRITER_SHRINK_BYTES)
-        writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
-      if (!socket.write(out) && !waitingForDrain) {
-        waitingForDrain = true;
-        socket.pause();
-        socket.once('drain', onDrain);
-      }
-    };
+    const resumeAt = Math.floor(maxInFlight / 2);
 
     const sink: RmcSink = {
       get writer() {
-        return writer;
+        return c.writer;
       },
       commit() {
         if (inFlight > 0) inFlight--;
-        if (pausedForCalls && inFlight <= maxInFlight / 2) {
-          pausedForCalls = false;
-          resumeReading();
-        }
-        if (!flushScheduled) {
-          flushScheduled = true;
-          process.nextTick(flush);
-        }
+        if (c.held && inFlight <= resumeAt) c.resume();
+        c.commit();
       },
       close() {
-        if (writer.offset > 0) flush();
-        socket.end();
+        c.close(RmcCloseReason.ClosedByHandler);
       },
     };
     const conn = dispatcher.open(
-      { transport: 'tcp', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0 },
+      { transport: 'tcp', remoteAddress: c.remoteAddress, remotePort: c.remotePort },
       sink,
     );
-
-    // Returning false pauses the deframer: the rest of the input waits (in the deframer, then in
-    // the kernel, since the socket is paused too) until the peer reads its answers.
-    const onFrame = (buf: Buffer, start: number, end: number): boolean | undefined => {
-      metrics.received++;
-      inFlight++;
-      dispatcher.handleFrame(conn, buf, start, end);
-      if (queued() > maxQueuedBytes || inFlight > maxInFlight) return false;
-      return undefined;
-    };
-
-    const fail = (err: unknown) => {
-      failed = true;
-      if (err instanceof DecodeError) {
-        metrics.drop('malformed');
-        metrics.close('malformed');
-        log.info(
-          { code: err.code, err: err.message, offset: err.offset, remote: socket.remoteAddress },
-          'malformed RMC frame; closing',
-        );
-      } else {
-        metrics.close('handler_error');
-        log.error({ err }, 'RMC dispatcher failed; closing the connection');
-      }
-      deframer.reset();
-      // Answers already computed still go out; then the connection ends.
-      if (writer.offset > 0) flush();
-      socket.destroySoon();
-      socket.pause();
-    };
-
-    /** Delivers `chunk` (or, without one, what the deframer holds) and decides whether to read on. */
-    const pump = (chunk: Buffer | undefined) => {
-      if (failed) return;
-      pumping = true;
-      try {
-        let more = chunk === undefined ? deframer.resume(onFrame) : deframer.push(chunk, onFrame);
-        for (;;) {
-          // Answers from sync handlers leave now, in one write with the rest of this batch's.
-          if (writer.offset > 0) flush();
-          if (more || waitingForDrain || inFlight > maxInFlight || socket.destroyed) break;
-          // Paused over the high-water mark, but the socket took everything: carry on.
-          more = deframer.resume(onFrame);
-        }
-      } catch (err) {
-        pumping = false;
-        fail(err);
-        return;
-      }
-      pumping = false;
-      if (inFlight > maxInFlight) pausedForCalls = true;
-      if (deframer.isPaused || waitingForDrain || pausedForCalls) socket.pause();
-    };
-
-    const resumeReading = () => {
-      if (pumping || failed || socket.destroyed || waitingForDrain || pausedForCalls) return;
-      if (deframer.isPaused) {
-        pump(undefined);
-        if (deframer.isPaused || waitingForDrain || pausedForCalls || failed) return;
-      }
-      socket.resume();
-    };
-
-    socket.on('data', (chunk: Buffer) => pump(chunk));
 
     const stats = (): RmcConnectionStats => ({
       id: conn.id,
       remoteAddress: conn.remoteAddress,
       remotePort: conn.remotePort,
-      queuedBytes: queued(),
-      writerCapacity: writer.buf.length,
-      bufferedInputBytes: deframer.buffered,
+      queuedBytes: c.queuedBytes,
+      writerCapacity: c.writer.buf.length,
+      bufferedInputBytes: c.bufferedBytes,
       inFlight,
-      readingPaused: deframer.isPaused || waitingForDrain || pausedForCalls,
+      readingPaused: c.readingPaused,
     });
     this.live.add(stats);
-    socket.on('close', () => {
-      this.live.delete(stats);
-      deframer.reset();
-      dispatcher.closeConnection(conn);
-    });
+
+    return {
+      onFrame(buf, start, end) {
+        metrics.received++;
+        inFlight++;
+        dispatcher.handleFrame(conn, buf, start, end);
+        // Too many calls unanswered: hold delivery until half of them are.
+        return inFlight >= maxInFlight ? false : undefined;
+      },
+      onClose: () => {
+        this.live.delete(stats);
+        dispatcher.closeConnection(conn);
+      },
+    };
   }
 }

@@ -1,13 +1,11 @@
 /**
- * The embedded account and session store: in memory, optionally persisted to one JSON file
- * (written atomically and asynchronously, at most once per `saveDelayMs`, after changes; `flush()`
- * writes at once). Enough for a revival server with a handful of users; a larger deployment
- * replaces it behind the same interface.
+ * The embedded account and session store: in memory, optionally persisted to an append-only
+ * account log (`account-log.ts`): a new account is on disk (fdatasync) before its first login
+ * is answered; changes to existing accounts (name, last login) are batched. Enough for a
+ * revival server; a larger deployment replaces it behind the same interface.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { mkdir, rename, writeFile } from 'node:fs/promises';
-import path from 'node:path';
+import { AccountLogWriter, loadAccountLog } from './account-log.js';
 import { RmcError } from './errors.js';
 
 export interface Account {
@@ -33,11 +31,14 @@ export interface MemoryStoreOptions {
    * `RendezVous::LimitExceeded`; existing accounts keep logging in.
    */
   maxAccounts?: number;
-  /** With a file: changes are written at most this often, in milliseconds (default 1000). */
+  /** With a file: changes to existing accounts are written at most this often, in ms (default 1000). */
   saveDelayMs?: number;
+  /** Most login sessions one account may hold at once (default 8); more get ConcurrentLoginDenied. 0 = no limit. */
+  maxSessionsPerAccount?: number;
 }
 
 export const DEFAULT_MAX_ACCOUNTS = 100_000;
+export const DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT = 8;
 
 export interface RmcStore {
   /**
@@ -47,27 +48,37 @@ export interface RmcStore {
   login(accountId: string, name: string): Account;
   account(accountId: string): Account | undefined;
   accountCount(): number;
+  /** May throw an RmcError (e.g. the account holds its most login sessions). */
   startSession(session: LoginSession): void;
   endSession(connectionId: number): void;
   sessions(): LoginSession[];
+  /** Resolves once every change so far is durable (absent: nothing to wait for). */
+  whenSaved?(): Promise<void>;
 }
 
 export class MemoryStore implements RmcStore {
   private readonly accounts = new Map<string, Account>();
   private readonly live = new Map<number, LoginSession>();
-  private readonly file: string | undefined;
+  private readonly perAccount = new Map<string, number>();
+  private readonly log: AccountLogWriter | undefined;
   readonly maxAccounts: number;
+  readonly maxSessionsPerAccount: number;
   private readonly saveDelayMs: number;
-  private dirty = false;
   private timer: NodeJS.Timeout | undefined = undefined;
-  private writing: Promise<void> | undefined = undefined;
 
-  /** With `file`, accounts are loaded from and saved to that JSON file. */
+  /**
+   * With `file`, accounts are loaded from and saved to that account log (a JSON file from an
+   * earlier version is converted). Throws AccountFileError when the file is not one we can read.
+   */
   constructor(file?: string, options: MemoryStoreOptions = {}) {
-    this.file = file;
     this.maxAccounts = options.maxAccounts ?? DEFAULT_MAX_ACCOUNTS;
     this.saveDelayMs = options.saveDelayMs ?? 1000;
-    if (file !== undefined) this.load(file);
+    this.maxSessionsPerAccount = options.maxSessionsPerAccount ?? DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT;
+    if (file !== undefined) {
+      const loaded = loadAccountLog(file);
+      for (const [k, v] of loaded.accounts) this.accounts.set(k, v);
+      this.log = new AccountLogWriter(file, this.accounts);
+    }
   }
 
   login(accountId: string, name: string): Account {
@@ -81,11 +92,19 @@ export class MemoryStore implements RmcStore {
         );
       a = { accountId, pid: randomBytes(16).toString('hex'), name, createdAt: now, lastLoginAt: now };
       this.accounts.set(accountId, a);
+      if (this.log !== undefined) {
+        // A new account is written at once (the caller can wait with whenSaved).
+        this.log.mark(accountId);
+        void this.log.save();
+      }
     } else {
       a.name = name;
       a.lastLoginAt = now;
+      if (this.log !== undefined) {
+        this.log.mark(accountId);
+        this.scheduleSave();
+      }
     }
-    this.scheduleSave();
     return a;
   }
 
@@ -98,71 +117,61 @@ export class MemoryStore implements RmcStore {
   }
 
   startSession(session: LoginSession): void {
+    // A second login on the same connection replaces its first session.
+    this.endSession(session.connectionId);
+    const held = this.perAccount.get(session.accountId) ?? 0;
+    if (this.maxSessionsPerAccount > 0 && held >= this.maxSessionsPerAccount)
+      throw RmcError.of(
+        'RendezVous::ConcurrentLoginDenied',
+        `an account may hold at most ${this.maxSessionsPerAccount} login sessions`,
+      );
     this.live.set(session.connectionId, session);
+    this.perAccount.set(session.accountId, (this.perAccount.get(session.accountId) ?? 0) + 1);
   }
 
   endSession(connectionId: number): void {
+    const s = this.live.get(connectionId);
+    if (s === undefined) return;
     this.live.delete(connectionId);
+    const left = (this.perAccount.get(s.accountId) ?? 1) - 1;
+    if (left <= 0) this.perAccount.delete(s.accountId);
+    else this.perAccount.set(s.accountId, left);
   }
 
   sessions(): LoginSession[] {
     return [...this.live.values()];
   }
 
-  /** Writes pending changes to the file now (and waits for a write already under way). */
+  /** Login sessions `accountId` holds now. */
+  sessionCount(accountId: string): number {
+    return this.perAccount.get(accountId) ?? 0;
+  }
+
+  whenSaved(): Promise<void> {
+    return this.log === undefined ? Promise.resolve() : this.log.save();
+  }
+
+  /** Writes pending changes to the file now, and waits until they are on disk. */
   async flush(): Promise<void> {
-    while (this.writing !== undefined) await this.writing;
     if (this.timer !== undefined) {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
-    if (this.dirty) await this.write();
+    await this.log?.save();
   }
 
-  private load(file: string): void {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch {
-      return; // no file yet
-    }
-    const parsed = JSON.parse(text) as { accounts?: Account[] };
-    for (const a of parsed.accounts ?? []) {
-      if (typeof a.accountId === 'string' && /^[0-9a-f]{32}$/.test(a.pid)) this.accounts.set(a.accountId, a);
-    }
+  /** Flushes, then closes the file. */
+  async close(): Promise<void> {
+    await this.flush();
+    await this.log?.close();
   }
 
   private scheduleSave(): void {
-    if (this.file === undefined) return;
-    this.dirty = true;
-    if (this.timer !== undefined || this.writing !== undefined) return;
+    if (this.timer !== undefined) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      if (this.dirty) void this.write();
+      void this.log?.save();
     }, this.saveDelayMs);
     this.timer.unref();
-  }
-
-  private write(): Promise<void> {
-    const file = this.file!;
-    this.dirty = false;
-    const text = `${JSON.stringify({ accounts: [...this.accounts.values()] }, null, 2)}\n`;
-    const tmp = `${file}.tmp`;
-    const p = (async () => {
-      try {
-        await mkdir(path.dirname(file), { recursive: true });
-        await writeFile(tmp, text);
-        await rename(tmp, file);
-      } catch (err) {
-        this.dirty = true;
-        process.emitWarning(`gamewire rmc: could not save accounts to ${file}: ${(err as Error).message}`);
-      } finally {
-        this.writing = undefined;
-        // Changes made while writing go out after another delay.
-        if (this.dirty && this.timer === undefined) this.scheduleSave();
-      }
-    })();
-    this.writing = p;
-    return p;
   }
 }

@@ -18,6 +18,7 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
+import type { RelayLink } from './links.js';
 import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
 
 export const CONNECTION_DATA_MAGIC = 0x47575201;
@@ -58,9 +59,11 @@ export interface Allocation {
   readonly host: Allocation | undefined;
   readonly createdAt: number;
   state: AllocationState;
-  /** Where it is bound from (state `bound`). */
+  /** Where it is bound from (state `bound`): the remote address and port of its link. */
   address: string;
   port: number;
+  /** The link it is bound through (state `bound`): UDP address, DTLS association or WebSocket. */
+  link: RelayLink | undefined;
   /** Newest nonce accepted so far (serial-number order, see `nonceIsNewer`); -1 before the first BIND. */
   nonce: number;
   /**
@@ -74,6 +77,8 @@ export interface Allocation {
   readonly peers: Set<Allocation>;
   /** Set once a join code has been issued for this (host) allocation. */
   joinCode: string | undefined;
+  /** Who asked for it (the API client's address), for the per-address cap; '' when unknown. */
+  readonly owner: string;
 }
 
 export interface JoinCode {
@@ -153,6 +158,8 @@ export class AllocationStore {
   private readonly secret: Buffer;
   private readonly bySlot = new Map<number, Allocation>();
   private readonly joinCodes = new Map<string, JoinCode>();
+  /** Live allocations per owner (only owners with at least one). */
+  private readonly byOwner = new Map<string, number>();
 
   constructor(options: StoreOptions = {}) {
     this.idleTimeoutMs = options.idleTimeoutMs ?? 10_000;
@@ -175,16 +182,21 @@ export class AllocationStore {
     for (const a of this.bySlot.values()) if (a.state !== 'expired') yield a;
   }
 
-  /** Creates a host allocation (POST /v1/allocate). */
-  allocateHost(maxConnections: number, region: string): Allocation {
-    return this.create('host', maxConnections, region, undefined);
+  /** Creates a host allocation (POST /v1/allocate) for `owner` (the API client's address). */
+  allocateHost(maxConnections: number, region: string, owner = ''): Allocation {
+    return this.create('host', maxConnections, region, undefined, owner);
   }
 
   /** Creates a client allocation from a join code (POST /v1/join), or undefined if the code is not valid. */
-  join(code: string): Allocation | undefined {
+  join(code: string, owner = ''): Allocation | undefined {
     const jc = this.lookupJoinCode(code);
     if (jc === undefined) return undefined;
-    return this.create('client', 1, jc.host.region, jc.host);
+    return this.create('client', 1, jc.host.region, jc.host, owner);
+  }
+
+  /** Live allocations created for `owner`. */
+  liveOf(owner: string): number {
+    return this.byOwner.get(owner) ?? 0;
   }
 
   /** Issues (or returns the existing) join code of a live host allocation. */
@@ -254,13 +266,20 @@ export class AllocationStore {
     return buf.subarray(offset + 4, offset + 4 + ALLOCATION_ID_LENGTH);
   }
 
-  /** Records a successful BIND from `address:port`. */
-  bind(a: Allocation, address: string, port: number, nonce: number): void {
+  /** Records a successful BIND from `address:port` (through `link`). */
+  bind(a: Allocation, address: string, port: number, nonce: number, link?: RelayLink): void {
     if (a.state !== 'bound') {
       a.state = 'bound';
     }
     a.address = address;
     a.port = port;
+    if (a.link !== link) {
+      const old = a.link;
+      a.link = link;
+      link?.bound();
+      // Re-homed to another link: the old one no longer carries this binding.
+      if (old !== undefined && old !== link) old.unbound();
+    }
     if (nonceIsNewer(nonce, a.nonce)) a.nonce = nonce;
     a.lastSeen = this.now();
   }
@@ -276,8 +295,16 @@ export class AllocationStore {
     a.state = 'allocated';
     a.address = '';
     a.port = 0;
+    this.releaseLink(a);
     a.lastSeen = this.now();
     return peers;
+  }
+
+  /** Forgets the binding's link and tells it (a DTLS association then closes: its lifetime is the binding's). */
+  private releaseLink(a: Allocation): void {
+    const link = a.link;
+    a.link = undefined;
+    link?.unbound();
   }
 
   /** Links a client to a host (after ACCEPTED). */
@@ -296,6 +323,12 @@ export class AllocationStore {
     const peers = [...a.peers];
     for (const p of peers) this.unlink(a, p);
     a.state = 'expired';
+    this.releaseLink(a);
+    if (a.owner !== '') {
+      const n = (this.byOwner.get(a.owner) ?? 1) - 1;
+      if (n <= 0) this.byOwner.delete(a.owner);
+      else this.byOwner.set(a.owner, n);
+    }
     a.expiredAt = this.now();
     if (a.joinCode !== undefined) this.joinCodes.delete(a.joinCode);
     return peers;
@@ -334,6 +367,7 @@ export class AllocationStore {
     maxConnections: number,
     region: string,
     host: Allocation | undefined,
+    owner: string,
   ): Allocation {
     if (this.bySlot.size >= this.maxAllocations) {
       // Make room from tombstones before refusing.
@@ -380,13 +414,16 @@ export class AllocationStore {
       state: 'allocated',
       address: '',
       port: 0,
+      link: undefined,
       nonce: -1,
       lastSeen: now,
       expiredAt: 0,
       peers: new Set(),
       joinCode: undefined,
+      owner,
     };
     this.bySlot.set(slot, a);
+    if (owner !== '') this.byOwner.set(owner, (this.byOwner.get(owner) ?? 0) + 1);
     return a;
   }
 }

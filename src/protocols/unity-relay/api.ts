@@ -7,19 +7,106 @@ import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { type FastifyInstance, type FastifyReply, type FastifyRequest, fastify } from 'fastify';
 import type { Logger } from 'pino';
 import { type Allocation, type AllocationStore, StoreFullError } from './allocations.js';
+import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
+
+/** One `serverEndpoints` entry, as the Relay SDK parses it. */
+export interface ServerEndpointJson {
+  connectionType: string;
+  network: string;
+  reliable: boolean;
+  secure: boolean;
+  host: string;
+  port: number;
+}
+
+/**
+ * The endpoint entry of each transport. UTP switches (D)TLS on from `secure`, not from the type
+ * string, so `dtls` and `wss` must say `secure: true`, `udp` and `ws` `secure: false`.
+ */
+export function serverEndpoint(
+  connectionType: 'udp' | 'dtls' | 'ws' | 'wss',
+  host: string,
+  port: number,
+): ServerEndpointJson {
+  const tcp = connectionType === 'ws' || connectionType === 'wss';
+  return {
+    connectionType,
+    network: tcp ? 'tcp' : 'udp',
+    reliable: tcp,
+    secure: connectionType === 'dtls' || connectionType === 'wss',
+    host,
+    port,
+  };
+}
+
+export interface ApiLimitOptions {
+  /** Requests per minute per client address and route template; 0 turns it off. Default 120 (burst the same). */
+  rateLimitPerMinute?: number;
+  /** Allocations (allocate + join) per minute per client address. Default 120 (burst 20). */
+  allocationsPerMinutePerAddress?: number;
+  /** Live allocations one client address may hold. Default 100. */
+  maxAllocationsPerAddress?: number;
+  /** Allocations per second from everyone together. Default 50 (burst 100). */
+  globalAllocationsPerSecond?: number;
+  /** Requests with a wrong API key per minute per address before the address is refused outright. Default 10. */
+  authFailuresPerMinute?: number;
+  /** Longest request URL (bytes); longer gets 414 before anything else runs. Default 1024. */
+  maxUrlLength?: number;
+  /** Most keys each limiter table remembers (least recently used evicted, never a global clear). Default 100 000. */
+  limiterKeys?: number;
+}
+
+/** The API's limiter tables, exposed for tests and metrics. */
+export class ApiLimits {
+  readonly perMinute: number;
+  readonly maxAllocationsPerAddress: number;
+  readonly maxUrlLength: number;
+  /** Requests, keyed by address and route template (never the raw URL). */
+  readonly requests: TokenBuckets;
+  /** Allocations per address. */
+  readonly allocations: TokenBuckets;
+  /** Allocations from everyone (one key). */
+  readonly global: TokenBuckets;
+  /** Wrong API keys per address. */
+  readonly authFailures: TokenBuckets;
+
+  constructor(o: ApiLimitOptions = {}) {
+    const keys = o.limiterKeys ?? DEFAULT_LIMITER_KEYS;
+    this.perMinute = o.rateLimitPerMinute ?? 120;
+    this.maxAllocationsPerAddress = o.maxAllocationsPerAddress ?? 100;
+    this.maxUrlLength = o.maxUrlLength ?? 1024;
+    this.requests = new TokenBuckets(this.perMinute / 60, Math.max(1, this.perMinute), keys);
+    const allocs = o.allocationsPerMinutePerAddress ?? 120;
+    this.allocations = new TokenBuckets(allocs / 60, Math.max(1, Math.min(20, allocs)), keys);
+    const global = o.globalAllocationsPerSecond ?? 50;
+    this.global = new TokenBuckets(global, Math.max(1, global * 2), 1);
+    const auth = o.authFailuresPerMinute ?? 10;
+    this.authFailures = new TokenBuckets(auth / 60, Math.max(1, auth), keys);
+  }
+
+  prune(now: number): void {
+    this.requests.prune(now);
+    this.allocations.prune(now);
+    this.authFailures.prune(now);
+  }
+}
 
 export interface ApiOptions {
-  /** Host name or address written into allocations (`relayServer`, `serverEndpoints`). */
+  /** Host name or address written into allocations (`relayServer`). */
   publicHost: string;
   /** The relay's UDP port, as written into allocations. */
   relayPort: number;
+  /** `serverEndpoints` of every allocation. Default: the UDP one only. */
+  endpoints?: ServerEndpointJson[];
+  /** Limiter tables (shared with the caller for metrics and tests). Default: `new ApiLimits()`. */
+  limits?: ApiLimits;
   /** When set, every request needs `Authorization: Bearer <apiKey>`. */
   apiKey?: string | undefined;
   /** Most players per host allocation (`maxConnections`). Default 150. */
   maxConnectionsLimit?: number;
-  /** Requests per minute per client address, per endpoint; 0 turns it off. Default 120. */
-  rateLimitPerMinute?: number;
   log?: Logger;
+  /** Clock for the limiters. Default `store.now`. */
+  now?: () => number;
 }
 
 /** The JSON an allocation travels as (Relay SDK `Allocation`; `JoinAllocation` adds `hostConnectionData`). */
@@ -30,18 +117,16 @@ export interface AllocationJson {
   key: string;
   region: string;
   relayServer: { ipV4: string; port: number };
-  serverEndpoints: {
-    connectionType: string;
-    network: string;
-    reliable: boolean;
-    secure: boolean;
-    host: string;
-    port: number;
-  }[];
+  serverEndpoints: ServerEndpointJson[];
   hostConnectionData?: string;
 }
 
-export function allocationJson(a: Allocation, publicHost: string, relayPort: number): AllocationJson {
+export function allocationJson(
+  a: Allocation,
+  publicHost: string,
+  relayPort: number,
+  endpoints: ServerEndpointJson[] = [serverEndpoint('udp', publicHost, relayPort)],
+): AllocationJson {
   const out: AllocationJson = {
     allocationId: a.guid,
     allocationIdBytes: a.id.toString('base64'),
@@ -49,16 +134,7 @@ export function allocationJson(a: Allocation, publicHost: string, relayPort: num
     key: a.key.toString('base64'),
     region: a.region,
     relayServer: { ipV4: publicHost, port: relayPort },
-    serverEndpoints: [
-      {
-        connectionType: 'udp',
-        network: 'udp',
-        reliable: false,
-        secure: false,
-        host: publicHost,
-        port: relayPort,
-      },
-    ],
+    serverEndpoints: endpoints.map((e) => ({ ...e })),
   };
   if (a.host !== undefined) out.hostConnectionData = a.host.connectionData.toString('base64');
   return out;
@@ -83,6 +159,7 @@ const TITLES: Record<number, string> = {
   401: 'Unauthorized',
   404: 'Not Found',
   405: 'Method Not Allowed',
+  414: 'URI Too Long',
   413: 'Payload Too Large',
   415: 'Unsupported Media Type',
   429: 'Too Many Requests',
@@ -120,33 +197,66 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
   // Requests are not logged one by one; failures go to `options.log` from the error handler.
   const app = fastify({ logger: false, bodyLimit: 16 * 1024 });
   const maxPlayers = options.maxConnectionsLimit ?? 150;
-  const perMinute = options.rateLimitPerMinute ?? 120;
-  const windows = new Map<string, { start: number; count: number }>();
+  const limits = options.limits ?? new ApiLimits();
+  const now = options.now ?? store.now;
   const expectedAuth = options.apiKey === undefined ? undefined : Buffer.from(`Bearer ${options.apiKey}`);
+  const pruneTimer = setInterval(() => limits.prune(now()), 10_000);
+  pruneTimer.unref();
+  app.addHook('onClose', async () => clearInterval(pruneTimer));
 
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
+    // Cheap refusals first: nothing below looks at a long URL.
+    if (req.url.length > limits.maxUrlLength) {
+      reply.header('connection', 'close');
+      return sendError(reply, 414, `request URLs are limited to ${limits.maxUrlLength} bytes`);
+    }
+    const ip = req.ip;
     if (expectedAuth !== undefined) {
+      const t = now();
+      // An address that keeps presenting wrong keys is refused without comparing anything.
+      const wait = limits.authFailures.waitSeconds(ip, t);
+      if (wait > 0) {
+        reply.header('retry-after', String(wait));
+        return sendError(reply, 429, 'too many requests with a wrong API key');
+      }
       const got = Buffer.from(req.headers.authorization ?? '');
       if (got.length !== expectedAuth.length || !timingSafeEqual(got, expectedAuth)) {
+        limits.authFailures.take(ip, t);
         return sendError(reply, 401, 'a valid "Authorization: Bearer <api key>" header is required');
       }
     }
-    if (perMinute > 0) {
-      const now = Date.now();
-      const key = `${req.ip}|${req.routeOptions.url ?? req.url}`;
-      let w = windows.get(key);
-      if (w === undefined || now - w.start >= 60_000) {
-        if (windows.size > 50_000) windows.clear();
-        w = { start: now, count: 0 };
-        windows.set(key, w);
-      }
-      if (++w.count > perMinute) {
-        reply.header('retry-after', String(Math.ceil((w.start + 60_000 - now) / 1000)));
-        return sendError(reply, 429, `more than ${perMinute} requests per minute`);
+    if (limits.perMinute > 0) {
+      // Keyed by route template: every unknown URL of one address shares one bucket.
+      const key = `${ip}|${req.method} ${req.routeOptions.url ?? '(no route)'}`;
+      const t = now();
+      if (!limits.requests.take(key, t)) {
+        reply.header('retry-after', String(Math.max(1, limits.requests.waitSeconds(key, t))));
+        return sendError(reply, 429, `more than ${limits.perMinute} requests per minute`);
       }
     }
     return undefined;
   });
+
+  /** Allocation admission: per-address live cap, per-address rate, global rate. */
+  const admitAllocation = (req: FastifyRequest, reply: FastifyReply): void => {
+    const ip = req.ip;
+    if (store.liveOf(ip) >= limits.maxAllocationsPerAddress) {
+      throw new ApiError(
+        429,
+        'Too Many Requests',
+        `at most ${limits.maxAllocationsPerAddress} live allocations per client address`,
+      );
+    }
+    const t = now();
+    if (!limits.allocations.take(ip, t)) {
+      reply.header('retry-after', String(Math.max(1, limits.allocations.waitSeconds(ip, t))));
+      throw new ApiError(429, 'Too Many Requests', 'too many allocations from this address');
+    }
+    if (!limits.global.take('all', t)) {
+      reply.header('retry-after', String(Math.max(1, limits.global.waitSeconds('all', t))));
+      throw new ApiError(503, 'Service Unavailable', 'the relay is allocating at its limit; retry shortly');
+    }
+  };
 
   app.setErrorHandler((err: Error & { validation?: unknown; statusCode?: number }, _req, reply) => {
     if (err instanceof ApiError) return sendError(reply, err.status, err.message, err.details);
@@ -159,7 +269,8 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
   });
   app.setNotFoundHandler((req, reply) => sendError(reply, 404, `no route ${req.method} ${req.url}`));
 
-  const respond = (a: Allocation) => allocationJson(a, options.publicHost, options.relayPort);
+  const endpoints = options.endpoints ?? [serverEndpoint('udp', options.publicHost, options.relayPort)];
+  const respond = (a: Allocation) => allocationJson(a, options.publicHost, options.relayPort, endpoints);
 
   app.post<{ Body: { maxConnections: number; region?: string } }>(
     '/v1/allocate',
@@ -184,7 +295,8 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
           { key: 'region', value: region },
         ]);
       }
-      const a = store.allocateHost(req.body.maxConnections, region);
+      admitAllocation(req, reply);
+      const a = store.allocateHost(req.body.maxConnections, region, req.ip);
       return { meta: meta(reply, 201), links: {}, data: { allocation: respond(a) } };
     },
   );
@@ -222,7 +334,10 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
       },
     },
     async (req, reply) => {
-      const a = store.join(req.body.joinCode);
+      if (store.lookupJoinCode(req.body.joinCode) === undefined)
+        throw new ApiError(404, 'Not Found', 'join code not found or expired');
+      admitAllocation(req, reply);
+      const a = store.join(req.body.joinCode, req.ip);
       if (a === undefined) throw new ApiError(404, 'Not Found', 'join code not found or expired');
       return { meta: meta(reply, 200), data: { allocation: respond(a) } };
     },

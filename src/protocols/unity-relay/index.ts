@@ -1,6 +1,7 @@
 /**
  * Unity Relay (`unity-relay`): a self-hosted relay that stock Unity Transport clients bind to,
- * its allocation API, a client library and a chat demo. Spec: ../shared/specs/unity-relay.md.
+ * its allocation API, a client library and a chat demo, over UDP, DTLS, WebSocket and secure
+ * WebSocket. See docs/unity-relay.md.
  */
 import type { ProtocolModule } from '../../core/protocol.js';
 import { registerCommands } from './cli.js';
@@ -11,6 +12,8 @@ export * from './allocations.js';
 export * from './api.js';
 export * from './client.js';
 export * from './codec.js';
+export * from './limits.js';
+export * from './links.js';
 export * from './messages.js';
 export * from './relay.js';
 export * from './server.js';

@@ -1,6 +1,6 @@
 /**
  * The Unity Relay message protocol, declared once, as the Unity Transport (UTP) client writes it
- * (../shared/specs/unity-relay.md §1). Every message starts with the 4-byte header
+ * (com.unity.transport, Runtime/Relay/Messages). Every message starts with the 4-byte header
  * `DA 72 | version 0 | type`. Byte order is per field: the BIND nonce and the PING sequence
  * number are little-endian (UTP copies host-order ushorts), only the RELAY data length is
  * big-endian (UTP byte-swaps it explicitly). Allocation ids, connection data and the HMAC are

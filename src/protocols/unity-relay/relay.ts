@@ -1,6 +1,8 @@
 /**
- * The UDP relay: the message handlers of spec §8, on one socket. Replies always leave from the
- * socket the request arrived on. Every datagram is counted; anything that is not acted on is
+ * The relay: the message handlers of the Unity Relay protocol, for every transport. A message
+ * arrives from a `RelayLink` (links.ts): a UDP source, a DTLS association or a WebSocket; replies
+ * go back on that link (for UDP: from the socket the request arrived on), and RELAY goes out on
+ * the recipient's link, whatever transport it uses. Every datagram is counted; anything that is not acted on is
  * dropped with a reason (`metrics.drop`). Nothing a datagram contains can throw out of here.
  *
  * Hot path (RELAY, PING): no decoding into objects, no copies. The sender is found from the
@@ -13,6 +15,15 @@ import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { WireReader } from '../../wire/reader.js';
 import { type Allocation, type AllocationStore, nonceIsNewer } from './allocations.js';
+import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
+import {
+  DEFAULT_MAX_TO_DTLS,
+  DEFAULT_MAX_TO_WS,
+  type RelayLink,
+  sameLink,
+  UdpLink,
+  UdpSource,
+} from './links.js';
 import {
   BIND_LENGTH,
   BIND_RECEIVED_BYTES,
@@ -31,97 +42,53 @@ import {
 } from './messages.js';
 
 export interface RelayOptions {
-  /** Largest datagram accepted, in bytes of UDP payload. Default 1472 (a 1500-byte MTU). */
+  /** Largest message accepted, in bytes of UDP payload (or WebSocket/DTLS plaintext). Default 1472 (a 1500-byte MTU). */
   maxDatagramBytes?: number;
-  /** ERROR replies allowed per source address and port, per second. Default 5. */
+  /** ERROR replies allowed per source IP address (all its ports together), per second. Default 5. */
   errorRatePerSecond?: number;
-  /** Burst of ERROR replies allowed per source. Default 10. */
+  /** Burst of ERROR replies allowed per source IP. Default 10. */
   errorBurst?: number;
-  /** Most sources the ERROR rate limiter remembers; the least recently used is evicted. Default 100 000. */
+  /** Most sources each rate limiter remembers; the least recently used is evicted. Default 100 000. */
   errorSources?: number;
+  /**
+   * BIND and CONNECT_REQUEST messages (each costs an HMAC) accepted per source IP per second,
+   * checked before any HMAC is computed. Default 50.
+   */
+  hmacRatePerSecond?: number;
+  /** Burst of BIND/CONNECT_REQUEST per source IP. Default 100. */
+  hmacBurst?: number;
+  /** Largest relay message forwarded to a DTLS recipient (UTP drops bigger datagrams). Default 1363. */
+  maxMessageToDtls?: number;
+  /** Largest relay message forwarded to a WebSocket recipient (UTP aborts on bigger frames). Default 1386. */
+  maxMessageToWs?: number;
   /** How often idle allocations are swept. Default: a quarter of the shortest timeout, ≤ 1 s. */
   sweepIntervalMs?: number;
 }
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
+/** Default most sources the rate limiters remember. */
+export const DEFAULT_ERROR_SOURCES = DEFAULT_LIMITER_KEYS;
 
-/** Default most sources the ERROR rate limiter remembers. */
-export const DEFAULT_ERROR_SOURCES = 100_000;
-
-/**
- * Token bucket per source address and port, for ERROR replies. Bounded: at most `maxSources`
- * buckets. The Map is kept in least-recently-used order (a bucket is re-inserted when used), so
- * when it is full a new source evicts the oldest bucket in O(1), and `prune` walks only the
- * buckets it removes. An evicted source simply starts again with a full bucket.
- */
-export class ErrorRateLimiter {
-  private readonly buckets = new Map<string, Bucket>();
-  private readonly rate: number;
-  private readonly burst: number;
-  private readonly maxSources: number;
-  /** A bucket untouched this long has refilled completely (behaves exactly like a new one). */
-  private readonly refillMs: number;
-
-  constructor(ratePerSecond: number, burst: number, maxSources = DEFAULT_ERROR_SOURCES) {
-    this.rate = ratePerSecond / 1000;
-    this.burst = burst;
-    this.maxSources = Math.max(1, Math.floor(maxSources));
-    this.refillMs = this.rate > 0 ? burst / this.rate : Number.POSITIVE_INFINITY;
-  }
-
-  /** Sources currently remembered. */
-  get size(): number {
-    return this.buckets.size;
-  }
-
-  take(address: string, port: number, now: number): boolean {
-    const key = `${address}|${port}`;
-    let b = this.buckets.get(key);
-    if (b === undefined) {
-      if (this.buckets.size >= this.maxSources) {
-        // Full: evict the least recently used source (first in insertion order). O(1).
-        const oldest = this.buckets.keys().next();
-        if (oldest.done !== true) this.buckets.delete(oldest.value);
-      }
-      b = { tokens: this.burst, at: now };
-      this.buckets.set(key, b);
-    } else {
-      b.tokens = Math.min(this.burst, b.tokens + (now - b.at) * this.rate);
-      b.at = now;
-      // Move to the end: the Map stays in least-recently-used order.
-      this.buckets.delete(key);
-      this.buckets.set(key, b);
-    }
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
-  }
-
-  /**
-   * Forgets buckets that have surely refilled (untouched for `burst / rate`). Buckets are in
-   * order of last use, so this stops at the first recent one: the cost is the number removed + 1.
-   * The relay calls it once per sweep interval.
-   */
-  prune(now: number): void {
-    for (const [k, b] of this.buckets) {
-      if (now - b.at < this.refillMs) break;
-      this.buckets.delete(k);
-    }
-  }
+/** Whether the 16 bytes at `msg[offset]` are `id`. */
+function idAt(msg: Buffer, offset: number, id: Buffer): boolean {
+  return msg.length >= offset + 16 && msg.compare(id, 0, 16, offset, offset + 16) === 0;
 }
 
 export class RelayServer {
   readonly socket: dgram.Socket;
   readonly store: AllocationStore;
+  readonly maxMessageToDtls: number;
+  readonly maxMessageToWs: number;
+  readonly maxDatagram: number;
   private readonly metrics: ProtocolMetrics;
   private readonly log: Logger;
-  private readonly maxDatagram: number;
-  private readonly limiter: ErrorRateLimiter;
+  /** ERROR replies per source IP. */
+  private readonly errorLimiter: TokenBuckets;
+  /** BIND / CONNECT_REQUEST (HMAC work) per source IP. */
+  private readonly hmacLimiter: TokenBuckets;
   private readonly reader = new WireReader();
   private readonly sweepTimer: NodeJS.Timeout;
+  /** The source of the UDP datagram being handled (reused; see links.ts). */
+  private readonly udpSource: UdpSource;
 
   constructor(
     socket: dgram.Socket,
@@ -135,11 +102,12 @@ export class RelayServer {
     this.metrics = metrics;
     this.log = log;
     this.maxDatagram = options.maxDatagramBytes ?? 1472;
-    this.limiter = new ErrorRateLimiter(
-      options.errorRatePerSecond ?? 5,
-      options.errorBurst ?? 10,
-      options.errorSources ?? DEFAULT_ERROR_SOURCES,
-    );
+    this.maxMessageToDtls = options.maxMessageToDtls ?? DEFAULT_MAX_TO_DTLS;
+    this.maxMessageToWs = options.maxMessageToWs ?? DEFAULT_MAX_TO_WS;
+    const sources = options.errorSources ?? DEFAULT_ERROR_SOURCES;
+    this.errorLimiter = new TokenBuckets(options.errorRatePerSecond ?? 5, options.errorBurst ?? 10, sources);
+    this.hmacLimiter = new TokenBuckets(options.hmacRatePerSecond ?? 50, options.hmacBurst ?? 100, sources);
+    this.udpSource = new UdpSource(socket, this.maxDatagram);
     const shortest = Math.min(store.idleTimeoutMs, store.hostAloneTimeoutMs, store.bindTimeoutMs);
     const every = options.sweepIntervalMs ?? Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
     this.sweepTimer = setInterval(() => this.sweep(), every);
@@ -164,8 +132,29 @@ export class RelayServer {
     }
   };
 
-  /** Dispatches one datagram. Public for tests and embedders that own the socket loop. */
+  /** Handles one UDP datagram from `address:port`. Public for tests and embedders that own the socket loop. */
   handle(msg: Buffer, address: string, port: number): void {
+    const src = this.udpSource;
+    src.address = address;
+    src.port = port;
+    this.dispatch(msg, src);
+  }
+
+  /**
+   * Handles one relay message that arrived on a connection-like link (a DTLS association, a
+   * WebSocket). Never throws; counts the message.
+   */
+  handleFrom(msg: Buffer, link: RelayLink): void {
+    this.metrics.received++;
+    try {
+      this.dispatch(msg, link);
+    } catch (err) {
+      this.metrics.drop('internal_error');
+      this.log.error({ err }, 'relay handler failed');
+    }
+  }
+
+  private dispatch(msg: Buffer, src: RelayLink): void {
     const len = msg.length;
     if (len > this.maxDatagram) {
       this.metrics.drop('too_large');
@@ -181,22 +170,22 @@ export class RelayServer {
     }
     switch (msg[3]) {
       case MessageType.RELAY:
-        this.onRelay(msg, address, port);
+        this.onRelay(msg, src);
         return;
       case MessageType.PING:
-        this.onPing(msg, address, port);
+        this.onPing(msg, src);
         return;
       case MessageType.BIND:
-        this.onBind(msg, address, port);
+        this.onBind(msg, src);
         return;
       case MessageType.CONNECT_REQUEST:
-        this.onConnectRequest(msg, address, port);
+        this.onConnectRequest(msg, src);
         return;
       case MessageType.DISCONNECT:
-        this.onDisconnect(msg, address, port);
+        this.onDisconnect(msg, src);
         return;
       case MessageType.CLOSE:
-        this.onClose(msg, address, port);
+        this.onClose(msg, src);
         return;
       default: {
         // Server-to-client types (BIND_RECEIVED, ACCEPTED, REJECTED, ERROR) and unknown codes.
@@ -207,18 +196,23 @@ export class RelayServer {
   }
 
   /**
-   * The live allocation whose id is at `msg[offset]`, if it is bound from `address:port`.
+   * The live allocation whose id is at `msg[offset]`, if it is bound through `src`.
    * Otherwise: a live allocation bound elsewhere (or not bound yet) gets ERROR 3, an unknown or
    * expired one is dropped without a reply (as the real relay does: UTP re-binds on silence).
+   * A link that authenticated as one allocation (DTLS) may speak only for that one.
    */
-  private sender(msg: Buffer, offset: number, address: string, port: number): Allocation | undefined {
+  private sender(msg: Buffer, offset: number, src: RelayLink): Allocation | undefined {
+    if (src.identity !== undefined && !idAt(msg, offset, src.identity)) {
+      this.metrics.drop('identity_mismatch');
+      return undefined;
+    }
     const a = this.store.find(msg, offset);
     if (a === undefined || a.state === 'expired') {
       this.metrics.drop('unknown_allocation');
       return undefined;
     }
-    if (a.state !== 'bound' || a.port !== port || a.address !== address) {
-      this.sendError(a.id, RelayErrorCode.CLIENT_PLAYER_MISMATCH, address, port, msg.length);
+    if (a.state !== 'bound' || !sameLink(a.link, src)) {
+      this.sendError(a.id, RelayErrorCode.CLIENT_PLAYER_MISMATCH, src, msg.length);
       this.metrics.drop('not_bound_from_address');
       return undefined;
     }
@@ -226,7 +220,7 @@ export class RelayServer {
     return a;
   }
 
-  private onRelay(msg: Buffer, address: string, port: number): void {
+  private onRelay(msg: Buffer, src: RelayLink): void {
     if (msg.length < RELAY_HEADER_LENGTH) {
       this.metrics.drop('bad_length');
       return;
@@ -236,48 +230,77 @@ export class RelayServer {
       this.metrics.drop('bad_length');
       return;
     }
-    const from = this.sender(msg, 4, address, port);
+    const from = this.sender(msg, 4, src);
     if (from === undefined) return;
     const to = this.store.find(msg, 20);
     if (to === undefined || !from.peers.has(to)) {
-      this.sendError(from.id, RelayErrorCode.NOT_CONNECTED, address, port, msg.length);
+      this.sendError(from.id, RelayErrorCode.NOT_CONNECTED, src, msg.length);
       this.metrics.drop('not_connected');
       return;
     }
-    if (to.state !== 'bound') {
+    const link = to.link;
+    if (to.state !== 'bound' || link === undefined) {
       this.metrics.drop('peer_not_bound');
       return;
     }
-    this.socket.send(msg, to.port, to.address);
+    this.forward(msg, link);
+  }
+
+  /**
+   * Sends a message on to a recipient's link, within that recipient's size limit. UDP to UDP is
+   * the single `socket.send` of `UdpLink.send`.
+   */
+  private forward(msg: Buffer, link: RelayLink): void {
+    if (msg.length > link.maxMessage) {
+      this.metrics.drop(`too_large_for_${link.transport}`);
+      return;
+    }
+    if (!link.open) {
+      this.metrics.drop('peer_link_closed');
+      return;
+    }
+    link.send(msg);
     this.metrics.sent++;
   }
 
-  private onPing(msg: Buffer, address: string, port: number): void {
+  private onPing(msg: Buffer, src: RelayLink): void {
     if (msg.length !== PING_LENGTH) {
       this.metrics.drop('bad_length');
       return;
     }
-    if (this.sender(msg, 4, address, port) === undefined) return;
+    if (this.sender(msg, 4, src) === undefined) return;
     // Echo as received: UTP only needs some valid message back to stay "alive".
-    this.socket.send(msg, port, address);
+    src.send(msg);
     this.metrics.sent++;
   }
 
-  private onBind(msg: Buffer, address: string, port: number): void {
+  /** Per-source budget for messages that cost an HMAC; checked before computing any. */
+  private hmacAllowed(src: RelayLink): boolean {
+    if (this.hmacLimiter.take(src.address, this.store.now())) return true;
+    this.metrics.drop('hmac_rate_limited');
+    return false;
+  }
+
+  private onBind(msg: Buffer, src: RelayLink): void {
     if (msg.length !== BIND_LENGTH) {
       this.metrics.drop('bad_length');
       return;
     }
+    if (!this.hmacAllowed(src)) return;
     const bind = BindMsg.read(this.reader.reset(msg, 4));
     const id = this.store.verifyConnectionData(msg, 8); // bind.connectionData, in place
     if (id === undefined) {
       this.metrics.drop('unknown_connection_data');
       return;
     }
+    if (src.identity !== undefined && !id.equals(src.identity)) {
+      this.metrics.drop('identity_mismatch');
+      return;
+    }
     const a = this.store.find(id, 0);
     if (a === undefined) {
       // Connection data we issued, for an allocation long forgotten.
-      this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, address, port, msg.length);
+      this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('allocation_not_found');
       return;
     }
@@ -287,11 +310,11 @@ export class RelayServer {
       return;
     }
     if (a.state === 'expired') {
-      this.sendError(a.id, RelayErrorCode.ALLOCATION_NOT_FOUND, address, port, msg.length);
+      this.sendError(a.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('allocation_expired');
       return;
     }
-    const sameAddress = a.state === 'bound' && a.port === port && a.address === address;
+    const sameAddress = a.state === 'bound' && sameLink(a.link, src);
     // A new address (or no binding at all, e.g. after CLOSE) needs a newer nonce, wrap-aware.
     if (!sameAddress && !nonceIsNewer(bind.nonce, a.nonce)) {
       this.metrics.drop('stale_nonce');
@@ -299,27 +322,35 @@ export class RelayServer {
     }
     if (a.state !== 'bound') this.metrics.open++;
     else if (!sameAddress) this.metrics.count('rebind_new_address');
-    this.store.bind(a, address, port, bind.nonce);
-    this.socket.send(BIND_RECEIVED_BYTES, port, address);
+    // The reused UDP source is never stored: a binding to a new UDP address gets its own link.
+    const link =
+      src !== this.udpSource
+        ? src
+        : sameAddress && a.link !== undefined
+          ? a.link
+          : new UdpLink(this.socket, src.address, src.port, this.maxDatagram);
+    this.store.bind(a, src.address, src.port, bind.nonce, link);
+    src.send(BIND_RECEIVED_BYTES);
     this.metrics.sent++;
   }
 
-  private onConnectRequest(msg: Buffer, address: string, port: number): void {
+  private onConnectRequest(msg: Buffer, src: RelayLink): void {
     if (msg.length !== CONNECT_REQUEST_LENGTH) {
       this.metrics.drop('bad_length');
       return;
     }
-    const requester = this.sender(msg, 4, address, port);
+    const requester = this.sender(msg, 4, src);
     if (requester === undefined) return;
+    if (!this.hmacAllowed(src)) return;
     const targetId = this.store.verifyConnectionData(msg, 21);
     const target = targetId === undefined ? undefined : this.store.find(targetId, 0);
     if (target === undefined || target.state === 'expired') {
-      this.sendError(requester.id, RelayErrorCode.ALLOCATION_NOT_FOUND, address, port, msg.length);
+      this.sendError(requester.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('target_not_found');
       return;
     }
     if (target === requester) {
-      this.sendError(requester.id, RelayErrorCode.SELF_CONNECT_NOT_ALLOWED, address, port, msg.length);
+      this.sendError(requester.id, RelayErrorCode.SELF_CONNECT_NOT_ALLOWED, src, msg.length);
       this.metrics.drop('self_connect');
       return;
     }
@@ -330,7 +361,7 @@ export class RelayServer {
     const ids = { fromAllocationId: target.id, toAllocationId: requester.id };
     if (!target.peers.has(requester)) {
       if (target.peers.size >= target.maxConnections) {
-        this.reply(encodeMessage({ type: 'REJECTED', ...ids }), address, port, msg.length);
+        this.reply(encodeMessage({ type: 'REJECTED', ...ids }), src, msg.length);
         this.metrics.count('rejected_full');
         return;
       }
@@ -338,15 +369,15 @@ export class RelayServer {
       this.metrics.count('connections');
     }
     // Again on every retry: the client resends CONNECT_REQUEST until it sees ACCEPTED.
-    this.reply(encodeMessage({ type: 'ACCEPTED', ...ids }), address, port, msg.length);
+    this.reply(encodeMessage({ type: 'ACCEPTED', ...ids }), src, msg.length);
   }
 
-  private onDisconnect(msg: Buffer, address: string, port: number): void {
+  private onDisconnect(msg: Buffer, src: RelayLink): void {
     if (msg.length !== DISCONNECT_LENGTH) {
       this.metrics.drop('bad_length');
       return;
     }
-    const from = this.sender(msg, 4, address, port);
+    const from = this.sender(msg, 4, src);
     if (from === undefined) return;
     const to = this.store.find(msg, 20);
     if (to === undefined || !from.peers.has(to)) {
@@ -355,18 +386,15 @@ export class RelayServer {
     }
     this.store.unlink(from, to);
     this.metrics.count('disconnects');
-    if (to.state === 'bound') {
-      this.socket.send(msg, to.port, to.address);
-      this.metrics.sent++;
-    }
+    if (to.state === 'bound' && to.link !== undefined) this.forward(msg, to.link);
   }
 
-  private onClose(msg: Buffer, address: string, port: number): void {
+  private onClose(msg: Buffer, src: RelayLink): void {
     if (msg.length !== CLOSE_LENGTH) {
       this.metrics.drop('bad_length');
       return;
     }
-    const a = this.sender(msg, 4, address, port);
+    const a = this.sender(msg, 4, src);
     if (a === undefined) return;
     // CLOSE unbinds: the address and the links go, the allocation stays (a later BIND binds it again).
     this.end(a, this.store.unbind(a), true, 'close');
@@ -375,7 +403,9 @@ export class RelayServer {
   private sweep(): void {
     try {
       this.store.sweep((a, peers, wasBound) => this.end(a, peers, wasBound, 'idle_timeout'));
-      this.limiter.prune(this.store.now());
+      const now = this.store.now();
+      this.errorLimiter.prune(now);
+      this.hmacLimiter.prune(now);
     } catch (err) {
       this.log.error({ err }, 'sweep failed');
     }
@@ -388,38 +418,31 @@ export class RelayServer {
       this.metrics.close(reason);
     }
     for (const p of peers) {
-      if (p.state !== 'bound') continue;
-      this.socket.send(
+      if (p.state !== 'bound' || p.link === undefined) continue;
+      this.forward(
         encodeMessage({ type: 'DISCONNECT', fromAllocationId: a.id, toAllocationId: p.id }),
-        p.port,
-        p.address,
+        p.link,
       );
-      this.metrics.sent++;
     }
   }
 
-  /** Sends an ERROR, rate-limited per source. */
-  private sendError(id: Buffer, code: number, address: string, port: number, receivedLength: number): void {
-    if (!this.limiter.take(address, port, this.store.now())) {
+  /** Sends an ERROR, rate-limited per source IP address (whatever its port). */
+  private sendError(id: Buffer, code: number, src: RelayLink, receivedLength: number): void {
+    if (!this.errorLimiter.take(src.address, this.store.now())) {
       this.metrics.count('error_replies_rate_limited');
       return;
     }
-    this.reply(
-      encodeMessage({ type: 'ERROR', allocationId: id, errorCode: code }),
-      address,
-      port,
-      receivedLength,
-    );
+    this.reply(encodeMessage({ type: 'ERROR', allocationId: id, errorCode: code }), src, receivedLength);
     this.metrics.count(`error_${code}`);
   }
 
-  /** Replies to the source of a datagram, never with more bytes than it sent (no amplification). */
-  private reply(bytes: Buffer, address: string, port: number, receivedLength: number): void {
+  /** Replies to the source of a message, never with more bytes than it sent (no amplification). */
+  private reply(bytes: Buffer, src: RelayLink, receivedLength: number): void {
     if (bytes.length > receivedLength) {
       this.metrics.count('replies_suppressed_too_large');
       return;
     }
-    this.socket.send(bytes, port, address);
+    src.send(bytes);
     this.metrics.sent++;
   }
 }

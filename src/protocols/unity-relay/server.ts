@@ -1,7 +1,9 @@
 /**
- * `gamewire serve unity-relay`: the UDP relay and, in the same process, the allocation API.
- * Both share one in-memory `AllocationStore`.
+ * `gamewire serve unity-relay`: the relay on every transport a Unity client can pick (UDP, DTLS,
+ * WebSocket, secure WebSocket) and, in the same process, the allocation API. All share one
+ * in-memory `AllocationStore` and one `RelayServer` (the transports are links, see links.ts).
  */
+import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
@@ -10,10 +12,14 @@ import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '../../core/server.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import { AllocationStore, type StoreOptions } from './allocations.js';
-import { buildApi } from './api.js';
+import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
 import { RelayServer } from './relay.js';
+import { ensureSelfSignedCert, startWsEndpoint, type WsEndpoint } from './websocket.js';
 
 export const DEFAULT_RELAY_PORT = 37000;
+export const DEFAULT_DTLS_PORT = 37001;
+export const DEFAULT_WS_PORT = 37002;
+export const DEFAULT_WSS_PORT = 37003;
 export const DEFAULT_API_PORT = 37080;
 
 export interface UnityRelayOptions {
@@ -27,6 +33,33 @@ export interface UnityRelayOptions {
   apiHost?: string;
   /** Address or host name written into allocations. Default 127.0.0.1. */
   publicHost?: string;
+  /**
+   * Host written into the `wss` endpoint (a DNS name its certificate names, for browsers).
+   * Default `publicHost`.
+   */
+  wssPublicHost?: string;
+  /** DTLS port (UDP); 0 picks a free one. Default: off (the CLI's default is 37001). */
+  dtlsPort?: number | undefined;
+  /** WebSocket (`ws`) port; 0 picks a free one. Default: off (the CLI's default is 37002). */
+  wsPort?: number | undefined;
+  /** Secure WebSocket (`wss`) port; 0 picks a free one. Default: off (the CLI's default is 37003). */
+  wssPort?: number | undefined;
+  /** PEM certificate (chain) and key for `wss`. Default: a self-signed pair generated into `dataDir`. */
+  wssCert?: Buffer | string;
+  wssKey?: Buffer | string;
+  /** Where generated state lives (the self-signed certificate). Default `./.gamewire`. */
+  dataDir?: string;
+  /** WebSocket connections in all / per client IP (each of ws and wss). Defaults 10 000 / 256. */
+  wsMaxConnections?: number;
+  wsMaxConnectionsPerIp?: number;
+  /** Largest relay message forwarded to a DTLS / WebSocket recipient. Defaults 1363 / 1386. */
+  maxMessageToDtls?: number;
+  maxMessageToWs?: number;
+  /** BIND/CONNECT_REQUEST per source IP per second (checked before any HMAC). Default 50, burst 100. */
+  hmacRatePerSecond?: number;
+  hmacBurst?: number;
+  /** API limits beyond `apiRateLimitPerMinute`. */
+  apiLimits?: Omit<ApiLimitOptions, 'rateLimitPerMinute'>;
   /** Bearer key for the API. */
   apiKey?: string | undefined;
   idleTimeoutMs?: number;
@@ -48,6 +81,14 @@ export interface UnityRelayOptions {
 
 export interface UnityRelayInstance extends RunningServer {
   relay: RelayServer;
+  /** The WebSocket endpoints that run (`ws`, `wss`). */
+  ws: WsEndpoint | undefined;
+  wss: WsEndpoint | undefined;
+  /** The generated self-signed wss certificate (PEM file), when one was generated or reused. */
+  wssCertPath: string | undefined;
+  /** `serverEndpoints` written into every allocation. */
+  serverEndpoints: ServerEndpointJson[];
+  apiLimits: ApiLimits;
   store: AllocationStore;
   api: FastifyInstance;
   metrics: ProtocolMetrics;
@@ -93,41 +134,129 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     ...(options.errorRatePerSecond !== undefined ? { errorRatePerSecond: options.errorRatePerSecond } : {}),
     ...(options.errorBurst !== undefined ? { errorBurst: options.errorBurst } : {}),
     ...(options.errorSources !== undefined ? { errorSources: options.errorSources } : {}),
+    ...(options.hmacRatePerSecond !== undefined ? { hmacRatePerSecond: options.hmacRatePerSecond } : {}),
+    ...(options.hmacBurst !== undefined ? { hmacBurst: options.hmacBurst } : {}),
+    ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
+    ...(options.maxMessageToWs !== undefined ? { maxMessageToWs: options.maxMessageToWs } : {}),
   });
   const udpPort = socket.address().port;
-  const api = buildApi(store, {
-    publicHost: options.publicHost ?? '127.0.0.1',
-    relayPort: udpPort,
-    apiKey: options.apiKey,
-    log,
-    ...(options.maxConnectionsLimit !== undefined
-      ? { maxConnectionsLimit: options.maxConnectionsLimit }
-      : {}),
+  const publicHost = options.publicHost ?? '127.0.0.1';
+  const closers: (() => Promise<void>)[] = [
+    async () => {
+      relay.stop();
+      await closeUdp(socket);
+    },
+  ];
+  const closeAll = async () => {
+    await Promise.allSettled(closers.map((c) => c()));
+  };
+  const endpoints: Endpoint[] = [
+    { transport: 'udp', host, port: udpPort, description: 'Unity Relay (Unity Transport clients bind here)' },
+  ];
+  const serverEndpoints: ServerEndpointJson[] = [serverEndpoint('udp', publicHost, udpPort)];
+  let ws: WsEndpoint | undefined;
+  let wss: WsEndpoint | undefined;
+  let wssCertPath: string | undefined;
+  const apiLimits = new ApiLimits({
+    ...options.apiLimits,
     ...(options.apiRateLimitPerMinute !== undefined
       ? { rateLimitPerMinute: options.apiRateLimitPerMinute }
       : {}),
   });
+  let api: FastifyInstance;
   try {
+    const wsCommon = {
+      host,
+      ...(options.wsMaxConnections !== undefined ? { maxConnections: options.wsMaxConnections } : {}),
+      ...(options.wsMaxConnectionsPerIp !== undefined
+        ? { maxConnectionsPerIp: options.wsMaxConnectionsPerIp }
+        : {}),
+      idleTimeoutMs: Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
+    };
+    if (options.wsPort !== undefined) {
+      ws = await startWsEndpoint(relay, metrics, log, { ...wsCommon, port: options.wsPort, secure: false });
+      const w = ws;
+      closers.push(() => w.close());
+      endpoints.push({
+        transport: 'tcp',
+        host,
+        port: w.port,
+        description: 'Unity Relay over WebSocket (ws)',
+      });
+      serverEndpoints.push(serverEndpoint('ws', publicHost, w.port));
+    }
+    let cert = options.wssCert;
+    let key = options.wssKey;
+    if (options.wssPort !== undefined) {
+      if (cert === undefined || key === undefined) {
+        try {
+          const pair = await ensureSelfSignedCert(
+            options.dataDir ?? '.gamewire',
+            options.wssPublicHost ?? publicHost,
+          );
+          if (pair.generated)
+            log.info({ cert: pair.certPath }, 'generated a self-signed certificate for wss');
+          cert = pair.cert;
+          key = pair.key;
+          wssCertPath = pair.certPath;
+        } catch (err) {
+          // No openssl: every other transport still serves; wss needs --wss-cert/--wss-key then.
+          log.warn({ err }, 'wss disabled: no certificate (pass --wss-cert and --wss-key)');
+        }
+      }
+    }
+    if (options.wssPort !== undefined && cert !== undefined && key !== undefined) {
+      wss = await startWsEndpoint(relay, metrics, log, {
+        ...wsCommon,
+        port: options.wssPort,
+        secure: true,
+        cert,
+        key,
+      });
+      const w = wss;
+      closers.push(() => w.close());
+      endpoints.push({
+        transport: 'tcp',
+        host,
+        port: w.port,
+        description: 'Unity Relay over secure WebSocket (wss)',
+      });
+      serverEndpoints.push(serverEndpoint('wss', options.wssPublicHost ?? publicHost, w.port));
+    }
+    api = buildApi(store, {
+      publicHost,
+      relayPort: udpPort,
+      endpoints: serverEndpoints,
+      limits: apiLimits,
+      apiKey: options.apiKey,
+      log,
+      ...(options.maxConnectionsLimit !== undefined
+        ? { maxConnectionsLimit: options.maxConnectionsLimit }
+        : {}),
+    });
+    const a = api;
+    closers.push(() => a.close());
     await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
   } catch (err) {
-    relay.stop();
-    await closeUdp(socket);
+    await closeAll();
     throw err;
   }
   const address = api.server.address();
   const apiPort = typeof address === 'object' && address !== null ? address.port : 0;
   let closing: Promise<void> | undefined;
-  const endpoints: Endpoint[] = [
-    { transport: 'udp', host, port: udpPort, description: 'Unity Relay (Unity Transport clients bind here)' },
-    {
-      transport: 'http',
-      host: apiHost,
-      port: apiPort,
-      description: 'allocation API (/v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
-    },
-  ];
+  endpoints.push({
+    transport: 'http',
+    host: apiHost,
+    port: apiPort,
+    description: 'allocation API (/v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
+  });
   return {
     relay,
+    ws,
+    wss,
+    wssCertPath,
+    serverEndpoints,
+    apiLimits,
     store,
     api,
     metrics,
@@ -136,10 +265,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     apiUrl: `http://${apiHost.includes(':') ? `[${apiHost}]` : apiHost}:${apiPort}`,
     endpoints,
     close() {
-      closing ??= (async () => {
-        relay.stop();
-        await Promise.allSettled([api.close(), closeUdp(socket)]);
-      })();
+      closing ??= closeAll();
       return closing;
     },
   };
@@ -177,6 +303,47 @@ export const unityRelayServer: ServerDefinition = {
       description: 'unity-relay: address written into allocations',
       type: 'string',
       default: '127.0.0.1',
+    },
+    {
+      key: 'dtlsPort',
+      flag: '--dtls-port <port>',
+      description: 'unity-relay: DTLS port (UDP); 0 disables',
+      type: 'int',
+      default: DEFAULT_DTLS_PORT,
+    },
+    {
+      key: 'wsPort',
+      flag: '--ws-port <port>',
+      description: 'unity-relay: WebSocket port (TCP); 0 disables',
+      type: 'int',
+      default: DEFAULT_WS_PORT,
+    },
+    {
+      key: 'wssPort',
+      flag: '--wss-port <port>',
+      description: 'unity-relay: secure WebSocket port (TCP, TLS); 0 disables',
+      type: 'int',
+      default: DEFAULT_WSS_PORT,
+    },
+    {
+      key: 'wssCert',
+      flag: '--wss-cert <file>',
+      description:
+        'unity-relay: PEM certificate chain for wss (default: self-signed, generated into the data folder)',
+      type: 'string',
+    },
+    {
+      key: 'wssKey',
+      flag: '--wss-key <file>',
+      description: 'unity-relay: PEM private key for wss',
+      type: 'string',
+    },
+    {
+      key: 'wssPublicHost',
+      flag: '--wss-public-host <host>',
+      description:
+        'unity-relay: host written into the wss endpoint (the name its certificate carries); default --public-host',
+      type: 'string',
     },
     {
       key: 'apiKey',
@@ -220,6 +387,24 @@ export const unityRelayServer: ServerDefinition = {
     set('idleTimeoutMs', optionalInt(options.idleTimeoutMs));
     set('hostAloneTimeoutMs', optionalInt(options.hostAloneTimeoutMs));
     set('maxDatagramBytes', optionalInt(options.maxDatagramBytes));
+    set('wssPublicHost', optionalString(options.wssPublicHost));
+    // On the command line 0 disables a transport.
+    const port = (v: unknown) => {
+      const n = optionalInt(v);
+      return n === undefined || n === 0 ? undefined : n;
+    };
+    set('wsPort', port(options.wsPort));
+    set('wssPort', port(options.wssPort));
+    set('dtlsPort', port(options.dtlsPort));
+    const certFile = optionalString(options.wssCert);
+    const keyFile = optionalString(options.wssKey);
+    if ((certFile === undefined) !== (keyFile === undefined))
+      throw new Error('--wss-cert and --wss-key go together');
+    if (certFile !== undefined && keyFile !== undefined) {
+      o.wssCert = await readFile(certFile);
+      o.wssKey = await readFile(keyFile);
+    }
+    o.dataDir = ctx.dataDir;
     return startUnityRelay(o);
   },
 };

@@ -3,6 +3,7 @@
  * open with keep-alives, slow drips, silent connections. A client from a second loopback address
  * (127.0.0.2) must still get in and be served.
  */
+import net from 'node:net';
 import { afterAll, describe, expect, test } from 'vitest';
 import { Js5Client } from '../../../src/protocols/js5/client.js';
 import type { Js5Server } from '../../../src/protocols/js5/server.js';
@@ -65,7 +66,7 @@ describe('one address cannot lock new clients out', () => {
   });
 
   test('keep-alives do not keep an idle session: no request for idleTimeoutMs closes it', async () => {
-    const { server: s, metrics } = await startServer('530', { idleTimeoutMs: 1500 });
+    const { server: s, metrics } = await startServer('530', { idleTimeoutMs: 3000 });
     servers.push(s);
     const idle = await peer(s.port);
     idle.send(handshake(530));
@@ -79,11 +80,11 @@ describe('one address cannot lock new clients out', () => {
       if (!busy.closed) busy.send('01000000'); // a real request every 200 ms
     }, 200);
     timers.push(keepAlive);
-    expect(await idle.waitClosed(15_000)).toBe(true);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(1400);
+    expect(await idle.waitClosed(20_000)).toBe(true);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2900);
     expect(metrics.closed.get('idle_timeout')).toBe(1);
     // The session that sends requests is still open well past the idle time.
-    await sleep(Math.max(0, 3200 - (Date.now() - started)));
+    await sleep(Math.max(0, 6500 - (Date.now() - started)));
     expect(busy.closed).toBe(false);
     clearInterval(keepAlive);
   });
@@ -119,5 +120,34 @@ describe('one address cannot lock new clients out', () => {
     const again = await peer(s.port);
     again.send(handshake(530));
     expect((await again.waitFor(1))[0]).toBe(0);
+  });
+
+  test('a refused peer that never closes its side is dropped: it cannot keep its per-address slot', async () => {
+    const { server: s, metrics } = await startServer('530', { maxPerIp: 2, handshakeTimeoutMs: 500 });
+    servers.push(s);
+    const stubborn: net.Socket[] = [];
+    for (let i = 0; i < 2; i++) {
+      const sock = net.connect({ host: '127.0.0.1', port: s.port, allowHalfOpen: true });
+      sock.on('error', () => {});
+      sock.on('end', () => {}); // keep our side open after the server's FIN
+      await new Promise<void>((r) => sock.once('connect', () => r()));
+      sock.write(Buffer.from(handshake(1), 'hex'));
+      stubborn.push(sock);
+    }
+    await sleep(100);
+    expect(metrics.closed.get('out_of_date')).toBe(2);
+    // Once the linger time is over, the server drops them and the address has room again.
+    const deadline = Date.now() + 10_000;
+    let reply = -1;
+    while (Date.now() < deadline) {
+      const p = await peer(s.port);
+      p.send(handshake(530));
+      reply = (await p.waitFor(1))[0] ?? -1;
+      if (reply === 0) break;
+      p.destroy();
+      await sleep(200);
+    }
+    expect(reply).toBe(0);
+    for (const sock of stubborn) sock.destroy();
   });
 });

@@ -85,6 +85,29 @@ describe('--js5-slice-bytes / sliceBytes', () => {
     expect(r.stderr).toMatch(/js5-slice-bytes/);
   });
 
+  test('serve js5 --js5-handshake-timeout-ms 0 is a usage error (exit 2) naming the flag', () => {
+    const r = spawnSync(
+      process.execPath,
+      [
+        bin,
+        'serve',
+        'js5',
+        '--port',
+        '0',
+        '--host',
+        '127.0.0.1',
+        '--data-dir',
+        tempDir(),
+        '--js5-handshake-timeout-ms',
+        '0',
+      ],
+      { cwd: root, encoding: 'utf8', timeout: 30_000 },
+    );
+    expect(r.signal).toBeNull();
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/js5-handshake-timeout-ms/);
+  });
+
   test('a scheduler turn that sends nothing does not hold the event loop', async () => {
     const { server } = await startServer('530');
     servers.push(server);

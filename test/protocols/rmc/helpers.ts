@@ -3,12 +3,32 @@ import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import {
   type BuiltinOptions,
+  type HyperscapeMessage,
+  hyperscapePacket,
+  type MethodDef,
   type RmcListening,
   RmcServer,
   type RmcServerOptions,
   registerBuiltins,
 } from '../../../src/protocols/rmc/index.js';
-import { lengthPrefixed, StreamDeframer } from '../../../src/wire/index.js';
+import { type Codec, decode, encode, lengthPrefixed, StreamDeframer } from '../../../src/wire/index.js';
+
+const packet = hyperscapePacket as Codec<HyperscapeMessage>;
+
+/** A HyperScape request frame. */
+export function requestFrame(
+  protocol: string,
+  method: string,
+  callId: number,
+  args: Buffer = Buffer.alloc(0),
+): Buffer {
+  return encode(packet, { type: 'request', protocol, callId, method, classVersions: [], args });
+}
+
+/** A request frame for a declared method with typed arguments. */
+export function typedRequestFrame<M extends MethodDef>(m: M, callId: number, args: unknown): Buffer {
+  return requestFrame(m.protocol, m.fullName, callId, encode(m.args, args));
+}
 
 export interface TestServer {
   server: RmcServer;
@@ -57,9 +77,13 @@ export class RawPeer {
     });
   }
 
-  static connect(port: number): Promise<RawPeer> {
+  /** `localAddress` picks the source address (any 127.x.y.z works on Linux loopback). */
+  static connect(port: number, localAddress?: string): Promise<RawPeer> {
     return new Promise((resolve, reject) => {
-      const s = net.connect({ host: '127.0.0.1', port }, () => resolve(new RawPeer(s)));
+      const s = net.connect(
+        localAddress === undefined ? { host: '127.0.0.1', port } : { host: '127.0.0.1', port, localAddress },
+        () => resolve(new RawPeer(s)),
+      );
       s.once('error', reject);
     });
   }
@@ -97,6 +121,21 @@ export class RawPeer {
       });
     }
     return this.closed;
+  }
+
+  /** Sends one request frame and waits for the answer with its call id (decoded), or undefined. */
+  async call(frame: Buffer, callId: number, timeoutMs = 10_000): Promise<HyperscapeMessage | undefined> {
+    const seen = this.frames.length;
+    this.write(frame);
+    const deadline = Date.now() + timeoutMs;
+    for (let from = seen; ; ) {
+      for (; from < this.frames.length; from++) {
+        const m = decode(packet, this.frames[from]!);
+        if (m.callId === callId) return m;
+      }
+      if (this.closed || Date.now() >= deadline) return undefined;
+      await this.waitFrames(this.frames.length + 1, deadline - Date.now());
+    }
   }
 
   write(b: Uint8Array): void {

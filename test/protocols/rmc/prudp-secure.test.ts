@@ -22,6 +22,7 @@ import {
   RESULT_SUCCESS,
   RmcClient,
   RmcServer,
+  registerBuiltins,
   SecureConnectionProtocol,
   startRmcTransports,
   TicketGrantingProtocol,
@@ -53,7 +54,7 @@ async function serve(profile: 'classic' | 'hyperscape', extra: Record<string, un
     },
     { log, metrics, dataDir },
     store,
-    { store },
+    (secureUrl) => registerBuiltins(server, { store, secureUrl }),
   );
   cleanup.push(() => t.close());
   return { port: t.endpoints[0]!.port, metrics, store, dataDir };

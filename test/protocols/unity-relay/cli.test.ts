@@ -140,6 +140,13 @@ describe('gamewire serve unity-relay and the chat demo', () => {
         'localhost',
         '--unity-idle-timeout',
         '5000',
+        // 0 disables the other transports (their defaults are fixed ports others may use).
+        '--dtls-port',
+        '0',
+        '--ws-port',
+        '0',
+        '--wss-port',
+        '0',
       ],
       /unity-relay http 127\.0\.0\.1:(\d+)/,
     );

@@ -12,11 +12,13 @@ import {
   DEFAULT_DATACENTERS,
 } from './cloud-servers.js';
 import { LoginProtocol, loginHandlers, type TokenValidator } from './login.js';
+import type { RegistrationLimiter, RegistrationLimits } from './rate-limit.js';
 import { SessionProtocol, SessionRegistry, sessionHandlers } from './session.js';
 
 export * from './apex-antitoxicity.js';
 export * from './cloud-servers.js';
 export * from './login.js';
+export * from './rate-limit.js';
 export * from './secure-connection.js';
 export * from './session.js';
 export * from './ticket-granting.js';
@@ -36,6 +38,8 @@ export interface BuiltinOptions {
   sessions?: SessionRegistry;
   /** StationURL returned by LoginWithToken_V1 as urlRegularProtocols. */
   secureUrl?: string;
+  /** New-account rate limits (defaults: 20 per address and 10 000 per server, per hour). */
+  registration?: RegistrationLimits | RegistrationLimiter;
 }
 
 /** Registers LoginProtocol, CloudServersProtocol, SessionProtocol and ApexAntitoxicityProtocol. */
@@ -47,11 +51,13 @@ export function registerBuiltins(
   const sessions = options.sessions ?? new SessionRegistry();
   server.register(
     LoginProtocol,
-    loginHandlers(
-      options.secureUrl === undefined
-        ? { store, validateToken: options.validateToken }
-        : { store, validateToken: options.validateToken, secureUrl: options.secureUrl },
-    ),
+    loginHandlers({
+      store,
+      validateToken: options.validateToken,
+      metrics: server.metrics,
+      ...(options.secureUrl === undefined ? {} : { secureUrl: options.secureUrl }),
+      ...(options.registration === undefined ? {} : { registration: options.registration }),
+    }),
   );
   server.register(CloudServersProtocol, cloudServersHandlers(options.datacenters ?? DEFAULT_DATACENTERS));
   server.register(SessionProtocol, sessionHandlers(sessions));

@@ -11,6 +11,8 @@
  *   seen on the wiki fits RVConnectionData's last StationURL.
  */
 import { createHash } from 'node:crypto';
+import type { ProtocolMetrics } from '../../../core/metrics.js';
+import { addressKey } from '../../../core/tcp.js';
 import { struct } from '../../../wire/index.js';
 import type { CallContext, Handlers } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
@@ -29,6 +31,7 @@ import {
   u32,
   uuid,
 } from '../types.js';
+import { RegistrationLimiter, type RegistrationLimits } from './rate-limit.js';
 
 /** Inferred (Driver SF `ClientVersionInfo`): three u16 parts, a u32 build, a custom String. */
 export const ClientVersionInfo = struct({ major: u16, minor: u16, patch: u16, build: u32, custom: qString });
@@ -106,6 +109,10 @@ export interface LoginOptions {
   validateToken?: TokenValidator;
   /** The StationURL sent back as urlRegularProtocols (default: built from the local address). */
   secureUrl?: string;
+  /** Limits on new accounts per address and per server (defaults: 20 and 10 000 per hour). */
+  registration?: RegistrationLimits | RegistrationLimiter;
+  /** Counts refused registrations and logins (`registrations_refused`, `logins_refused`). */
+  metrics?: ProtocolMetrics;
 }
 
 const LOGIN_HOOK_KEY = 'LoginProtocol.hooked';
@@ -113,29 +120,56 @@ const LOGIN_HOOK_KEY = 'LoginProtocol.hooked';
 export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProtocol> {
   const validate = options.validateToken ?? acceptAnyToken;
   const { store } = options;
+  const limiter =
+    options.registration instanceof RegistrationLimiter
+      ? options.registration
+      : new RegistrationLimiter(options.registration);
   return {
     async LoginWithToken_V1(ctx, args) {
       const id = await validate(args.token, ctx);
-      const account = store.login(id.accountId, id.name);
       const conn = ctx.connection;
+      const isNew = store.account(id.accountId) === undefined;
+      if (isNew) {
+        const refused = limiter.take(addressKey(conn.remoteAddress));
+        if (refused !== undefined) {
+          options.metrics?.count('registrations_refused');
+          ctx.log.debug(
+            { remote: conn.remoteAddress, limit: refused },
+            'RMC registration refused: rate limit',
+          );
+          throw RmcError.of(
+            'RendezVous::LimitExceeded',
+            refused === 'address'
+              ? 'too many new accounts from this address; try again later'
+              : 'too many new accounts on this server; try again later',
+          );
+        }
+      }
+      const account = store.login(id.accountId, id.name);
+      // May refuse (ConcurrentLoginDenied) before the connection counts as logged in. A second
+      // login on the same connection replaces the first one's session.
+      try {
+        store.startSession({
+          connectionId: conn.id,
+          pid: account.pid,
+          accountId: account.accountId,
+          since: new Date().toISOString(),
+        });
+      } catch (err) {
+        options.metrics?.count('logins_refused');
+        throw err;
+      }
+      if (!conn.data.has(LOGIN_HOOK_KEY)) {
+        conn.data.set(LOGIN_HOOK_KEY, true);
+        conn.onDisconnect(() => store.endSession(conn.id));
+      }
       const pid = Buffer.from(account.pid, 'hex');
       conn.user =
         id.claims === undefined
           ? { pid, name: account.name }
           : { pid, name: account.name, claims: id.claims };
-      // A second login on the same connection replaces the first: its login session ends, and
-      // the disconnect hook is registered only once per connection.
-      if (conn.data.has(LOGIN_HOOK_KEY)) store.endSession(conn.id);
-      else {
-        conn.data.set(LOGIN_HOOK_KEY, true);
-        conn.onDisconnect(() => store.endSession(conn.id));
-      }
-      store.startSession({
-        connectionId: conn.id,
-        pid: account.pid,
-        accountId: account.accountId,
-        since: new Date().toISOString(),
-      });
+      // A new account is on disk before the client learns its PID.
+      if (isNew) await store.whenSaved?.();
       ctx.log.info({ accountId: account.accountId, connection: conn.id }, 'RMC login');
       return {
         userPid: pid,

@@ -8,6 +8,7 @@
  * - Its results, and JoinSession_V1 / LeaveSession_V1 entirely, are **unknown**: gamewire's
  *   choice, so that sessions have real state (members, capacity, cleanup on disconnect).
  */
+import { addressKey } from '../../../core/tcp.js';
 import type { CallContext, Handlers, RmcConnection } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
 import { defineProtocol, method } from '../signature.js';
@@ -67,7 +68,17 @@ export interface SessionOptions {
    * 16); more get RendezVous::LimitExceeded.
    */
   maxSessionsPerConnection?: number;
+  /**
+   * Most session memberships (created or joined) held by the connections of one address, IPv4
+   * or IPv6 /64 (default 64; 0 = no limit); more get RendezVous::LimitExceeded.
+   */
+  maxSessionsPerIp?: number;
+  /** Most session memberships held by one account over all its connections (default 16; 0 = no limit). */
+  maxSessionsPerAccount?: number;
 }
+
+export const DEFAULT_MAX_SESSIONS_PER_IP = 64;
+export const DEFAULT_MAX_SESSIONS_PER_ACCOUNT = 16;
 
 /** The live sessions, shared by every connection of one server. */
 export class SessionRegistry {
@@ -75,24 +86,79 @@ export class SessionRegistry {
   readonly maxMembers: number;
   readonly maxSessions: number;
   readonly maxSessionsPerConnection: number;
+  readonly maxSessionsPerIp: number;
+  readonly maxSessionsPerAccount: number;
+  /** Memberships per address key and per member PID. */
+  private readonly perIp = new Map<string, number>();
+  private readonly perAccount = new Map<string, number>();
+  /** Address key of each connection that holds memberships. */
+  private readonly ipOf = new Map<number, string>();
 
   constructor(options: SessionOptions = {}) {
     this.maxMembers = options.maxMembers ?? 100;
     this.maxSessions = options.maxSessions ?? 10_000;
     this.maxSessionsPerConnection = options.maxSessionsPerConnection ?? 16;
+    this.maxSessionsPerIp = options.maxSessionsPerIp ?? DEFAULT_MAX_SESSIONS_PER_IP;
+    this.maxSessionsPerAccount = options.maxSessionsPerAccount ?? DEFAULT_MAX_SESSIONS_PER_ACCOUNT;
   }
 
   get(id: string): GameSession | undefined {
     return this.sessions.get(id);
   }
 
+  /** Memberships held by the connections of `address` (an address key). */
+  sessionsOfIp(address: string): number {
+    return this.perIp.get(address) ?? 0;
+  }
+
+  /** Memberships held by `pid` (hex). */
+  sessionsOfAccount(pid: string): number {
+    return this.perAccount.get(pid) ?? 0;
+  }
+
+  /** Checks the per-address and per-account caps for one more membership, and counts it. */
+  admit(connectionId: number, remoteAddress: string, pid: string): void {
+    const ip = this.ipOf.get(connectionId) ?? addressKey(remoteAddress);
+    const ipCount = this.perIp.get(ip) ?? 0;
+    if (this.maxSessionsPerIp > 0 && ipCount >= this.maxSessionsPerIp)
+      throw RmcError.of(
+        'RendezVous::LimitExceeded',
+        `the connections of one address may be in at most ${this.maxSessionsPerIp} sessions`,
+      );
+    const accountCount = this.perAccount.get(pid) ?? 0;
+    if (this.maxSessionsPerAccount > 0 && accountCount >= this.maxSessionsPerAccount)
+      throw RmcError.of(
+        'RendezVous::LimitExceeded',
+        `an account may be in at most ${this.maxSessionsPerAccount} sessions`,
+      );
+    this.ipOf.set(connectionId, ip);
+    this.perIp.set(ip, ipCount + 1);
+    this.perAccount.set(pid, accountCount + 1);
+  }
+
   /** Removes a connection from a session; deletes the session when it is empty. */
   leave(id: string, connectionId: number): boolean {
     const s = this.sessions.get(id);
-    if (s === undefined || !s.members.delete(connectionId)) return false;
+    const pid = s?.members.get(connectionId);
+    if (s === undefined || pid === undefined) return false;
+    s.members.delete(connectionId);
     if (s.members.size === 0) this.sessions.delete(id);
+    const ip = this.ipOf.get(connectionId);
+    if (ip !== undefined) decrement(this.perIp, ip);
+    decrement(this.perAccount, pid);
     return true;
   }
+
+  /** The connection ended (after it left every session). */
+  forget(connectionId: number): void {
+    this.ipOf.delete(connectionId);
+  }
+}
+
+function decrement(map: Map<string, number>, key: string): void {
+  const left = (map.get(key) ?? 1) - 1;
+  if (left <= 0) map.delete(key);
+  else map.set(key, left);
 }
 
 function requireUser(ctx: CallContext): string {
@@ -112,14 +178,16 @@ function joinedSet(conn: RmcConnection, registry: SessionRegistry): Set<string> 
     conn.onDisconnect(() => {
       for (const id of s) registry.leave(id, conn.id);
       s.clear();
+      registry.forget(conn.id);
     });
   }
   return set;
 }
 
 function join(registry: SessionRegistry, s: GameSession, conn: RmcConnection, pid: string): void {
-  if (!s.members.has(conn.id) && s.members.size >= registry.maxMembers)
-    throw RmcError.of('RendezVous::SessionFull');
+  if (s.members.has(conn.id)) return;
+  if (s.members.size >= registry.maxMembers) throw RmcError.of('RendezVous::SessionFull');
+  registry.admit(conn.id, conn.remoteAddress, pid);
   s.members.set(conn.id, pid);
   joinedSet(conn, registry).add(s.id);
 }
@@ -152,11 +220,12 @@ export function sessionHandlers(registry: SessionRegistry): Handlers<typeof Sess
           members: new Map(),
           createdAt: Date.now(),
         };
+        // Joined first: a refused creator leaves no empty session behind.
+        join(registry, s, ctx.connection, pid);
         registry.sessions.set(id, s);
       } else if (!s.members.has(ctx.connection.id)) {
         throw RmcError.of('RendezVous::DuplicateEntry', `session ${id} already exists`);
       }
-      join(registry, s, ctx.connection, pid);
       return { sessionId: args.sessionId, memberCount: s.members.size };
     },
     JoinSession_V1(ctx, args) {

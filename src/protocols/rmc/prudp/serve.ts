@@ -14,7 +14,6 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError } from '../../../core/errors.js';
 import type { Endpoint, ServeOption, ServerContext } from '../../../core/server.js';
-import { type BuiltinOptions, registerBuiltins } from '../protocols/index.js';
 import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols/secure-connection.js';
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
@@ -186,14 +185,15 @@ export interface RmcTransports {
 
 /**
  * Registers the profile's built-in protocols on `server` and starts the transports the options
- * ask for. `builtins` are the HyperScape built-ins' options (store, datacenters, secureUrl).
+ * ask for. `registerHyperscape(secureUrl)` registers the HyperScape built-ins (hyperscape
+ * profile), given the StationURL of this endpoint.
  */
 export async function startRmcTransports(
   server: RmcServer,
   options: Record<string, unknown>,
   ctx: ServerContext,
   store: RmcStore,
-  builtins: BuiltinOptions,
+  registerHyperscape: (secureUrl: string) => void,
 ): Promise<RmcTransports> {
   const transport = str(options, 'transport', RMC_TRANSPORTS, 'both');
   const profile = profileOf(options);
@@ -255,7 +255,7 @@ export async function startRmcTransports(
       );
       server.register(SecureConnectionProtocol, secureConnectionHandlers());
     } else {
-      registerBuiltins(server, { ...builtins, store, secureUrl: builtins.secureUrl ?? secureUrl });
+      registerHyperscape(secureUrl);
     }
   } catch (err) {
     for (const c of closers) await c();

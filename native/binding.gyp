@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "relay_dataplane",
+      "sources": ["relay_dataplane.c"],
+      "cflags": ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-strict-aliasing"],
+      "conditions": [["OS!='linux'", {"type": "none"}]]
+    }
+  ]
+}

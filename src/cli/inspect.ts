@@ -1,0 +1,140 @@
+/**
+ * `gamewire inspect`: decode a capture (or a live pcap stream) across every protocol.
+ */
+import fs from 'node:fs';
+import type { Command } from 'commander';
+import type { InspectRecord, PortMapping } from '../inspect/inspector.js';
+import { accepts, type RecordFilter, recordJson, tableLine } from '../inspect/output.js';
+import { PROTOCOLS } from '../inspect/protocols.js';
+import { inspectChunks } from '../inspect/run.js';
+import type { RmcVariant } from '../protocols/rmc/messages.js';
+import { CliError, parseIntOption, UsageError } from './errors.js';
+
+const PROTOCOL_NAMES = PROTOCOLS.map((p) => p.name);
+
+/** `40000=js5`, `40000/udp=nox-relay`. */
+export function parsePortMapping(value: string, previous: PortMapping[] = []): PortMapping[] {
+  const m = /^(\d{1,5})(?:\/(tcp|udp))?=([a-z0-9-]+)$/.exec(value);
+  if (m === null) throw new UsageError(`--port takes PORT=PROTOCOL or PORT/tcp=PROTOCOL, got "${value}"`);
+  const port = Number(m[1]);
+  if (port > 65_535) throw new UsageError(`port ${port} is out of range`);
+  if (!PROTOCOL_NAMES.includes(m[3]!)) {
+    throw new UsageError(`unknown protocol "${m[3]}" (known: ${PROTOCOL_NAMES.join(', ')})`);
+  }
+  const mapping: PortMapping = { port, protocol: m[3]! };
+  if (m[2] !== undefined) mapping.transport = m[2] as 'tcp' | 'udp';
+  return [...previous, mapping];
+}
+
+function list(value: string | undefined): Set<string> | undefined {
+  if (value === undefined) return undefined;
+  return new Set(
+    value
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== ''),
+  );
+}
+
+interface InspectFlags {
+  json?: boolean;
+  follow?: string;
+  port: PortMapping[];
+  protocol?: string;
+  flow?: string;
+  type?: string;
+  rmcVariant: string;
+  js5Seeded?: boolean;
+  detect: boolean;
+  maxRecordBytes: number;
+  maxFlows: number;
+  maxOutOfOrderBytes: number;
+  stats?: boolean;
+}
+
+async function* chunksOf(source: string): AsyncGenerator<Buffer> {
+  const stream = source === '-' ? process.stdin : fs.createReadStream(source, { highWaterMark: 1 << 20 });
+  try {
+    for await (const chunk of stream) yield chunk as Buffer;
+  } catch (err) {
+    throw new CliError(
+      'ERR_READ',
+      `cannot read ${source === '-' ? 'stdin' : source}: ${(err as Error).message}`,
+    );
+  }
+}
+
+export function addInspectCommand(program: Command): void {
+  program
+    .command('inspect')
+    .description('decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol')
+    .argument('[file]', 'a pcap or pcapng file (- for stdin)')
+    .option(
+      '--json',
+      'one JSON object per line: time, flow, transport, direction, protocol, message or error',
+    )
+    .option(
+      '--follow <source>',
+      'read a live pcap stream (- for stdin, e.g. tcpdump -U -w -) and print as packets arrive',
+    )
+    .option(
+      '--port <port=protocol>',
+      'map a port to a protocol (repeatable): 40000=js5, 5000/udp=nox-relay',
+      parsePortMapping,
+      [],
+    )
+    .option('--protocol <list>', `only these protocols (comma-separated: ${PROTOCOL_NAMES.join(', ')})`)
+    .option('--flow <flow>', 'only this flow: its label, one endpoint (host:port) or a port')
+    .option('--type <list>', 'only these message types (comma-separated; "error" for decode failures)')
+    .option('--rmc-variant <variant>', 'RMC envelope: hyperscape, nex-verbose or classic', 'hyperscape')
+    .option('--js5-seeded', 'JS5 handshakes carry the 16-byte seed (OSRS 223 and later)')
+    .option('--no-detect', 'do not guess protocols from content for flows on unmapped ports')
+    .option('--max-record-bytes <n>', 'largest capture record accepted', parseIntOption, 1 << 20)
+    .option('--max-flows <n>', 'flows tracked at once', parseIntOption, 65_536)
+    .option(
+      '--max-out-of-order-bytes <n>',
+      'TCP bytes held out of order per direction',
+      parseIntOption,
+      4 << 20,
+    )
+    .option('--stats', 'print a summary (packets, flows, messages, errors) on stderr at the end')
+    .action(async (file: string | undefined, flags: InspectFlags) => {
+      const source = flags.follow ?? file;
+      if (source === undefined)
+        throw new UsageError('give a capture FILE, or --follow - to read a live stream');
+      if (flags.follow !== undefined && file !== undefined)
+        throw new UsageError('give either FILE or --follow, not both');
+      if (!['hyperscape', 'nex-verbose', 'classic'].includes(flags.rmcVariant)) {
+        throw new UsageError('--rmc-variant takes hyperscape, nex-verbose or classic');
+      }
+      const protocols = list(flags.protocol);
+      for (const p of protocols ?? []) {
+        if (!PROTOCOL_NAMES.includes(p))
+          throw new UsageError(`unknown protocol "${p}" (known: ${PROTOCOL_NAMES.join(', ')})`);
+      }
+      const filter: RecordFilter = {};
+      if (protocols !== undefined) filter.protocols = protocols;
+      if (flags.flow !== undefined) filter.flow = flags.flow;
+      const types = list(flags.type);
+      if (types !== undefined) filter.types = types;
+      // `gamewire inspect big.pcap | head`: a closed pipe ends the run quietly.
+      process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EPIPE') process.exit(0);
+        throw err;
+      });
+      const width = process.stdout.isTTY ? (process.stdout.columns ?? 200) : 400;
+      const print = (r: InspectRecord): void => {
+        if (!accepts(r, filter)) return;
+        process.stdout.write(`${flags.json ? JSON.stringify(recordJson(r)) : tableLine(r, width)}\n`);
+      };
+      const stats = await inspectChunks(chunksOf(source), print, {
+        ports: flags.port,
+        detect: flags.detect,
+        maxFlows: flags.maxFlows,
+        capture: { maxRecordBytes: flags.maxRecordBytes },
+        tcp: { maxOutOfOrderBytes: flags.maxOutOfOrderBytes },
+        decoder: { rmcVariant: flags.rmcVariant as RmcVariant, js5Seeded: flags.js5Seeded === true },
+      });
+      if (flags.stats) process.stderr.write(`${JSON.stringify({ stats })}\n`);
+    });
+}

@@ -1,0 +1,538 @@
+/**
+ * Framed TCP: the one transport for protocols that cut a TCP stream into frames (a length
+ * prefix, or any `FrameMeasure`). It adds to `listenTcp` (connection caps, idle timeout,
+ * diagnostics) everything a server needs to stay up when peers are hostile:
+ *
+ * - **Arrival-sized input.** A partial frame holds the bytes that arrived, never its announced
+ *   length; a buffer grown by one large frame is released once it empties.
+ * - **A frame deadline.** A frame begun must complete within `frameTimeoutMs`; so must the first
+ *   frame after connecting. Otherwise the connection closes (`frame_timeout`).
+ * - **Input budgets.** Bytes held across all connections (`maxBufferedBytes`) and per address
+ *   (`maxBufferedBytesPerIp`). A connection that would grow past either stops being read (TCP
+ *   then throttles the peer) until others release memory, or its frame deadline ends it.
+ * - **Fair delivery.** A connection gets at most `framesPerTurn` frames per turn; connections
+ *   with more waiting sit in a ring and are served round-robin, yielding to I/O between rounds.
+ *   So a peer pipelining thousands of calls delays another peer by one turn, not by its backlog.
+ * - **Bounded output with per-frame backpressure.** Replies go into a per-connection writer,
+ *   flushed at the end of each turn (and on the next tick for asynchronous replies). Once more
+ *   than `maxQueuedBytes` wait for the peer to read, or the socket refuses more, delivery stops
+ *   until 'drain'.
+ * - **Error isolation.** A `DecodeError` from the handler closes that connection as `malformed`;
+ *   any other exception as `handler_error`. Replies already written still go out first.
+ */
+import type net from 'node:net';
+import type { Logger } from 'pino';
+import { DecodeError } from '../wire/errors.js';
+import { type FrameMeasure, StreamDeframer } from '../wire/framing.js';
+import { WireWriter } from '../wire/writer.js';
+import type { ProtocolMetrics } from './metrics.js';
+import { addressKey, CloseReason, closeReasonOf, closeSocket, listenTcp, type TcpListener } from './tcp.js';
+
+/** Every limit of a framed TCP server. Each is a server option; see `FRAMED_TCP_DEFAULTS`. */
+export interface FramedTcpLimits {
+  /** Largest frame accepted, header included; a larger announced length closes as `malformed`. */
+  maxFrameBytes: number;
+  /** Most simultaneous connections. */
+  maxConnections: number;
+  /** Most connections from one address (IPv4, or IPv6 /64); 0 = no limit. */
+  maxConnectionsPerIp: number;
+  /** Close a connection that sends nothing for this long; 0 disables. */
+  idleTimeoutMs: number;
+  /** A frame must complete this long after its first byte (the first frame: after connecting); 0 disables. */
+  frameTimeoutMs: number;
+  /** Most input bytes held across all connections (partial frames, frames waiting their turn). */
+  maxBufferedBytes: number;
+  /** Most input bytes held for the connections of one address; 0 = only the global budget. */
+  maxBufferedBytesPerIp: number;
+  /** Reply bytes waiting for one peer to read before its input stops being delivered. */
+  maxQueuedBytes: number;
+  /** Frames one connection is given per turn before the next connection's turn. */
+  framesPerTurn: number;
+}
+
+/** Defaults for a public server. RMC uses these; see docs/security.md for tuning. */
+export const FRAMED_TCP_DEFAULTS: Readonly<FramedTcpLimits> = {
+  maxFrameBytes: 1024 * 1024,
+  maxConnections: 10_000,
+  maxConnectionsPerIp: 32,
+  idleTimeoutMs: 120_000,
+  frameTimeoutMs: 30_000,
+  maxBufferedBytes: 32 * 1024 * 1024,
+  maxBufferedBytesPerIp: 8 * 1024 * 1024,
+  maxQueuedBytes: 256 * 1024,
+  framesPerTurn: 16,
+};
+
+/** What a protocol attaches to each connection. */
+export interface FrameSink {
+  /**
+   * One whole frame, `buf[start, end)`; the bytes are valid only during the call. Return `false`
+   * to hold further delivery until `connection.resume()`. Throw DecodeError for a malformed frame.
+   */
+  onFrame(buf: Buffer, start: number, end: number): boolean | undefined;
+  /** Runs once, after the socket closed, with the reason it closed for. */
+  onClose?(reason: string): void;
+}
+
+/** One accepted connection, as the protocol sees it. */
+export interface FramedConnection {
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  /** The address key the per-address limits count under. */
+  readonly addressKey: string;
+  /** Reply buffer: append whole frames, then `commit()`. Flushed at the end of the turn. */
+  readonly writer: WireWriter;
+  /** Replies were appended outside a turn (asynchronously): flush them on the next tick. */
+  commit(): void;
+  /** Delivery is held (the sink returned false); `resume()` restarts it. */
+  readonly held: boolean;
+  resume(): void;
+  /** Flushes the replies written so far, then ends the connection. */
+  close(reason?: string): void;
+  readonly closed: boolean;
+  /** Reply bytes not yet taken by the kernel (writer + socket queue). */
+  readonly queuedBytes: number;
+  /** Input bytes held (partial frame, frames waiting their turn). */
+  readonly bufferedBytes: number;
+  /** True while the socket is not being read (backpressure, budget, held). */
+  readonly readingPaused: boolean;
+}
+
+export interface FramedTcpOptions extends Partial<Omit<FramedTcpLimits, 'maxFrameBytes'>> {
+  host: string;
+  port: number;
+  /** Protocol name for diagnostics events (default `metrics.protocol`). */
+  protocol?: string;
+  measure: FrameMeasure;
+  maxFrameBytes: number;
+  metrics: ProtocolMetrics;
+  log: Logger;
+  onConnection(connection: FramedConnection): FrameSink;
+}
+
+export interface FramedTcpServer {
+  readonly port: number;
+  readonly listener: TcpListener;
+  readonly limits: Readonly<FramedTcpLimits>;
+  /** Input bytes held across all connections (what `maxBufferedBytes` bounds). */
+  readonly bufferedBytes: number;
+  connections(): Iterable<FramedConnection>;
+  close(graceMs?: number): Promise<void>;
+}
+
+/** A connection stops reading while this many input bytes wait behind its turn. */
+const READ_HIGH_WATER = 64 * 1024;
+/** An emptied input buffer larger than this is released; smaller ones are kept for reuse. */
+const RETAINED_INPUT_BYTES = 16 * 1024;
+const WRITER_INITIAL_BYTES = 4096;
+/** A writer grown past this by a burst of replies is replaced after the flush. */
+const WRITER_SHRINK_BYTES = 64 * 1024;
+/** Turns in one scheduler run go on, past one round, until this many frames were delivered. */
+const RUN_MIN_FRAMES = 256;
+
+class Conn implements FramedConnection {
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly addressKey: string;
+  readonly socket: net.Socket;
+  readonly deframer: StreamDeframer;
+  writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
+  sink!: FrameSink;
+  onFrame!: (buf: Buffer, start: number, end: number) => boolean;
+  /** Chunks received while the connection could not take them (not yet in the deframer). */
+  pending: Buffer[] = [];
+  pendingBytes = 0;
+  held = false;
+  waitingDrain = false;
+  inRing = false;
+  inTurn = false;
+  turnLeft = 0;
+  socketPaused = false;
+  budgetPaused = false;
+  failed = false;
+  closed = false;
+  flushScheduled = false;
+  /** Bytes counted against the budgets. */
+  accounted = 0;
+  /** When the incomplete frame at the head began (0: none). */
+  partialSince = 0;
+  lastConsumed = 0;
+  readonly openedAt = Date.now();
+  private readonly owner: FramedTcpServerImpl;
+
+  constructor(owner: FramedTcpServerImpl, socket: net.Socket, measure: FrameMeasure, maxFrameBytes: number) {
+    this.owner = owner;
+    this.socket = socket;
+    this.remoteAddress = socket.remoteAddress ?? '';
+    this.remotePort = socket.remotePort ?? 0;
+    this.addressKey = addressKey(socket.remoteAddress);
+    this.deframer = new StreamDeframer(measure, { maxFrameBytes, maxRetainedBytes: RETAINED_INPUT_BYTES });
+  }
+
+  get queuedBytes(): number {
+    return this.writer.offset + this.socket.writableLength;
+  }
+
+  get bufferedBytes(): number {
+    return this.deframer.buffered + this.pendingBytes;
+  }
+
+  get readingPaused(): boolean {
+    return this.socketPaused || this.deframer.isPaused;
+  }
+
+  /** May frames be delivered now? */
+  get eligible(): boolean {
+    return !this.held && !this.waitingDrain && !this.failed && !this.closed;
+  }
+
+  commit(): void {
+    if (this.inTurn || this.flushScheduled) return;
+    this.flushScheduled = true;
+    process.nextTick(this.owner.flushTick, this);
+  }
+
+  resume(): void {
+    if (!this.held) return;
+    this.held = false;
+    this.owner.settle(this);
+  }
+
+  close(reason: string = CloseReason.ClosedByServer): void {
+    if (this.closed) return;
+    // Nothing more is read or delivered; what was answered still goes out.
+    this.failed = true;
+    this.owner.flush(this);
+    closeSocket(this.socket, reason, this.owner.metrics, 'end');
+  }
+}
+
+class FramedTcpServerImpl implements FramedTcpServer {
+  listener!: TcpListener;
+  readonly limits: FramedTcpLimits;
+  readonly metrics: ProtocolMetrics;
+  private readonly log: Logger;
+  private readonly options: FramedTcpOptions;
+  private readonly live = new Set<Conn>();
+  private ring: Conn[] = [];
+  private ringHead = 0;
+  private scheduled = false;
+  bufferedBytes = 0;
+  private readonly bufferedPerIp = new Map<string, number>();
+  /** Connections paused by a budget, oldest first. */
+  private readonly budgetWaiters = new Set<Conn>();
+  private sweepTimer: NodeJS.Timeout | undefined = undefined;
+
+  constructor(options: FramedTcpOptions) {
+    this.options = options;
+    this.metrics = options.metrics;
+    this.log = options.log;
+    const d = FRAMED_TCP_DEFAULTS;
+    this.limits = {
+      maxFrameBytes: options.maxFrameBytes,
+      maxConnections: options.maxConnections ?? d.maxConnections,
+      maxConnectionsPerIp: options.maxConnectionsPerIp ?? d.maxConnectionsPerIp,
+      idleTimeoutMs: options.idleTimeoutMs ?? d.idleTimeoutMs,
+      frameTimeoutMs: options.frameTimeoutMs ?? d.frameTimeoutMs,
+      maxBufferedBytes: options.maxBufferedBytes ?? d.maxBufferedBytes,
+      maxBufferedBytesPerIp: options.maxBufferedBytesPerIp ?? d.maxBufferedBytesPerIp,
+      maxQueuedBytes: options.maxQueuedBytes ?? d.maxQueuedBytes,
+      framesPerTurn: Math.max(1, options.framesPerTurn ?? d.framesPerTurn),
+    };
+  }
+
+  get port(): number {
+    return this.listener.port;
+  }
+
+  connections(): Iterable<FramedConnection> {
+    return this.live;
+  }
+
+  async start(): Promise<void> {
+    const l = this.limits;
+    this.listener = await listenTcp({
+      host: this.options.host,
+      port: this.options.port,
+      protocol: this.options.protocol ?? this.metrics.protocol,
+      maxConnections: l.maxConnections,
+      maxConnectionsPerIp: l.maxConnectionsPerIp,
+      idleTimeoutMs: l.idleTimeoutMs,
+      metrics: this.metrics,
+      log: this.log,
+      onConnection: (socket) => this.accept(socket),
+    });
+    if (l.frameTimeoutMs > 0) {
+      this.sweepTimer = setInterval(() => this.sweep(), Math.min(1000, Math.max(10, l.frameTimeoutMs / 4)));
+      this.sweepTimer.unref();
+    }
+  }
+
+  close(graceMs?: number): Promise<void> {
+    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
+    this.sweepTimer = undefined;
+    for (const c of this.live) this.flush(c);
+    return this.listener.close(graceMs);
+  }
+
+  private accept(socket: net.Socket): void {
+    const c = new Conn(this, socket, this.options.measure, this.limits.maxFrameBytes);
+    c.onFrame = (buf, start, end) => this.deliver(c, buf, start, end);
+    this.live.add(c);
+    socket.on('close', () => this.closed(c));
+    c.sink = this.options.onConnection(c);
+    socket.on('data', (chunk: Buffer) => this.onData(c, chunk));
+  }
+
+  private onData(c: Conn, chunk: Buffer): void {
+    if (c.failed || c.closed) return;
+    if (c.eligible && !c.deframer.isPaused && c.pending.length === 0) {
+      // The usual case: this connection's turn happens now, on its own data.
+      this.turn(c, chunk);
+    } else {
+      c.pending.push(chunk);
+      c.pendingBytes += chunk.length;
+    }
+    this.settle(c);
+  }
+
+  /** The deframer's frame handler: counts the turn down, applies backpressure. */
+  private deliver(c: Conn, buf: Buffer, start: number, end: number): boolean {
+    c.turnLeft--;
+    if (c.sink.onFrame(buf, start, end) === false) c.held = true;
+    if (c.writer.offset > this.limits.maxQueuedBytes) this.flush(c);
+    if (c.held || c.waitingDrain || c.failed || c.queuedBytes > this.limits.maxQueuedBytes) return false;
+    return c.turnLeft > 0;
+  }
+
+  /** One turn: up to `framesPerTurn` frames from what is held, then from `chunk`. */
+  private turn(c: Conn, chunk: Buffer | undefined): number {
+    c.turnLeft = this.limits.framesPerTurn;
+    c.inTurn = true;
+    try {
+      let going = c.deframer.isPaused ? c.deframer.resume(c.onFrame) : true;
+      while (going && c.pending.length > 0) {
+        const next = c.pending.shift()!;
+        c.pendingBytes -= next.length;
+        going = c.deframer.push(next, c.onFrame);
+      }
+      if (chunk !== undefined) {
+        if (going) c.deframer.push(chunk, c.onFrame);
+        else {
+          c.pending.push(chunk);
+          c.pendingBytes += chunk.length;
+        }
+      }
+    } catch (err) {
+      c.inTurn = false;
+      this.fail(c, err);
+      return this.limits.framesPerTurn - c.turnLeft;
+    }
+    c.inTurn = false;
+    this.flush(c);
+    return this.limits.framesPerTurn - c.turnLeft;
+  }
+
+  /** After any change: ring membership, budgets, the frame clock, and whether to read. */
+  settle(c: Conn): void {
+    if (c.closed || c.failed) return;
+    const backlog = c.deframer.isPaused || c.pending.length > 0;
+    const eligible = c.eligible;
+    if (backlog && eligible && !c.inRing) {
+      c.inRing = true;
+      this.ring.push(c);
+      this.schedule();
+    }
+    this.account(c);
+    // The frame clock runs only while the peer owes the rest of a frame.
+    const partial = !backlog && c.deframer.buffered > 0;
+    const consumed = c.deframer.consumed;
+    if (!partial) c.partialSince = 0;
+    else if (c.partialSince === 0 || consumed !== c.lastConsumed) c.partialSince = Date.now();
+    c.lastConsumed = consumed;
+    const read = eligible && !c.budgetPaused && (!backlog || c.bufferedBytes < READ_HIGH_WATER);
+    if (read && c.socketPaused) {
+      c.socketPaused = false;
+      c.socket.resume();
+    } else if (!read && !c.socketPaused) {
+      c.socketPaused = true;
+      c.socket.pause();
+    }
+  }
+
+  /** Counts `c`'s held input against the budgets; pauses it when it pushed one over. */
+  private account(c: Conn): void {
+    const cap = c.deframer.capacity;
+    const now = (cap > RETAINED_INPUT_BYTES ? cap : c.deframer.buffered) + c.pendingBytes;
+    const delta = now - c.accounted;
+    if (delta === 0) return;
+    c.accounted = now;
+    this.bufferedBytes += delta;
+    const ip = (this.bufferedPerIp.get(c.addressKey) ?? 0) + delta;
+    if (ip <= 0) this.bufferedPerIp.delete(c.addressKey);
+    else this.bufferedPerIp.set(c.addressKey, ip);
+    if (delta > 0) {
+      if (!c.budgetPaused && this.overBudget(c.addressKey, ip)) {
+        c.budgetPaused = true;
+        this.budgetWaiters.add(c);
+        this.metrics.count('input_budget_pauses');
+      }
+    } else if (this.budgetWaiters.size > 0) {
+      this.wakeWaiters();
+    }
+  }
+
+  private overBudget(key: string, ipBytes = this.bufferedPerIp.get(key) ?? 0): boolean {
+    const l = this.limits;
+    return (
+      this.bufferedBytes > l.maxBufferedBytes ||
+      (l.maxBufferedBytesPerIp > 0 && ipBytes > l.maxBufferedBytesPerIp)
+    );
+  }
+
+  /** Lets budget-paused connections read again, oldest first, while there is room. */
+  private wakeWaiters(): void {
+    if (this.bufferedBytes > this.limits.maxBufferedBytes) return;
+    for (const w of this.budgetWaiters) {
+      if (this.bufferedBytes > this.limits.maxBufferedBytes) break;
+      if (this.overBudget(w.addressKey)) continue;
+      this.budgetWaiters.delete(w);
+      w.budgetPaused = false;
+      this.settle(w);
+    }
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(this.run);
+  }
+
+  /** One scheduler run: a round of turns (more for few connections), then yield to I/O. */
+  private readonly run = (): void => {
+    this.scheduled = false;
+    let round = this.ring.length - this.ringHead;
+    let frames = 0;
+    while (this.ringHead < this.ring.length && (round > 0 || frames < RUN_MIN_FRAMES)) {
+      const c = this.ring[this.ringHead++]!;
+      round--;
+      c.inRing = false;
+      if (!c.eligible) continue;
+      frames += this.turn(c, undefined);
+      this.settle(c);
+    }
+    if (this.ringHead === this.ring.length) {
+      this.ring.length = 0;
+      this.ringHead = 0;
+    } else {
+      if (this.ringHead > 1024) {
+        this.ring = this.ring.slice(this.ringHead);
+        this.ringHead = 0;
+      }
+      this.schedule();
+    }
+  };
+
+  readonly flushTick = (c: Conn): void => {
+    c.flushScheduled = false;
+    this.flush(c);
+  };
+
+  /** Hands the writer's bytes to the socket; waits for 'drain' when it refuses more. */
+  flush(c: Conn): void {
+    const w = c.writer;
+    if (w.offset === 0) return;
+    const s = c.socket;
+    if (s.destroyed || s.writableEnded) {
+      w.reset();
+      return;
+    }
+    const out = w.toBuffer();
+    w.reset();
+    if (w.buf.length > WRITER_SHRINK_BYTES)
+      c.writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
+    if (!s.write(out) && !c.waitingDrain) {
+      c.waitingDrain = true;
+      s.once('drain', () => {
+        c.waitingDrain = false;
+        this.settle(c);
+      });
+      if (!c.inTurn) this.settle(c);
+    }
+  }
+
+  private fail(c: Conn, err: unknown): void {
+    c.failed = true;
+    const socket = c.socket;
+    if (err instanceof DecodeError) {
+      this.metrics.drop(CloseReason.Malformed);
+      this.log.debug(
+        { code: err.code, err: err.message, offset: err.offset, remote: c.remoteAddress },
+        'malformed frame; closing',
+      );
+      this.flush(c);
+      closeSocket(socket, CloseReason.Malformed, this.metrics, 'destroySoon');
+    } else {
+      this.log.error({ err, remote: c.remoteAddress }, 'frame handler failed; closing the connection');
+      this.flush(c);
+      closeSocket(socket, CloseReason.HandlerError, this.metrics, 'destroySoon');
+    }
+    c.deframer.reset();
+    c.pending = [];
+    c.pendingBytes = 0;
+    this.account(c);
+    if (!c.socketPaused) {
+      c.socketPaused = true;
+      socket.pause();
+    }
+  }
+
+  private closed(c: Conn): void {
+    if (c.closed) return;
+    c.closed = true;
+    this.live.delete(c);
+    this.budgetWaiters.delete(c);
+    c.deframer.reset();
+    c.pending = [];
+    c.pendingBytes = 0;
+    c.writer.reset();
+    this.account(c);
+    if (this.budgetWaiters.size > 0) this.wakeWaiters();
+    try {
+      c.sink.onClose?.(closeReasonOf(c.socket) ?? CloseReason.PeerClosed);
+    } catch (err) {
+      this.log.error({ err }, 'connection close handler failed');
+    }
+  }
+
+  /** Closes connections whose frame (or first frame) is overdue. */
+  private sweep(): void {
+    const now = Date.now();
+    const limit = this.limits.frameTimeoutMs;
+    for (const c of this.live) {
+      if (c.failed || c.closed) continue;
+      const overdue =
+        (c.partialSince !== 0 && now - c.partialSince > limit) ||
+        (c.deframer.consumed === 0 &&
+          c.pending.length === 0 &&
+          !c.deframer.isPaused &&
+          now - c.openedAt > limit);
+      if (overdue) {
+        c.failed = true;
+        c.deframer.reset();
+        c.pending = [];
+        c.pendingBytes = 0;
+        this.account(c);
+        this.flush(c);
+        closeSocket(c.socket, CloseReason.FrameTimeout, this.metrics, 'destroy');
+      }
+    }
+  }
+}
+
+/** Listens for framed TCP connections. Port 0 picks a free port (see `port`). */
+export async function listenFramedTcp(options: FramedTcpOptions): Promise<FramedTcpServer> {
+  const server = new FramedTcpServerImpl(options);
+  await server.start();
+  return server;
+}

@@ -1,0 +1,144 @@
+/**
+ * `gamewire rmc …` subcommands: `rmc call` (one call against a server, results as JSON) and
+ * `rmc methods` (the built-in signatures and how much of each layout is public).
+ */
+import type { Command } from 'commander';
+import { CommandError, parseIntOption, UsageError } from '../../core/errors.js';
+import { decode, parseHex, WireWriter } from '../../wire/index.js';
+import { RmcClient, RmcClientError } from './client.js';
+import { findBuiltinByFullName } from './codec.js';
+import { summarizeProtocol } from './describe.js';
+import { RmcError } from './errors.js';
+import { RMC_VARIANTS, type RmcVariant } from './messages.js';
+import { BUILTIN_PROTOCOLS } from './protocols/index.js';
+import { connectForCall } from './prudp/call.js';
+import type { MethodDef } from './signature.js';
+
+interface CallFlags {
+  host: string;
+  port: number;
+  args?: string;
+  timeout: number;
+  variant: string;
+  transport: string;
+  accessKey?: string;
+  checksum?: string;
+  user?: string;
+  password?: string;
+}
+
+function argsFromJson(flags: CallFlags, def: MethodDef | undefined, name: string): Buffer {
+  let argsJson: unknown = def === undefined ? '' : {};
+  if (flags.args !== undefined) {
+    try {
+      argsJson = JSON.parse(flags.args);
+    } catch (err) {
+      throw new UsageError(`--args is not JSON: ${(err as Error).message}`);
+    }
+  }
+  if (typeof argsJson === 'string') return parseHex(argsJson);
+  if (def === undefined) {
+    throw new UsageError(`${name} is not a built-in method: give --args as a JSON string of hex bytes`);
+  }
+  const w = new WireWriter();
+  def.args.write(w, def.args.fromJson(argsJson, 'args'));
+  return w.toBuffer();
+}
+
+async function runCall(name: string, flags: CallFlags): Promise<void> {
+  const variant = flags.variant as RmcVariant;
+  if (!RMC_VARIANTS.includes(variant)) {
+    throw new UsageError(`unknown variant "${flags.variant}" (variants: ${RMC_VARIANTS.join(', ')})`);
+  }
+  const i = name.indexOf('::');
+  if (i <= 0) throw new UsageError(`method must be Protocol::Method_Vn, got "${name}"`);
+  let target: [string | number, string | number];
+  let def: MethodDef | undefined;
+  if (variant === 'classic') {
+    const m = /^(\d+)::(\d+)$/.exec(name);
+    if (m === null)
+      throw new UsageError(`with --variant classic the method is protocolId::methodId, got "${name}"`);
+    target = [Number(m[1]), Number(m[2])];
+    if ((target[0] as number) > 0xffff || (target[1] as number) > 0x7fff)
+      throw new UsageError('id out of range');
+  } else {
+    def = findBuiltinByFullName(name);
+    target = [name.slice(0, i), name];
+  }
+  const argBytes = argsFromJson(flags, def, name);
+  if (flags.transport !== 'tcp' && flags.transport !== 'prudp')
+    throw new UsageError('--transport takes tcp or prudp');
+  const base = { host: flags.host, port: flags.port, timeoutMs: flags.timeout, variant };
+  const client = await (flags.transport === 'prudp'
+    ? connectForCall(base, flags)
+    : RmcClient.connect(base)
+  ).catch((err: Error) => {
+    if (err instanceof UsageError || err instanceof RmcError) throw err;
+    throw new CommandError((err as { code?: string }).code ?? 'ERR_RMC_CONNECTION', err.message);
+  });
+  try {
+    const raw = await client.callRaw(target[0], target[1], argBytes);
+    const results = def === undefined ? raw.toString('hex') : def.results.toJson(decode(def.results, raw));
+    const out = variant === 'classic' ? { methodId: target[1], results } : { method: `${name}*`, results };
+    process.stdout.write(`${JSON.stringify(out)}\n`);
+  } catch (err) {
+    if (err instanceof RmcError) {
+      const hex = `0x${err.code.toString(16).padStart(4, '0')}`;
+      throw new CommandError('ERR_RMC_FAILURE', `${err.qualifiedName} (${err.namespace}/${hex})`);
+    }
+    if (err instanceof RmcClientError) throw new CommandError(err.code, err.message);
+    throw err;
+  } finally {
+    await client.close();
+  }
+}
+
+/** Adds `gamewire rmc call` and `gamewire rmc methods`. */
+export function registerCommands(program: Command): void {
+  const cmd = program.command('rmc').description('Rendez-Vous RMC tools');
+  cmd
+    .command('call')
+    .description('call an RMC method on a server and print its results as JSON')
+    .argument('<method>', 'Protocol::Method_Vn, e.g. LoginProtocol::Register_V1')
+    .option('--host <host>', 'server address', '127.0.0.1')
+    .option('--port <port>', 'server port', parseIntOption, 9103)
+    .option('--args <json>', 'arguments as JSON (declared methods), or a JSON string of hex bytes')
+    .option('--timeout <ms>', 'call timeout in milliseconds', parseIntOption, 10_000)
+    .option(
+      '--variant <name>',
+      'hyperscape, nex-verbose, or classic (method given as protocolId::methodId)',
+      'hyperscape',
+    )
+    .option('--transport <t>', 'tcp (u32-framed) or prudp (UDP)', 'tcp')
+    .option('--access-key <key>', 'PRUDP sandbox access key')
+    .option('--checksum <width>', 'PRUDP checksum width, 1 or 4', '1')
+    .option(
+      '--user <name>',
+      'classic over PRUDP: log in with TicketGranting and call on the secure connection',
+    )
+    .option('--password <pass>', 'classic over PRUDP: the password for --user')
+    .action((name: string, flags: CallFlags) => runCall(name, flags));
+  cmd
+    .command('methods')
+    .description('list the built-in methods, their signatures and how much of each layout is public')
+    .option('--json', 'print JSON')
+    .action((flags: { json?: boolean }) => {
+      const all = BUILTIN_PROTOCOLS.map((p) => ({
+        protocol: p.name,
+        doc: p.doc,
+        methods: summarizeProtocol(p),
+      }));
+      if (flags.json === true) {
+        process.stdout.write(`${JSON.stringify(all)}\n`);
+        return;
+      }
+      for (const p of all) {
+        process.stdout.write(`${p.protocol}: ${p.doc}\n`);
+        for (const m of p.methods) {
+          process.stdout.write(`  ${m.method}(${m.args}) -> (${m.results})  [layout ${m.layout}]\n`);
+        }
+        if (p.methods.length === 0)
+          process.stdout.write('  (no declared methods: every call is acknowledged)\n');
+      }
+    });
+}

@@ -1,0 +1,262 @@
+/**
+ * The native UDP data plane of the relay (native/relay_dataplane.c, Node-API, Linux).
+ *
+ * `NativeRelaySocket` owns the relay's UDP socket in C. A worker thread receives in batches
+ * (recvmmsg) and forwards every RELAY between two bound, linked UDP peers itself (sendmmsg),
+ * without entering JavaScript. Everything else arrives here as a `message` event, like a
+ * `dgram.Socket`'s, so the relay's handlers run unchanged. The JavaScript allocation store stays
+ * the source of truth: it mirrors each bind, unbind, link and expiry into the native table
+ * (`bind`, `unbind`, `link`, `forget`), and reads back last-seen times and counters.
+ */
+import { EventEmitter } from 'node:events';
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { GamewireError } from '../../wire/errors.js';
+
+/** The addon's functions (see native/relay_dataplane.c). */
+interface Addon {
+  open(
+    host: string,
+    port: number,
+    maxDatagram: number,
+    batch: number,
+    onBatch: (data: Buffer, meta: Int32Array) => void,
+  ): [unknown, number];
+  close(handle: unknown): void;
+  send(handle: unknown, msg: Uint8Array, port: number, address: string): number;
+  bind(handle: unknown, id: Uint8Array, address: string, port: number): void;
+  unbind(handle: unknown, id: Uint8Array): void;
+  forget(handle: unknown, id: Uint8Array): void;
+  link(handle: unknown, a: Uint8Array, b: Uint8Array, linked: boolean): void;
+  lastSeen(handle: unknown, id: Uint8Array): number;
+  now(): number;
+  stats(handle: unknown): number[];
+}
+
+/** Counters kept by the native side. */
+export interface NativeDataplaneStats {
+  /** Datagrams received on the socket. */
+  received: number;
+  /** RELAY datagrams forwarded without entering JavaScript. */
+  forwarded: number;
+  /** Datagrams handed to JavaScript. */
+  toJs: number;
+  /** Datagrams over the size limit, dropped. */
+  dropTooLarge: number;
+  /** Datagrams dropped because JavaScript was too far behind. */
+  dropBacklog: number;
+  /** Forwards the kernel refused. */
+  dropSendFailed: number;
+  /** recvmmsg calls that returned datagrams. */
+  batches: number;
+  /** Allocations in the native table. */
+  tableSize: number;
+}
+
+function packageRoot(): string | undefined {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    const pkg = join(dir, 'package.json');
+    if (existsSync(pkg)) {
+      try {
+        if ((JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === 'gamewire') return dir;
+      } catch {
+        // not ours
+      }
+    }
+    dir = dirname(dir);
+  }
+  return undefined;
+}
+
+let loaded: { addon: Addon | undefined; reason: string } | undefined;
+
+/**
+ * Loads the addon once. `GAMEWIRE_NATIVE_ADDON` names another build (the tests load the
+ * sanitizer build this way). Returns undefined, with the reason, where it cannot run.
+ */
+export function loadNativeDataplane(): { addon: Addon | undefined; reason: string } {
+  if (loaded !== undefined) return loaded;
+  if (process.platform !== 'linux') {
+    loaded = { addon: undefined, reason: `${process.platform} has no native data plane` };
+    return loaded;
+  }
+  const root = packageRoot();
+  const file =
+    process.env.GAMEWIRE_NATIVE_ADDON ??
+    (root === undefined ? undefined : join(root, 'native', 'build', 'Release', 'relay_dataplane.node'));
+  if (file === undefined || !existsSync(file)) {
+    loaded = { addon: undefined, reason: 'the addon is not built (no C compiler at install time?)' };
+    return loaded;
+  }
+  try {
+    const require = createRequire(import.meta.url);
+    loaded = { addon: require(file) as Addon, reason: 'loaded' };
+  } catch (err) {
+    loaded = { addon: undefined, reason: `the addon failed to load: ${(err as Error).message}` };
+  }
+  return loaded;
+}
+
+export interface NativeRelaySocketOptions {
+  host: string;
+  port: number;
+  /** Largest datagram accepted; larger ones are dropped (counted). Default 1472. */
+  maxDatagramBytes?: number;
+  /** Datagrams per recvmmsg/sendmmsg call. Default 64. */
+  batch?: number;
+}
+
+export class NativeDataplaneError extends GamewireError {
+  constructor(code: string, message: string) {
+    super(code, message);
+  }
+}
+
+/** Remote info of a datagram handed to JavaScript, shaped like dgram's. */
+export interface NativeRemoteInfo {
+  address: string;
+  family: 'IPv4';
+  port: number;
+  size: number;
+}
+
+const ADDRESS_CACHE_LIMIT = 4096;
+
+/** A relay UDP socket whose RELAY fast path runs in C. Emits `message` like a dgram.Socket. */
+export class NativeRelaySocket extends EventEmitter {
+  private readonly addon: Addon;
+  private handle: unknown;
+  private readonly boundHost: string;
+  readonly port: number;
+  private closed = false;
+  /** The counters at close, so a closed socket still reports its totals. */
+  private finalStats: number[] | undefined;
+  /** IPv4 as an integer → dotted string, so a hot source costs no string building. */
+  private readonly addresses = new Map<number, string>();
+
+  private constructor(addon: Addon, options: NativeRelaySocketOptions) {
+    super();
+    this.addon = addon;
+    this.boundHost = options.host;
+    try {
+      const [handle, port] = addon.open(
+        options.host,
+        options.port,
+        options.maxDatagramBytes ?? 1472,
+        options.batch ?? 64,
+        this.onBatch,
+      );
+      this.handle = handle;
+      this.port = port;
+    } catch (err) {
+      const e = err as { code?: string; message: string };
+      throw new NativeDataplaneError(e.code ?? 'ERR_NATIVE_DATAPLANE', e.message);
+    }
+  }
+
+  /** Opens the native socket, or throws NativeDataplaneError (ERR_NATIVE_UNAVAILABLE when not built). */
+  static open(options: NativeRelaySocketOptions): NativeRelaySocket {
+    const { addon, reason } = loadNativeDataplane();
+    if (addon === undefined)
+      throw new NativeDataplaneError('ERR_NATIVE_UNAVAILABLE', `native data plane unavailable: ${reason}`);
+    return new NativeRelaySocket(addon, options);
+  }
+
+  private readonly onBatch = (data: Buffer, meta: Int32Array): void => {
+    if (this.closed) return;
+    for (let i = 0; i < meta.length; i += 4) {
+      const offset = meta[i]!;
+      const length = meta[i + 1]!;
+      const ip = meta[i + 2]! >>> 0;
+      let address = this.addresses.get(ip);
+      if (address === undefined) {
+        address = `${ip >>> 24}.${(ip >>> 16) & 255}.${(ip >>> 8) & 255}.${ip & 255}`;
+        if (this.addresses.size >= ADDRESS_CACHE_LIMIT) this.addresses.clear();
+        this.addresses.set(ip, address);
+      }
+      const rinfo: NativeRemoteInfo = { address, family: 'IPv4', port: meta[i + 3]!, size: length };
+      this.emit('message', data.subarray(offset, offset + length), rinfo);
+    }
+  };
+
+  address(): { address: string; family: 'IPv4'; port: number } {
+    return { address: this.boundHost, family: 'IPv4', port: this.port };
+  }
+
+  /** Sends one datagram from the relay's socket (non-blocking; a refusal is an `error` event). */
+  send(msg: Uint8Array, port: number, address: string, callback?: (err: Error | null) => void): void {
+    const rc = this.closed ? -9 : this.addon.send(this.handle, msg, port, address);
+    const err =
+      rc === 0
+        ? null
+        : new NativeDataplaneError('ERR_NATIVE_SEND', `send to ${address}:${port} failed (errno ${-rc})`);
+    if (callback !== undefined) callback(err);
+    else if (err !== null && !this.closed) this.emit('error', err);
+  }
+
+  /** The allocation `id` is bound over UDP from address:port (IPv4). */
+  bind(id: Uint8Array, address: string, port: number): void {
+    if (!this.closed) this.addon.bind(this.handle, id, address, port);
+  }
+
+  /** The allocation is no longer bound over UDP (it may be bound over another transport). */
+  unbind(id: Uint8Array): void {
+    if (!this.closed) this.addon.unbind(this.handle, id);
+  }
+
+  /** The allocation is gone. */
+  forget(id: Uint8Array): void {
+    if (!this.closed) this.addon.forget(this.handle, id);
+  }
+
+  link(a: Uint8Array, b: Uint8Array): void {
+    if (!this.closed) this.addon.link(this.handle, a, b, true);
+  }
+
+  unlink(a: Uint8Array, b: Uint8Array): void {
+    if (!this.closed) this.addon.link(this.handle, a, b, false);
+  }
+
+  /** Milliseconds since the native side last forwarded for `id`, or undefined if it never did. */
+  idleMs(id: Uint8Array): number | undefined {
+    if (this.closed) return undefined;
+    const t = this.addon.lastSeen(this.handle, id);
+    return t < 0 ? undefined : Math.max(0, this.addon.now() - t);
+  }
+
+  stats(): NativeDataplaneStats {
+    const s = this.finalStats ?? this.addon.stats(this.handle);
+    return {
+      received: s[0]!,
+      forwarded: s[1]!,
+      toJs: s[2]!,
+      dropTooLarge: s[3]!,
+      dropBacklog: s[4]!,
+      dropSendFailed: s[5]!,
+      batches: s[6]!,
+      tableSize: s[7]!,
+    };
+  }
+
+  close(callback?: () => void): void {
+    if (!this.closed) {
+      this.finalStats = this.addon.stats(this.handle);
+      this.closed = true;
+      this.addon.close(this.handle);
+      this.emit('close');
+    }
+    if (callback !== undefined) queueMicrotask(callback);
+  }
+
+  /** Kept for dgram compatibility: the native socket always keeps the process alive while open. */
+  ref(): this {
+    return this;
+  }
+
+  unref(): this {
+    return this;
+  }
+}

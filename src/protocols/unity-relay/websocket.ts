@@ -1,0 +1,325 @@
+/**
+ * The WebSocket endpoints of the relay (`ws` and `wss`), on the `ws` package, shaped for the
+ * Unity Transport clients:
+ * - the 101 reply never carries `Sec-WebSocket-Protocol` or `Sec-WebSocket-Extensions` (UTP's
+ *   native client rejects a reply with either): permessage-deflate off, subprotocols declined;
+ * - one relay message per binary frame, both ways; pings answered (ws's autoPong); a text frame
+ *   closes the connection with 1003; a frame larger than the relay's message limit closes with 1009;
+ * - each connection is the client's "address" for BIND, PING and re-BIND (a `WsLink`).
+ *
+ * Limits (all options): connections in all and per IP (counted at TCP accept, before any HTTP),
+ * HTTP request deadline, idle connections closed, a connection that never binds closed, and a
+ * per-connection send buffer beyond which messages to that peer are dropped (it is not reading).
+ */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { type WebSocket, WebSocketServer } from 'ws';
+import type { ProtocolMetrics } from '../../core/metrics.js';
+import type { RelayLink } from './links.js';
+import type { RelayServer } from './relay.js';
+
+export interface WsEndpointOptions {
+  host: string;
+  port: number;
+  /** `wss`: TLS with `cert` and `key` (PEM). */
+  secure: boolean;
+  cert?: Buffer | string;
+  key?: Buffer | string;
+  /** Open connections in all. Default 10 000. */
+  maxConnections?: number;
+  /** Open connections per client IP. Default 256 (many players can share one NAT address). */
+  maxConnectionsPerIp?: number;
+  /** Time to send the HTTP upgrade request after connecting. Default 10 s. */
+  handshakeTimeoutMs?: number;
+  /** A connection that sends nothing for this long is closed. Default 60 s (UTP pings every 3 s). */
+  idleTimeoutMs?: number;
+  /** A connection that has not bound an allocation after this long is closed. Default 15 s. */
+  bindTimeoutMs?: number;
+  /** Bytes queued to one peer beyond which further messages to it are dropped. Default 256 KiB. */
+  maxBufferedBytes?: number;
+  /** How often idle connections are looked for. Default 1 s. */
+  sweepIntervalMs?: number;
+  now?: () => number;
+}
+
+/** One WebSocket connection: the client's "address" on the relay. */
+export class WsLink implements RelayLink {
+  readonly transport: 'ws' | 'wss';
+  readonly identity = undefined;
+  readonly maxMessage: number;
+  readonly address: string;
+  readonly port: number;
+  readonly ws: WebSocket;
+  readonly openedAt: number;
+  lastReceivedAt: number;
+  everBound = false;
+  private readonly maxBuffered: number;
+  private readonly metrics: ProtocolMetrics;
+
+  constructor(
+    transport: 'ws' | 'wss',
+    ws: WebSocket,
+    address: string,
+    port: number,
+    maxMessage: number,
+    maxBuffered: number,
+    metrics: ProtocolMetrics,
+    now: number,
+  ) {
+    this.transport = transport;
+    this.ws = ws;
+    this.address = address;
+    this.port = port;
+    this.maxMessage = maxMessage;
+    this.maxBuffered = maxBuffered;
+    this.metrics = metrics;
+    this.openedAt = now;
+    this.lastReceivedAt = now;
+  }
+
+  get open(): boolean {
+    return this.ws.readyState === 1;
+  }
+
+  send(msg: Buffer): void {
+    if (this.ws.readyState !== 1) return;
+    if (this.ws.bufferedAmount > this.maxBuffered) {
+      // The peer is not reading: drop, as a congested UDP path would, instead of queueing without bound.
+      this.metrics.drop(`${this.transport}_backpressure`);
+      return;
+    }
+    this.ws.send(msg, { binary: true });
+  }
+
+  bound(): void {
+    this.everBound = true;
+  }
+
+  unbound(): void {}
+}
+
+export interface WsEndpoint {
+  readonly transport: 'ws' | 'wss';
+  readonly port: number;
+  readonly links: ReadonlySet<WsLink>;
+  close(): Promise<void>;
+}
+
+/** Starts a `ws` or `wss` endpoint feeding `relay`. Resolves once it listens. */
+export async function startWsEndpoint(
+  relay: RelayServer,
+  metrics: ProtocolMetrics,
+  log: Logger,
+  options: WsEndpointOptions,
+): Promise<WsEndpoint> {
+  const transport = options.secure ? 'wss' : 'ws';
+  const now = options.now ?? Date.now;
+  const maxConnections = options.maxConnections ?? 10_000;
+  const maxPerIp = options.maxConnectionsPerIp ?? 256;
+  const idleMs = options.idleTimeoutMs ?? 60_000;
+  const bindMs = options.bindTimeoutMs ?? 15_000;
+  const maxBuffered = options.maxBufferedBytes ?? 256 * 1024;
+  const handshakeMs = options.handshakeTimeoutMs ?? 10_000;
+  const maxMessage = relay.maxMessageToWs;
+
+  const requestListener = (_req: http.IncomingMessage, res: http.ServerResponse) => {
+    res.writeHead(426, { 'content-type': 'text/plain', connection: 'close', upgrade: 'websocket' });
+    res.end('Unity Relay WebSocket endpoint: connect with a WebSocket client\n');
+  };
+  const server: http.Server = options.secure
+    ? https.createServer(
+        {
+          cert: options.cert ?? '',
+          key: options.key ?? '',
+          minVersion: 'TLSv1.2', // UnityTLS (mbedTLS 2.x) speaks TLS 1.2 at most
+        },
+        requestListener,
+      )
+    : http.createServer(requestListener);
+  server.headersTimeout = handshakeMs;
+  server.requestTimeout = handshakeMs;
+  server.keepAliveTimeout = 1000;
+
+  const wss = new WebSocketServer({
+    noServer: true,
+    clientTracking: false,
+    perMessageDeflate: false, // never a Sec-WebSocket-Extensions header
+    handleProtocols: () => false, // never a Sec-WebSocket-Protocol header
+    maxPayload: relay.maxDatagram, // larger frames: close 1009
+  });
+
+  // Connections per IP and in all, counted at TCP accept (before any HTTP parsing).
+  const perIp = new Map<string, number>();
+  let open = 0;
+  const onConnection = (socket: net.Socket) => {
+    const ip = socket.remoteAddress ?? '';
+    const n = perIp.get(ip) ?? 0;
+    if (open >= maxConnections || n >= maxPerIp) {
+      metrics.drop(open >= maxConnections ? `${transport}_connection_cap` : `${transport}_per_ip_cap`);
+      socket.destroy();
+      return;
+    }
+    open++;
+    perIp.set(ip, n + 1);
+    socket.once('close', () => {
+      open--;
+      const left = (perIp.get(ip) ?? 1) - 1;
+      if (left <= 0) perIp.delete(ip);
+      else perIp.set(ip, left);
+    });
+  };
+  server.on(options.secure ? 'secureConnection' : 'connection', onConnection);
+  if (options.secure) {
+    // Count TLS handshakes in progress too: a raw TCP connection that never finishes TLS.
+    server.on('tlsClientError', (_err: Error, socket: Duplex) => {
+      metrics.drop('wss_tls_error');
+      socket.destroy();
+    });
+  }
+
+  const links = new Set<WsLink>();
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => socket.destroy());
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      const s = socket as net.Socket;
+      const link = new WsLink(
+        transport,
+        ws,
+        s.remoteAddress ?? '',
+        s.remotePort ?? 0,
+        maxMessage,
+        maxBuffered,
+        metrics,
+        now(),
+      );
+      links.add(link);
+      metrics.count(`${transport}_connections`);
+      ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
+        if (!isBinary) {
+          metrics.drop(`${transport}_text_frame`);
+          ws.close(1003, 'binary frames only');
+          return;
+        }
+        link.lastReceivedAt = now();
+        const msg = Buffer.isBuffer(data)
+          ? data
+          : Array.isArray(data)
+            ? Buffer.concat(data)
+            : Buffer.from(data);
+        relay.handleFrom(msg, link);
+      });
+      ws.on('error', (err: Error) => {
+        metrics.drop(`${transport}_protocol_error`);
+        log.debug({ err }, 'websocket error');
+      });
+      ws.on('close', () => {
+        links.delete(link);
+        metrics.close(`${transport}_closed`);
+      });
+    });
+  });
+
+  const sweep = setInterval(() => {
+    const t = now();
+    for (const link of links) {
+      if (t - link.lastReceivedAt >= idleMs) {
+        metrics.close(`${transport}_idle`);
+        link.ws.terminate();
+      } else if (!link.everBound && t - link.openedAt >= bindMs) {
+        metrics.close(`${transport}_never_bound`);
+        link.ws.close(1008, 'no BIND');
+      }
+    }
+  }, options.sweepIntervalMs ?? 1000);
+  sweep.unref();
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  server.on('error', (err) => log.warn({ err }, `${transport} server error`));
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  let closing: Promise<void> | undefined;
+  return {
+    transport,
+    port,
+    links,
+    close() {
+      closing ??= (async () => {
+        clearInterval(sweep);
+        for (const link of links) link.ws.terminate();
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        wss.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+const CERT_FILE = 'unity-relay-wss-cert.pem';
+const KEY_FILE = 'unity-relay-wss-key.pem';
+
+/**
+ * A self-signed certificate for local `wss` use, generated once into `dir` with `openssl req`
+ * (ECDSA P-256, valid 825 days; subjectAltName: localhost, 127.0.0.1 and `publicHost`) and reused
+ * on later runs. Browsers and Unity clients must be told to trust it (see docs/unity-relay.md).
+ */
+export async function ensureSelfSignedCert(
+  dir: string,
+  publicHost: string,
+): Promise<{ cert: Buffer; key: Buffer; certPath: string; keyPath: string; generated: boolean }> {
+  const certPath = path.join(dir, CERT_FILE);
+  const keyPath = path.join(dir, KEY_FILE);
+  let generated = false;
+  if (!existsSync(certPath) || !existsSync(keyPath)) {
+    await mkdir(dir, { recursive: true });
+    const names = new Set(['DNS:localhost', 'IP:127.0.0.1']);
+    if (publicHost !== '' && publicHost !== '0.0.0.0')
+      names.add(net.isIP(publicHost) ? `IP:${publicHost}` : `DNS:${publicHost}`);
+    const cn = publicHost === '' || publicHost === '0.0.0.0' ? 'localhost' : publicHost;
+    await new Promise<void>((resolve, reject) => {
+      execFile(
+        'openssl',
+        [
+          'req',
+          '-x509',
+          '-newkey',
+          'ec',
+          '-pkeyopt',
+          'ec_paramgen_curve:prime256v1',
+          '-nodes',
+          '-keyout',
+          keyPath,
+          '-out',
+          certPath,
+          '-days',
+          '825',
+          '-subj',
+          `/CN=${cn}`,
+          '-addext',
+          `subjectAltName=${[...names].join(',')}`,
+        ],
+        { timeout: 30_000 },
+        (err, _stdout, stderr) => {
+          if (err !== null) reject(new Error(`openssl req failed: ${stderr.trim() || err.message}`));
+          else resolve();
+        },
+      );
+    });
+    await chmod(keyPath, 0o600);
+    generated = true;
+  }
+  return { cert: await readFile(certPath), key: await readFile(keyPath), certPath, keyPath, generated };
+}

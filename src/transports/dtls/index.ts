@@ -1,0 +1,17 @@
+/**
+ * DTLS 1.2 with pre-shared keys: a server (DtlsServer) and a client (DtlsClient) of the subset
+ * Unity's relay transport needs. Independent of any game protocol; see docs/dtls.md.
+ */
+export type {
+  DtlsAssociation,
+  DtlsClientEventMap,
+  DtlsClientOptions,
+  DtlsServerEventMap,
+  DtlsServerEvents,
+  DtlsServerOptions,
+  DtlsServerStats,
+} from './api.js';
+export { DtlsClient, DtlsError } from './client.js';
+export { AlertDescription } from './constants.js';
+export { DTLS_SERVER_DEFAULTS, DtlsServer } from './server.js';
+export { CIPHER_SUITES, type CipherSuite, DEFAULT_CIPHER_SUITES, recordOverhead } from './suites.js';

@@ -1,0 +1,97 @@
+/**
+ * Helpers for the inspector's tests: real programs (tcpdump, tshark), which must be present in
+ * CI (a missing one fails the test there; elsewhere the test is skipped), and the CLI's output.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { runCli } from '../helpers/cli.js';
+
+/** True when `name` can run. In CI a missing program is an error, never a skip. */
+export function haveProgram(name: string): boolean {
+  const r = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
+  const ok = r.status === 0 && r.stdout.trim() !== '';
+  if (!ok && process.env.CI === 'true') throw new Error(`${name} is required in CI but is not installed`);
+  return ok;
+}
+
+export function tempDir(prefix = 'gamewire-inspect-'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/** A `tcpdump -i lo -U -w FILE FILTER` run, stopped (and flushed) by `stop`. */
+export class Tcpdump {
+  readonly file: string;
+  private readonly child: ChildProcess;
+  private readonly exited: Promise<void>;
+
+  private constructor(file: string, child: ChildProcess, exited: Promise<void>) {
+    this.file = file;
+    this.child = child;
+    this.exited = exited;
+  }
+
+  static async start(filter: string, file: string, extra: string[] = ['-i', 'lo']): Promise<Tcpdump> {
+    const child = spawn(
+      'tcpdump',
+      [...extra, '--immediate-mode', '-U', '-n', '-s', '0', '-w', file, filter],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let stderr = '';
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`tcpdump did not start: ${stderr}`)), 20_000);
+      child.stderr!.on('data', (d: Buffer) => {
+        stderr += d.toString();
+        if (stderr.includes('listening on')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`tcpdump exited with ${code}: ${stderr}`));
+      });
+    });
+    return new Tcpdump(file, child, exited);
+  }
+
+  /** Waits a moment for the last packets to be written, then stops tcpdump. */
+  async stop(settleMs = 500): Promise<Buffer> {
+    await new Promise((r) => setTimeout(r, settleMs));
+    this.child.kill('SIGINT');
+    await this.exited;
+    return fs.readFileSync(this.file);
+  }
+
+  kill(): void {
+    if (this.child.exitCode === null) this.child.kill('SIGKILL');
+  }
+}
+
+export interface JsonRecord {
+  time: number;
+  flow: string;
+  transport: 'tcp' | 'udp';
+  direction: 'client' | 'server';
+  protocol: string;
+  message?: any;
+  error?: { code: string; message: string; offset: number };
+}
+
+/** `gamewire inspect FILE --json ARGS…`, parsed. */
+export function inspectJson(file: string, args: string[] = []): JsonRecord[] {
+  const r = runCli(['inspect', file, '--json', ...args]);
+  if (r.code !== 0) throw new Error(`inspect failed (${r.code}): ${r.stderr}`);
+  return r.stdout
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as JsonRecord);
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

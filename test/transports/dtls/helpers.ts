@@ -1,0 +1,196 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import dgram from 'node:dgram';
+import {
+  type DtlsAssociation,
+  DtlsServer,
+  type DtlsServerOptions,
+} from '../../../src/transports/dtls/index.js';
+
+/**
+ * Whether a real program is installed. In CI (CI=true) a missing program fails the test that
+ * needs it instead of skipping it.
+ */
+export function hasProgram(name: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${name}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    if (process.env.CI === 'true') throw new Error(`${name} is required in CI but is not installed`);
+    return false;
+  }
+}
+
+/** A PSK identity without 0x00 bytes (it travels through argv), like a 16-byte Unity allocation id. */
+export function testIdentity(): Buffer {
+  const id = randomBytes(16);
+  for (let i = 0; i < id.length; i++) if (id[i] === 0) id[i] = 1;
+  return id;
+}
+
+export interface EchoServer {
+  server: DtlsServer;
+  port: number;
+  identity: Buffer;
+  psk: Buffer;
+  associations: DtlsAssociation[];
+  messages: Buffer[];
+  closes: string[];
+  drops: string[];
+  close(): Promise<void>;
+}
+
+/**
+ * A DtlsServer on 127.0.0.1:0 that knows one identity (64-byte key, as Unity Relay uses) and echoes
+ * every application record back as `echo:` + the bytes.
+ */
+export async function startEchoServer(options: Partial<DtlsServerOptions> = {}): Promise<EchoServer> {
+  const identity = testIdentity();
+  const psk = randomBytes(64);
+  const server = new DtlsServer({
+    pskFor: (id) => (id.equals(identity) ? psk : undefined),
+    ...options,
+  });
+  const associations: DtlsAssociation[] = [];
+  const messages: Buffer[] = [];
+  const closes: string[] = [];
+  const drops: string[] = [];
+  server.on('association', (a) => associations.push(a));
+  server.on('message', (a, m) => {
+    messages.push(m);
+    a.send(Buffer.concat([Buffer.from('echo:'), m]));
+  });
+  server.on('close', (_a, reason) => closes.push(reason));
+  server.on('drop', (reason) => drops.push(reason));
+  const { port } = await server.listen(0, '127.0.0.1');
+  return { server, port, identity, psk, associations, messages, closes, drops, close: () => server.close() };
+}
+
+/** Resolves when `predicate` holds, polling; rejects after `timeoutMs` with `what` in the message. */
+export async function waitFor(
+  predicate: () => boolean,
+  what: string | (() => string),
+  timeoutMs = 20_000,
+): Promise<void> {
+  const start = Date.now();
+  while (!predicate()) {
+    if (Date.now() - start > timeoutMs) {
+      throw new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A spawned program with its stdout/stderr collected, killed by `stop()`. */
+export interface Spawned {
+  child: ChildProcess;
+  stdout(): Buffer;
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+export function spawnProgram(cmd: string, args: string[], env?: NodeJS.ProcessEnv): Spawned {
+  const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], env: env ?? process.env });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  child.stdout!.on('data', (d: Buffer) => out.push(d));
+  child.stderr!.on('data', (d: Buffer) => err.push(d));
+  child.stdin!.on('error', () => {});
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    child,
+    stdout: () => Buffer.concat(out),
+    stderr: () => Buffer.concat(err).toString('latin1'),
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+/**
+ * A UDP proxy between a client and the server that can drop chosen datagrams (by direction and
+ * index) and counts every datagram it forwards.
+ */
+export interface UdpProxy {
+  port: number;
+  /** Datagrams seen from the client / from the server (forwarded or dropped). */
+  fromClient: Buffer[];
+  fromServer: Buffer[];
+  /** Sends a datagram to the server from the proxy's socket: the 5-tuple the server knows the client by. */
+  inject(datagram: Buffer): void;
+  close(): Promise<void>;
+}
+
+export async function startProxy(
+  serverPort: number,
+  shouldDrop: (direction: 'to-server' | 'to-client', datagram: Buffer, index: number) => boolean = () =>
+    false,
+): Promise<UdpProxy> {
+  const socket = dgram.createSocket('udp4');
+  const fromClient: Buffer[] = [];
+  const fromServer: Buffer[] = [];
+  let client: { address: string; port: number } | undefined;
+  socket.on('message', (msg, rinfo) => {
+    if (rinfo.port === serverPort && rinfo.address === '127.0.0.1') {
+      fromServer.push(Buffer.from(msg));
+      if (client && !shouldDrop('to-client', msg, fromServer.length - 1))
+        socket.send(msg, client.port, client.address);
+    } else {
+      client = { address: rinfo.address, port: rinfo.port };
+      fromClient.push(Buffer.from(msg));
+      if (!shouldDrop('to-server', msg, fromClient.length - 1)) socket.send(msg, serverPort, '127.0.0.1');
+    }
+  });
+  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', () => resolve()));
+  return {
+    port: socket.address().port,
+    fromClient,
+    fromServer,
+    inject: (datagram) => socket.send(datagram, serverPort, '127.0.0.1'),
+    close: () => new Promise((resolve) => socket.close(() => resolve())),
+  };
+}
+
+/** Record content types in a datagram (a walk over the record headers). */
+export function recordTypes(datagram: Buffer): number[] {
+  const types: number[] = [];
+  let at = 0;
+  while (at + 13 <= datagram.length) {
+    types.push(datagram[at]!);
+    at += 13 + datagram.readUInt16BE(at + 11);
+  }
+  return types;
+}
+
+/** Handshake message types in the epoch-0 handshake records of a datagram. */
+export function plaintextHandshakeTypes(datagram: Buffer): number[] {
+  const types: number[] = [];
+  let at = 0;
+  while (at + 13 <= datagram.length) {
+    const len = datagram.readUInt16BE(at + 11);
+    if (datagram[at] === 22 && datagram.readUInt16BE(at + 3) === 0) types.push(datagram[at + 13]!);
+    at += 13 + len;
+  }
+  return types;
+}
+
+/** A one-shot UDP socket that sends `datagram` to the port and collects what comes back for `waitMs`. */
+export async function sendAndCollect(
+  port: number,
+  datagrams: Buffer[],
+  waitMs: number,
+  socket?: dgram.Socket,
+): Promise<Buffer[]> {
+  const own = socket === undefined;
+  const s = socket ?? dgram.createSocket('udp4');
+  if (own) await new Promise<void>((resolve) => s.bind(0, '127.0.0.1', () => resolve()));
+  const replies: Buffer[] = [];
+  const onMessage = (m: Buffer) => replies.push(Buffer.from(m));
+  s.on('message', onMessage);
+  for (const d of datagrams) s.send(d, port, '127.0.0.1');
+  await new Promise((r) => setTimeout(r, waitMs));
+  s.off('message', onMessage);
+  if (own) await new Promise<void>((resolve) => s.close(() => resolve()));
+  return replies;
+}

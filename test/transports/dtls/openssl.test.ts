@@ -1,0 +1,284 @@
+import { randomBytes } from 'node:crypto';
+import dgram from 'node:dgram';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DtlsClient } from '../../../src/transports/dtls/index.js';
+import {
+  type EchoServer,
+  hasProgram,
+  plaintextHandshakeTypes,
+  recordTypes,
+  type Spawned,
+  spawnProgram,
+  startEchoServer,
+  startProxy,
+  testIdentity,
+  waitFor,
+} from './helpers.js';
+
+// OpenSSL's s_client as an independent DTLS 1.2 PSK client: every suite of the server's list that
+// OpenSSL implements, with and without the extended master secret.
+const haveOpenssl = hasProgram('openssl');
+
+/** printf-escaped bytes, so a binary identity reaches argv unchanged (dash's printf knows octal). */
+function octal(bytes: Buffer): string {
+  return [...bytes].map((b) => `\\${b.toString(8).padStart(3, '0')}`).join('');
+}
+
+function sClient(srv: EchoServer, cipher: string, env?: NodeJS.ProcessEnv): Spawned {
+  const script =
+    `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${srv.port} -quiet ` +
+    `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher ${cipher}`;
+  return spawnProgram('sh', ['-c', script], env);
+}
+
+let dir = '';
+let noEmsEnv: NodeJS.ProcessEnv = {};
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'gw-dtls-openssl-'));
+  // OpenSSL 3 has no s_client flag for it; its config's Options can clear ExtendedMasterSecret.
+  const conf = join(dir, 'no-ems.cnf');
+  writeFileSync(
+    conf,
+    [
+      'openssl_conf = conf_start',
+      '[conf_start]',
+      'ssl_conf = ssl_sect',
+      '[ssl_sect]',
+      'system_default = system_default_sect',
+      '[system_default_sect]',
+      'Options = -ExtendedMasterSecret',
+      '',
+    ].join('\n'),
+  );
+  noEmsEnv = { ...process.env, OPENSSL_CONF: conf };
+});
+
+afterAll(() => {
+  if (dir !== '') rmSync(dir, { recursive: true, force: true });
+});
+
+const suites: Array<[string, number]> = [
+  ['PSK-AES128-GCM-SHA256', 0x00a8],
+  ['PSK-AES256-GCM-SHA384', 0x00a9],
+  ['PSK-AES128-CCM', 0xc0a4],
+  ['PSK-AES256-CCM', 0xc0a5],
+  ['PSK-AES128-CCM8', 0xc0a8],
+  ['PSK-AES256-CCM8', 0xc0a9],
+  ['PSK-CHACHA20-POLY1305', 0xccab],
+];
+
+describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () => {
+  for (const ems of [true, false]) {
+    for (const [cipher, id] of suites) {
+      it(`${cipher}, EMS ${ems ? 'on' : 'off'}: handshake and application data both ways`, async () => {
+        const srv = await startEchoServer();
+        const client = sClient(srv, cipher, ems ? undefined : noEmsEnv);
+        try {
+          await waitFor(
+            () => srv.associations.length === 1,
+            () => `a handshake (${client.stderr()})`,
+          );
+          const a = srv.associations[0]!;
+          expect(a.cipherSuite).toBe(id);
+          expect(a.extendedMasterSecret).toBe(ems);
+          expect(a.identity.equals(srv.identity)).toBe(true);
+          // Server first, then a client message echoed back: both directions.
+          a.send(Buffer.from('hello from server\n'));
+          await waitFor(
+            () => client.stdout().includes('hello from server'),
+            'the server message at the client',
+          );
+          const payload = Buffer.from([0xda, 0x72, 0x00, 0x0b, 0xff, 0x00, 0x01, 0x0a]);
+          client.child.stdin!.write(payload);
+          await waitFor(() => srv.messages.length >= 1, 'the client message at the server');
+          expect(srv.messages[0]).toEqual(payload);
+          await waitFor(
+            () => client.stdout().includes(Buffer.concat([Buffer.from('echo:'), payload])),
+            'the echo',
+          );
+        } finally {
+          await client.stop();
+          await srv.close();
+        }
+      });
+    }
+  }
+
+  it('the first reply to a ClientHello is a small HelloVerifyRequest, then the handshake completes', async () => {
+    const srv = await startEchoServer();
+    const proxy = await startProxy(srv.port);
+    const script =
+      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${proxy.port} -quiet ` +
+      `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`;
+    const client = spawnProgram('sh', ['-c', script]);
+    try {
+      await waitFor(() => srv.associations.length === 1, 'a handshake');
+      expect(plaintextHandshakeTypes(proxy.fromClient[0]!)).toEqual([1]);
+      expect(plaintextHandshakeTypes(proxy.fromServer[0]!)).toEqual([3]);
+      // No reply larger than the request before the cookie proves the address.
+      expect(proxy.fromServer[0]!.length).toBeLessThanOrEqual(proxy.fromClient[0]!.length);
+      // Then ServerHello + ServerHelloDone in one datagram, and CCS + Finished in the last.
+      expect(plaintextHandshakeTypes(proxy.fromServer[1]!)).toEqual([2, 14]);
+      expect(recordTypes(proxy.fromServer[2]!)).toEqual([20, 22]);
+    } finally {
+      await client.stop();
+      await proxy.close();
+      await srv.close();
+    }
+  });
+
+  it('an unknown identity gets alert 115 (unknown_psk_identity)', async () => {
+    const srv = await startEchoServer();
+    const script =
+      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${srv.port} -quiet ` +
+      `-psk ${srv.psk.toString('hex')} -psk_identity stranger -cipher PSK-AES128-GCM-SHA256`;
+    const client = spawnProgram('sh', ['-c', script]);
+    try {
+      await waitFor(
+        () => /unknown psk identity/i.test(client.stderr()),
+        () => `the alert at the client (${client.stderr()})`,
+      );
+      expect(srv.associations).toHaveLength(0);
+      expect(srv.drops).toContain('unknown-psk-identity');
+    } finally {
+      await client.stop();
+      await srv.close();
+    }
+  });
+
+  it('a wrong PSK never makes an association and the client gets a fatal alert', async () => {
+    const srv = await startEchoServer();
+    const wrong = Buffer.from(srv.psk);
+    wrong[0]! ^= 0xff;
+    const script =
+      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${srv.port} -quiet ` +
+      `-psk ${wrong.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`;
+    const client = spawnProgram('sh', ['-c', script]);
+    try {
+      await waitFor(
+        () => /alert/i.test(client.stderr()),
+        () => `the alert at the client (${client.stderr()})`,
+      );
+      expect(client.stderr()).toMatch(/decrypt error/i);
+      expect(srv.associations).toHaveLength(0);
+      expect(srv.drops).toContain('bad-finished');
+    } finally {
+      await client.stop();
+      await srv.close();
+    }
+  });
+
+  it('a suite the server does not accept gets alert 40 (handshake_failure)', async () => {
+    const srv = await startEchoServer({ cipherSuites: [0x00a8] });
+    const script =
+      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${srv.port} -quiet ` +
+      `-psk ${srv.psk.toString('hex')} -psk_identity x -cipher PSK-AES256-GCM-SHA384`;
+    const client = spawnProgram('sh', ['-c', script]);
+    try {
+      await waitFor(
+        () => /handshake failure/i.test(client.stderr()),
+        () => `the alert at the client (${client.stderr()})`,
+      );
+      expect(srv.drops).toContain('no-shared-cipher-suite');
+    } finally {
+      await client.stop();
+      await srv.close();
+    }
+  });
+  it('s_client through a proxy that loses every handshake flight once still completes (real retransmission timers)', async () => {
+    const srv = await startEchoServer();
+    const seen = new Set<string>();
+    const proxy = await startProxy(srv.port, (direction, datagram) => {
+      if (recordTypes(datagram).includes(23)) return false;
+      const key = `${direction}:${datagram.readUInt16BE(1)}:${recordTypes(datagram).join(',')}:${plaintextHandshakeTypes(datagram).join(',')}`;
+      if (seen.has(key)) return false;
+      seen.add(key);
+      return true;
+    });
+    const script =
+      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${proxy.port} -quiet ` +
+      `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`;
+    const client = spawnProgram('sh', ['-c', script]);
+    try {
+      await waitFor(
+        () => srv.associations.length === 1,
+        () => `a handshake (${client.stderr()})`,
+        25_000,
+      );
+      client.child.stdin!.write('after loss');
+      await waitFor(
+        () => client.stdout().includes('echo:after loss'),
+        () => `the echo (${client.stderr()})`,
+        25_000,
+      );
+      // The first copy of each was lost: hello, HVR, ServerHello flight, the client's CKE+CCS+Finished
+      // (OpenSSL then resends it as three datagrams) and our CCS+Finished.
+      expect([...seen]).toEqual(
+        expect.arrayContaining([
+          'to-server:65279:22:1',
+          'to-client:65279:22:3',
+          'to-client:65277:22,22:2,14',
+          'to-server:65277:22,20,22:16',
+          'to-client:65277:20,22:',
+        ]),
+      );
+    } finally {
+      await client.stop();
+      await proxy.close();
+      await srv.close();
+    }
+  }, 60_000);
+});
+
+async function freeUdpPort(): Promise<number> {
+  const s = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => s.bind(0, '127.0.0.1', () => resolve()));
+  const { port } = s.address();
+  await new Promise<void>((resolve) => s.close(() => resolve()));
+  return port;
+}
+
+// DtlsClient against an independent server: OpenSSL's s_server.
+describe.runIf(haveOpenssl)('DtlsClient against openssl s_server -dtls1_2', () => {
+  for (const [cipher, id] of suites) {
+    it(`${cipher}: handshake and data both ways`, async () => {
+      const port = await freeUdpPort();
+      const identity = testIdentity();
+      const psk = randomBytes(64);
+      const server = spawnProgram('sh', [
+        '-c',
+        `exec openssl s_server -dtls1_2 -accept 127.0.0.1:${port} -nocert -naccept 1 -quiet ` +
+          `-psk ${psk.toString('hex')} -psk_identity "$(printf '${octal(identity)}')" -cipher ${cipher}`,
+      ]);
+      let client: DtlsClient | undefined;
+      try {
+        client = await DtlsClient.connect({
+          host: '127.0.0.1',
+          port,
+          identity,
+          psk,
+          cipherSuites: [id],
+          timeoutMs: 20_000,
+        });
+        expect(client.cipherSuite).toBe(id);
+        expect(client.extendedMasterSecret).toBe(true);
+        const got: Buffer[] = [];
+        client.on('message', (m) => got.push(m));
+        client.send(Buffer.from('to s_server'));
+        await waitFor(
+          () => server.stdout().includes('to s_server'),
+          () => `the message at s_server (${server.stderr()})`,
+        );
+        server.child.stdin!.write('to DtlsClient');
+        await waitFor(() => Buffer.concat(got).includes('to DtlsClient'), 'the message at the client');
+      } finally {
+        client?.close();
+        await server.stop();
+      }
+    });
+  }
+});
