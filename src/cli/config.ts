@@ -76,7 +76,7 @@ export function configReference(protocols: readonly ProtocolModule[]): string {
     'flag. The config file is JSON (with `//` comments allowed) holding one object per section:',
     '',
     '```json',
-    '{ "serve": { "metricsPort": 9100 }, "js5": { "port": 43595 }, "rmc": { "idleTimeoutMs": 60000 } }',
+    '{ "serve": { "metricsPort": 9100 }, "js5": { "port": 43595, "profile": "osrs" } }',
     '```',
     '',
     'Every value is checked before anything starts: its type, its range or choices, and that its',
