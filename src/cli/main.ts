@@ -10,7 +10,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { CommandError, UsageError } from '../core/errors.js';
+import { CommandError, connectFailure, UsageError } from '../core/errors.js';
 import type { CodecOptions, Direction, ProtocolCodec, ProtocolModule } from '../core/protocol.js';
 import { codecNames, loadCodec, loadProtocols, registry } from '../protocols/registry.js';
 import { DecodeError, EncodeError, GamewireError } from '../wire/errors.js';
@@ -244,10 +244,11 @@ export function reportError(err: unknown): number {
     printError(err.code, err.message);
     return 1;
   }
+  // A client command that let a connection error through: say what to do, not `ECONNREFUSED`.
   const e = err as NodeJS.ErrnoException & { address?: unknown; port?: unknown };
-  if (e?.code === 'ECONNREFUSED' && typeof e.address === 'string') {
-    printError('ERR_CONNECT', `no server at ${e.address}:${String(e.port)}: is \`gamewire serve\` running?`);
-    return 1;
+  if (typeof e?.address === 'string') {
+    const hint = connectFailure(err, `${e.address}:${String(e.port)}`);
+    if (hint instanceof CommandError) return reportError(hint);
   }
   printError('ERR_INTERNAL', err instanceof Error ? err.message : String(err));
   return 1;
