@@ -3,8 +3,10 @@
  * command-line flags, all checked against one schema (src/core/config.ts); prints where each
  * listens; stops cleanly on SIGINT/SIGTERM, at any moment, including during start-up.
  */
+import diagnosticsChannel from 'node:diagnostics_channel';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
+import type { Logger } from 'pino';
 import {
   checkConfigFile,
   checkValue,
@@ -18,7 +20,7 @@ import {
 } from '../core/config.js';
 import { CommandError, UsageError } from '../core/errors.js';
 import { type OpsServer, type ReadyState, startOpsServer } from '../core/health.js';
-import { createLogger } from '../core/logger.js';
+import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
 import type { RunningServer, ServeOption } from '../core/server.js';
@@ -115,6 +117,52 @@ export function addServeCommand(program: Command, protocols: readonly ProtocolMo
   });
 }
 
+interface ConnectionEvent {
+  protocol: string;
+  transport: string;
+  remote: string;
+  reason?: string;
+}
+
+/**
+ * Logs connection lifecycle from the servers' `gamewire:connection:*` diagnostics events:
+ * open and close at debug (subscribed only when debug is on, so the hot path publishes nothing
+ * otherwise), and refusals at accept. A refusal because the server is full means it is
+ * configured too small: that one is logged at info, rate-limited. Returns the unsubscriber.
+ */
+export function logConnections(
+  log: Logger,
+  limitOf: (protocol: string) => string = () => 'its connection limit',
+): () => void {
+  const refusals = new RateLimitedLog(log);
+  const subscriptions: [string, (message: unknown) => void][] = [
+    [
+      'gamewire:connection:drop',
+      (m) => {
+        const e = m as ConnectionEvent;
+        const fields = { protocol: e.protocol, transport: e.transport, remote: e.remote, reason: e.reason };
+        if (e.reason === 'over_capacity') {
+          refusals.info(
+            `${e.protocol}:full`,
+            fields,
+            `connection refused: ${e.protocol} is full (raise ${limitOf(e.protocol)})`,
+          );
+        } else log.debug(fields, 'connection refused');
+      },
+    ],
+  ];
+  if (log.isLevelEnabled('debug')) {
+    subscriptions.push(
+      ['gamewire:connection:open', (m) => log.debug(m as ConnectionEvent, 'connection open')],
+      ['gamewire:connection:close', (m) => log.debug(m as ConnectionEvent, 'connection closed')],
+    );
+  }
+  for (const [name, fn] of subscriptions) diagnosticsChannel.subscribe(name, fn);
+  return () => {
+    for (const [name, fn] of subscriptions) diagnosticsChannel.unsubscribe(name, fn);
+  };
+}
+
 /** One line saying what failed and how to fix it, for an error thrown while starting `name`. */
 export function startFailure(
   name: string,
@@ -208,6 +256,11 @@ async function runServers(
   const log = createLogger(logLevel);
   for (const w of checked?.warnings ?? []) log.warn(w);
   const dataDir = path.resolve(serveValues.dataDir as string);
+  const unsubscribe = logConnections(log, (name) => {
+    const p = protocols.find((x) => x.name === name);
+    const o = p?.server?.options.find((x) => x.type === 'int' && /max(Connections|Clients)$/i.test(x.key));
+    return o === undefined ? 'its connection limit' : `${flagName(o)}, config ${name}.${o.key}`;
+  });
 
   try {
     for (const p of selected) {
@@ -258,6 +311,7 @@ async function runServers(
     }
   } catch (err) {
     await stopAll();
+    unsubscribe();
     process.off('SIGINT', onInt);
     process.off('SIGTERM', onTerm);
     log.flush?.();
@@ -270,6 +324,7 @@ async function runServers(
   }
   log.info({ signal: signalName }, 'stopping');
   await stopAll();
+  unsubscribe();
   process.off('SIGINT', onInt);
   process.off('SIGTERM', onTerm);
   log.info(`stopped; ${metrics.map(summaryLine).join('; ') || 'nothing ran'}`);

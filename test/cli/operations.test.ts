@@ -296,3 +296,51 @@ describe('pipes between gamewire commands', () => {
     expect(r.stderr).not.toMatch(/EPIPE|\n\s+at /);
   });
 });
+
+describe('connection lifecycle logs', () => {
+  it('logs each connection open and close at debug, and a full server at info', async () => {
+    let remote = '';
+    const r = await spawnCli(
+      [
+        'serve',
+        'rmc',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '0',
+        '--rmc-max-connections',
+        '1',
+        '--data-dir',
+        dir,
+        '--log-level',
+        'debug',
+      ],
+      (out, child) => {
+        const m = /gamewire: rmc tcp 127\.0\.0\.1:(\d+)/.exec(out);
+        if (m === null || remote !== '') return;
+        remote = 'connecting';
+        const port = Number(m[1]);
+        const first = net.connect(port, '127.0.0.1', () => {
+          remote = `127.0.0.1:${first.localPort}`;
+          // A second connection while the first is open: refused, the server holds 1.
+          const second = net.connect(port, '127.0.0.1');
+          second.on('error', () => {});
+          second.on('close', () => {
+            first.end();
+            first.on('close', () => setTimeout(() => child.kill('SIGTERM'), 300));
+          });
+        });
+      },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const logs = r.stderr
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { level: number; msg: string; remote?: string; reason?: string });
+    expect(logs.find((l) => l.msg === 'connection open' && l.remote === remote)?.level).toBe(20);
+    expect(logs.find((l) => l.msg === 'connection closed' && l.remote === remote)?.level).toBe(20);
+    const full = logs.find((l) => l.msg.startsWith('connection refused: rmc is full'));
+    expect(full?.level).toBe(30);
+    expect(full?.msg).toMatch(/--rmc-max-connections, config rmc\.\w+/);
+  }, 120_000);
+});
