@@ -15,7 +15,7 @@ export interface CodecOptions {
   variant?: string;
 }
 
-/** A decode/encode entry for the CLI: bytes <-> the JSON of cli-contract.md. */
+/** A decode/encode entry for the CLI: bytes <-> the JSON that docs/cli.md describes. */
 export interface ProtocolCodec {
   /** The name used on the command line (`vcmp-rpc`, `js5-container`). */
   name: string;

@@ -1,4 +1,4 @@
-/** The command-line contract (../shared/cli-contract.md), through the real spawned command. */
+/** The command-line contract (docs/cli.md), through the real spawned command. */
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
