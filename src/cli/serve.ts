@@ -18,7 +18,7 @@ import {
   sectionOptions,
   valuesFromEnv,
 } from '../core/config.js';
-import { CommandError, UsageError } from '../core/errors.js';
+import { CommandError, ConfigError, UsageError } from '../core/errors.js';
 import { type OpsServer, type ReadyState, startOpsServer } from '../core/health.js';
 import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
@@ -115,6 +115,10 @@ export function addServeCommand(program: Command, protocols: readonly ProtocolMo
     }
     await runServers(protocols, selected, flags);
   });
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
 }
 
 interface ConnectionEvent {
@@ -248,6 +252,20 @@ async function runServers(
     const v = flags[new Option(o.flag).attributeName()];
     if (v !== undefined) serveValues[o.key] = v;
   }
+  // The command-line contract's name for the same endpoint.
+  if (flags.metricsPort === undefined && flags.adminPort !== undefined)
+    serveValues.metricsPort = flags.adminPort;
+  const metricsHost = serveValues.metricsHost as string;
+  if (
+    serveValues.metricsPort !== undefined &&
+    !isLoopback(metricsHost) &&
+    serveValues.adminToken === undefined
+  ) {
+    throw new ConfigError(
+      `--metrics-host ${metricsHost} would expose the metrics endpoint beyond this machine: set --admin-token (or GAMEWIRE_SERVE_ADMIN_TOKEN), or bind 127.0.0.1`,
+      'serve.metricsHost',
+    );
+  }
   // Values from flags were checked by their parsers; these re-checks cover config and environment.
   const logLevel = checkValue(SERVE_OPTIONS[2]!, serveValues.logLevel, {
     kind: 'flag',
@@ -291,6 +309,7 @@ async function runServers(
       try {
         ops = await startOpsServer({
           host,
+          token: serveValues.adminToken as string | undefined,
           port: serveValues.metricsPort as number,
           metrics: () => metrics,
           running: () => running.map((r) => r.name),

@@ -326,16 +326,26 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
   {
     key: 'metricsPort',
     flag: '--metrics-port <port>',
-    description: 'serve /metrics, /health and /ready over HTTP on this port (off when unset)',
+    description:
+      'serve /metrics, /health and /ready over HTTP on this port (off when unset); --admin-port is the same',
     type: 'int',
     unit: 'port',
+    aliases: ['adminPort'],
   },
   {
     key: 'metricsHost',
     flag: '--metrics-host <address>',
-    description: 'bind address of the metrics, health and readiness endpoint',
+    description: 'bind address of the metrics endpoint; beyond loopback only with adminToken',
     type: 'string',
     default: '127.0.0.1',
+    aliases: ['adminHost'],
+  },
+  {
+    key: 'adminToken',
+    flag: '--admin-token <token>',
+    description: 'require "Authorization: Bearer <token>" on /metrics (/health and /ready stay open)',
+    type: 'string',
+    secret: true,
   },
 ];
 

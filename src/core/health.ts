@@ -7,6 +7,7 @@
  * - `GET /ready`: 200 once every server listens, 503 while starting or stopping (readiness:
  *   a load balancer stops sending new players before the sockets close).
  */
+import { timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { ProtocolMetrics } from './metrics.js';
 
@@ -19,6 +20,8 @@ export interface OpsServerOptions {
   /** Names of the protocols whose servers are running. */
   running: () => Iterable<string>;
   state: () => ReadyState;
+  /** When set, `/metrics` requires `Authorization: Bearer <token>`; probes stay open. */
+  token?: string;
 }
 
 export interface OpsServer {
@@ -30,7 +33,15 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
   const [{ fastify }, { createRegistry }] = await Promise.all([import('fastify'), import('./prometheus.js')]);
   const registry = createRegistry(options.metrics, options.running);
   const app: FastifyInstance = fastify();
-  app.get('/metrics', async (_req, reply) => {
+  const expected = options.token === undefined ? undefined : Buffer.from(`Bearer ${options.token}`);
+  app.get('/metrics', async (req, reply) => {
+    if (expected !== undefined) {
+      const got = Buffer.from(req.headers.authorization ?? '');
+      if (got.length !== expected.length || !timingSafeEqual(got, expected)) {
+        reply.code(401).header('www-authenticate', 'Bearer');
+        return { error: 'missing or wrong admin token' };
+      }
+    }
     reply.header('content-type', registry.contentType);
     return registry.metrics();
   });

@@ -257,6 +257,12 @@ describe('usage errors exit 2 with the valid choices, never help text or a stack
     expect(errorOf(r).message).toMatch(/fatal, error, warn, info, debug, trace, silent/);
   });
 
+  it('a metrics endpoint beyond loopback needs an admin token', () => {
+    const r = runCli(['serve', 'rmc', '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--data-dir', dir]);
+    expect(r.code).toBe(2);
+    expect(errorOf(r).message).toMatch(/--admin-token \(or GAMEWIRE_SERVE_ADMIN_TOKEN\)/);
+  });
+
   it('--port 70000 is a usage error (exit 2)', () => {
     const r = runCli(['serve', 'rmc', '--port', '70000']);
     expect(r.code).toBe(2);

@@ -75,3 +75,30 @@ describe('the metrics endpoint', () => {
     }
   });
 });
+
+describe('the metrics endpoint with an admin token', () => {
+  it('requires the bearer token on /metrics and leaves the probes open', async () => {
+    const ops = await startOpsServer({
+      host: '127.0.0.1',
+      port: 0,
+      metrics: () => [],
+      running: () => [],
+      state: () => 'ready',
+      token: 's3cret',
+    });
+    try {
+      const base = `http://127.0.0.1:${ops.port}`;
+      expect((await fetch(`${base}/metrics`)).status).toBe(401);
+      expect((await fetch(`${base}/metrics`, { headers: { authorization: 'Bearer wrong!' } })).status).toBe(
+        401,
+      );
+      expect((await fetch(`${base}/metrics`, { headers: { authorization: 'Bearer s3cret' } })).status).toBe(
+        200,
+      );
+      expect((await fetch(`${base}/health`)).status).toBe(200);
+      expect((await fetch(`${base}/ready`)).status).toBe(200);
+    } finally {
+      await ops.close();
+    }
+  });
+});
