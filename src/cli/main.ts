@@ -241,7 +241,11 @@ export function reportError(err: unknown): number {
     return err.exitCode;
   }
   if (err instanceof GamewireError) {
-    printError(err.code, err.message);
+    const code = (err as GamewireError<string | number>).code;
+    printError(
+      typeof code === 'string' ? code : `ERR_${err.name.replace(/Error$/, '').toUpperCase()}_${code}`,
+      err.message,
+    );
     return 1;
   }
   // A client command that let a connection error through: say what to do, not `ECONNREFUSED`.
