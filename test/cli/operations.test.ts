@@ -143,11 +143,12 @@ describe('start-up failures stop everything and say what to do', () => {
     const logs = r.stderr
       .trim()
       .split('\n')
+      .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as { level: number; msg: string; protocol?: string });
     const started = logs.filter((l) => l.msg === 'started').map((l) => l.protocol);
-    expect(started).toEqual(expect.arrayContaining(['rmc', 'js5', 'unity-relay', 'nox-relay']));
+    expect(started, r.stderr).toEqual(expect.arrayContaining(['rmc', 'js5', 'unity-relay', 'nox-relay']));
     const stopped = logs.filter((l) => l.msg.startsWith('stopped'));
-    expect(stopped).toHaveLength(1);
+    expect(stopped, r.stderr).toHaveLength(1);
     expect(stopped[0]!.level).toBe(30);
     expect(stopped[0]!.msg).toMatch(/^stopped; rmc.*; js5.*; unity-relay.*; nox-relay/);
   }, 120_000);
@@ -342,6 +343,7 @@ describe('connection lifecycle logs', () => {
     const logs = r.stderr
       .trim()
       .split('\n')
+      .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as { level: number; msg: string; remote?: string; reason?: string });
     expect(logs.find((l) => l.msg === 'connection open' && l.remote === remote)?.level).toBe(20);
     expect(logs.find((l) => l.msg === 'connection closed' && l.remote === remote)?.level).toBe(20);
