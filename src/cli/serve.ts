@@ -1,179 +1,352 @@
 /**
- * `gamewire serve [protocol…]`: starts servers with defaults < config file < command-line flags,
- * prints where each listens, and stops cleanly on SIGINT/SIGTERM.
+ * `gamewire serve [protocol…]`: starts servers with defaults < config file < environment <
+ * command-line flags, all checked against one schema (src/core/config.ts); prints where each
+ * listens; stops cleanly on SIGINT/SIGTERM, at any moment, including during start-up.
  */
-import { readFileSync } from 'node:fs';
+import diagnosticsChannel from 'node:diagnostics_channel';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
-import { type FastifyInstance, fastify } from 'fastify';
-import { createLogger } from '../core/logger.js';
-import { createRegistry, ProtocolMetrics } from '../core/metrics.js';
+import type { Logger } from 'pino';
+import {
+  checkConfigFile,
+  checkValue,
+  defaultsOf,
+  flagName,
+  flagParser,
+  readConfigFile,
+  SERVE_OPTIONS,
+  sectionOptions,
+  valuesFromEnv,
+} from '../core/config.js';
+import { CommandError, ConfigError, UsageError } from '../core/errors.js';
+import { type OpsServer, type ReadyState, startOpsServer } from '../core/health.js';
+import { createLogger, RateLimitedLog } from '../core/logger.js';
+import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
-import type { RunningServer, ServeOption, ServerDefinition } from '../core/server.js';
-import { protocols } from '../protocols/registry.js';
-import { CliError, parseIntOption, UsageError } from './errors.js';
+import type { RunningServer, ServeOption } from '../core/server.js';
 
-const COMMON_KEYS = new Set(['host', 'port', 'config', 'dataDir', 'logLevel', 'metricsPort']);
-
-function parserFor(option: ServeOption): ((v: string) => unknown) | undefined {
-  if (option.type === 'int') return parseIntOption;
-  if (option.type === 'list')
-    return (v: string) =>
-      v
-        .split(',')
-        .map((s) => s.trim())
-        .filter((s) => s !== '');
-  return undefined;
-}
-
-function readConfig(file: string | undefined): Record<string, Record<string, unknown>> {
-  if (file === undefined) return {};
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(readFileSync(file, 'utf8'));
-  } catch (err) {
-    throw new CliError('ERR_CONFIG', `cannot read config ${file}: ${(err as Error).message}`);
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    throw new CliError('ERR_CONFIG', `config ${file} must be a JSON object keyed by protocol name`);
-  }
-  return parsed as Record<string, Record<string, unknown>>;
-}
-
-/** Every protocol option, once per flag (several protocols share `--port`). */
-function collectOptions(): ServeOption[] {
+/** Every protocol option, once per flag (several protocols share `--port`, `--cache`, …). */
+function protocolFlags(protocols: readonly ProtocolModule[]): ServeOption[] {
   const seen = new Map<string, ServeOption>();
   for (const p of protocols)
-    for (const o of p.server?.options ?? []) if (!seen.has(o.flag)) seen.set(o.flag, o);
+    for (const o of p.server?.options ?? []) {
+      const name = flagName(o);
+      if (name === '--host' || name === '--port') continue;
+      if (!seen.has(name)) seen.set(name, o);
+    }
   return [...seen.values()];
 }
 
-/**
- * A server's options: its defaults, then its config-file section, then command-line flags.
- * Flags are looked up under commander's name for each flag (`--unity-idle-timeout` →
- * `unityIdleTimeout`), which may differ from the option's config key (`idleTimeoutMs`).
- */
-export function resolveServeOptions(
-  def: ServerDefinition,
-  section: Record<string, unknown>,
-  flags: Record<string, unknown>,
-): Record<string, unknown> {
-  const options: Record<string, unknown> = { host: '0.0.0.0', port: def.defaultPort };
-  for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
-  Object.assign(options, section);
-  if (flags.host !== undefined) options.host = flags.host;
-  if (flags.port !== undefined) options.port = flags.port;
-  for (const o of def.options) {
-    const value = flags[new Option(o.flag).attributeName()];
-    if (value !== undefined) options[o.key] = value;
-  }
-  return options;
+function addOption(cmd: Command, o: ServeOption, description = o.description): void {
+  const option = new Option(o.flag, description);
+  const parse = flagParser(o);
+  if (parse !== undefined) option.argParser(parse);
+  if (o.choices !== undefined && o.type === 'string') option.choices(o.choices);
+  cmd.addOption(option);
 }
 
-export function addServeCommand(program: Command): void {
+/** The config schema: the `serve` section and one section per protocol with a server. */
+export function configSchema(protocols: readonly ProtocolModule[]): Map<string, readonly ServeOption[]> {
+  const schema = new Map<string, readonly ServeOption[]>([['serve', SERVE_OPTIONS]]);
+  for (const p of protocols)
+    if (p.server !== undefined) schema.set(p.name, sectionOptions(p.server.defaultPort, p.server.options));
+  return schema;
+}
+
+/**
+ * A server's options: defaults, then its config-file section, then environment variables, then
+ * command-line flags. Flags are looked up under commander's name for each flag
+ * (`--unity-idle-timeout` → `unityIdleTimeout`), which may differ from the option's key.
+ */
+export function resolveServeOptions(
+  p: ProtocolModule,
+  section: Record<string, unknown>,
+  flags: Record<string, unknown>,
+  serveHost: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Record<string, unknown> {
+  const def = p.server!;
+  const options = sectionOptions(def.defaultPort, def.options);
+  const out: Record<string, unknown> = { host: serveHost, ...defaultsOf(options) };
+  Object.assign(out, section, valuesFromEnv(p.name, options, env));
+  if (flags.host !== undefined) out.host = flags.host;
+  if (flags.port !== undefined) out.port = flags.port;
+  for (const o of def.options) {
+    const value = flags[new Option(o.flag).attributeName()];
+    if (value !== undefined) out[o.key] = value;
+  }
+  return out;
+}
+
+export function addServeCommand(program: Command, protocols: readonly ProtocolModule[]): void {
+  const servers = protocols.filter((p) => p.server !== undefined);
   const cmd = program
     .command('serve')
     .description('start servers (all of them when no protocol is named)')
-    .argument(
-      '[protocols...]',
-      `any of: ${protocols
-        .filter((p) => p.server)
-        .map((p) => p.name)
-        .join(', ')}`,
-    )
-    .option('--host <address>', 'bind address for game traffic (default 0.0.0.0)')
-    .option('--port <port>', "the protocol's port (only when serving one protocol)", parseIntOption)
-    .option('--config <file>', 'JSON config: { "<protocol>": { "<option>": value } }')
-    .option('--data-dir <dir>', 'folder for generated state such as the js5 demo cache', 'data')
-    .option('--log-level <level>', 'pino log level: trace, debug, info, warn, error, silent')
-    .option('--metrics-port <port>', 'serve Prometheus metrics on 127.0.0.1:<port>/metrics', parseIntOption);
-  for (const o of collectOptions()) {
-    if (COMMON_KEYS.has(o.key)) continue;
-    const option = new Option(o.flag, o.description);
-    const parse = parserFor(o);
-    if (parse !== undefined) option.argParser(parse);
-    cmd.addOption(option);
-  }
+    .argument('[protocols...]', `any of: ${servers.map((p) => p.name).join(', ')}`)
+    .option('--config <file>', 'JSON config file: { "serve": {…}, "<protocol>": {…} } (see docs/config.md)');
+  for (const o of SERVE_OPTIONS)
+    addOption(
+      cmd,
+      o,
+      o.default === undefined ? o.description : `${o.description} (default ${String(o.default)})`,
+    );
+  addOption(cmd, sectionOptions(0, [])[1]!, "the protocol's port (only when serving one protocol)");
+  for (const o of protocolFlags(servers)) addOption(cmd, o);
   cmd.action(async (names: string[], flags: Record<string, unknown>) => {
     const selected: ProtocolModule[] = [];
     for (const name of names) {
       const p = protocols.find((x) => x.name === name);
-      if (p === undefined) throw new UsageError(`unknown protocol "${name}"`);
-      if (p.server === undefined) throw new UsageError(`${name} has no server`);
-      selected.push(p);
+      if (p === undefined || p.server === undefined) {
+        const known = servers.map((x) => x.name).join(', ');
+        throw new UsageError(
+          p === undefined
+            ? `unknown protocol "${name}" (servers: ${known})`
+            : `${name} has no server (servers: ${known})`,
+        );
+      }
+      if (!selected.includes(p)) selected.push(p);
     }
-    if (selected.length === 0) selected.push(...protocols.filter((p) => p.server !== undefined));
+    if (selected.length === 0) selected.push(...servers);
     if (selected.length > 1 && flags.port !== undefined) {
-      throw new UsageError('--port is ambiguous with several protocols: name one protocol, or use --config');
+      throw new UsageError(
+        `--port is ambiguous with several protocols: name one protocol, or set "<protocol>": {"port": N} in --config`,
+      );
     }
-    if (selected.length === 0) {
-      process.stdout.write('gamewire: no protocol has a server yet; nothing to serve\n');
-      return;
-    }
-    await runServers(selected, flags);
+    await runServers(protocols, selected, flags);
   });
 }
 
-async function runServers(selected: ProtocolModule[], flags: Record<string, unknown>): Promise<void> {
-  const config = readConfig(flags.config as string | undefined);
-  const log = createLogger(flags.logLevel as string | undefined);
-  const dataDir = path.resolve(flags.dataDir as string);
-  const metrics: ProtocolMetrics[] = [];
-  const running: { name: string; server: RunningServer }[] = [];
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
+}
 
-  const stopAll = async () => {
-    await Promise.allSettled(running.map((r) => r.server.close()));
+interface ConnectionEvent {
+  protocol: string;
+  transport: string;
+  remote: string;
+  reason?: string;
+}
+
+/**
+ * Logs connection lifecycle from the servers' `gamewire:connection:*` diagnostics events:
+ * open and close at debug (subscribed only when debug is on, so the hot path publishes nothing
+ * otherwise), and refusals at accept. A refusal because the server is full means it is
+ * configured too small: that one is logged at info, rate-limited. Returns the unsubscriber.
+ */
+export function logConnections(
+  log: Logger,
+  limitOf: (protocol: string) => string = () => 'its connection limit',
+): () => void {
+  const refusals = new RateLimitedLog(log);
+  const subscriptions: [string, (message: unknown) => void][] = [
+    [
+      'gamewire:connection:drop',
+      (m) => {
+        const e = m as ConnectionEvent;
+        const fields = { protocol: e.protocol, transport: e.transport, remote: e.remote, reason: e.reason };
+        if (e.reason === 'over_capacity') {
+          refusals.info(
+            `${e.protocol}:full`,
+            fields,
+            `connection refused: ${e.protocol} is full (raise ${limitOf(e.protocol)})`,
+          );
+        } else log.debug(fields, 'connection refused');
+      },
+    ],
+  ];
+  if (log.isLevelEnabled('debug')) {
+    subscriptions.push(
+      ['gamewire:connection:open', (m) => log.debug(m as ConnectionEvent, 'connection open')],
+      ['gamewire:connection:close', (m) => log.debug(m as ConnectionEvent, 'connection closed')],
+    );
+  }
+  for (const [name, fn] of subscriptions) diagnosticsChannel.subscribe(name, fn);
+  return () => {
+    for (const [name, fn] of subscriptions) diagnosticsChannel.unsubscribe(name, fn);
   };
+}
 
-  // Listen for signals before anything starts, so a signal during start-up still stops cleanly.
-  let onSignal: (signal: string) => void = () => {};
-  const stopRequested = new Promise<string>((resolve) => {
-    onSignal = resolve;
+/** One line saying what failed and how to fix it, for an error thrown while starting `name`. */
+export function startFailure(
+  name: string,
+  err: unknown,
+  options: Record<string, unknown>,
+  def: ProtocolModule,
+): CommandError {
+  if (err instanceof CommandError) return err;
+  const e = err as NodeJS.ErrnoException & { port?: number; address?: string };
+  if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
+    const port = e.port ?? (options.port as number);
+    const owner = sectionOptions(def.server!.defaultPort, def.server!.options).find(
+      (o) => o.type === 'int' && (o.key === 'port' || /Port$/.test(o.key)) && options[o.key] === port,
+    );
+    const key = owner?.key ?? 'port';
+    const flag = owner === undefined || owner.key === 'port' ? '--port' : flagName(owner);
+    const where = `${e.address ?? options.host}:${port}`;
+    const why =
+      e.code === 'EADDRINUSE'
+        ? `port ${port} is already in use (${where})`
+        : e.code === 'EACCES'
+          ? `no permission to listen on ${where} (ports below 1024 need privileges)`
+          : `address ${e.address ?? options.host} is not available on this machine`;
+    const fix =
+      e.code === 'EADDRNOTAVAIL'
+        ? 'choose another with --host (config serve.host or <protocol>.host)'
+        : `stop what uses it or choose another port with ${flag} (config ${name}.${key})`;
+    return new CommandError('ERR_LISTEN', `${name}: ${why}: ${fix}`, 1, { cause: err });
+  }
+  return new CommandError(
+    'ERR_SERVE',
+    `${name}: could not start: ${(err as Error).message ?? String(err)}`,
+    1,
+    {
+      cause: err,
+    },
+  );
+}
+
+async function runServers(
+  protocols: readonly ProtocolModule[],
+  selected: readonly ProtocolModule[],
+  flags: Record<string, unknown>,
+): Promise<void> {
+  // Signals first: from here on, SIGINT/SIGTERM always end the process, whatever state it is in.
+  let state: ReadyState = 'starting';
+  let wake: () => void = () => {};
+  const stopRequested = new Promise<void>((resolve) => {
+    wake = resolve;
   });
+  let signalName: string | undefined;
+  const onSignal = (signal: string) => {
+    if (signalName !== undefined) process.exit(130); // a second signal: stop waiting for a clean close
+    signalName = signal;
+    state = 'stopping';
+    wake();
+  };
   const onInt = () => onSignal('SIGINT');
   const onTerm = () => onSignal('SIGTERM');
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
 
+  const running: { name: string; server: RunningServer }[] = [];
+  const metrics: ProtocolMetrics[] = [];
+  let ops: OpsServer | undefined;
+  const stopAll = async () => {
+    state = 'stopping';
+    await ops?.close().catch(() => {});
+    await Promise.allSettled(running.map((r) => r.server.close()));
+  };
+
+  // Configuration: file < environment < flags, every value checked against the schema.
+  const schema = configSchema(protocols);
+  const configPath = flags.config as string | undefined;
+  const checked =
+    configPath === undefined ? undefined : checkConfigFile(readConfigFile(configPath), configPath, schema);
+  const serveValues: Record<string, unknown> = {
+    ...defaultsOf(SERVE_OPTIONS),
+    ...(checked?.values.get('serve') ?? {}),
+    ...valuesFromEnv('serve', SERVE_OPTIONS),
+  };
+  for (const o of SERVE_OPTIONS) {
+    const v = flags[new Option(o.flag).attributeName()];
+    if (v !== undefined) serveValues[o.key] = v;
+  }
+  // The command-line contract's name for the same endpoint.
+  if (flags.metricsPort === undefined && flags.adminPort !== undefined)
+    serveValues.metricsPort = flags.adminPort;
+  const metricsHost = serveValues.metricsHost as string;
+  if (
+    serveValues.metricsPort !== undefined &&
+    !isLoopback(metricsHost) &&
+    serveValues.adminToken === undefined
+  ) {
+    throw new ConfigError(
+      `--metrics-host ${metricsHost} would expose the metrics endpoint beyond this machine: set --admin-token (or GAMEWIRE_SERVE_ADMIN_TOKEN), or bind 127.0.0.1`,
+      'serve.metricsHost',
+    );
+  }
+  // Values from flags were checked by their parsers; these re-checks cover config and environment.
+  const logLevel = checkValue(SERVE_OPTIONS[2]!, serveValues.logLevel, {
+    kind: 'flag',
+    flag: '--log-level',
+  }) as string;
+  const log = createLogger(logLevel);
+  for (const w of checked?.warnings ?? []) log.warn(w);
+  const dataDir = path.resolve(serveValues.dataDir as string);
+  const unsubscribe = logConnections(log, (name) => {
+    const p = protocols.find((x) => x.name === name);
+    const o = p?.server?.options.find((x) => x.type === 'int' && /max(Connections|Clients)$/i.test(x.key));
+    return o === undefined ? 'its connection limit' : `${flagName(o)}, config ${name}.${o.key}`;
+  });
+
   try {
     for (const p of selected) {
-      const def = p.server!;
-      const options = resolveServeOptions(def, config[p.name] ?? {}, flags);
+      if (signalName !== undefined) break;
+      const options = resolveServeOptions(
+        p,
+        checked?.values.get(p.name) ?? {},
+        flags,
+        serveValues.host as string,
+      );
       const m = new ProtocolMetrics(p.name);
       metrics.push(m);
-      const server = await def.start(options, { log: log.child({ protocol: p.name }), metrics: m, dataDir });
+      const plog = log.child({ protocol: p.name });
+      let server: RunningServer;
+      try {
+        server = await p.server!.start(options, { log: plog, metrics: m, dataDir });
+      } catch (err) {
+        throw startFailure(p.name, err, options, p);
+      }
       running.push({ name: p.name, server });
+      plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {
         process.stdout.write(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
       }
     }
+    if (serveValues.metricsPort !== undefined && signalName === undefined) {
+      const host = serveValues.metricsHost as string;
+      try {
+        ops = await startOpsServer({
+          host,
+          token: serveValues.adminToken as string | undefined,
+          port: serveValues.metricsPort as number,
+          metrics: () => metrics,
+          running: () => running.map((r) => r.name),
+          state: () => state,
+        });
+      } catch (err) {
+        const e = err as NodeJS.ErrnoException;
+        const why =
+          e.code === 'EADDRINUSE' ? `port ${String(serveValues.metricsPort)} is already in use` : e.message;
+        throw new CommandError(
+          'ERR_LISTEN',
+          `metrics endpoint ${host}:${String(serveValues.metricsPort)}: ${why}: choose another port with --metrics-port (config serve.metricsPort)`,
+          1,
+          { cause: err },
+        );
+      }
+      process.stdout.write(`gamewire: metrics http ${host}:${ops.port} /metrics /health /ready\n`);
+    }
   } catch (err) {
+    await stopAll();
+    unsubscribe();
     process.off('SIGINT', onInt);
     process.off('SIGTERM', onTerm);
-    await stopAll();
-    if (err instanceof CliError) throw err;
-    throw new CliError('ERR_SERVE', `could not start: ${(err as Error).message}`);
+    log.flush?.();
+    throw err;
   }
 
-  let metricsServer: FastifyInstance | undefined;
-  if (flags.metricsPort !== undefined) {
-    const registry = createRegistry(() => metrics);
-    metricsServer = fastify();
-    metricsServer.get('/metrics', async (_req, reply) => {
-      reply.header('content-type', registry.contentType);
-      return registry.metrics();
-    });
-    await metricsServer.listen({ host: '127.0.0.1', port: flags.metricsPort as number });
-    process.stdout.write(`gamewire: metrics http 127.0.0.1:${flags.metricsPort as number} /metrics\n`);
+  if (signalName === undefined) {
+    state = 'ready';
+    await stopRequested;
   }
-
-  const signal = await stopRequested;
-  log.info({ signal }, 'stopping');
+  log.info({ signal: signalName }, 'stopping');
+  await stopAll();
+  unsubscribe();
   process.off('SIGINT', onInt);
   process.off('SIGTERM', onTerm);
-  await stopAll();
-  await metricsServer?.close();
-  for (const m of metrics) log.info({ protocol: m.protocol, ...m.snapshot() }, 'final counters');
+  log.info(`stopped; ${metrics.map(summaryLine).join('; ') || 'nothing ran'}`);
   process.stdout.write('gamewire: stopped\n');
   // Everything is closed; if a stray handle still holds the event loop, do not hang on it.
   setTimeout(process.exit, 1000, 0).unref();

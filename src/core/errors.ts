@@ -70,3 +70,46 @@ export function parseIntOption(value: string): number {
  */
 export const CliError = CommandError;
 export type CliError = CommandError;
+
+/**
+ * Turns a failed connection (a refused TCP connect, a `fetch failed` whose cause was refused,
+ * an unreachable or unknown host) into one line that says what to do: `no server at HOST:PORT:
+ * is \`gamewire serve\` running?`. Other errors come back unchanged. For clients' CLI commands.
+ */
+export function connectFailure(err: unknown, target: string): unknown {
+  let e = err as (NodeJS.ErrnoException & { cause?: unknown }) | undefined;
+  // fetch() wraps the socket error: TypeError('fetch failed', { cause })
+  for (let depth = 0; depth < 3 && e !== undefined && e !== null && e.code === undefined; depth++) {
+    e = e.cause as (NodeJS.ErrnoException & { cause?: unknown }) | undefined;
+  }
+  const code = e?.code;
+  if (code === 'ECONNREFUSED' || code === 'ECONNRESET') {
+    return new CommandError(
+      'ERR_CONNECT',
+      `no server at ${target}: is \`gamewire serve\` running?`,
+      EXIT_FAILURE,
+      {
+        cause: err,
+      },
+    );
+  }
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
+    return new CommandError(
+      'ERR_CONNECT',
+      `cannot resolve the host of ${target}: check --host`,
+      EXIT_FAILURE,
+      {
+        cause: err,
+      },
+    );
+  }
+  if (code === 'ETIMEDOUT' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH') {
+    return new CommandError(
+      'ERR_CONNECT',
+      `${target} does not answer (${code}): check --host and --port, and that a firewall lets it through`,
+      EXIT_FAILURE,
+      { cause: err },
+    );
+  }
+  return err;
+}

@@ -1,20 +1,110 @@
-import { type Logger, pino } from 'pino';
-import pretty from 'pino-pretty';
+import { createRequire } from 'node:module';
+import type { Logger } from 'pino';
+
+const require = createRequire(import.meta.url);
 
 /**
  * One logger (pino), on stderr so that stdout stays for results and listen lines. JSON lines
  * when stderr is a pipe or a file (for log collectors); readable, coloured lines on a terminal.
- * Level from `--log-level` or GAMEWIRE_LOG_LEVEL, default info.
+ * pino and pino-pretty are loaded here, when a logger is made, so that importing a server or
+ * codec module does not load them.
  */
 export function createLogger(level?: string): Logger {
+  const { pino } = require('pino') as typeof import('pino');
   const options = { level: level ?? process.env.GAMEWIRE_LOG_LEVEL ?? 'info', base: undefined };
   if (process.stderr.isTTY) {
-    return pino(options, pretty({ destination: 2, colorize: true, translateTime: 'HH:MM:ss.l', sync: true }));
+    const pretty = require('pino-pretty') as typeof import('pino-pretty');
+    const stream = pretty({
+      destination: 2,
+      colorize: process.env.NO_COLOR === undefined,
+      translateTime: 'HH:MM:ss.l',
+      ignore: 'pid,hostname',
+      singleLine: true,
+      sync: true,
+    });
+    return pino(options, stream);
   }
   return pino(options, pino.destination(2));
 }
 
-/** A logger that discards everything, for tests and embedded use. */
+const noop = (): void => {};
+
+/**
+ * A logger that discards everything, for tests and embedded use. It is a plain object with the
+ * Logger methods (no pino behind it), so servers created without a logger load no logging code.
+ */
 export function silentLogger(): Logger {
-  return pino({ level: 'silent' });
+  const logger = {
+    level: 'silent',
+    fatal: noop,
+    error: noop,
+    warn: noop,
+    info: noop,
+    debug: noop,
+    trace: noop,
+    silent: noop,
+    isLevelEnabled: () => false,
+    child: () => logger,
+    flush: noop,
+  };
+  return logger as unknown as Logger;
+}
+
+/**
+ * Logs at most `perInterval` messages per `intervalMs` for one key, then one summary of how many
+ * were suppressed when the interval ends. For refusals that mean misconfiguration (a client with
+ * the wrong build or key, a full server): worth an info line, but a flood must not fill the disk.
+ * One `RateLimitedLog` per server; keys are the refusal kinds (`wrong_build`, `full`, …).
+ */
+export class RateLimitedLog {
+  private readonly windows = new Map<string, { start: number; logged: number; suppressed: number }>();
+  private readonly log: Logger;
+  private readonly intervalMs: number;
+  private readonly perInterval: number;
+  private readonly maxKeys: number;
+
+  constructor(log: Logger, options: { intervalMs?: number; perInterval?: number; maxKeys?: number } = {}) {
+    this.log = log;
+    this.intervalMs = options.intervalMs ?? 10_000;
+    this.perInterval = options.perInterval ?? 5;
+    this.maxKeys = options.maxKeys ?? 1000;
+  }
+
+  /** Logs `msg` with `fields` at `level` unless this key already logged its share this interval. */
+  write(
+    level: 'info' | 'warn' | 'error',
+    key: string,
+    fields: Record<string, unknown>,
+    msg: string,
+    now = Date.now(),
+  ): boolean {
+    let w = this.windows.get(key);
+    if (w !== undefined && now - w.start >= this.intervalMs) {
+      if (w.suppressed > 0)
+        this.log[level]({ key, suppressed: w.suppressed }, `${w.suppressed} more like this suppressed`);
+      w = undefined;
+      this.windows.delete(key);
+    }
+    if (w === undefined) {
+      // Bounded: an attacker choosing keys cannot grow the table past maxKeys.
+      if (this.windows.size >= this.maxKeys) this.windows.delete(this.windows.keys().next().value as string);
+      w = { start: now, logged: 0, suppressed: 0 };
+      this.windows.set(key, w);
+    }
+    if (w.logged >= this.perInterval) {
+      w.suppressed++;
+      return false;
+    }
+    w.logged++;
+    this.log[level](fields, msg);
+    return true;
+  }
+
+  info(key: string, fields: Record<string, unknown>, msg: string): boolean {
+    return this.write('info', key, fields, msg);
+  }
+
+  warn(key: string, fields: Record<string, unknown>, msg: string): boolean {
+    return this.write('warn', key, fields, msg);
+  }
 }

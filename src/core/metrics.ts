@@ -1,5 +1,3 @@
-import { Counter, Gauge, Registry } from 'prom-client';
-
 /**
  * Per-protocol counters. The hot path only bumps plain numbers (`received++`); prom-client reads
  * them when scraped, so counting costs nothing per packet beyond an increment.
@@ -47,47 +45,19 @@ export class ProtocolMetrics {
   }
 }
 
-/** Exposes every protocol's counters to Prometheus through one registry. */
-export function createRegistry(all: () => Iterable<ProtocolMetrics>): Registry {
-  const registry = new Registry();
-  new Counter({
-    name: 'gamewire_messages_received_total',
-    help: 'Datagrams or frames accepted',
-    labelNames: ['protocol'],
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const m of all()) this.inc({ protocol: m.protocol }, m.received);
-    },
-  });
-  const fromMaps = (
-    name: string,
-    help: string,
-    pick: (m: ProtocolMetrics) => Map<string, number>,
-    label: string,
-  ) =>
-    new Counter({
-      name,
-      help,
-      labelNames: ['protocol', label],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const m of all())
-          for (const [k, v] of pick(m)) this.inc({ protocol: m.protocol, [label]: k }, v);
-      },
-    });
-  fromMaps('gamewire_dropped_total', 'Input dropped, by reason', (m) => m.dropped, 'reason');
-  fromMaps('gamewire_connections_closed_total', 'Connections closed, by reason', (m) => m.closed, 'reason');
-  fromMaps('gamewire_events_total', 'Protocol-specific events', (m) => m.counters, 'event');
-  new Gauge({
-    name: 'gamewire_open',
-    help: 'Open connections or live bindings',
-    labelNames: ['protocol'],
-    registers: [registry],
-    collect() {
-      for (const m of all()) this.set({ protocol: m.protocol }, m.open);
-    },
-  });
-  return registry;
+/**
+ * The one-line form of the counters for the shutdown summary: only what is non-zero,
+ * `rmc received=10 sent=10 closed.idle_timeout=2`.
+ */
+export function summaryLine(m: ProtocolMetrics): string {
+  const parts = [m.protocol];
+  if (m.received > 0) parts.push(`received=${m.received}`);
+  if (m.sent > 0) parts.push(`sent=${m.sent}`);
+  const add = (prefix: string, map: Map<string, number>) => {
+    for (const [k, v] of map) if (v > 0) parts.push(`${prefix}.${k}=${v}`);
+  };
+  add('dropped', m.dropped);
+  add('closed', m.closed);
+  add('events', m.counters);
+  return parts.join(' ');
 }

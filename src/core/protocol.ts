@@ -26,7 +26,7 @@ export interface CodecFlag {
   description: string;
 }
 
-/** A decode/encode entry for the CLI: bytes <-> the JSON of cli-contract.md. */
+/** A decode/encode entry for the CLI: bytes <-> the JSON that docs/cli.md describes. */
 export interface ProtocolCodec {
   /** The name used on the command line (`vcmp-rpc`, `js5-container`). */
   name: string;

@@ -221,11 +221,12 @@ export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
       closeSocket(socket, CloseReason.HandlerError, metrics);
     }
   });
-  server.on('error', (err) => log.error({ err }, 'tcp server error'));
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host, () => {
       server.off('error', reject);
+      // Listen errors go to the caller (which says which port and flag); later ones are logged.
+      server.on('error', (err) => log.error({ err }, 'tcp server error'));
       const address = server.address() as net.AddressInfo;
       let closed: Promise<void> | undefined;
       resolve({

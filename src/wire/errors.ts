@@ -12,11 +12,14 @@
  * It lives in the wire layer because the wire layer depends on nothing, so every other layer can
  * extend it. The codes are listed in docs/errors.md.
  */
-export class GamewireError extends Error {
-  /** Stable machine-readable code, `ERR_…`. */
-  readonly code: string;
+export class GamewireError<Code extends string | number = string> extends Error {
+  /**
+   * Stable machine-readable code: `ERR_…` for everything gamewire itself reports. A protocol
+   * error that mirrors the protocol's own numbering (an RMC result code) may keep that number.
+   */
+  readonly code: Code;
 
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
+  constructor(code: Code, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;
   }
@@ -26,7 +29,7 @@ export class GamewireError extends Error {
   }
 }
 
-export function isGamewireError(e: unknown): e is GamewireError {
+export function isGamewireError(e: unknown): e is GamewireError<string | number> {
   return e instanceof GamewireError;
 }
 
@@ -68,7 +71,7 @@ function joinPath(segment: string, rest: string): string {
   return rest.startsWith('[') ? `${segment}${rest}` : `${segment}.${rest}`;
 }
 
-abstract class WireError extends GamewireError {
+abstract class WireError extends GamewireError<string> {
   /** Field path from the outermost message down, e.g. `args[2].value`; '' when not inside a field. */
   path: string;
   /** The message without the path, so the path can be prefixed while the error unwinds. */

@@ -1,7 +1,8 @@
-/** The command-line contract (../shared/cli-contract.md), through the real spawned command. */
+/** The command-line contract (docs/cli.md), through the real spawned command. */
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../../src/cli/main.js';
 import { errorOf, runCli } from '../helpers/cli.js';
@@ -112,15 +113,15 @@ describe('gamewire decode / encode', () => {
 describe('--help', () => {
   // Every command and subcommand the program defines, found by walking it.
   const paths: string[][] = [];
-  const walk = (cmd: ReturnType<typeof buildProgram>, prefix: string[]) => {
+  const walk = (cmd: Command, prefix: string[]) => {
     for (const sub of cmd.commands) {
       paths.push([...prefix, sub.name()]);
-      walk(sub as ReturnType<typeof buildProgram>, [...prefix, sub.name()]);
+      walk(sub, [...prefix, sub.name()]);
     }
   };
-  walk(buildProgram(), []);
 
-  it('exists on the program and every command', () => {
+  it('exists on the program and every command', async () => {
+    walk(await buildProgram(), []);
     expect(paths.length).toBeGreaterThanOrEqual(4);
     const top = runCli(['--help']);
     expect(top.code).toBe(0);

@@ -9,11 +9,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { resolveServeOptions } from '../../src/cli/serve.js';
+import type { ProtocolModule } from '../../src/core/protocol.js';
 import type { ServerDefinition } from '../../src/core/server.js';
-import { protocols } from '../../src/protocols/registry.js';
+import { loadProtocols } from '../../src/protocols/registry.js';
 import { BIN, ROOT } from '../helpers/cli.js';
 
-const servers = protocols.filter((p) => p.server !== undefined);
+const servers = (await loadProtocols()).filter((p) => p.server !== undefined);
 
 function ephemeralConfig(dir: string): string {
   const config: Record<string, Record<string, unknown>> = {};
@@ -99,9 +100,15 @@ describe('serve option precedence', () => {
     start: () => Promise.reject(new Error('not started here')),
   };
 
+  const p: ProtocolModule = { name: 'test', summary: 'test', codecs: [], server: def };
+
   it('applies defaults, then the config section, then flags (under their own flag names)', () => {
-    expect(resolveServeOptions(def, {}, {})).toEqual({ host: '0.0.0.0', port: 1234, idleTimeoutMs: 10_000 });
-    expect(resolveServeOptions(def, { idleTimeoutMs: 5, cache: 'a', port: 1 }, {})).toEqual({
+    expect(resolveServeOptions(p, {}, {}, '0.0.0.0')).toEqual({
+      host: '0.0.0.0',
+      port: 1234,
+      idleTimeoutMs: 10_000,
+    });
+    expect(resolveServeOptions(p, { idleTimeoutMs: 5, cache: 'a', port: 1 }, {}, '0.0.0.0')).toEqual({
       host: '0.0.0.0',
       port: 1,
       idleTimeoutMs: 5,
@@ -109,9 +116,10 @@ describe('serve option precedence', () => {
     });
     expect(
       resolveServeOptions(
-        def,
+        p,
         { idleTimeoutMs: 5, cache: 'a' },
         { unityIdleTimeout: 7, cache: 'b', port: 2, host: '::1' },
+        '0.0.0.0',
       ),
     ).toEqual({ host: '::1', port: 2, idleTimeoutMs: 7, cache: 'b' });
   });

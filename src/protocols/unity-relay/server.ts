@@ -350,6 +350,7 @@ export const unityRelayServer: ServerDefinition = {
       flag: '--api-key <key>',
       description: 'unity-relay: require "Authorization: Bearer <key>" on the API',
       type: 'string',
+      secret: true,
     },
     {
       key: 'idleTimeoutMs',

@@ -6,7 +6,19 @@
  * and the array methods taking closures (sort with a comparator, map, apply, reduce, filter) are
  * left out.
  */
+import { GamewireError } from '../../wire/errors.js';
 import { Quaternion, Vector } from './builder.js';
+
+/** A Squirrel built-in refused its arguments (the executor reports it as `ERR_RPC_THROWN`). */
+export class SquirrelError extends GamewireError {
+  constructor(message: string) {
+    super('ERR_RPC_THROWN', message);
+  }
+
+  override get name(): string {
+    return 'SquirrelError';
+  }
+}
 
 type Method = (this: unknown, ...args: unknown[]) => unknown;
 
@@ -65,7 +77,7 @@ function sliceBounds(length: number, start: unknown, end: unknown): [number, num
   let e = end === undefined ? length : toInteger(end);
   if (s < 0) s += length;
   if (e < 0) e += length;
-  if (s < 0 || e > length || s > e) throw new RangeError('slice out of range');
+  if (s < 0 || e > length || s > e) throw new SquirrelError('slice out of range');
   return [s, e];
 }
 
@@ -121,31 +133,31 @@ const ARRAY: Record<string, Method> = {
   },
   pop() {
     const a = asArray(this);
-    if (a.length === 0) throw new RangeError('empty array');
+    if (a.length === 0) throw new SquirrelError('empty array');
     return a.pop();
   },
   top() {
     const a = asArray(this);
-    if (a.length === 0) throw new RangeError('empty array');
+    if (a.length === 0) throw new SquirrelError('empty array');
     return a[a.length - 1];
   },
   insert(index, v) {
     const a = asArray(this);
     const i = toInteger(index);
-    if (i < 0 || i > a.length) throw new RangeError('index out of range');
+    if (i < 0 || i > a.length) throw new SquirrelError('index out of range');
     a.splice(i, 0, v);
     return this;
   },
   remove(index) {
     const a = asArray(this);
     const i = toInteger(index);
-    if (i < 0 || i >= a.length) throw new RangeError('index out of range');
+    if (i < 0 || i >= a.length) throw new SquirrelError('index out of range');
     return a.splice(i, 1)[0];
   },
   resize(size, fill) {
     const a = asArray(this);
     const n = toInteger(size);
-    if (n < 0) throw new RangeError('negative size');
+    if (n < 0) throw new SquirrelError('negative size');
     while (a.length > n) a.pop();
     while (a.length < n) a.push(fill ?? null);
     return this;
@@ -179,11 +191,11 @@ const TABLE: Record<string, Method> = {
   },
   rawget(key) {
     if (this instanceof Map) {
-      if (!this.has(key)) throw new RangeError(`the index '${String(key)}' does not exist`);
+      if (!this.has(key)) throw new SquirrelError(`the index '${String(key)}' does not exist`);
       return this.get(key);
     }
     const k = String(key);
-    if (!Object.hasOwn(this as object, k)) throw new RangeError(`the index '${k}' does not exist`);
+    if (!Object.hasOwn(this as object, k)) throw new SquirrelError(`the index '${k}' does not exist`);
     return (this as Record<string, unknown>)[k];
   },
   rawin(key) {

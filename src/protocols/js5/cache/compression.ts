@@ -12,6 +12,7 @@
 import { createRequire } from 'node:module';
 import zlib from 'node:zlib';
 import { DecodeError } from '../../../wire/errors.js';
+import { Js5Error } from '../errors.js';
 import { LzmaError, lzmaDecode } from './lzma.js';
 
 const require = createRequire(import.meta.url);
@@ -76,6 +77,13 @@ export function gzip(data: Uint8Array): Buffer {
   return out;
 }
 
+/** Thrown by the sink when bzip2 output passes the declared size; caught just below. */
+class SinkOverflow extends Js5Error {
+  constructor() {
+    super('ERR_JS5_OVERFLOW', 'overflow');
+  }
+}
+
 class CappedSink implements ByteSink {
   readonly out: Buffer;
   pos = 0;
@@ -83,7 +91,7 @@ class CappedSink implements ByteSink {
     this.out = Buffer.allocUnsafe(size);
   }
   writeByte(b: number): void {
-    if (this.pos >= this.out.length) throw new RangeError('overflow');
+    if (this.pos >= this.out.length) throw new SinkOverflow();
     this.out[this.pos++] = b;
   }
 }
@@ -95,7 +103,7 @@ export function bunzip2Exact(data: Uint8Array, size: number, offset: number): Bu
   try {
     compressjs().Bzip2.decompressFile(input, sink);
   } catch (e) {
-    if (e instanceof RangeError && e.message === 'overflow') {
+    if (e instanceof SinkOverflow) {
       fail('ERR_JS5_OVERFLOW', `bzip2 data exceeds the declared ${size} bytes`, offset);
     }
     fail('ERR_JS5_BAD_BZIP2', `bzip2: ${e instanceof Error ? e.message : String(e)}`, offset);

@@ -8,13 +8,25 @@
  * by the declared size (plus the probability tables, at most 6 MiB for `lc + lp = 12`), whatever
  * the input holds.
  */
+import { Js5Error } from '../errors.js';
 
 /** Why decoding stopped; `compression.ts` turns it into a typed `DecodeError`. */
-export class LzmaError extends Error {
+export class LzmaError extends Js5Error {
   readonly reason: 'overflow' | 'underflow' | 'corrupt';
   constructor(reason: 'overflow' | 'underflow' | 'corrupt', message: string) {
-    super(message);
+    super(
+      reason === 'overflow'
+        ? 'ERR_JS5_OVERFLOW'
+        : reason === 'underflow'
+          ? 'ERR_JS5_UNDERFLOW'
+          : 'ERR_JS5_BAD_LZMA',
+      message,
+    );
     this.reason = reason;
+  }
+
+  override get name(): string {
+    return 'LzmaError';
   }
 }
 

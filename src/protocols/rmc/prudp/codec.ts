@@ -26,6 +26,7 @@ import { decodeStream } from '../codec.js';
 import type { RmcVariant } from '../messages.js';
 import { accessKeyByte, type ChecksumWidth } from './checksum.js';
 import { FLAG_NAMES, Flag, PACKET_TYPE_NAMES, PacketType, StreamType } from './constants.js';
+import { PRUDP_CODEC_FLAGS } from './flags.js';
 import { type ChecksumConfig, newPacket, type PacketFields, readPacket, writePacket } from './packet.js';
 import { ClassicPayloadCodec, type PayloadCodec, SecurePayloadCodec } from './payload.js';
 
@@ -210,28 +211,7 @@ export const prudpCodec: ProtocolCodec = {
   name: 'prudp',
   summary: 'Quazal PRUDP V0 datagrams (Rendez-Vous transport), with RC4/zlib/AES payloads and the RMC inside',
   canEncode: true,
-  flags: [
-    {
-      flag: '--access-key <key>',
-      key: 'accessKey',
-      description: 'prudp: the sandbox access key (checksums)',
-    },
-    {
-      flag: '--checksum <width>',
-      key: 'checksum',
-      description: 'prudp: checksum width, 1 (default) or 4 bytes',
-    },
-    {
-      flag: '--rmc-variant <name>',
-      key: 'rmcVariant',
-      description: 'prudp: RMC variant inside DATA, classic (default) or hyperscape',
-    },
-    {
-      flag: '--session-key <hex>',
-      key: 'sessionKey',
-      description: 'prudp: HyperScape secure DATA: the 16-byte AES session key as hex',
-    },
-  ],
+  flags: PRUDP_CODEC_FLAGS,
   decode(bytes: Buffer, options: CodecOptions): Json {
     const all = decodeDatagram(bytes, cliOptions(options));
     return all.length === 1 ? all[0]! : all;

@@ -1,0 +1,376 @@
+/**
+ * One option schema for `gamewire serve`: the same `ServeOption` declarations validate
+ * command-line flags, config-file values and environment variables (types, ranges, choices,
+ * unknown keys and sections), and generate docs/config.md and `gamewire config example`.
+ * The naming rule is in docs/decisions.md ("Config keys and flags").
+ */
+import { readFileSync } from 'node:fs';
+import { ConfigError } from './errors.js';
+import type { ServeOption } from './server.js';
+
+/** Where a value came from, for messages that say exactly what to fix. */
+export type ValueSource =
+  | { kind: 'flag'; flag: string }
+  | { kind: 'file'; file: string; key: string }
+  | { kind: 'env'; name: string };
+
+function describeSource(s: ValueSource): string {
+  if (s.kind === 'flag') return s.flag;
+  if (s.kind === 'env') return `environment variable ${s.name}`;
+  return `${s.key} in ${s.file}`;
+}
+
+function sourceKey(s: ValueSource): string {
+  return s.kind === 'flag' ? s.flag : s.kind === 'env' ? s.name : s.key;
+}
+
+function sourceName(s: ValueSource): string {
+  return s.kind === 'file' ? s.file : s.kind === 'flag' ? 'command line' : 'environment';
+}
+
+/** The bare flag name: `--api-port <port>` → `--api-port`. */
+export function flagName(option: ServeOption): string {
+  return option.flag.split(/[\s,]/)[0]!;
+}
+
+/** Upper snake case: `unity-relay` + `apiKey` → `UNITY_RELAY_API_KEY`. */
+function upperSnake(s: string): string {
+  return s
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .replace(/[^A-Za-z0-9]+/g, '_')
+    .toUpperCase();
+}
+
+/** The environment variable that sets an option, if any (`GAMEWIRE_<SECTION>_<KEY>` for secrets). */
+export function envName(section: string, option: ServeOption): string | undefined {
+  if (option.env !== undefined) return option.env;
+  if (option.secret === true) return `GAMEWIRE_${upperSnake(section)}_${upperSnake(option.key)}`;
+  return undefined;
+}
+
+function isPortKey(option: ServeOption): boolean {
+  return option.unit === 'port' || option.key === 'port' || /Port$/.test(option.key);
+}
+
+/** The accepted integer range of an option. */
+export function intRange(option: ServeOption): { min: number; max: number } {
+  const port = isPortKey(option);
+  return {
+    min: option.min ?? 0,
+    max: option.max ?? (port ? 65_535 : Number.MAX_SAFE_INTEGER),
+  };
+}
+
+function fail(source: ValueSource, detail: string): never {
+  throw new ConfigError(`${describeSource(source)}: ${detail}`, sourceKey(source), sourceName(source));
+}
+
+function checkChoice(option: ServeOption, value: string, source: ValueSource): void {
+  if (option.choices !== undefined && !option.choices.includes(value)) {
+    fail(source, `"${value}" is not one of ${option.choices.join(', ')}`);
+  }
+}
+
+/**
+ * Checks (and converts) one value. Strings come from flags and environment variables; config
+ * files give JSON values, which must already have the right type (no "abc" where a number goes).
+ */
+export function checkValue(option: ServeOption, raw: unknown, source: ValueSource): unknown {
+  const fromText = typeof raw === 'string' && source.kind !== 'file';
+  switch (option.type) {
+    case 'int': {
+      let n: number;
+      if (typeof raw === 'number' && Number.isInteger(raw)) n = raw;
+      else if (fromText && /^-?\d+$/.test((raw as string).trim())) n = Number((raw as string).trim());
+      else fail(source, `expected a whole number, got ${JSON.stringify(raw)}`);
+      const { min, max } = intRange(option);
+      if (n < min || n > max) fail(source, `${n} is out of range ${min}..${max}`);
+      return n;
+    }
+    case 'bool': {
+      if (typeof raw === 'boolean') return raw;
+      if (fromText) {
+        const t = (raw as string).trim().toLowerCase();
+        if (t === 'true' || t === '1' || t === 'yes') return true;
+        if (t === 'false' || t === '0' || t === 'no') return false;
+      }
+      return fail(source, `expected true or false, got ${JSON.stringify(raw)}`);
+    }
+    case 'string': {
+      if (typeof raw !== 'string') return fail(source, `expected a string, got ${JSON.stringify(raw)}`);
+      checkChoice(option, raw, source);
+      return raw;
+    }
+    case 'list': {
+      let items: unknown[];
+      if (Array.isArray(raw)) items = raw;
+      else if (typeof raw === 'string')
+        items = raw
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '');
+      else return fail(source, `expected a list, got ${JSON.stringify(raw)}`);
+      for (const item of items) if (typeof item === 'string') checkChoice(option, item, source);
+      return items;
+    }
+  }
+}
+
+/**
+ * Removes `//` and `/* … *\/` comments outside strings, so config files (and the output of
+ * `gamewire config example`) can explain themselves. Line breaks are kept, so JSON error
+ * positions stay right.
+ */
+export function stripComments(text: string): string {
+  let out = '';
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i]!;
+    if (c === '"') {
+      const start = i++;
+      while (i < text.length && text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+      out += text.slice(start, ++i);
+    } else if (c === '/' && text[i + 1] === '/') {
+      while (i < text.length && text[i] !== '\n') i++;
+    } else if (c === '/' && text[i + 1] === '*') {
+      const end = text.indexOf('*/', i + 2);
+      const stop = end === -1 ? text.length : end + 2;
+      out += text.slice(i, stop).replace(/[^\n]/g, ' ');
+      i = stop;
+    } else {
+      out += c;
+      i++;
+    }
+  }
+  return out;
+}
+
+/** A config file: `{ "serve": {…}, "<protocol>": {…} }`, parsed but not yet checked. */
+export type ConfigFile = Record<string, Record<string, unknown>>;
+
+/** Reads a config file and checks its shape: an object of objects. */
+export function readConfigFile(file: string): ConfigFile {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config ${file}: ${(err as Error).message}`, undefined, file);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(stripComments(text));
+  } catch (err) {
+    throw new ConfigError(`config ${file} is not valid JSON: ${(err as Error).message}`, undefined, file);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError(
+      `config ${file} must be a JSON object of sections ("serve", protocol names)`,
+      undefined,
+      file,
+    );
+  }
+  for (const [section, value] of Object.entries(parsed)) {
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+      throw new ConfigError(
+        `config ${file}: section "${section}" must be an object of options`,
+        section,
+        file,
+      );
+    }
+  }
+  return parsed as ConfigFile;
+}
+
+/** The closest known name, for "did you mean" hints (edit distance ≤ 3). */
+function closest(name: string, known: Iterable<string>): string | undefined {
+  let best: string | undefined;
+  let bestDistance = 4;
+  for (const k of known) {
+    const d = editDistance(name.toLowerCase(), k.toLowerCase());
+    if (d < bestDistance) {
+      best = k;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  if (Math.abs(a.length - b.length) > 3) return 4;
+  const row = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let diagonal = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const above = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, diagonal + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diagonal = above;
+    }
+  }
+  return row[b.length]!;
+}
+
+/** A hint naming the closest known key or section, or listing them all. */
+function hint(name: string, known: readonly string[]): string {
+  const near = closest(name, known);
+  return near !== undefined ? `did you mean "${near}"?` : `known: ${known.join(', ')}`;
+}
+
+/** The schema of every section: `serve` and one per protocol with a server. */
+export type ConfigSchema = ReadonlyMap<string, readonly ServeOption[]>;
+
+/**
+ * Checks every section and key of a config file against the schema. Returns the values by
+ * section, converted, with aliases renamed to their keys, plus a warning per alias used.
+ */
+export function checkConfigFile(
+  config: ConfigFile,
+  file: string,
+  schema: ConfigSchema,
+): { values: Map<string, Record<string, unknown>>; warnings: string[] } {
+  const values = new Map<string, Record<string, unknown>>();
+  const warnings: string[] = [];
+  for (const [section, entries] of Object.entries(config)) {
+    const options = schema.get(section);
+    if (options === undefined) {
+      throw new ConfigError(
+        `config ${file}: unknown section "${section}" (${hint(section, [...schema.keys()])})`,
+        section,
+        file,
+      );
+    }
+    const out: Record<string, unknown> = {};
+    for (const [key, raw] of Object.entries(entries)) {
+      let option = options.find((o) => o.key === key);
+      if (option === undefined) {
+        option = options.find((o) => o.aliases?.includes(key));
+        if (option !== undefined)
+          warnings.push(`${file}: ${section}.${key} is now called ${section}.${option.key}`);
+      }
+      if (option === undefined) {
+        throw new ConfigError(
+          `config ${file}: unknown key "${section}.${key}" (${hint(
+            key,
+            options.map((o) => o.key),
+          )})`,
+          `${section}.${key}`,
+          file,
+        );
+      }
+      out[option.key] = checkValue(option, raw, { kind: 'file', file, key: `${section}.${option.key}` });
+    }
+    values.set(section, out);
+  }
+  return { values, warnings };
+}
+
+/** Values of a section's options from the environment (secrets and options that name a variable). */
+export function valuesFromEnv(
+  section: string,
+  options: readonly ServeOption[],
+  env: NodeJS.ProcessEnv = process.env,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const o of options) {
+    const name = envName(section, o);
+    if (name === undefined) continue;
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    out[o.key] = checkValue(o, raw, { kind: 'env', name });
+  }
+  return out;
+}
+
+/** A commander argument parser for an option: converts and validates, naming the flag on error. */
+export function flagParser(option: ServeOption): ((value: string) => unknown) | undefined {
+  if (option.type === 'bool') return undefined;
+  const flag = flagName(option);
+  return (value: string) => checkValue(option, value, { kind: 'flag', flag });
+}
+
+/** Defaults of a list of options. */
+export function defaultsOf(options: readonly ServeOption[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const o of options) if (o.default !== undefined) out[o.key] = o.default;
+  return out;
+}
+
+/** Log levels `--log-level` accepts (pino's). */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** The `serve` section: what every server shares. */
+export const SERVE_OPTIONS: readonly ServeOption[] = [
+  {
+    key: 'host',
+    flag: '--host <address>',
+    description: 'bind address for game traffic',
+    type: 'string',
+    default: '0.0.0.0',
+  },
+  {
+    key: 'dataDir',
+    flag: '--data-dir <dir>',
+    description: 'folder for generated state such as the js5 demo cache',
+    type: 'string',
+    default: 'data',
+  },
+  {
+    key: 'logLevel',
+    flag: '--log-level <level>',
+    description: 'log level (also GAMEWIRE_LOG_LEVEL)',
+    type: 'string',
+    choices: LOG_LEVELS,
+    default: 'info',
+    env: 'GAMEWIRE_LOG_LEVEL',
+  },
+  {
+    key: 'metricsPort',
+    flag: '--metrics-port <port>',
+    description:
+      'serve /metrics, /health and /ready over HTTP on this port (off when unset); --admin-port is the same',
+    type: 'int',
+    unit: 'port',
+    aliases: ['adminPort'],
+  },
+  {
+    key: 'metricsHost',
+    flag: '--metrics-host <address>',
+    description: 'bind address of the metrics endpoint; beyond loopback only with adminToken',
+    type: 'string',
+    default: '127.0.0.1',
+    aliases: ['adminHost'],
+  },
+  {
+    key: 'adminToken',
+    flag: '--admin-token <token>',
+    description: 'require "Authorization: Bearer <token>" on /metrics (/health and /ready stay open)',
+    type: 'string',
+    secret: true,
+  },
+];
+
+/** The options every protocol section has besides its own: where its server binds. */
+export function serverCommonOptions(defaultPort: number): ServeOption[] {
+  return [
+    {
+      key: 'host',
+      flag: '--host <address>',
+      description: 'bind address (default: serve.host)',
+      type: 'string',
+    },
+    {
+      key: 'port',
+      flag: '--port <port>',
+      description: "the protocol's main port (flag only when serving one protocol)",
+      type: 'int',
+      unit: 'port',
+      default: defaultPort,
+    },
+  ];
+}
+
+/** Every option of a protocol's section: host and port, then its own (deduplicated by key). */
+export function sectionOptions(defaultPort: number, own: readonly ServeOption[]): ServeOption[] {
+  const common = serverCommonOptions(defaultPort);
+  return [...common, ...own.filter((o) => !common.some((c) => c.key === o.key))];
+}

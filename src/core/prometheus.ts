@@ -1,0 +1,115 @@
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import type { ProtocolMetrics } from './metrics.js';
+
+/** Every metric gamewire exposes, for docs/config.md and the test that keeps them documented. */
+export const METRIC_DOCS: readonly { name: string; type: string; labels: string; help: string }[] = [
+  {
+    name: 'gamewire_messages_received_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Datagrams or frames accepted',
+  },
+  {
+    name: 'gamewire_messages_sent_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Datagrams or frames sent',
+  },
+  {
+    name: 'gamewire_dropped_total',
+    type: 'counter',
+    labels: 'protocol, reason',
+    help: 'Input dropped, by reason',
+  },
+  {
+    name: 'gamewire_connections_closed_total',
+    type: 'counter',
+    labels: 'protocol, reason',
+    help: 'Connections closed, by reason',
+  },
+  {
+    name: 'gamewire_events_total',
+    type: 'counter',
+    labels: 'protocol, event',
+    help: 'Protocol-specific events',
+  },
+  { name: 'gamewire_open', type: 'gauge', labels: 'protocol', help: 'Open connections or live bindings' },
+  {
+    name: 'gamewire_up',
+    type: 'gauge',
+    labels: 'protocol',
+    help: "1 while the protocol's server is running",
+  },
+  {
+    name: 'gamewire_process_* and gamewire_nodejs_*',
+    type: 'various',
+    labels: '',
+    help: "prom-client's default process and runtime metrics: CPU, memory, open file descriptors, event-loop lag, GC, heap",
+  },
+];
+
+/**
+ * Exposes every protocol's counters to Prometheus through one registry, plus the process and
+ * runtime metrics (prefixed `gamewire_`). The hot path only bumps plain numbers; they are read
+ * here when scraped.
+ */
+export function createRegistry(
+  all: () => Iterable<ProtocolMetrics>,
+  up: () => Iterable<string> = () => [],
+): Registry {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'gamewire_' });
+  const plain = (name: string, help: string, pick: (m: ProtocolMetrics) => number) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['protocol'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const m of all()) this.inc({ protocol: m.protocol }, pick(m));
+      },
+    });
+  plain('gamewire_messages_received_total', 'Datagrams or frames accepted', (m) => m.received);
+  plain('gamewire_messages_sent_total', 'Datagrams or frames sent', (m) => m.sent);
+  const fromMaps = (
+    name: string,
+    help: string,
+    pick: (m: ProtocolMetrics) => Map<string, number>,
+    label: string,
+  ) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['protocol', label],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const m of all())
+          for (const [k, v] of pick(m)) this.inc({ protocol: m.protocol, [label]: k }, v);
+      },
+    });
+  fromMaps('gamewire_dropped_total', 'Input dropped, by reason', (m) => m.dropped, 'reason');
+  fromMaps('gamewire_connections_closed_total', 'Connections closed, by reason', (m) => m.closed, 'reason');
+  fromMaps('gamewire_events_total', 'Protocol-specific events', (m) => m.counters, 'event');
+  new Gauge({
+    name: 'gamewire_open',
+    help: 'Open connections or live bindings',
+    labelNames: ['protocol'],
+    registers: [registry],
+    collect() {
+      for (const m of all()) this.set({ protocol: m.protocol }, m.open);
+    },
+  });
+  new Gauge({
+    name: 'gamewire_up',
+    help: "1 while the protocol's server is running",
+    labelNames: ['protocol'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const p of up()) this.set({ protocol: p }, 1);
+    },
+  });
+  return registry;
+}

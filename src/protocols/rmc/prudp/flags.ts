@@ -1,0 +1,24 @@
+/**
+ * The `decode`/`encode prudp` flags, in a module of their own so the CLI's registry can list
+ * them without loading any protocol code.
+ */
+import type { CodecFlag } from '../../../core/protocol.js';
+
+export const PRUDP_CODEC_FLAGS: readonly CodecFlag[] = [
+  { flag: '--access-key <key>', key: 'accessKey', description: 'prudp: the sandbox access key (checksums)' },
+  {
+    flag: '--checksum <width>',
+    key: 'checksum',
+    description: 'prudp: checksum width, 1 (default) or 4 bytes',
+  },
+  {
+    flag: '--rmc-variant <name>',
+    key: 'rmcVariant',
+    description: 'prudp: RMC variant inside DATA, classic (default) or hyperscape',
+  },
+  {
+    flag: '--session-key <hex>',
+    key: 'sessionKey',
+    description: 'prudp: HyperScape secure DATA: the 16-byte AES session key as hex',
+  },
+];

@@ -1,0 +1,354 @@
+/**
+ * The command line off the happy path: each test reproduces one failure a new user hit, through
+ * the real spawned command, and checks that it now ends with one clear line and the right exit
+ * status.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, errorOf, ROOT, runCli } from '../helpers/cli.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-ops-'));
+const children: ChildProcess[] = [];
+afterAll(() => {
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+});
+
+function config(name: string, value: unknown): string {
+  const file = path.join(dir, name);
+  writeFileSync(file, typeof value === 'string' ? value : JSON.stringify(value));
+  return file;
+}
+
+/** A TCP port held by this test process for the duration of `fn`. */
+async function withBusyPort<T>(fn: (port: number) => Promise<T>): Promise<T> {
+  const holder = net.createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  try {
+    return await fn((holder.address() as net.AddressInfo).port);
+  } finally {
+    holder.close();
+  }
+}
+
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Spawns the CLI; `onStdout` may act on the output so far (send a signal). Kills it after 60 s. */
+function spawnCli(args: string[], onStdout?: (out: string, child: ChildProcess) => void): Promise<Run> {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    stdout += d.toString();
+    onStdout?.(stdout, child);
+  });
+  child.stderr!.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+function lastErrorLine(stderr: string): { code: string; message: string } {
+  const lines = stderr.trim().split('\n');
+  return (JSON.parse(lines[lines.length - 1]!) as { error: { code: string; message: string } }).error;
+}
+
+describe('start-up failures stop everything and say what to do', () => {
+  it('a busy --metrics-port ends the process (no kill -9 needed), naming the flag and key', async () => {
+    const r = await withBusyPort((busy) =>
+      spawnCli([
+        'serve',
+        'rmc',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '0',
+        '--metrics-port',
+        String(busy),
+        '--data-dir',
+        dir,
+        '--log-level',
+        'silent',
+      ]),
+    );
+    expect(r.signal).toBeNull();
+    expect(r.code).toBe(1);
+    const e = lastErrorLine(r.stderr);
+    expect(e.code).toBe('ERR_LISTEN');
+    expect(e.message).toMatch(/already in use/);
+    expect(e.message).toMatch(/--metrics-port \(config serve\.metricsPort\)/);
+  });
+
+  it('a game port in use is one line naming the port, the flag and the config key; no stack', async () => {
+    await withBusyPort(async (busy) => {
+      const r = await spawnCli([
+        'serve',
+        'rmc',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        String(busy),
+        '--data-dir',
+        dir,
+        '--log-level',
+        'silent',
+      ]);
+      expect(r.code).toBe(1);
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+      const e = errorOf({ code: r.code, stdout: r.stdout, stderr: r.stderr });
+      expect(e.code).toBe('ERR_LISTEN');
+      expect(e.message).toContain(`port ${busy} is already in use`);
+      expect(e.message).toContain('--port (config rmc.port)');
+    });
+  });
+
+  it('SIGTERM in the middle of start-up stops what started and exits 0', async () => {
+    const file = config('all-ephemeral.json', ephemeralAll());
+    const r = await spawnCli(
+      ['serve', '--config', file, '--data-dir', dir, '--log-level', 'silent'],
+      (out, child) => {
+        // The first endpoint line: one server listens, the others are still starting.
+        if (out.includes('gamewire: ') && !child.killed) child.kill('SIGTERM');
+      },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/gamewire: stopped/);
+  }, 120_000);
+
+  it('logs start and stop at info, and the shutdown summary is one line', async () => {
+    const file = config('all-ephemeral-2.json', ephemeralAll());
+    const r = await spawnCli(
+      ['serve', '--config', file, '--data-dir', dir, '--log-level', 'info'],
+      (out, child) => {
+        if (/gamewire: nox-relay/.test(out) && !child.killed) setTimeout(() => child.kill('SIGINT'), 200);
+      },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const logs = r.stderr
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: number; msg: string; protocol?: string });
+    const started = logs.filter((l) => l.msg === 'started').map((l) => l.protocol);
+    expect(started, r.stderr).toEqual(expect.arrayContaining(['rmc', 'js5', 'unity-relay', 'nox-relay']));
+    const stopped = logs.filter((l) => l.msg.startsWith('stopped'));
+    expect(stopped, r.stderr).toHaveLength(1);
+    expect(stopped[0]!.level).toBe(30);
+    expect(stopped[0]!.msg).toMatch(/^stopped; rmc.*; js5.*; unity-relay.*; nox-relay/);
+  }, 120_000);
+});
+
+/** A config putting every server on 127.0.0.1, port 0. Built from `gamewire config example`. */
+function ephemeralAll(): Record<string, Record<string, unknown>> {
+  const r = runCli(['config', 'example']);
+  const stripped = r.stdout.replace(/^\s*\/\/.*$/gm, '');
+  const example = JSON.parse(stripped) as Record<string, Record<string, unknown>>;
+  const out: Record<string, Record<string, unknown>> = {};
+  for (const [section, values] of Object.entries(example)) {
+    if (section === 'serve') continue;
+    const s: Record<string, unknown> = { host: '127.0.0.1' };
+    for (const [k, v] of Object.entries(values)) if (/port$/i.test(k) && typeof v === 'number') s[k] = 0;
+    out[section] = s;
+  }
+  return out;
+}
+
+describe('config files are validated, each error naming the key and the file', () => {
+  const cases: [string, unknown, RegExp][] = [
+    [
+      'port-abc.json',
+      { rmc: { port: 'abc' } },
+      /rmc\.port in .*port-abc\.json: expected a whole number, got "abc"/,
+    ],
+    [
+      'port-range.json',
+      { rmc: { port: 70000 } },
+      /rmc\.port in .*port-range\.json: 70000 is out of range 0\.\.65535/,
+    ],
+    [
+      'unknown-key.json',
+      { rmc: { prot: 1 } },
+      /unknown-key\.json: unknown key "rmc\.prot" \(did you mean "port"\?\)/,
+    ],
+    [
+      'unknown-section.json',
+      { rcm: {} },
+      /unknown-section\.json: unknown section "rcm" \(did you mean "rmc"\?\)/,
+    ],
+    [
+      'bad-choice.json',
+      { serve: { logLevel: 'loud' } },
+      /serve\.logLevel in .*bad-choice\.json: "loud" is not one of/,
+    ],
+    ['not-json.json', '{ "rmc": ', /not-json\.json is not valid JSON/],
+  ];
+  for (const [name, value, message] of cases) {
+    it(`${name}: exit 2 before anything starts`, () => {
+      const r = runCli(['serve', 'rmc', '--config', config(name, value), '--data-dir', dir]);
+      expect(r.code).toBe(2);
+      expect(r.stdout).not.toMatch(/gamewire: rmc/);
+      const e = errorOf(r);
+      expect(e.code).toBe('ERR_CONFIG');
+      expect(e.message).toMatch(message);
+    });
+  }
+
+  it('config check validates without starting anything, and accepts // comments', () => {
+    const ok = config(
+      'ok.json',
+      '// a comment\n{ "serve": { "logLevel": "warn" }, /* inline */ "rmc": { "port": 9 } }',
+    );
+    const r = runCli(['config', 'check', ok]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/is valid/);
+    expect(runCli(['config', 'check', config('bad.json', { rmc: { port: -1 } })]).code).toBe(2);
+  });
+
+  it('config example is a complete file that config check accepts', () => {
+    const r = runCli(['config', 'example']);
+    expect(r.code).toBe(0);
+    for (const section of ['serve', 'rmc', 'js5', 'unity-relay', 'nox-relay'])
+      expect(r.stdout).toContain(`"${section}": {`);
+    const file = config('example.json', r.stdout);
+    expect(runCli(['config', 'check', file]).code).toBe(0);
+  });
+
+  it('secrets come from GAMEWIRE_ environment variables and are checked like flags', () => {
+    const r = spawnSync(process.execPath, [BIN, 'serve', 'rmc', '--data-dir', dir], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, GAMEWIRE_LOG_LEVEL: 'loud' },
+    });
+    expect(r.status).toBe(2);
+    expect(errorOf({ code: r.status, stdout: r.stdout, stderr: r.stderr }).message).toMatch(
+      /GAMEWIRE_LOG_LEVEL: "loud" is not one of/,
+    );
+  });
+});
+
+describe('usage errors exit 2 with the valid choices, never help text or a stack', () => {
+  it('a command group without its subcommand lists the subcommands', () => {
+    const r = runCli(['js5']);
+    expect(r.code).toBe(2);
+    const e = errorOf(r);
+    expect(e.message).not.toContain('outputHelp');
+    expect(e.message).toMatch(/gamewire js5 needs a command: one of cache, download/);
+    expect(runCli(['js5', 'nope']).code).toBe(2);
+  });
+
+  it('--log-level loud lists the levels', () => {
+    const r = runCli(['serve', '--log-level', 'loud']);
+    expect(r.code).toBe(2);
+    expect(errorOf(r).message).toMatch(/fatal, error, warn, info, debug, trace, silent/);
+  });
+
+  it('a metrics endpoint beyond loopback needs an admin token', () => {
+    const r = runCli(['serve', 'rmc', '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--data-dir', dir]);
+    expect(r.code).toBe(2);
+    expect(errorOf(r).message).toMatch(/--admin-token \(or GAMEWIRE_SERVE_ADMIN_TOKEN\)/);
+  });
+
+  it('--port 70000 is a usage error (exit 2)', () => {
+    const r = runCli(['serve', 'rmc', '--port', '70000']);
+    expect(r.code).toBe(2);
+    expect(errorOf(r).message).toMatch(/--port: 70000 is out of range 0\.\.65535/);
+  });
+
+  it('an unknown protocol lists the known ones', () => {
+    const r = runCli(['decode', 'nope', '--hex', '00']);
+    expect(r.code).toBe(2);
+    expect(errorOf(r).message).toMatch(/known: rmc, js5/);
+  });
+});
+
+describe('pipes between gamewire commands', () => {
+  it('decode | encode - works on a real pipe', () => {
+    const hex = '00000040460000000f00057072696e7473000548656c6c6f';
+    const node = JSON.stringify(process.execPath);
+    const bin = JSON.stringify(BIN);
+    const r = spawnSync(
+      'sh',
+      ['-c', `${node} ${bin} decode vcmp-rpc --hex ${hex} | ${node} ${bin} encode vcmp-rpc -`],
+      { cwd: ROOT, encoding: 'utf8' },
+    );
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    expect(r.stdout).toBe(`${hex}\n`);
+  });
+
+  it('a reader that goes away early ends the writer quietly (no EPIPE stack)', () => {
+    const node = JSON.stringify(process.execPath);
+    const bin = JSON.stringify(BIN);
+    // `config reference` writes far more than one line; `head -c 1` closes the pipe after one byte.
+    const r = spawnSync('sh', ['-c', `${node} ${bin} config reference | head -c 1 >/dev/null; sleep 1`], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
+    expect(r.stderr).not.toMatch(/EPIPE|\n\s+at /);
+  });
+});
+
+describe('connection lifecycle logs', () => {
+  it('logs each connection open and close at debug, and a full server at info', async () => {
+    let remote = '';
+    const r = await spawnCli(
+      [
+        'serve',
+        'rmc',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '0',
+        '--rmc-max-connections',
+        '1',
+        '--data-dir',
+        dir,
+        '--log-level',
+        'debug',
+      ],
+      (out, child) => {
+        const m = /gamewire: rmc tcp 127\.0\.0\.1:(\d+)/.exec(out);
+        if (m === null || remote !== '') return;
+        remote = 'connecting';
+        const port = Number(m[1]);
+        const first = net.connect(port, '127.0.0.1', () => {
+          remote = `127.0.0.1:${first.localPort}`;
+          // A second connection while the first is open: refused, the server holds 1.
+          const second = net.connect(port, '127.0.0.1');
+          second.on('error', () => {});
+          second.on('close', () => {
+            first.end();
+            first.on('close', () => setTimeout(() => child.kill('SIGTERM'), 300));
+          });
+        });
+      },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const logs = r.stderr
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: number; msg: string; remote?: string; reason?: string });
+    expect(logs.find((l) => l.msg === 'connection open' && l.remote === remote)?.level).toBe(20);
+    expect(logs.find((l) => l.msg === 'connection closed' && l.remote === remote)?.level).toBe(20);
+    const full = logs.find((l) => l.msg.startsWith('connection refused: rmc is full'));
+    expect(full?.level).toBe(30);
+    expect(full?.msg).toMatch(/--rmc-max-connections, config rmc\.\w+/);
+  }, 120_000);
+});
