@@ -7,11 +7,13 @@ import type { ProtocolCodec } from '../core/protocol.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './js5/codec.js';
 import { noxRelayCodec } from './nox-relay/codec.js';
 import { rmcCodec } from './rmc/codec.js';
+import { prudpCodec } from './rmc/prudp/codec.js';
 import { unityRelayCodec } from './unity-relay/codec.js';
 import { vcmpRpcCodec } from './vcmp-rpc/codec.js';
 
 export const allCodecs: readonly ProtocolCodec[] = [
   rmcCodec,
+  prudpCodec,
   js5Codec,
   js5ContainerCodec,
   js5IndexCodec,
