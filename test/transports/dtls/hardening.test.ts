@@ -206,3 +206,50 @@ describe.runIf(hasProgram('openssl'))('renegotiation', () => {
     }
   });
 });
+
+describe('identities and sequence numbers', () => {
+  it('a binary identity with zero bytes (as Unity allocation ids can have) reaches pskFor unchanged', async () => {
+    const identity = Buffer.from('00ff0010000000000000000000000000', 'hex');
+    const psk = randomBytes(64);
+    const seen: Buffer[] = [];
+    const srv = await startEchoServer({
+      pskFor: (id) => {
+        seen.push(Buffer.from(id));
+        return id.equals(identity) ? psk : undefined;
+      },
+    });
+    const client = await DtlsClient.connect({ host: '127.0.0.1', port: srv.port, identity, psk });
+    try {
+      expect(seen).toEqual([identity]);
+      expect(srv.associations[0]!.identity).toEqual(identity);
+    } finally {
+      client.close();
+      await srv.close();
+    }
+  });
+
+  it('an association never wraps its 48-bit write sequence number: it closes instead', async () => {
+    const srv = await startEchoServer();
+    const client = await DtlsClient.connect({
+      host: '127.0.0.1',
+      port: srv.port,
+      identity: srv.identity,
+      psk: srv.psk,
+    });
+    try {
+      const got: Buffer[] = [];
+      client.on('message', (m) => got.push(m));
+      await waitFor(() => srv.associations.length === 1, 'the association');
+      const a = srv.associations[0]!;
+      // Jump to the last sequence number (white-box: the field behind the public interface).
+      (a as unknown as { writeSeq: number }).writeSeq = 2 ** 48 - 1;
+      expect(a.send(Buffer.from('last'))).toBe(true);
+      await waitFor(() => got.length === 1, 'the record with the last sequence number');
+      expect(a.send(Buffer.from('one too many'))).toBe(false);
+      expect(srv.closes).toEqual(['sequence-exhausted']);
+    } finally {
+      client.close();
+      await srv.close();
+    }
+  });
+});
