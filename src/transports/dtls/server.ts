@@ -335,12 +335,34 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
       this.#associations--;
       this.#forgetPeerIfEmpty(peer);
     }
-    this.emit('close', a, reason);
+    this.#emitSafe('close', a, reason);
+  }
+
+  #count(reason: string): void {
+    this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + 1);
   }
 
   #drop(reason: string, ctx: { address: string; port: number }): void {
-    this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + 1);
-    if (this.listenerCount('drop') > 0) this.emit('drop', reason, { address: ctx.address, port: ctx.port });
+    this.#count(reason);
+    if (this.listenerCount('drop') > 0) {
+      try {
+        this.emit('drop', reason, { address: ctx.address, port: ctx.port });
+      } catch {
+        this.#count('listener-error');
+      }
+    }
+  }
+
+  /**
+   * Emits an event whose listener may throw: the error is counted (`listener-error`) and the
+   * server goes on, since it may run inside a timer (idle sweep) or another peer's datagram.
+   */
+  #emitSafe<K extends keyof DtlsServerEventMap>(event: K, ...args: DtlsServerEventMap[K]): void {
+    try {
+      (this.emit as (e: K, ...a: DtlsServerEventMap[K]) => boolean)(event, ...args);
+    } catch {
+      this.#count('listener-error');
+    }
   }
 
   #datagram(ctx: DatagramContext, msg: Buffer): void {
@@ -645,7 +667,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     switch (rv.type) {
       case ContentType.applicationData:
         a.finalFlight = undefined; // the client has our Finished: nothing left to retransmit
-        this.emit('message', a, plaintext);
+        this.#emitSafe('message', a, plaintext);
         return;
       case ContentType.alert:
         if (
@@ -742,9 +764,9 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     if (old !== undefined && !old.closed) {
       // RFC 6347 §4.2.8: the new association replaces the old only now that it is proven.
       old.closed = true;
-      this.emit('close', old, 'replaced');
+      this.#emitSafe('close', old, 'replaced');
     }
-    this.emit('association', a);
+    this.#emitSafe('association', a);
   }
 
   #statelessAlert(ctx: DatagramContext, seq: number, description: number, reason: string): void {
@@ -806,6 +828,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     if (byPort?.get(peer.port) !== peer) return;
     byPort.delete(peer.port);
     if (byPort.size === 0) this.#peers.delete(peer.address);
+    // A later record of the same datagram must not attach state to the forgotten peer.
+    if (this.#ctx.peer === peer) this.#ctx.peer = undefined;
   }
 
   #sendTo(ctx: DatagramContext, datagram: Buffer): void {

@@ -297,15 +297,15 @@ describe('limits', () => {
     await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', () => resolve()));
     try {
       const random = randomBytes(32);
-      const [hvr] = await sendAndCollect(port, [clientHello(Buffer.alloc(0), random)], 300, socket);
-      return await sendAndCollect(port, [clientHello(cookieOf(hvr!), random, 1, 1)], 300, socket);
+      const [hvr] = await sendAndCollect(port, [clientHello(Buffer.alloc(0), random)], 500, socket);
+      return await sendAndCollect(port, [clientHello(cookieOf(hvr!), random, 1, 1)], 500, socket);
     } finally {
       socket.close();
     }
   }
 
   it('maxHandshakes and maxHandshakesPerIp cap handshakes in progress; the timeout frees them', async () => {
-    const srv = await startEchoServer({ maxHandshakes: 2, maxHandshakesPerIp: 2, handshakeTimeoutMs: 4000 });
+    const srv = await startEchoServer({ maxHandshakes: 2, maxHandshakesPerIp: 2, handshakeTimeoutMs: 8000 });
     try {
       expect(await pendingHandshake(srv.port)).toHaveLength(1);
       expect(await pendingHandshake(srv.port)).toHaveLength(1);
@@ -388,7 +388,7 @@ describe('limits', () => {
         Buffer.from([0, 0, 0, 2, 0, 0xa8, 1, 0]),
       ]);
       const tiny = plainRecord(22, 0xfeff, 0, 0, handshakeMessage(1, 0, body));
-      const replies = await sendAndCollect(srv.port, [tiny], 300);
+      const replies = await sendAndCollect(srv.port, [tiny], 500);
       expect(tiny.length).toBe(67);
       // HVR = 13 + 12 + 2 + 1 + 32 = 60 bytes.
       expect(replies.map((r) => r.length)).toEqual([60]);
