@@ -36,7 +36,6 @@ const CONTRACT_FLAGS = new Set([
  * files already use, and ones added while the rule was being introduced.
  */
 const LEGACY = new Set([
-  'rmc.prudpIdleTimeout',
   'unity-relay --unity-idle-timeout',
   'unity-relay --unity-host-alone-timeout',
   'unity-relay --unity-max-datagram',

@@ -99,8 +99,8 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
     min: 1,
   },
   {
-    key: 'prudpIdleTimeout',
-    flag: '--prudp-idle-timeout <ms>',
+    key: 'prudpIdleTimeoutMs',
+    flag: '--prudp-idle-timeout-ms <ms>',
     description: 'rmc: drop PRUDP connections silent this long',
     type: 'int',
     default: PRUDP_DEFAULTS.idleTimeoutMs,
@@ -117,8 +117,8 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
     unit: 'bytes',
   },
   {
-    key: 'prudpRetransmit',
-    flag: '--prudp-retransmit <ms>',
+    key: 'prudpRetransmitMs',
+    flag: '--prudp-retransmit-ms <ms>',
     description: 'rmc: first PRUDP retransmission after this long (then x1.5 each time)',
     type: 'int',
     default: PRUDP_DEFAULTS.retransmitMs,
@@ -230,9 +230,9 @@ export async function startRmcTransports(
         maxConnections: num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1),
         maxConnectionsPerIp: num(options, 'prudpMaxConnectionsPerIp', PRUDP_DEFAULTS.maxConnectionsPerIp, 1),
         maxHalfOpen: num(options, 'prudpMaxHalfOpen', PRUDP_DEFAULTS.maxHalfOpen, 1),
-        idleTimeoutMs: num(options, 'prudpIdleTimeout', PRUDP_DEFAULTS.idleTimeoutMs, 0),
+        idleTimeoutMs: num(options, 'prudpIdleTimeoutMs', PRUDP_DEFAULTS.idleTimeoutMs, 0),
         maxReassemblyBytes: num(options, 'prudpMaxReassemblyBytes', PRUDP_DEFAULTS.maxReassemblyBytes, 1024),
-        retransmitMs: num(options, 'prudpRetransmit', PRUDP_DEFAULTS.retransmitMs, 10),
+        retransmitMs: num(options, 'prudpRetransmitMs', PRUDP_DEFAULTS.retransmitMs, 10),
         maxRetransmits: num(options, 'prudpMaxRetransmits', PRUDP_DEFAULTS.maxRetransmits, 1),
         onConnect:
           authority !== undefined
