@@ -47,6 +47,15 @@ async function client(
   return c;
 }
 
+/** Waits until `cond` holds (polling; generous for a loaded machine), or fails. */
+async function until(cond: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 function rawSocket(): Promise<dgram.Socket> {
   const s = dgram.createSocket('udp4');
   cleanup.push(() => new Promise<void>((r) => s.close(() => r())));
@@ -157,7 +166,9 @@ describe('RMC over PRUDP', () => {
     const c = await client(f.port);
     const sockets = await Promise.all(Array.from({ length: 80 }, () => rawSocket()));
     for (const s of sockets) s.send(syn(), f.port, '127.0.0.1');
-    await new Promise((r) => setTimeout(r, 300));
+    await until(
+      () => (f.metrics.dropped.get('prudp_half_open_limit') ?? 0) + f.prudp.halfOpenConnections >= 80,
+    );
     expect(f.prudp.halfOpenConnections).toBe(50);
     expect(f.metrics.dropped.get('prudp_half_open_limit')).toBe(30);
     const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('ok') });
@@ -180,10 +191,9 @@ describe('RMC over PRUDP', () => {
     const f = await fixture({ halfOpenTimeoutMs: 200 });
     const s = await rawSocket();
     s.send(syn(), f.port, '127.0.0.1');
-    await new Promise((r) => setTimeout(r, 100));
-    expect(f.prudp.halfOpenConnections).toBe(1);
-    await new Promise((r) => setTimeout(r, 2000));
-    expect(f.prudp.halfOpenConnections).toBe(0);
+    await until(() => f.metrics.counters.get('prudp_syn') === 1);
+    await until(() => f.prudp.halfOpenConnections === 0);
+    expect(f.metrics.counters.get('prudp_half_open_expired')).toBe(1);
   });
 
   it('no reply to an unknown source larger than the allowed factor of its datagram', async () => {
@@ -192,7 +202,8 @@ describe('RMC over PRUDP', () => {
     const got: Buffer[] = [];
     s.on('message', (m) => got.push(m));
     s.send(syn(), f.port, '127.0.0.1');
-    await new Promise((r) => setTimeout(r, 300));
+    await until(() => f.metrics.dropped.get('prudp_amplification') === 1);
+    await new Promise((r) => setTimeout(r, 200));
     expect(got).toHaveLength(0);
     expect(f.metrics.dropped.get('prudp_amplification')).toBe(1);
   });
@@ -201,7 +212,7 @@ describe('RMC over PRUDP', () => {
     const f = await fixture({ idleTimeoutMs: 300 });
     const c = await client(f.port, { prudp: { pingIntervalMs: 0 } });
     await c.call(EchoProtocol, 'Echo', { data: Buffer.from('x') });
-    await new Promise((r) => setTimeout(r, 2500));
+    await until(() => f.prudp.connections === 0 && c.closed);
     expect(f.prudp.connections).toBe(0);
     expect(f.metrics.closed.get('idle_timeout')).toBe(1);
     expect(c.closed).toBe(true);
@@ -248,7 +259,6 @@ describe('RMC over PRUDP', () => {
       writePacket(w, fields, payload, cfg);
       s.send(w.toBuffer(), f.port, '127.0.0.1');
     };
-    const wait = () => new Promise((r) => setTimeout(r, 150));
     send({
       source: 0x3f,
       destination: 0x31,
@@ -259,7 +269,7 @@ describe('RMC over PRUDP', () => {
       sequenceId: 0,
       connectionSignature: 0,
     });
-    await wait();
+    await until(() => inbox.length === 1);
     const serverSig = inbox[0]!.readUInt32LE(10);
     const connect = (sig: number) =>
       send({
@@ -273,12 +283,10 @@ describe('RMC over PRUDP', () => {
         connectionSignature: 0xabcd,
       });
     connect((serverSig + 1) >>> 0);
-    await wait();
-    expect(f.metrics.dropped.get('prudp_bad_signature')).toBe(1);
+    await until(() => f.metrics.dropped.get('prudp_bad_signature') === 1);
     expect(f.prudp.connections).toBe(0);
     connect(serverSig);
-    await wait();
-    expect(f.prudp.connections).toBe(1);
+    await until(() => f.prudp.connections === 1);
     const ping = (session: number, sig: number) =>
       send({
         source: 0x3f,
@@ -292,13 +300,14 @@ describe('RMC over PRUDP', () => {
     const before = inbox.length;
     ping(8, serverSig);
     ping(7, 0x1234);
-    await wait();
-    expect(f.metrics.dropped.get('prudp_bad_session')).toBe(1);
-    expect(f.metrics.dropped.get('prudp_bad_signature')).toBe(2);
+    await until(
+      () =>
+        f.metrics.dropped.get('prudp_bad_session') === 1 &&
+        f.metrics.dropped.get('prudp_bad_signature') === 2,
+    );
     expect(inbox.length).toBe(before);
     ping(7, serverSig);
-    await wait();
-    expect(inbox.length).toBe(before + 1);
+    await until(() => inbox.length === before + 1);
     expect(inbox.at(-1)![2]).toBe(0x4c); // PING|ACK|HAS_SIZE
     // A coalesced datagram (two sized PINGs) gets both acked.
     const w = new WireWriter();
@@ -318,7 +327,7 @@ describe('RMC over PRUDP', () => {
         cfg,
       );
     s.send(w.toBuffer(), f.port, '127.0.0.1');
-    await wait();
+    await until(() => inbox.length === before + 3);
     expect(inbox.slice(-2).map((d) => d.readUInt16LE(8))).toEqual([2, 3]);
   });
 
@@ -343,7 +352,7 @@ describe('RMC over PRUDP', () => {
       sequenceId: 0,
       connectionSignature: 0,
     });
-    await new Promise((r) => setTimeout(r, 150));
+    await until(() => inbox.length === 1);
     const sig = inbox[0]!.readUInt32LE(10);
     send({
       source: 0x3f,
@@ -355,7 +364,7 @@ describe('RMC over PRUDP', () => {
       sequenceId: 1,
       connectionSignature: 1,
     });
-    await new Promise((r) => setTimeout(r, 150));
+    await until(() => f.prudp.connections === 1);
     const frame = encode(EchoProtocol.methods.Echo.args, { data: Buffer.from('x') });
     const codec = new ClassicPayloadCodec();
     for (let i = 0; i < 30; i++) {
@@ -383,7 +392,7 @@ describe('RMC over PRUDP', () => {
         codec.encode(body),
       );
     }
-    await new Promise((r) => setTimeout(r, 300));
+    await until(() => f.metrics.dropped.get('prudp_send_queue_full') === 1);
     expect(f.metrics.dropped.get('prudp_send_queue_full')).toBe(1);
     expect(f.metrics.closed.get('send_queue_full')).toBe(1);
     expect(f.prudp.connections).toBe(0);
