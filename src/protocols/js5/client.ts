@@ -443,7 +443,26 @@ function groupIsCurrent(
  * Downloads the master index, every index and every group, verifying CRC32 and versions, into
  * a disk or flat-file cache at `out`. Groups already present and valid are skipped (resume).
  */
+/**
+ * True when `dir` is absent, empty, or already looks like a cache (a disk store, flat-store
+ * archive folders, or an unfinished download): the only folders a download may write into.
+ */
+function cacheOrEmpty(dir: string): boolean {
+  if (!fs.existsSync(dir)) return true;
+  const names = fs.readdirSync(dir);
+  return (
+    names.length === 0 ||
+    names.some((n) => n === 'main_file_cache.dat2' || n === DOWNLOAD_STATE_FILE || /^\d{1,3}$/.test(n))
+  );
+}
+
 export async function downloadCache(options: DownloadOptions): Promise<DownloadSummary> {
+  if (!cacheOrEmpty(options.out)) {
+    throw new Js5Error(
+      'ERR_JS5_NOT_A_CACHE',
+      `${options.out} is not empty and holds no cache: pass a new folder, or one a previous download wrote`,
+    );
+  }
   const client = await Js5Client.connect(options);
   const store =
     fs.existsSync(options.out) && fs.readdirSync(options.out).length > 0

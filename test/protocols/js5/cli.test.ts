@@ -238,6 +238,15 @@ describe('gamewire js5 (spawned)', () => {
     expect(await exited).toBe(0);
   });
 
+  test('download refuses to write into a folder that is neither empty nor a cache', () => {
+    const dir = tempDir();
+    fs.writeFileSync(path.join(dir, 'thesis.txt'), 'precious');
+    const r = run(['js5', 'download', '--port', '1', '--out', dir]);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stderr.trim()).error.code).toBe('ERR_JS5_NOT_A_CACHE');
+    expect(fs.readdirSync(dir)).toEqual(['thesis.txt']);
+  });
+
   test('download from no server says so, and what to check', () => {
     const r = run(['js5', 'download', '--port', '1', '--out', path.join(tempDir(), 'none')]);
     expect(r.code).toBe(1);
