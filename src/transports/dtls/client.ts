@@ -13,6 +13,7 @@ import {
   MAX_SEQUENCE,
   RANDOM_LENGTH,
 } from './constants.js';
+import { DtlsError } from './errors.js';
 import {
   clientHelloBody,
   clientKeyExchangeBody,
@@ -26,21 +27,6 @@ import {
 import { masterSecret, pskPremasterSecret, type TrafficKeys, trafficKeys, verifyData } from './prf.js';
 import { plainRecord, RecordView, ReplayWindow, readRecord } from './record.js';
 import { CIPHER_SUITES, type CipherSuite, DEFAULT_CIPHER_SUITES } from './suites.js';
-
-/** Why a DtlsClient could not connect: a stable `code`, and the alert the server sent if any. */
-export class DtlsError extends Error {
-  readonly code: 'ERR_DTLS_TIMEOUT' | 'ERR_DTLS_ALERT' | 'ERR_DTLS_HANDSHAKE' | 'ERR_DTLS_SOCKET';
-  /** The fatal alert the server sent, for ERR_DTLS_ALERT. */
-  readonly alert: number | undefined;
-  constructor(code: DtlsError['code'], message: string, alert?: number) {
-    super(message);
-    this.code = code;
-    this.alert = alert;
-  }
-  override get name(): string {
-    return 'DtlsError';
-  }
-}
 
 const CCS_BODY = Buffer.from([1]);
 const MAX_RETRANSMIT_MS = 60_000;
@@ -90,7 +76,10 @@ export class DtlsClient extends EventEmitter<DtlsClientEventMap> {
     this.#suites = options.cipherSuites ?? [...DEFAULT_CIPHER_SUITES];
     for (const id of this.#suites) {
       if (!CIPHER_SUITES.has(id))
-        throw new RangeError(`DtlsClient does not implement cipher suite 0x${id.toString(16)}`);
+        throw new DtlsError(
+          'ERR_DTLS_BAD_OPTION',
+          `DtlsClient does not implement cipher suite 0x${id.toString(16)}`,
+        );
     }
     this.#maxPlaintext = options.maxRecordPlaintext ?? 1536;
     this.#retransmitMs = options.retransmitMs ?? 1000;
@@ -149,9 +138,12 @@ export class DtlsClient extends EventEmitter<DtlsClientEventMap> {
   }
 
   send(plaintext: Buffer): void {
-    if (this.#state !== 'open') throw new DtlsError('ERR_DTLS_HANDSHAKE', 'DTLS client is not open');
+    if (this.#state !== 'open') throw new DtlsError('ERR_DTLS_NOT_OPEN', 'DTLS client is not open');
     if (plaintext.length > this.#maxPlaintext) {
-      throw new RangeError(`plaintext of ${plaintext.length} bytes exceeds ${this.#maxPlaintext}`);
+      throw new DtlsError(
+        'ERR_DTLS_TOO_LARGE',
+        `plaintext of ${plaintext.length} bytes exceeds ${this.#maxPlaintext}`,
+      );
     }
     if (this.#writeSeq > MAX_SEQUENCE) {
       this.#end('sequence-exhausted');

@@ -11,7 +11,8 @@ export type {
   DtlsServerOptions,
   DtlsServerStats,
 } from './api.js';
-export { DtlsClient, DtlsError } from './client.js';
+export { DtlsClient } from './client.js';
 export { AlertDescription } from './constants.js';
+export { DtlsError, type DtlsErrorCode } from './errors.js';
 export { DTLS_SERVER_DEFAULTS, DtlsServer } from './server.js';
 export { CIPHER_SUITES, type CipherSuite, DEFAULT_CIPHER_SUITES, recordOverhead } from './suites.js';

@@ -14,6 +14,7 @@ import {
   RANDOM_LENGTH,
 } from './constants.js';
 import { CookieJar } from './cookie.js';
+import { DtlsError } from './errors.js';
 import {
   type ClientHello,
   chooseSuite,
@@ -245,14 +246,18 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     } as Required<DtlsServerOptions>;
     for (const [key, value] of Object.entries(o)) {
       if (typeof value === 'number' && !(Number.isFinite(value) && value >= 0)) {
-        throw new RangeError(`DtlsServer option ${key} must be a non-negative number`);
+        throw new DtlsError('ERR_DTLS_BAD_OPTION', `DtlsServer option ${key} must be a non-negative number`);
       }
     }
     for (const id of o.cipherSuites) {
       if (!CIPHER_SUITES.has(id))
-        throw new RangeError(`DtlsServer does not implement cipher suite 0x${id.toString(16)}`);
+        throw new DtlsError(
+          'ERR_DTLS_BAD_OPTION',
+          `DtlsServer does not implement cipher suite 0x${id.toString(16)}`,
+        );
     }
-    if (o.cipherSuites.length === 0) throw new RangeError('DtlsServer needs at least one cipher suite');
+    if (o.cipherSuites.length === 0)
+      throw new DtlsError('ERR_DTLS_BAD_OPTION', 'DtlsServer needs at least one cipher suite');
     this.#options = o;
     this.#preference = [...o.cipherSuites];
     this.#cookies = new CookieJar(o.cookieSecretRotationMs);
@@ -260,7 +265,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
 
   /** Binds a UDP socket of its own and serves it. */
   async listen(port: number, host: string): Promise<{ address: string; port: number }> {
-    if (this.#socket !== undefined) throw new Error('DtlsServer is already listening');
+    if (this.#socket !== undefined)
+      throw new DtlsError('ERR_DTLS_LISTENING', 'DtlsServer is already listening');
     const socket = await bindUdp({ host, port });
     this.#socket = socket;
     socket.on('error', () => {

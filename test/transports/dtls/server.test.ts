@@ -129,6 +129,10 @@ describe('DtlsClient against DtlsServer', () => {
       expect(reasons).toEqual(['close-notify']);
       expect(srv.closes).toEqual(['local-close']);
       expect(srv.associations[0]!.send(Buffer.from('late'))).toBe(false);
+      expect(() => client.send(Buffer.from('late'))).toThrow(
+        expect.objectContaining({ code: 'ERR_DTLS_NOT_OPEN' }),
+      );
+      await expect(srv.server.listen(0, '127.0.0.1')).rejects.toMatchObject({ code: 'ERR_DTLS_LISTENING' });
     } finally {
       client.close();
       await srv.close();
@@ -369,6 +373,9 @@ describe('limits', () => {
       await waitFor(() => srv.associations.length === 1, 'the association');
       expect(srv.associations[0]!.send(Buffer.alloc(101))).toBe(false);
       expect(srv.associations[0]!.send(Buffer.alloc(100))).toBe(true);
+      expect(() => client.send(Buffer.alloc(201))).toThrow(
+        expect.objectContaining({ code: 'ERR_DTLS_TOO_LARGE' }),
+      );
       client.send(Buffer.alloc(150));
       await waitFor(() => srv.drops.includes('record-too-large'), 'the drop');
       expect(srv.messages).toHaveLength(0);
@@ -431,8 +438,12 @@ describe('DtlsServer fed by a socket it does not own (one-port sharing)', () => 
 
 describe('DtlsServer options', () => {
   it('rejects a suite it does not implement and non-numeric limits', () => {
-    expect(() => new DtlsServer({ pskFor: () => undefined, cipherSuites: [0x002f] })).toThrow(RangeError);
-    expect(() => new DtlsServer({ pskFor: () => undefined, maxHandshakes: -1 })).toThrow(RangeError);
+    expect(() => new DtlsServer({ pskFor: () => undefined, cipherSuites: [0x002f] })).toThrow(
+      expect.objectContaining({ code: 'ERR_DTLS_BAD_OPTION' }),
+    );
+    expect(() => new DtlsServer({ pskFor: () => undefined, maxHandshakes: -1 })).toThrow(
+      expect.objectContaining({ code: 'ERR_DTLS_BAD_OPTION' }),
+    );
     expect(() => new DtlsServer({ pskFor: () => undefined, maxHandshakes: undefined })).not.toThrow();
   });
 
