@@ -13,6 +13,7 @@ import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '.
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import { AllocationStore, type StoreOptions } from './allocations.js';
 import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
+import { type DtlsEndpoint, startDtlsEndpoint } from './dtls.js';
 import { RelayServer } from './relay.js';
 import { ensureSelfSignedCert, startWsEndpoint, type WsEndpoint } from './websocket.js';
 
@@ -81,6 +82,8 @@ export interface UnityRelayOptions {
 
 export interface UnityRelayInstance extends RunningServer {
   relay: RelayServer;
+  /** The DTLS endpoint, when it runs. */
+  dtls: DtlsEndpoint | undefined;
   /** The WebSocket endpoints that run (`ws`, `wss`). */
   ws: WsEndpoint | undefined;
   wss: WsEndpoint | undefined;
@@ -154,6 +157,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     { transport: 'udp', host, port: udpPort, description: 'Unity Relay (Unity Transport clients bind here)' },
   ];
   const serverEndpoints: ServerEndpointJson[] = [serverEndpoint('udp', publicHost, udpPort)];
+  let dtls: DtlsEndpoint | undefined;
   let ws: WsEndpoint | undefined;
   let wss: WsEndpoint | undefined;
   let wssCertPath: string | undefined;
@@ -173,6 +177,26 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
         : {}),
       idleTimeoutMs: Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
     };
+    if (options.dtlsPort !== undefined) {
+      dtls = await startDtlsEndpoint(relay, store, metrics, log, {
+        host,
+        port: options.dtlsPort,
+        // The association outlives no binding (it is closed with it), and never dies before it.
+        associationIdleTimeoutMs: 2 * Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
+        ...(options.maxDatagramBytes !== undefined
+          ? { maxRecordPlaintext: options.maxDatagramBytes + 64 }
+          : {}),
+      });
+      const d = dtls;
+      closers.push(() => d.close());
+      endpoints.push({
+        transport: 'udp',
+        host,
+        port: d.port,
+        description: 'Unity Relay over DTLS 1.2 (PSK)',
+      });
+      serverEndpoints.push(serverEndpoint('dtls', publicHost, d.port));
+    }
     if (options.wsPort !== undefined) {
       ws = await startWsEndpoint(relay, metrics, log, { ...wsCommon, port: options.wsPort, secure: false });
       const w = ws;
@@ -252,6 +276,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   });
   return {
     relay,
+    dtls,
     ws,
     wss,
     wssCertPath,
