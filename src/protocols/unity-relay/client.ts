@@ -183,7 +183,8 @@ export interface UnityRelayClientOptions {
 
 /** One open transport to the relay: sends one relay message as one datagram, record or frame. */
 interface ClientLink {
-  send(bytes: Buffer): void;
+  /** `sent` runs once the message has left (or was lost). */
+  send(bytes: Buffer, sent?: () => void): void;
   /** Sends what is queued, then closes. */
   close(): Promise<void>;
   readonly localPort: number;
@@ -404,8 +405,17 @@ export class UnityRelayClient extends EventEmitter {
   /** Sends CLOSE (unless told not to) and closes the socket. */
   async close(options: { sendClose?: boolean } = {}): Promise<void> {
     if (this.state === 'closed') return;
-    if (options.sendClose !== false && this.state === 'bound')
-      this.link?.send(encodeMessage({ type: 'CLOSE', allocationId: this.data.allocationId }));
+    const link = this.link;
+    if (options.sendClose !== false && this.state === 'bound' && link !== undefined) {
+      // Let the CLOSE leave before the transport goes (a UDP send completes asynchronously).
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 1000);
+        link.send(encodeMessage({ type: 'CLOSE', allocationId: this.data.allocationId }), () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
     this.state = 'closed';
     this.stopTimers(new Error('client closed'));
     const l = this.link;
@@ -454,7 +464,7 @@ export class UnityRelayClient extends EventEmitter {
     const address = this.relayAddress;
     return {
       localPort: socket.address().port,
-      send: (bytes) => socket.send(bytes, port, address),
+      send: (bytes, sent) => socket.send(bytes, port, address, () => sent?.()),
       // dgram sends queued before close() still go out.
       close: () => new Promise<void>((resolve) => socket.close(() => resolve())),
     };
@@ -488,8 +498,9 @@ export class UnityRelayClient extends EventEmitter {
     const socket = (ws as unknown as { _socket?: net.Socket })._socket;
     const link: ClientLink = {
       localPort: socket?.localPort ?? 0,
-      send: (bytes) => {
-        if (ws.readyState === WebSocket.OPEN) ws.send(bytes, { binary: true });
+      send: (bytes, sent) => {
+        if (ws.readyState === WebSocket.OPEN) ws.send(bytes, { binary: true }, () => sent?.());
+        else sent?.();
       },
       close: () =>
         new Promise<void>((resolve) => {
@@ -520,12 +531,14 @@ export class UnityRelayClient extends EventEmitter {
     client.on('message', onMessage);
     const link: ClientLink = {
       localPort: client.localAddress().port,
-      send: (bytes) => {
+      send: (bytes, sent) => {
         try {
           client.send(bytes);
         } catch {
           // Closed or too large for a record: lost, as a datagram would be.
         }
+        // A connected UDP socket hands the datagram to the kernel before close() can run.
+        if (sent !== undefined) setImmediate(sent);
       },
       close: async () => client.close(),
     };

@@ -8,8 +8,10 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   startUnityRelay,
@@ -418,5 +420,68 @@ describe('unity-relay over DTLS (in process, DtlsClient)', () => {
       () => (s.dtls!.links.size === 0 ? true : undefined),
       () => 'the association to go',
     );
+  });
+});
+
+// @nodertc/dtls (pure JavaScript, written independently of gamewire) as a relay client.
+interface NodertcSocket extends Duplex {
+  close(): void;
+}
+const nodertc = createRequire(import.meta.url)('@nodertc/dtls') as {
+  connect(options: {
+    type: 'udp4';
+    remoteAddress: string;
+    remotePort: number;
+    pskIdentity: Buffer;
+    pskSecret: Buffer;
+    cipherSuites: string[];
+  }): NodertcSocket;
+};
+
+describe('unity-relay over DTLS with @nodertc/dtls', () => {
+  it('handshake, BIND, CONNECT_REQUEST to a UDP host, RELAY both ways', async () => {
+    server = await startUnityRelay({ host: '127.0.0.1', port: 0, apiPort: 0, dtlsPort: 0 });
+    const s = server;
+    const host = (await post(s.apiUrl, '/v1/allocate', { maxConnections: 2 })).data
+      .allocation as AllocationJson;
+    const code = (await post(s.apiUrl, '/v1/joincode', { allocationId: host.allocationId })).data.joinCode;
+    const join = (await post(s.apiUrl, '/v1/join', { joinCode: code })).data.allocation as AllocationJson;
+    const h = await UtpDriver.create(host);
+    cleanup.push(() => h.close());
+    expect(await h.bind()).toBe(true);
+    const j = keys(join);
+    const socket = nodertc.connect({
+      type: 'udp4',
+      remoteAddress: '127.0.0.1',
+      remotePort: s.dtls!.port,
+      pskIdentity: j.id,
+      pskSecret: j.key,
+      cipherSuites: ['TLS_PSK_WITH_AES_128_GCM_SHA256'],
+    });
+    cleanup.push(() => socket.close());
+    const inbox: Buffer[] = [];
+    socket.on('data', (d: Buffer) => inbox.push(Buffer.from(d)));
+    socket.on('error', () => {});
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('error', reject);
+    });
+    const next = (type: number) =>
+      waitFor(
+        () => {
+          const i = inbox.findIndex((m) => m[3] === type);
+          return i >= 0 ? inbox.splice(i, 1)[0] : undefined;
+        },
+        () => `relay type ${type}`,
+      );
+    socket.write(utpBind(0, j.cd, j.key));
+    expect((await next(1)).toString('hex')).toBe('da720001');
+    socket.write(utpConnectRequest(j.id, j.hostCd));
+    expect((await next(6)).subarray(4, 20).equals(h.id)).toBe(true);
+    const up = utpRelay(j.id, h.id, Buffer.from('from nodertc'));
+    socket.write(up);
+    expect((await h.peer.nextOfType(10, 5000))?.equals(up)).toBe(true);
+    const down = h.relay(j.id, Buffer.from('to nodertc'));
+    expect((await next(10)).equals(down)).toBe(true);
   });
 });
