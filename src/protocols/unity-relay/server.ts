@@ -397,7 +397,6 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'apiKey',
       flag: '--api-key <key>',
-      secret: true,
       description: 'unity-relay: require "Authorization: Bearer <key>" on the API',
       type: 'string',
       secret: true,
