@@ -1,5 +1,7 @@
 /**
  * `npm run bench -- unity-relay`: N client pairs blast RELAY datagrams at the relay on loopback.
+ * Then the same relay process forwards between pairs that both use DTLS, both use WebSocket, and
+ * both use UDP, in the same run (pps per relay CPU-second and one-way p50/p99 of each).
  * The relay runs in a child process so its CPU time is its own (`process.cpuUsage()` there).
  * Baseline, in the same run and the same harness: a minimal hand-written UDP forwarder (look the
  * 16-byte recipient id up in a Map, send the datagram on), also in a child process.
@@ -11,6 +13,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import dgram from 'node:dgram';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { WebSocket } from 'ws';
 import {
   createBind,
   encodeMessage,
@@ -18,6 +21,7 @@ import {
   relayServerData,
   startUnityRelay,
 } from '../src/protocols/unity-relay/index.js';
+import { DtlsClient } from '../src/transports/dtls/index.js';
 import { type BenchResult, type BenchRow, type BenchSuite, percentile } from './harness.js';
 
 const CHILD_ENV = 'GAMEWIRE_BENCH_UNITY_RELAY';
@@ -29,6 +33,8 @@ type Role = 'relay' | 'baseline';
 interface ChildReady {
   udpPort: number;
   apiUrl: string;
+  dtlsPort: number;
+  wsPort: number;
 }
 
 interface ChildStats {
@@ -52,12 +58,20 @@ async function runChild(role: Role): Promise<void> {
       port: 0,
       apiPort: 0,
       apiRateLimitPerMinute: 0,
+      apiLimits: { allocationsPerMinutePerAddress: 100_000, globalAllocationsPerSecond: 100_000 },
+      dtlsPort: 0,
+      wsPort: 0,
     });
     forwarded = () => server.metrics.sent;
     received = () => server.metrics.received;
     dropped = () => Object.fromEntries(server.metrics.dropped);
     close = () => server.close();
-    ready = { udpPort: server.udpPort, apiUrl: server.apiUrl };
+    ready = {
+      udpPort: server.udpPort,
+      apiUrl: server.apiUrl,
+      dtlsPort: server.dtls?.port ?? 0,
+      wsPort: server.ws?.port ?? 0,
+    };
   } else {
     // The baseline: as little as a relay can do. A registration datagram (DA 72 00 FF | id)
     // records where an id lives; everything else is forwarded by its recipient id.
@@ -85,7 +99,7 @@ async function runChild(role: Role): Promise<void> {
     }
     forwarded = () => count;
     close = () => new Promise((r) => socket.close(() => r()));
-    ready = { udpPort: socket.address().port, apiUrl: '' };
+    ready = { udpPort: socket.address().port, apiUrl: '', dtlsPort: 0, wsPort: 0 };
   }
   let cpu = process.cpuUsage();
   let base = 0;
@@ -324,6 +338,237 @@ async function closeAll(pairs: [Endpoint, Endpoint][], child: ChildProcess): Pro
   await new Promise((r) => child.once('exit', r));
 }
 
+// ---- transports: the same relay, pairs on UDP, DTLS and WebSocket -----------------------------
+
+type Transport = 'udp' | 'dtls' | 'ws';
+
+interface TEndpoint {
+  id: Buffer;
+  send(b: Buffer): void;
+  listen(h: (b: Buffer) => void): void;
+  unlisten(): void;
+  close(): Promise<void>;
+}
+
+async function transportEndpoint(
+  kind: Transport,
+  ready: ChildReady,
+  id: Buffer,
+  key: Buffer,
+): Promise<TEndpoint> {
+  let handler: ((b: Buffer) => void) | undefined;
+  const deliver = (b: Buffer) => handler?.(b);
+  const base = {
+    id,
+    listen(h: (b: Buffer) => void) {
+      handler = h;
+    },
+    unlisten() {
+      handler = undefined;
+    },
+  };
+  if (kind === 'udp') {
+    const s = await openSocket();
+    s.on('message', deliver);
+    return {
+      ...base,
+      send: (b) => s.send(b, ready.udpPort, '127.0.0.1'),
+      close: () => new Promise((r) => s.close(() => r())),
+    };
+  }
+  if (kind === 'dtls') {
+    const c = await DtlsClient.connect({ host: '127.0.0.1', port: ready.dtlsPort, identity: id, psk: key });
+    c.on('message', deliver);
+    return {
+      ...base,
+      send: (b) => c.send(b),
+      close: async () => c.close(),
+    };
+  }
+  const ws = new WebSocket(`ws://127.0.0.1:${ready.wsPort}/`, { perMessageDeflate: false });
+  await new Promise((resolve, reject) => {
+    ws.once('open', resolve);
+    ws.once('error', reject);
+  });
+  ws.on('message', (d: Buffer) => deliver(d));
+  return {
+    ...base,
+    send: (b) => ws.send(b, { binary: true }),
+    close: async () => ws.terminate(),
+  };
+}
+
+function waitForType(e: TEndpoint, type: number, resend: () => void): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setInterval(resend, 200);
+    e.listen((m) => {
+      if (m[3] === type) {
+        clearInterval(timer);
+        e.unlisten();
+        resolve();
+      }
+    });
+    resend();
+  });
+}
+
+async function transportPair(kind: Transport, ready: ChildReady): Promise<[TEndpoint, TEndpoint]> {
+  const api = new RelayApiClient(ready.apiUrl);
+  const hostAlloc = await api.allocate(2);
+  const joinAlloc = await api.join(await api.joinCode(hostAlloc.allocationId));
+  const out: TEndpoint[] = [];
+  for (const a of [hostAlloc, joinAlloc]) {
+    const data = relayServerData(a);
+    const e = await transportEndpoint(kind, ready, data.allocationId, data.key);
+    const bind = createBind(0, data.connectionData, data.key);
+    await waitForType(e, 1, () => e.send(bind));
+    if (a === joinAlloc) {
+      const req = encodeMessage({
+        type: 'CONNECT_REQUEST',
+        allocationId: data.allocationId,
+        toConnectionDataLength: 255,
+        toConnectionData: data.hostConnectionData,
+      });
+      await waitForType(e, 6, () => e.send(req));
+    }
+    out.push(e);
+  }
+  return [out[0]!, out[1]!];
+}
+
+/** Paced (or saturated, rate = Infinity) RELAY traffic both ways over `pairs`; one-way latencies. */
+async function blastTransport(
+  pairs: [TEndpoint, TEndpoint][],
+  contentBytes: number,
+  rate: number,
+  seconds: number,
+): Promise<Measure> {
+  const flows: { from: TEndpoint; ring: Buffer[]; next: number }[] = [];
+  for (const [a, b] of pairs) {
+    for (const [from, to] of [
+      [a, b],
+      [b, a],
+    ] as const) {
+      const ring: Buffer[] = [];
+      for (let i = 0; i < 256; i++)
+        ring.push(
+          encodeMessage({
+            type: 'RELAY',
+            fromAllocationId: from.id,
+            toAllocationId: to.id,
+            data: Buffer.alloc(contentBytes, 0x55),
+          }),
+        );
+      flows.push({ from, ring, next: 0 });
+    }
+  }
+  let received = 0;
+  const latencies: number[] = [];
+  for (const [a, b] of pairs)
+    for (const e of [a, b])
+      e.listen((msg) => {
+        if (msg.length < 46 || msg[3] !== 10) return;
+        received++;
+        if (latencies.length < 200_000) latencies.push(performance.now() - msg.readDoubleLE(38));
+      });
+  let sent = 0;
+  const start = performance.now();
+  const end = start + seconds * 1000;
+  await new Promise<void>((resolve) => {
+    const step = () => {
+      const now = performance.now();
+      if (now >= end) return resolve();
+      const due =
+        rate === Number.POSITIVE_INFINITY
+          ? sent + 32
+          : Math.min(sent + 64, Math.floor(((now - start) / 1000) * rate));
+      while (sent < due) {
+        const f = flows[sent % flows.length]!;
+        // A ring of 256 prebuilt messages: a WebSocket may still hold a queued one when it comes
+        // round again; only its timestamp changes, so the latency of such a message is understated.
+        const b = f.ring[f.next]!;
+        f.next = (f.next + 1) % f.ring.length;
+        b.writeDoubleLE(performance.now(), 38);
+        f.from.send(b);
+        sent++;
+      }
+      if (rate === Number.POSITIVE_INFINITY) setImmediate(step);
+      else setTimeout(step, 1);
+    };
+    step();
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  for (const [a, b] of pairs) for (const e of [a, b]) e.unlisten();
+  return { sent, received, latencies, seconds };
+}
+
+async function measureTransport(
+  child: ChildProcess,
+  pairs: [TEndpoint, TEndpoint][],
+  size: number,
+  rate: number,
+): Promise<CaseResult> {
+  child.send('start');
+  const m = await blastTransport(pairs, size, rate, SECONDS);
+  child.send('stop');
+  const stats = await nextMessage<ChildStats>(child);
+  return {
+    stats,
+    sent: m.sent,
+    ppsPerCpu: stats.forwarded / (stats.cpuMicros / 1e6),
+    wallPps: stats.forwarded / m.seconds,
+    loss: m.sent === 0 ? 0 : 1 - m.received / m.sent,
+    p50: percentile(m.latencies, 50),
+    p99: percentile(m.latencies, 99),
+  };
+}
+
+async function transportRows(relay: { child: ChildProcess; ready: ChildReady }): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const pairs = new Map<Transport, [TEndpoint, TEndpoint][]>();
+  try {
+    for (const kind of ['udp', 'dtls', 'ws'] as const) {
+      const list: [TEndpoint, TEndpoint][] = [];
+      for (let i = 0; i < PAIRS; i++) list.push(await transportPair(kind, relay.ready));
+      pairs.set(kind, list);
+    }
+    for (const [label, rate] of [
+      ['paced 5k pps, 100 B content', 5000],
+      ['saturated, 100 B content', Number.POSITIVE_INFINITY],
+    ] as const) {
+      const results = new Map<Transport, CaseResult>();
+      for (const kind of ['udp', 'dtls', 'ws'] as const) {
+        await blastTransport(pairs.get(kind)!, 100, 2000, 0.3); // warm-up
+        results.set(kind, await measureTransport(relay.child, pairs.get(kind)!, 100, rate));
+      }
+      const udp = results.get('udp')!;
+      for (const kind of ['dtls', 'ws'] as const) {
+        const r = results.get(kind)!;
+        rows.push({
+          name: `${kind}<->${kind} vs udp<->udp, ${label}`,
+          subject: r.ppsPerCpu,
+          baseline: udp.ppsPerCpu,
+          unit: 'pps/cpu-s',
+          ratio: r.ppsPerCpu / udp.ppsPerCpu,
+          extra: {
+            wallPps: Math.round(r.wallPps),
+            udpWallPps: Math.round(udp.wallPps),
+            lossPct: +(r.loss * 100).toFixed(3),
+            udpLossPct: +(udp.loss * 100).toFixed(3),
+            p50us: us(r.p50),
+            p99us: us(r.p99),
+            udpP50us: us(udp.p50),
+            udpP99us: us(udp.p99),
+          },
+        });
+      }
+    }
+  } finally {
+    for (const list of pairs.values()) for (const [a, b] of list) await Promise.all([a.close(), b.close()]);
+  }
+  return rows;
+}
+
 const us = (ms: number) => Math.round(ms * 1000);
 
 async function run(): Promise<BenchResult> {
@@ -387,6 +632,7 @@ async function run(): Promise<BenchResult> {
         extra,
       });
     }
+    rows.push(...(await transportRows(relay)));
   } finally {
     await closeAll(relayPairs, relay.child);
     await closeAll(basePairs, baseline.child);
@@ -399,12 +645,14 @@ async function run(): Promise<BenchResult> {
       'pps/cpu-s = datagrams forwarded / (user + system CPU seconds of the forwarding process).',
       'relayRxPct = share of sent datagrams the relay process received (the rest was lost before it, in the kernel); relayDrops = datagrams the relay itself dropped, by reason.',
       'addedP50/P99 = one-way latency through the hop minus straight to the peer on loopback, paced case only; saturated cases show raw one-way latency (queueing).',
+      "Transport rows: the same relay process, 4 pairs whose both ends use DTLS (AES-128-GCM), or WebSocket, measured right after the same pairs on UDP; p50/p99 = one-way latency sender → relay → receiver, including the clients' own encryption/framing.",
     ],
   };
 }
 
 export const suite: BenchSuite = {
   name: 'unity-relay',
-  description: 'RELAY forwarding on loopback vs a minimal hand-written UDP forwarder',
+  description:
+    'RELAY forwarding on loopback vs a minimal hand-written UDP forwarder; DTLS and WebSocket vs UDP',
   run,
 };

@@ -42,13 +42,13 @@ export function serverEndpoint(
 export interface ApiLimitOptions {
   /** Requests per minute per client address and route template; 0 turns it off. Default 120 (burst the same). */
   rateLimitPerMinute?: number;
-  /** Allocations (allocate + join) per minute per client address. Default 120 (burst 20). */
+  /** Allocations (allocate + join) per minute per client address; 0 turns it off. Default 120 (burst 20). */
   allocationsPerMinutePerAddress?: number;
   /** Live allocations one client address may hold. Default 100. */
   maxAllocationsPerAddress?: number;
-  /** Allocations per second from everyone together. Default 50 (burst 100). */
+  /** Allocations per second from everyone together; 0 turns it off. Default 50 (burst 100). */
   globalAllocationsPerSecond?: number;
-  /** Requests with a wrong API key per minute per address before the address is refused outright. Default 10. */
+  /** Requests with a wrong API key per minute per address before the address is refused outright; 0 turns it off. Default 10. */
   authFailuresPerMinute?: number;
   /** Longest request URL (bytes); longer gets 414 before anything else runs. Default 1024. */
   maxUrlLength?: number;
@@ -63,12 +63,12 @@ export class ApiLimits {
   readonly maxUrlLength: number;
   /** Requests, keyed by address and route template (never the raw URL). */
   readonly requests: TokenBuckets;
-  /** Allocations per address. */
-  readonly allocations: TokenBuckets;
-  /** Allocations from everyone (one key). */
-  readonly global: TokenBuckets;
-  /** Wrong API keys per address. */
-  readonly authFailures: TokenBuckets;
+  /** Allocations per address (undefined: off). */
+  readonly allocations: TokenBuckets | undefined;
+  /** Allocations from everyone, one key (undefined: off). */
+  readonly global: TokenBuckets | undefined;
+  /** Wrong API keys per address (undefined: off). */
+  readonly authFailures: TokenBuckets | undefined;
 
   constructor(o: ApiLimitOptions = {}) {
     const keys = o.limiterKeys ?? DEFAULT_LIMITER_KEYS;
@@ -77,17 +77,17 @@ export class ApiLimits {
     this.maxUrlLength = o.maxUrlLength ?? 1024;
     this.requests = new TokenBuckets(this.perMinute / 60, Math.max(1, this.perMinute), keys);
     const allocs = o.allocationsPerMinutePerAddress ?? 120;
-    this.allocations = new TokenBuckets(allocs / 60, Math.max(1, Math.min(20, allocs)), keys);
+    this.allocations = allocs > 0 ? new TokenBuckets(allocs / 60, Math.min(20, allocs), keys) : undefined;
     const global = o.globalAllocationsPerSecond ?? 50;
-    this.global = new TokenBuckets(global, Math.max(1, global * 2), 1);
+    this.global = global > 0 ? new TokenBuckets(global, global * 2, 1) : undefined;
     const auth = o.authFailuresPerMinute ?? 10;
-    this.authFailures = new TokenBuckets(auth / 60, Math.max(1, auth), keys);
+    this.authFailures = auth > 0 ? new TokenBuckets(auth / 60, auth, keys) : undefined;
   }
 
   prune(now: number): void {
     this.requests.prune(now);
-    this.allocations.prune(now);
-    this.authFailures.prune(now);
+    this.allocations?.prune(now);
+    this.authFailures?.prune(now);
   }
 }
 
@@ -214,14 +214,14 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
     if (expectedAuth !== undefined) {
       const t = now();
       // An address that keeps presenting wrong keys is refused without comparing anything.
-      const wait = limits.authFailures.waitSeconds(ip, t);
+      const wait = limits.authFailures?.waitSeconds(ip, t) ?? 0;
       if (wait > 0) {
         reply.header('retry-after', String(wait));
         return sendError(reply, 429, 'too many requests with a wrong API key');
       }
       const got = Buffer.from(req.headers.authorization ?? '');
       if (got.length !== expectedAuth.length || !timingSafeEqual(got, expectedAuth)) {
-        limits.authFailures.take(ip, t);
+        limits.authFailures?.take(ip, t);
         return sendError(reply, 401, 'a valid "Authorization: Bearer <api key>" header is required');
       }
     }
@@ -248,11 +248,11 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
       );
     }
     const t = now();
-    if (!limits.allocations.take(ip, t)) {
+    if (limits.allocations !== undefined && !limits.allocations.take(ip, t)) {
       reply.header('retry-after', String(Math.max(1, limits.allocations.waitSeconds(ip, t))));
       throw new ApiError(429, 'Too Many Requests', 'too many allocations from this address');
     }
-    if (!limits.global.take('all', t)) {
+    if (limits.global !== undefined && !limits.global.take('all', t)) {
       reply.header('retry-after', String(Math.max(1, limits.global.waitSeconds('all', t))));
       throw new ApiError(503, 'Service Unavailable', 'the relay is allocating at its limit; retry shortly');
     }

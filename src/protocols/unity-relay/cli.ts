@@ -2,15 +2,42 @@
  * `gamewire unity-relay host|join`: a two-terminal chat through a running relay, using
  * `UnityRelayClient`. The host relays every line it receives to its other clients.
  */
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../cli/errors.js';
-import { RelayApiClient, UnityRelayClient } from './client.js';
+import { CliError, parseIntOption, UsageError } from '../../core/errors.js';
+import {
+  type ConnectionType,
+  RelayApiClient,
+  UnityRelayClient,
+  type UnityRelayClientOptions,
+} from './client.js';
 
 interface ChatOptions {
   api: string;
   apiKey?: string;
   maxConnections?: number;
+  transport: string;
+  ca?: string;
+  insecure?: boolean;
+}
+
+const TRANSPORTS: readonly ConnectionType[] = ['udp', 'dtls', 'ws', 'wss'];
+
+/** Client options from the chat flags: the transport, and for wss which certificates to trust. */
+function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
+  if (!(TRANSPORTS as readonly string[]).includes(opts.transport))
+    throw new UsageError(`--transport must be one of ${TRANSPORTS.join(', ')}`);
+  const o: UnityRelayClientOptions = { connectionType: opts.transport as ConnectionType };
+  if (opts.ca !== undefined) {
+    try {
+      o.tls = { ca: readFileSync(opts.ca) };
+    } catch (err) {
+      throw new UsageError(`--ca: ${(err as Error).message}`);
+    }
+  }
+  if (opts.insecure === true) o.tls = { ...o.tls, rejectUnauthorized: false };
+  return o;
 }
 
 const DEFAULT_API = 'http://127.0.0.1:37080';
@@ -48,12 +75,15 @@ async function host(opts: ChatOptions): Promise<void> {
   const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey });
   let started: Awaited<ReturnType<typeof UnityRelayClient.host>>;
   try {
-    started = await UnityRelayClient.host(api, opts.maxConnections ?? 8);
+    started = await UnityRelayClient.host(api, opts.maxConnections ?? 8, clientOptions(opts));
   } catch (err) {
+    if (err instanceof UsageError) throw err;
     throw new CliError('ERR_RELAY', `could not host: ${(err as Error).message}`);
   }
   const { client, joinCode } = started;
-  status(`hosting; join code: ${joinCode}  (gamewire unity-relay join ${joinCode})`);
+  status(
+    `hosting over ${client.connectionType}; join code: ${joinCode}  (gamewire unity-relay join ${joinCode})`,
+  );
   process.stdout.write(`${joinCode}\n`);
   const broadcast = (data: Buffer, except?: Buffer) => {
     for (const peer of client.peers.values())
@@ -73,11 +103,14 @@ async function join(code: string, opts: ChatOptions): Promise<void> {
   const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey });
   let client: UnityRelayClient;
   try {
-    client = await UnityRelayClient.join(api, code);
+    client = await UnityRelayClient.join(api, code, clientOptions(opts));
   } catch (err) {
+    if (err instanceof UsageError) throw err;
     throw new CliError('ERR_RELAY', `could not join: ${(err as Error).message}`);
   }
-  status(`connected to host ${short(client.hostId!)} through the relay; type lines to send`);
+  status(
+    `connected to host ${short(client.hostId!)} through the relay over ${client.connectionType}; type lines to send`,
+  );
   client.on('message', (data: Buffer) => process.stdout.write(`${data.toString('utf8')}\n`));
   client.on('disconnect', () => status('the host left'));
   await chat(client, (line) => {
@@ -93,6 +126,9 @@ export function registerCommands(program: Command): void {
     .option('--api <url>', 'allocation API base URL', DEFAULT_API)
     .option('--api-key <key>', 'bearer key of the allocation API')
     .option('--max-connections <n>', 'most clients', parseIntOption, 8)
+    .option('--transport <type>', 'udp, dtls, ws or wss (the allocation endpoint to use)', 'udp')
+    .option('--ca <file>', "wss: trust this PEM certificate (e.g. the relay's self-signed one)")
+    .option('--insecure', 'wss: trust any certificate (local testing only)')
     .action(async (opts: ChatOptions) => {
       if (opts.maxConnections !== undefined && opts.maxConnections < 1)
         throw new UsageError('--max-connections must be ≥ 1');
@@ -103,6 +139,9 @@ export function registerCommands(program: Command): void {
     .description('join a host by its join code and chat (stdin → host, host → stdout)')
     .argument('<joinCode>', 'the code the host printed')
     .option('--api <url>', 'allocation API base URL', DEFAULT_API)
+    .option('--transport <type>', "udp, dtls, ws or wss (may differ from the host's)", 'udp')
+    .option('--ca <file>', "wss: trust this PEM certificate (e.g. the relay's self-signed one)")
+    .option('--insecure', 'wss: trust any certificate (local testing only)')
     .option('--api-key <key>', 'bearer key of the allocation API')
     .action(async (code: string, opts: ChatOptions) => join(code, opts));
 }

@@ -1,8 +1,10 @@
 /**
- * `UnityRelayClient`: a Relay client that behaves like Unity Transport 2.x (spec §3): BIND with
+ * `UnityRelayClient`: a Relay client that behaves like Unity Transport 2.x: BIND with
  * retries (nonce incremented after every BIND sent), PING keep-alive, re-BIND after silence,
  * CONNECT_REQUEST with retries until ACCEPTED, RELAY both ways, DISCONNECT, CLOSE. It carries
- * application bytes in RELAY as they are (no UTP connection layer inside).
+ * application bytes in RELAY as they are (no UTP connection layer inside). Transports: `udp`,
+ * `dtls` (DTLS 1.2 PSK: identity = the allocation id bytes, key = the allocation key), `ws` and
+ * `wss` (one relay message per binary frame), picked like UTP picks them: by `connectionType`.
  *
  * `RelayApiClient` talks to the allocation API (ours, or anything shaped like Unity's).
  */
@@ -10,6 +12,8 @@ import dgram from 'node:dgram';
 import { lookup } from 'node:dns/promises';
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
+import { WebSocket } from 'ws';
+import { DtlsClient } from '../../transports/dtls/index.js';
 import { DecodeError } from '../../wire/errors.js';
 import { toHex } from '../../wire/hex.js';
 import type { AllocationJson } from './api.js';
@@ -27,10 +31,16 @@ import {
   type RelayMessage,
 } from './messages.js';
 
+export type ConnectionType = 'udp' | 'dtls' | 'ws' | 'wss';
+
 /** What a client needs to reach the relay: Unity's `RelayServerData`, from an allocation. */
 export interface RelayServerData {
   host: string;
   port: number;
+  /** Which transport (default `udp`). */
+  connectionType?: ConnectionType;
+  /** The endpoint's `secure` flag: UTP switches (D)TLS on from it, not from the type string. */
+  secure?: boolean;
   allocationId: Buffer;
   key: Buffer;
   connectionData: Buffer;
@@ -42,7 +52,10 @@ export interface RelayServerData {
  * Builds `RelayServerData` from allocation JSON the way `new RelayServerData(allocation, "udp")`
  * does: the last endpoint of that connection type, the id from `allocationIdBytes`.
  */
-export function relayServerData(allocation: AllocationJson, connectionType = 'udp'): RelayServerData {
+export function relayServerData(
+  allocation: AllocationJson,
+  connectionType: ConnectionType = 'udp',
+): RelayServerData {
   const endpoint = allocation.serverEndpoints.filter((e) => e.connectionType === connectionType).at(-1);
   if (endpoint === undefined) throw new Error(`the allocation has no "${connectionType}" endpoint`);
   const allocationId = Buffer.from(allocation.allocationIdBytes, 'base64');
@@ -54,7 +67,16 @@ export function relayServerData(allocation: AllocationJson, connectionType = 'ud
       : padConnectionData(Buffer.from(allocation.hostConnectionData, 'base64'));
   if (allocationId.length !== ALLOCATION_ID_LENGTH) throw new Error('allocationIdBytes must be 16 bytes');
   if (key.length !== HMAC_KEY_LENGTH) throw new Error('key must be 64 bytes (RelayHMACKey)');
-  return { host: endpoint.host, port: endpoint.port, allocationId, key, connectionData, hostConnectionData };
+  return {
+    host: endpoint.host,
+    port: endpoint.port,
+    connectionType,
+    secure: endpoint.secure,
+    allocationId,
+    key,
+    connectionData,
+    hostConnectionData,
+  };
 }
 
 /** A BIND exactly as UTP writes it, HMAC included. */
@@ -151,6 +173,21 @@ export interface UnityRelayClientOptions {
   nonce?: number;
   /** Local address to bind the UDP socket to. Default: any. */
   localAddress?: string;
+  /** Transport for `host()`/`join()` (the allocation's endpoint of that type). Default `udp`. */
+  connectionType?: ConnectionType;
+  /** wss: trust these CAs (PEM) instead of the system's, or (for local tests only) trust anything. */
+  tls?: { ca?: string | Buffer; rejectUnauthorized?: boolean };
+  /** dtls: handshake time limit. Default 10 s. */
+  dtlsTimeoutMs?: number;
+}
+
+/** One open transport to the relay: sends one relay message as one datagram, record or frame. */
+interface ClientLink {
+  /** `sent` runs once the message has left (or was lost). */
+  send(bytes: Buffer, sent?: () => void): void;
+  /** Sends what is queued, then closes. */
+  close(): Promise<void>;
+  readonly localPort: number;
 }
 
 export type ClientState = 'idle' | 'binding' | 'bound' | 'closed';
@@ -169,13 +206,15 @@ export class UnityRelayClient extends EventEmitter {
   hostId: Buffer | undefined;
   /** Peers seen so far, by hex id. */
   readonly peers = new Map<string, Buffer>();
-  private socket: dgram.Socket | undefined;
+  private link: ClientLink | undefined;
   /** The relay's address, resolved once (as UTP does); datagrams from anywhere else are ignored. */
   private relayAddress = '';
   private readonly retryMs: number;
   private readonly maxAttempts: number;
   private readonly pingIntervalMs: number;
   private readonly localAddress: string | undefined;
+  private readonly tls: { ca?: string | Buffer; rejectUnauthorized?: boolean } | undefined;
+  private readonly dtlsTimeoutMs: number;
   private lastSent = 0;
   private lastReceived = 0;
   private keepAlive: NodeJS.Timeout | undefined;
@@ -198,6 +237,13 @@ export class UnityRelayClient extends EventEmitter {
     this.maxAttempts = options.maxAttempts ?? 60;
     this.pingIntervalMs = options.pingIntervalMs ?? 3000;
     this.localAddress = options.localAddress;
+    this.tls = options.tls;
+    this.dtlsTimeoutMs = options.dtlsTimeoutMs ?? 10_000;
+  }
+
+  /** The transport in use. */
+  get connectionType(): ConnectionType {
+    return this.data.connectionType ?? 'udp';
   }
 
   /** Allocates a host through the API, gets its join code and binds. */
@@ -208,7 +254,7 @@ export class UnityRelayClient extends EventEmitter {
   ): Promise<{ client: UnityRelayClient; joinCode: string; allocation: AllocationJson }> {
     const allocation = await api.allocate(maxConnections);
     const joinCode = await api.joinCode(allocation.allocationId);
-    const client = new UnityRelayClient(relayServerData(allocation), options);
+    const client = new UnityRelayClient(relayServerData(allocation, options?.connectionType), options);
     await client.bind();
     return { client, joinCode, allocation };
   }
@@ -220,7 +266,7 @@ export class UnityRelayClient extends EventEmitter {
     options?: UnityRelayClientOptions,
   ): Promise<UnityRelayClient> {
     const allocation = await api.join(joinCode);
-    const client = new UnityRelayClient(relayServerData(allocation), options);
+    const client = new UnityRelayClient(relayServerData(allocation, options?.connectionType), options);
     await client.bind();
     await client.connect();
     return client;
@@ -230,9 +276,9 @@ export class UnityRelayClient extends EventEmitter {
     return this.data.allocationId;
   }
 
-  /** Local UDP port (after `bind`). */
+  /** Local port of the transport (after `bind`). */
   get localPort(): number {
-    return this.socket?.address().port ?? 0;
+    return this.link?.localPort ?? 0;
   }
 
   /**
@@ -275,7 +321,8 @@ export class UnityRelayClient extends EventEmitter {
       this.failBinding(new Error(`the relay did not answer ${this.maxAttempts} BIND messages`));
       return;
     }
-    this.sendBind(true);
+    // While a closed WebSocket/DTLS transport reopens, the attempt only counts.
+    if (this.link !== undefined) this.sendBind(true);
     w.timer = setTimeout(this.bindAttempt, this.retryMs);
   };
 
@@ -283,9 +330,9 @@ export class UnityRelayClient extends EventEmitter {
   private failBinding(err: Error): void {
     this.state = 'idle';
     this.stopTimers(err);
-    const s = this.socket;
-    this.socket = undefined;
-    s?.close();
+    const l = this.link;
+    this.link = undefined;
+    void l?.close();
     this.emit('bindFailed', err);
   }
 
@@ -310,7 +357,7 @@ export class UnityRelayClient extends EventEmitter {
           reject(new Error(`no ACCEPTED after ${this.maxAttempts} CONNECT_REQUEST messages`));
           return;
         }
-        this.sendRaw(request);
+        if (this.link !== undefined) this.sendRaw(request);
         if (this.connectWaiter !== undefined) this.connectWaiter.timer = setTimeout(attempt, this.retryMs);
       };
       this.connectWaiter = { resolve, reject, timer: undefined };
@@ -358,33 +405,52 @@ export class UnityRelayClient extends EventEmitter {
   /** Sends CLOSE (unless told not to) and closes the socket. */
   async close(options: { sendClose?: boolean } = {}): Promise<void> {
     if (this.state === 'closed') return;
-    if (options.sendClose !== false && this.state === 'bound') {
+    const link = this.link;
+    if (options.sendClose !== false && this.state === 'bound' && link !== undefined) {
+      // Let the CLOSE leave before the transport goes (a UDP send completes asynchronously).
       await new Promise<void>((resolve) => {
-        this.socket?.send(
-          encodeMessage({ type: 'CLOSE', allocationId: this.data.allocationId }),
-          this.data.port,
-          this.relayAddress,
-          () => resolve(),
-        );
+        const timer = setTimeout(resolve, 1000);
+        link.send(encodeMessage({ type: 'CLOSE', allocationId: this.data.allocationId }), () => {
+          clearTimeout(timer);
+          resolve();
+        });
       });
     }
     this.state = 'closed';
     this.stopTimers(new Error('client closed'));
-    const s = this.socket;
-    this.socket = undefined;
-    if (s !== undefined) await new Promise<void>((resolve) => s.close(() => resolve()));
+    const l = this.link;
+    this.link = undefined;
+    if (l !== undefined) await l.close();
   }
 
   private async open(): Promise<void> {
-    if (this.socket !== undefined) return;
-    const type = net.isIPv6(this.data.host) ? 'udp6' : 'udp4';
+    if (this.link !== undefined) return;
+    const family = net.isIPv6(this.data.host) ? 6 : 4;
     this.relayAddress = net.isIP(this.data.host)
       ? this.data.host
-      : (await lookup(this.data.host, { family: type === 'udp6' ? 6 : 4 })).address;
-    const socket = dgram.createSocket(type);
+      : (await lookup(this.data.host, { family })).address;
+    const onMessage = (msg: Buffer) => this.onMessage(msg);
+    const type = this.connectionType;
+    let link: ClientLink;
+    if (type === 'ws' || type === 'wss') link = await this.openWebSocket(type, onMessage);
+    else if (type === 'dtls') link = await this.openDtls(onMessage);
+    else link = await this.openUdp(family, onMessage);
+    if (this.state === 'closed') {
+      // close() ran while the transport was opening: release it, start no timers.
+      await link.close();
+      throw new Error('client closed');
+    }
+    this.link = link;
+    this.lastReceived = Date.now();
+    this.keepAlive = setInterval(() => this.tick(), Math.max(10, Math.min(this.pingIntervalMs, 1000) / 2));
+    this.keepAlive.unref();
+  }
+
+  private async openUdp(family: 4 | 6, onMessage: (msg: Buffer) => void): Promise<ClientLink> {
+    const socket = dgram.createSocket(family === 6 ? 'udp6' : 'udp4');
     socket.on('message', (msg, rinfo) => {
       // Like UTP 1.x: only the relay's own endpoint may talk to us.
-      if (rinfo.port === this.data.port && rinfo.address === this.relayAddress) this.onMessage(msg);
+      if (rinfo.port === this.data.port && rinfo.address === this.relayAddress) onMessage(msg);
     });
     socket.on('error', (err) => this.emit('error', err));
     await new Promise<void>((resolve, reject) => {
@@ -394,15 +460,110 @@ export class UnityRelayClient extends EventEmitter {
         resolve();
       });
     });
-    if (this.state === 'closed') {
-      // close() ran while the socket was opening: release it, start no timers.
-      socket.close();
-      throw new Error('client closed');
+    const port = this.data.port;
+    const address = this.relayAddress;
+    return {
+      localPort: socket.address().port,
+      send: (bytes, sent) => socket.send(bytes, port, address, () => sent?.()),
+      // dgram sends queued before close() still go out.
+      close: () => new Promise<void>((resolve) => socket.close(() => resolve())),
+    };
+  }
+
+  private async openWebSocket(type: 'ws' | 'wss', onMessage: (msg: Buffer) => void): Promise<ClientLink> {
+    // UTP: "ws://" + IP:port, "wss://" + host string:port (the certificate names the host).
+    const host = type === 'wss' ? this.data.host : this.relayAddress;
+    const url = `${type}://${net.isIPv6(host) ? `[${host}]` : host}:${this.data.port}/`;
+    const ws = new WebSocket(url, {
+      perMessageDeflate: false,
+      maxPayload: 64 * 1024,
+      ...(this.localAddress !== undefined ? { localAddress: this.localAddress } : {}),
+      ...(this.tls?.ca !== undefined ? { ca: this.tls.ca } : {}),
+      ...(this.tls?.rejectUnauthorized !== undefined
+        ? { rejectUnauthorized: this.tls.rejectUnauthorized }
+        : {}),
+    });
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => {
+        ws.off('error', reject);
+        resolve();
+      });
+      ws.once('error', reject);
+    });
+    ws.on('message', (data: Buffer, isBinary: boolean) => {
+      if (isBinary) onMessage(data);
+    });
+    ws.on('error', (err: Error) => this.emit('error', err));
+    ws.on('close', () => this.onTransportClosed(link));
+    const socket = (ws as unknown as { _socket?: net.Socket })._socket;
+    const link: ClientLink = {
+      localPort: socket?.localPort ?? 0,
+      send: (bytes, sent) => {
+        if (ws.readyState === WebSocket.OPEN) ws.send(bytes, { binary: true }, () => sent?.());
+        else sent?.();
+      },
+      close: () =>
+        new Promise<void>((resolve) => {
+          if (ws.readyState === WebSocket.CLOSED) return resolve();
+          const timer = setTimeout(() => {
+            ws.terminate();
+            resolve();
+          }, 2000);
+          ws.once('close', () => {
+            clearTimeout(timer);
+            resolve();
+          });
+          ws.close(1000);
+        }),
+    };
+    return link;
+  }
+
+  private async openDtls(onMessage: (msg: Buffer) => void): Promise<ClientLink> {
+    // UTP: PSK identity = the 16 allocation id bytes, PSK = the 64-byte allocation key.
+    const client = await DtlsClient.connect({
+      host: this.relayAddress,
+      port: this.data.port,
+      identity: this.data.allocationId,
+      psk: this.data.key,
+      timeoutMs: this.dtlsTimeoutMs,
+    });
+    client.on('message', onMessage);
+    const link: ClientLink = {
+      localPort: client.localAddress().port,
+      send: (bytes, sent) => {
+        try {
+          client.send(bytes);
+        } catch {
+          // Closed or too large for a record: lost, as a datagram would be.
+        }
+        // A connected UDP socket hands the datagram to the kernel before close() can run.
+        if (sent !== undefined) setImmediate(sent);
+      },
+      close: async () => client.close(),
+    };
+    client.on('close', () => this.onTransportClosed(link));
+    return link;
+  }
+
+  /**
+   * The relay closed a connection-like transport (WebSocket, DTLS). UTP opens a new one and
+   * re-BINDs with the next nonce (the new connection is a new "address").
+   */
+  private onTransportClosed(link: ClientLink): void {
+    if (this.link !== link || this.state === 'closed') return;
+    this.link = undefined;
+    if (this.keepAlive !== undefined) clearInterval(this.keepAlive);
+    this.keepAlive = undefined;
+    this.emit('transportClosed');
+    if (this.state === 'bound' && this.binding === undefined) {
+      this.state = 'binding';
+      this.emit('rebind', 'transport closed');
+      this.startBinding().catch(() => {});
+    } else if (this.state === 'binding') {
+      // The BIND retry loop keeps running; give it a transport again.
+      this.open().catch((err: Error) => this.failBinding(err));
     }
-    this.socket = socket;
-    this.lastReceived = Date.now();
-    this.keepAlive = setInterval(() => this.tick(), Math.max(10, Math.min(this.pingIntervalMs, 1000) / 2));
-    this.keepAlive.unref();
   }
 
   private tick(): void {
@@ -424,9 +585,9 @@ export class UnityRelayClient extends EventEmitter {
   }
 
   private sendRaw(bytes: Buffer): void {
-    if (this.socket === undefined) throw new Error('not bound: call bind() first');
+    if (this.link === undefined) throw new Error('not bound: call bind() first');
     this.lastSent = Date.now();
-    this.socket.send(bytes, this.data.port, this.relayAddress);
+    this.link.send(bytes);
   }
 
   private stopTimers(reason: Error): void {

@@ -12,11 +12,13 @@ export * from './allocations.js';
 export * from './api.js';
 export * from './client.js';
 export * from './codec.js';
+export * from './dtls.js';
 export * from './limits.js';
 export * from './links.js';
 export * from './messages.js';
 export * from './relay.js';
 export * from './server.js';
+export * from './websocket.js';
 
 export const unityRelay: ProtocolModule = {
   name: 'unity-relay',

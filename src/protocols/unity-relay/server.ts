@@ -11,10 +11,17 @@ import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '../../core/server.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
+import type { DtlsServerOptions } from '../../transports/dtls/index.js';
 import { AllocationStore, type StoreOptions } from './allocations.js';
 import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
+import { type DtlsEndpoint, startDtlsEndpoint } from './dtls.js';
 import { RelayServer } from './relay.js';
-import { ensureSelfSignedCert, startWsEndpoint, type WsEndpoint } from './websocket.js';
+import {
+  ensureSelfSignedCert,
+  startWsEndpoint,
+  type WsEndpoint,
+  type WsEndpointOptions,
+} from './websocket.js';
 
 export const DEFAULT_RELAY_PORT = 37000;
 export const DEFAULT_DTLS_PORT = 37001;
@@ -58,6 +65,13 @@ export interface UnityRelayOptions {
   /** BIND/CONNECT_REQUEST per source IP per second (checked before any HMAC). Default 50, burst 100. */
   hmacRatePerSecond?: number;
   hmacBurst?: number;
+  /** WebSocket endpoint limits beyond the connection caps (deadlines, idle, send buffer). */
+  ws?: Pick<
+    WsEndpointOptions,
+    'handshakeTimeoutMs' | 'idleTimeoutMs' | 'bindTimeoutMs' | 'maxBufferedBytes' | 'sweepIntervalMs'
+  >;
+  /** DTLS server limits (handshakes in all and per IP, timeouts, cookie rotation…; see docs/dtls.md). */
+  dtls?: Omit<DtlsServerOptions, 'pskFor'>;
   /** API limits beyond `apiRateLimitPerMinute`. */
   apiLimits?: Omit<ApiLimitOptions, 'rateLimitPerMinute'>;
   /** Bearer key for the API. */
@@ -81,6 +95,8 @@ export interface UnityRelayOptions {
 
 export interface UnityRelayInstance extends RunningServer {
   relay: RelayServer;
+  /** The DTLS endpoint, when it runs. */
+  dtls: DtlsEndpoint | undefined;
   /** The WebSocket endpoints that run (`ws`, `wss`). */
   ws: WsEndpoint | undefined;
   wss: WsEndpoint | undefined;
@@ -154,6 +170,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     { transport: 'udp', host, port: udpPort, description: 'Unity Relay (Unity Transport clients bind here)' },
   ];
   const serverEndpoints: ServerEndpointJson[] = [serverEndpoint('udp', publicHost, udpPort)];
+  let dtls: DtlsEndpoint | undefined;
   let ws: WsEndpoint | undefined;
   let wss: WsEndpoint | undefined;
   let wssCertPath: string | undefined;
@@ -172,7 +189,29 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
         ? { maxConnectionsPerIp: options.wsMaxConnectionsPerIp }
         : {}),
       idleTimeoutMs: Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
+      ...options.ws,
     };
+    if (options.dtlsPort !== undefined) {
+      dtls = await startDtlsEndpoint(relay, store, metrics, log, {
+        host,
+        port: options.dtlsPort,
+        // The association outlives no binding (it is closed with it), and never dies before it.
+        associationIdleTimeoutMs: 2 * Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
+        ...(options.maxDatagramBytes !== undefined
+          ? { maxRecordPlaintext: options.maxDatagramBytes + 64 }
+          : {}),
+        ...options.dtls,
+      });
+      const d = dtls;
+      closers.push(() => d.close());
+      endpoints.push({
+        transport: 'udp',
+        host,
+        port: d.port,
+        description: 'Unity Relay over DTLS 1.2 (PSK)',
+      });
+      serverEndpoints.push(serverEndpoint('dtls', publicHost, d.port));
+    }
     if (options.wsPort !== undefined) {
       ws = await startWsEndpoint(relay, metrics, log, { ...wsCommon, port: options.wsPort, secure: false });
       const w = ws;
@@ -252,6 +291,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   });
   return {
     relay,
+    dtls,
     ws,
     wss,
     wssCertPath,
@@ -310,6 +350,9 @@ export const unityRelayServer: ServerDefinition = {
       description: 'unity-relay: DTLS port (UDP); 0 disables',
       type: 'int',
       default: DEFAULT_DTLS_PORT,
+      min: 0,
+      max: 65535,
+      unit: 'port',
     },
     {
       key: 'wsPort',
@@ -317,6 +360,9 @@ export const unityRelayServer: ServerDefinition = {
       description: 'unity-relay: WebSocket port (TCP); 0 disables',
       type: 'int',
       default: DEFAULT_WS_PORT,
+      min: 0,
+      max: 65535,
+      unit: 'port',
     },
     {
       key: 'wssPort',
@@ -324,6 +370,9 @@ export const unityRelayServer: ServerDefinition = {
       description: 'unity-relay: secure WebSocket port (TCP, TLS); 0 disables',
       type: 'int',
       default: DEFAULT_WSS_PORT,
+      min: 0,
+      max: 65535,
+      unit: 'port',
     },
     {
       key: 'wssCert',
@@ -373,6 +422,48 @@ export const unityRelayServer: ServerDefinition = {
       type: 'int',
       default: 1472,
     },
+    {
+      key: 'maxDtlsMessageBytes',
+      flag: '--unity-max-dtls-message-bytes <bytes>',
+      description: 'unity-relay: largest relay message forwarded to a DTLS client (UTP: 1400 - 37)',
+      type: 'int',
+      default: 1363,
+      min: 1,
+      unit: 'bytes',
+    },
+    {
+      key: 'maxWsMessageBytes',
+      flag: '--unity-max-ws-message-bytes <bytes>',
+      description: 'unity-relay: largest relay message forwarded to a WebSocket client (UTP: 1400 - 14)',
+      type: 'int',
+      default: 1386,
+      min: 1,
+      unit: 'bytes',
+    },
+    {
+      key: 'maxWsConnectionsPerIp',
+      flag: '--unity-max-ws-connections-per-ip <n>',
+      description: 'unity-relay: WebSocket connections per client IP (each of ws and wss)',
+      type: 'int',
+      default: 256,
+      min: 1,
+    },
+    {
+      key: 'apiRequestsPerMinute',
+      flag: '--unity-api-requests-per-minute <n>',
+      description: 'unity-relay: API requests per client address and route per minute (0: off)',
+      type: 'int',
+      default: 120,
+      min: 0,
+    },
+    {
+      key: 'maxAllocationsPerAddress',
+      flag: '--unity-max-allocations-per-address <n>',
+      description: 'unity-relay: live allocations one API client address may hold',
+      type: 'int',
+      default: 100,
+      min: 1,
+    },
   ],
   async start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer> {
     const o: UnityRelayOptions = { log: ctx.log, metrics: ctx.metrics };
@@ -389,6 +480,12 @@ export const unityRelayServer: ServerDefinition = {
     set('hostAloneTimeoutMs', optionalInt(options.hostAloneTimeoutMs));
     set('maxDatagramBytes', optionalInt(options.maxDatagramBytes));
     set('wssPublicHost', optionalString(options.wssPublicHost));
+    set('maxMessageToDtls', optionalInt(options.maxDtlsMessageBytes));
+    set('maxMessageToWs', optionalInt(options.maxWsMessageBytes));
+    set('wsMaxConnectionsPerIp', optionalInt(options.maxWsConnectionsPerIp));
+    set('apiRateLimitPerMinute', optionalInt(options.apiRequestsPerMinute));
+    const perAddress = optionalInt(options.maxAllocationsPerAddress);
+    if (perAddress !== undefined) o.apiLimits = { maxAllocationsPerAddress: perAddress };
     // On the command line 0 disables a transport.
     const port = (v: unknown) => {
       const n = optionalInt(v);

@@ -139,6 +139,7 @@ export async function startWsEndpoint(
           cert: options.cert ?? '',
           key: options.key ?? '',
           minVersion: 'TLSv1.2', // UnityTLS (mbedTLS 2.x) speaks TLS 1.2 at most
+          handshakeTimeout: options.handshakeTimeoutMs ?? 10_000,
         },
         requestListener,
       )
@@ -175,9 +176,9 @@ export async function startWsEndpoint(
       else perIp.set(ip, left);
     });
   };
-  server.on(options.secure ? 'secureConnection' : 'connection', onConnection);
+  // Raw TCP accept, also for wss: a connection that never finishes TLS counts too.
+  server.on('connection', onConnection);
   if (options.secure) {
-    // Count TLS handshakes in progress too: a raw TCP connection that never finishes TLS.
     server.on('tlsClientError', (_err: Error, socket: Duplex) => {
       metrics.drop('wss_tls_error');
       socket.destroy();

@@ -81,8 +81,14 @@ interface PendingHandshake {
   expectedClientVerify?: Buffer;
 }
 
-/** Per-datagram context: one instance reused, since a datagram is handled synchronously. */
+/**
+ * Per-datagram context and parse scratch, reused from datagram to datagram. A listener that feeds
+ * the server another datagram from inside an event gets the next context, so the outer datagram's
+ * state is never overwritten.
+ */
 interface DatagramContext {
+  readonly rv: RecordView;
+  readonly hv: HandshakeView;
   address: string;
   port: number;
   send: Send | undefined;
@@ -93,7 +99,6 @@ interface DatagramContext {
   resendFinal: 'no' | 'checked' | 'authenticated';
 }
 
-/** An established association (RFC 6347 calls it a connection): keys, sequence numbers, replay window. */
 /** What a completed handshake hands to its association. */
 interface AssociationInit {
   owner: DtlsServer;
@@ -224,17 +229,9 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   #socket: dgram.Socket | undefined;
   #sweeper: NodeJS.Timeout | undefined;
   #closed = false;
-  readonly #record = new RecordView();
-  readonly #handshake = new HandshakeView();
-  readonly #ctx: DatagramContext = {
-    address: '',
-    port: 0,
-    send: undefined,
-    length: 0,
-    peer: undefined,
-    resendServerHello: false,
-    resendFinal: 'no',
-  };
+  /** Contexts of the datagrams being handled: more than one only when a listener re-enters. */
+  readonly #contexts: DatagramContext[] = [];
+  #depth = 0;
 
   constructor(options: DtlsServerOptions) {
     super();
@@ -283,7 +280,22 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
    */
   handleDatagram(msg: Buffer, rinfo: { address: string; port: number }, send: Send | undefined): void {
     if (this.#closed) return;
-    const ctx = this.#ctx;
+    let ctx = this.#contexts[this.#depth];
+    if (ctx === undefined) {
+      ctx = {
+        rv: new RecordView(),
+        hv: new HandshakeView(),
+        address: '',
+        port: 0,
+        send: undefined,
+        length: 0,
+        peer: undefined,
+        resendServerHello: false,
+        resendFinal: 'no',
+      };
+      this.#contexts.push(ctx);
+    }
+    this.#depth++;
     ctx.address = rinfo.address;
     ctx.port = rinfo.port;
     ctx.send = send;
@@ -303,6 +315,10 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
       }
     } catch {
       this.#drop('internal-error', ctx);
+    } finally {
+      this.#depth--;
+      ctx.peer = undefined;
+      ctx.send = undefined;
     }
   }
 
@@ -372,7 +388,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   }
 
   #datagram(ctx: DatagramContext, msg: Buffer): void {
-    const rv = this.#record;
+    const rv = ctx.rv;
     let offset = 0;
     while (offset < msg.length) {
       const fault = readRecord(msg, offset, rv);
@@ -414,7 +430,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   }
 
   #plaintextHandshake(ctx: DatagramContext, rv: RecordView, fragment: Buffer): void {
-    const hv = this.#handshake;
+    const hv = ctx.hv;
     let offset = 0;
     while (offset < fragment.length) {
       try {
@@ -696,7 +712,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   }
 
   #protectedHandshake(ctx: DatagramContext, a: ServerAssociation, plaintext: Buffer): void {
-    const hv = this.#handshake;
+    const hv = ctx.hv;
     try {
       readHandshake(plaintext, 0, plaintext.length, hv);
     } catch {
@@ -712,7 +728,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   }
 
   #clientFinished(ctx: DatagramContext, peer: Peer, hs: PendingHandshake, plaintext: Buffer): void {
-    const hv = this.#handshake;
+    const hv = ctx.hv;
     try {
       readHandshake(plaintext, 0, plaintext.length, hv);
     } catch {
@@ -835,7 +851,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     byPort.delete(peer.port);
     if (byPort.size === 0) this.#peers.delete(peer.address);
     // A later record of the same datagram must not attach state to the forgotten peer.
-    if (this.#ctx.peer === peer) this.#ctx.peer = undefined;
+    for (let i = 0; i < this.#depth; i++)
+      if (this.#contexts[i]!.peer === peer) this.#contexts[i]!.peer = undefined;
   }
 
   #sendTo(ctx: DatagramContext, datagram: Buffer): void {

@@ -3,7 +3,10 @@
  * CLI contract fixes them, `serve unity-relay`, and the two-terminal chat demo.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import dgram from 'node:dgram';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
@@ -189,4 +192,113 @@ describe('gamewire serve unity-relay and the chat demo', () => {
     expect(await exited(serve.child)).toBe(0);
     expect(serve.out()).toMatch(/gamewire: stopped/);
   }, 30_000);
+});
+
+/** A port that was free a moment ago (the relay's fixed-port transports need one given). */
+async function freePort(kind: 'udp' | 'tcp'): Promise<number> {
+  if (kind === 'udp') {
+    const s = dgram.createSocket('udp4');
+    await new Promise<void>((r) => s.bind(0, '127.0.0.1', () => r()));
+    const p = s.address().port;
+    await new Promise<void>((r) => s.close(() => r()));
+    return p;
+  }
+  const srv = net.createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const p = (srv.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return p;
+}
+
+describe('the chat demo across transports', () => {
+  it('a host over DTLS talks to clients over wss and ws (--transport), through the real command', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'gamewire-chat-'));
+    try {
+      const [dtlsPort, wsPort, wssPort] = [
+        await freePort('udp'),
+        await freePort('tcp'),
+        await freePort('tcp'),
+      ];
+      const serve = await startProcess(
+        [
+          'serve',
+          'unity-relay',
+          '--host',
+          '127.0.0.1',
+          '--port',
+          '0',
+          '--api-port',
+          '0',
+          '--dtls-port',
+          String(dtlsPort),
+          '--ws-port',
+          String(wsPort),
+          '--wss-port',
+          String(wssPort),
+          '--data-dir',
+          dataDir,
+          '--log-level',
+          'warn',
+        ],
+        /unity-relay http 127\.0\.0\.1:(\d+)/,
+      );
+      const api = `http://127.0.0.1:${serve.match[1]}`;
+      const host = await startProcess(
+        ['unity-relay', 'host', '--api', api, '--transport', 'dtls'],
+        /^([A-Z2-9]{6})$/m,
+      );
+      const code = host.match[1]!;
+      const viaWss = await startProcess(
+        [
+          'unity-relay',
+          'join',
+          code,
+          '--api',
+          api,
+          '--transport',
+          'wss',
+          '--ca',
+          path.join(dataDir, 'unity-relay-wss-cert.pem'),
+        ],
+        /connected to host .* over wss/,
+        'stderr',
+      );
+      const viaWs = await startProcess(
+        ['unity-relay', 'join', code, '--api', api, '--transport', 'ws'],
+        /connected to host .* over ws/,
+        'stderr',
+      );
+      // The host learns of a client from its first message (as UTP hosts do).
+      viaWs.child.stdin!.write('ws here\n');
+      await waitFor(host.out, /\] ws here/);
+      viaWss.child.stdin!.write('hello from wss\n');
+      await waitFor(host.out, /\] hello from wss/);
+      // The host relays it on to the other client (dtls -> ws).
+      await waitFor(viaWs.out, /hello from wss/);
+      host.child.stdin!.write('hi everyone\n');
+      await waitFor(viaWss.out, /\[host\] hi everyone/);
+      await waitFor(viaWs.out, /\[host\] hi everyone/);
+      for (const p of [viaWss, viaWs, host]) {
+        p.child.stdin!.end();
+        expect(await exited(p.child)).toBe(0);
+      }
+      serve.child.kill('SIGTERM');
+      expect(await exited(serve.child)).toBe(0);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('an unknown --transport is a usage error (exit 2)', () => {
+    const r = run([
+      'unity-relay',
+      'join',
+      'ABCDEF',
+      '--transport',
+      'carrier-pigeon',
+      '--api',
+      'http://127.0.0.1:9',
+    ]);
+    expect(r.code).toBe(2);
+  });
 });

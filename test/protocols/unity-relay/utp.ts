@@ -13,7 +13,7 @@ export interface AllocationJson {
   key: string;
   region: string;
   relayServer: { ipV4: string; port: number };
-  serverEndpoints: { connectionType: string; host: string; port: number }[];
+  serverEndpoints: { connectionType: string; host: string; port: number; secure?: boolean }[];
   hostConnectionData?: string;
 }
 

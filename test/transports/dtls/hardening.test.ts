@@ -253,3 +253,45 @@ describe('identities and sequence numbers', () => {
     }
   });
 });
+
+describe('re-entry', () => {
+  it('a listener that feeds the server another datagram does not disturb the datagram being handled', async () => {
+    const srv = await startEchoServer();
+    // Hold back the client's application records so two can be sent in one datagram.
+    const proxy = await startProxy(srv.port, (dir, d) => dir === 'to-server' && d[0] === 23);
+    const client = await DtlsClient.connect({
+      host: '127.0.0.1',
+      port: proxy.port,
+      identity: srv.identity,
+      psk: srv.psk,
+    });
+    try {
+      client.send(Buffer.from('first'));
+      client.send(Buffer.from('second'));
+      await waitFor(() => proxy.fromClient.filter((d) => d[0] === 23).length === 2, 'two held records');
+      const [one, two] = proxy.fromClient.filter((d) => d[0] === 23);
+      let reentered = false;
+      srv.server.prependListener('message', () => {
+        if (reentered) return;
+        reentered = true;
+        // Another peer's hello, handled while the first record's message is being delivered.
+        srv.server.handleDatagram(
+          clientHello(Buffer.alloc(0), randomBytes(32), 0),
+          { address: '127.0.0.2', port: 9 },
+          () => {},
+        );
+      });
+      proxy.inject(Buffer.concat([one!, two!]));
+      await waitFor(
+        () => srv.messages.length === 2,
+        () => `both records (${JSON.stringify(srv.drops)})`,
+      );
+      expect(srv.messages.map((m) => m.toString())).toEqual(['first', 'second']);
+      expect(srv.drops).toEqual([]);
+    } finally {
+      client.close();
+      await proxy.close();
+      await srv.close();
+    }
+  });
+});

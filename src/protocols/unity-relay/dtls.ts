@@ -1,0 +1,150 @@
+/**
+ * The DTLS endpoint of the relay (`connectionType: "dtls"`): the project's DTLS 1.2 PSK server
+ * (src/transports/dtls) on its own UDP port, wired to the relay the way Unity Transport uses it:
+ * - PSK identity = the allocation id, as its 16 raw bytes (what UTP sends) or its GUID string (what
+ *   Unity's docs say); PSK = that allocation's 64-byte key. Unknown or expired: alert 115.
+ * - Each association is a `DtlsLink` that may speak only for the allocation named by its identity
+ *   (BIND, PING, RELAY… for another allocation id are dropped).
+ * - One relay message per record, one record per datagram, both ways (the DTLS module's `send`).
+ * - The association lives as long as the binding: it is closed when the binding expires, is
+ *   CLOSEd, or moves elsewhere; a new association from the same address and port (UTP's
+ *   reconnection probe after silence) takes over the binding.
+ */
+import type { Logger } from 'pino';
+import type { ProtocolMetrics } from '../../core/metrics.js';
+import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
+import { type AllocationStore, bytesFromGuid } from './allocations.js';
+import type { RelayLink } from './links.js';
+import type { RelayServer } from './relay.js';
+
+/** The allocation id a PSK identity names: 16 raw bytes, or a 36-character GUID string. */
+export function allocationIdFromIdentity(identity: Buffer): Buffer | undefined {
+  if (identity.length === 16) return identity;
+  if (identity.length === 36) return bytesFromGuid(identity.toString('latin1'));
+  return undefined;
+}
+
+/** One DTLS association: the client's "address" on the relay, bound to one allocation. */
+export class DtlsLink implements RelayLink {
+  readonly transport = 'dtls' as const;
+  readonly identity: Buffer;
+  readonly maxMessage: number;
+  readonly association: DtlsAssociation;
+  closed = false;
+
+  constructor(association: DtlsAssociation, allocationId: Buffer, maxMessage: number) {
+    this.association = association;
+    this.identity = allocationId;
+    this.maxMessage = maxMessage;
+  }
+
+  get address(): string {
+    return this.association.remoteAddress;
+  }
+
+  get port(): number {
+    return this.association.remotePort;
+  }
+
+  get open(): boolean {
+    return !this.closed;
+  }
+
+  send(msg: Buffer): void {
+    if (!this.closed) this.association.send(msg);
+  }
+
+  bound(): void {}
+
+  /** The binding ended: so does the association (its lifetime is the binding's). */
+  unbound(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.association.close();
+  }
+}
+
+export interface DtlsEndpointOptions extends Omit<DtlsServerOptions, 'pskFor'> {
+  host: string;
+  port: number;
+}
+
+export interface DtlsEndpoint {
+  readonly port: number;
+  readonly server: DtlsServer;
+  /** Open associations. */
+  readonly links: ReadonlySet<DtlsLink>;
+  close(): Promise<void>;
+}
+
+/** Starts the DTLS endpoint feeding `relay`. Resolves once it listens. */
+export async function startDtlsEndpoint(
+  relay: RelayServer,
+  store: AllocationStore,
+  metrics: ProtocolMetrics,
+  log: Logger,
+  options: DtlsEndpointOptions,
+): Promise<DtlsEndpoint> {
+  const { host, port, ...dtlsOptions } = options;
+  const server = new DtlsServer({
+    ...dtlsOptions,
+    pskFor(identity: Buffer): Buffer | undefined {
+      const id = allocationIdFromIdentity(identity);
+      const a = id === undefined ? undefined : store.find(id, 0);
+      return a === undefined || a.state === 'expired' ? undefined : a.key;
+    },
+  });
+  const byAssociation = new WeakMap<DtlsAssociation, DtlsLink>();
+  const links = new Set<DtlsLink>();
+  server.on('association', (assoc) => {
+    const id = allocationIdFromIdentity(assoc.identity);
+    const a = id === undefined ? undefined : store.find(id, 0);
+    if (id === undefined || a === undefined) {
+      assoc.close();
+      return;
+    }
+    const link = new DtlsLink(assoc, Buffer.from(a.id), relay.maxMessageToDtls);
+    byAssociation.set(assoc, link);
+    links.add(link);
+    metrics.count('dtls_associations');
+    log.debug({ remote: `${link.address}:${link.port}`, allocation: a.guid }, 'dtls association');
+    // A new session from the address and port the allocation is bound through (UTP's probe after
+    // silence, RFC 6347 §4.2.8): the binding moves to it, no re-BIND needed.
+    const old = a.link;
+    if (
+      a.state === 'bound' &&
+      old instanceof DtlsLink &&
+      old !== link &&
+      old.address === link.address &&
+      old.port === link.port
+    ) {
+      a.link = link;
+      link.bound();
+      old.unbound();
+    }
+  });
+  server.on('message', (assoc, plaintext) => {
+    const link = byAssociation.get(assoc);
+    if (link === undefined) {
+      metrics.drop('dtls_unknown_association');
+      return;
+    }
+    relay.handleFrom(plaintext, link);
+  });
+  server.on('close', (assoc, reason) => {
+    const link = byAssociation.get(assoc);
+    if (link !== undefined) {
+      link.closed = true;
+      links.delete(link);
+    }
+    metrics.close(`dtls_${reason}`);
+  });
+  server.on('drop', (reason) => metrics.drop(`dtls_${reason}`));
+  const bound = await server.listen(port, host);
+  return {
+    port: bound.port,
+    server,
+    links,
+    close: () => server.close(),
+  };
+}
