@@ -1,5 +1,8 @@
 /**
- * The RMC dispatcher: turns one request frame into one response frame. It knows nothing about
+ * The RMC dispatcher: turns one request frame into one response frame. The per-connection
+ * context lives in `connection.ts`, the envelope's byte-level helpers in `envelope.ts`; this
+ * file is registration, routing, argument decoding and writing the outcome.
+ * It knows nothing about
  * sockets: a transport (TCP today, PRUDP later) opens a connection with a sink for outgoing
  * bytes, hands it whole frames, and closes it. Handlers never see the transport.
  *
@@ -13,43 +16,16 @@
  */
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
-import { DecodeError, type DecodeLimits, ErrorCode, WireReader, WireWriter } from '../../wire/index.js';
-import { RmcError, toResultCode } from './errors.js';
+import { DeclarationError, DecodeError, type DecodeLimits, ErrorCode, WireReader } from '../../wire/index.js';
+import { Connection, type ConnectionInfo, type RmcConnection, type RmcSink } from './connection.js';
+import { encodeString, matchAt, readClassVersions, writeFailure } from './envelope.js';
+import { RmcError } from './errors.js';
 import { beginFrame, endFrame, type RmcVariant, readProtocolId, writeProtocolId } from './messages.js';
 import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
 import { shortMethodName } from './signature.js';
-import { type ClassVersion, ClassVersion as ClassVersionCodec, qString } from './types.js';
+import { type ClassVersion, qString } from './types.js';
 
-/** Who is authenticated on a connection. */
-export interface RmcUser {
-  /** The user's PID (16-byte UUID in HyperScape's LoginWithToken response). */
-  pid: Buffer;
-  /** Display name or account name. */
-  name: string;
-  /** Anything the token validator extracted. */
-  claims?: Record<string, unknown>;
-}
-
-/** Per-connection context, shared by every call on that connection. */
-export interface RmcConnection {
-  readonly id: number;
-  readonly transport: string;
-  readonly remoteAddress: string;
-  readonly remotePort: number;
-  /** Set by LoginProtocol (or your own protocol) once the client is authenticated. */
-  user: RmcUser | undefined;
-  /** The client's station URLs as registered with LoginProtocol::Register_V1. */
-  stationUrls: string[];
-  /** Free per-connection state for handlers, keyed by the handler author. */
-  readonly data: Map<string, unknown>;
-  readonly closed: boolean;
-  /** Runs `hook` once when the connection ends (also when it already ended). */
-  onDisconnect(hook: () => void | Promise<void>): void;
-  /** How many disconnect hooks are waiting (diagnostics: handlers should add one per connection). */
-  readonly disconnectHookCount: number;
-  /** Closes the connection (after flushing what was already answered). */
-  close(): void;
-}
+export type { ConnectionInfo, RmcConnection, RmcSink, RmcUser } from './connection.js';
 
 /** What a handler receives besides its arguments. */
 export interface CallContext {
@@ -88,16 +64,6 @@ export interface RegisterOptions {
   fallback?: FallbackHandler;
 }
 
-/** Where a transport receives outgoing frames. */
-export interface RmcSink {
-  /** The writer to append frames to (the dispatcher appends whole frames). */
-  readonly writer: WireWriter;
-  /** Called after each appended frame; the transport flushes when it likes. */
-  commit(): void;
-  /** Ends the connection. */
-  close(): void;
-}
-
 export interface DispatcherOptions {
   log: Logger;
   metrics: ProtocolMetrics;
@@ -130,73 +96,6 @@ interface RegisteredProtocol {
   nameString: Buffer;
 }
 
-function encodeString(s: string): Buffer {
-  const w = new WireWriter({ initialCapacity: 64 });
-  qString.write(w, s);
-  return w.toBuffer();
-}
-
-let nextConnectionId = 1;
-
-class Connection implements RmcConnection {
-  readonly id = nextConnectionId++;
-  readonly transport: string;
-  readonly remoteAddress: string;
-  readonly remotePort: number;
-  user: RmcUser | undefined = undefined;
-  stationUrls: string[] = [];
-  readonly data = new Map<string, unknown>();
-  closed = false;
-  readonly sink: RmcSink;
-  private hooks: (() => void | Promise<void>)[] = [];
-  private readonly log: Logger;
-
-  constructor(info: ConnectionInfo, sink: RmcSink, log: Logger) {
-    this.transport = info.transport;
-    this.remoteAddress = info.remoteAddress;
-    this.remotePort = info.remotePort;
-    this.sink = sink;
-    this.log = log;
-  }
-
-  onDisconnect(hook: () => void | Promise<void>): void {
-    if (this.closed) this.runHook(hook);
-    else this.hooks.push(hook);
-  }
-
-  get disconnectHookCount(): number {
-    return this.hooks.length;
-  }
-
-  close(): void {
-    this.sink.close();
-  }
-
-  /** Called by the dispatcher when the transport reports the end. */
-  end(): void {
-    if (this.closed) return;
-    this.closed = true;
-    const hooks = this.hooks;
-    this.hooks = [];
-    for (const h of hooks) this.runHook(h);
-  }
-
-  private runHook(hook: () => void | Promise<void>): void {
-    try {
-      const r = hook();
-      if (r instanceof Promise) r.catch((err) => this.log.error({ err }, 'disconnect hook failed'));
-    } catch (err) {
-      this.log.error({ err }, 'disconnect hook failed');
-    }
-  }
-}
-
-export interface ConnectionInfo {
-  transport: string;
-  remoteAddress: string;
-  remotePort: number;
-}
-
 export class RmcDispatcher {
   private readonly protocols = new Map<string, RegisteredProtocol>();
   private readonly reader: WireReader;
@@ -223,11 +122,12 @@ export class RmcDispatcher {
     handlers: Handlers<P>,
     options: RegisterOptions = {},
   ): this {
-    if (this.protocols.has(protocol.name)) throw new Error(`protocol ${protocol.name} is already registered`);
+    if (this.protocols.has(protocol.name))
+      throw new DeclarationError(`protocol ${protocol.name} is already registered`);
     const methods = new Map<string, RegisteredMethod>();
     const given = new Map<string, Handler<any>>(Object.entries(handlers as Record<string, Handler<any>>));
     for (const name of given.keys()) {
-      if (!protocol.byName.has(name)) throw new Error(`${protocol.name} has no method ${name}`);
+      if (!protocol.byName.has(name)) throw new DeclarationError(`${protocol.name} has no method ${name}`);
     }
     for (const [short, def] of protocol.byName) {
       methods.set(short, {
@@ -245,9 +145,10 @@ export class RmcDispatcher {
       lastMethod: undefined,
     };
     if (this.variant === 'classic') {
-      if (protocol.id === undefined) throw new Error(`${protocol.name} needs an id for the classic variant`);
+      if (protocol.id === undefined)
+        throw new DeclarationError(`${protocol.name} needs an id for the classic variant`);
       if (this.protocolsById.has(protocol.id))
-        throw new Error(`protocol id ${protocol.id} is already registered`);
+        throw new DeclarationError(`protocol id ${protocol.id} is already registered`);
       this.protocolsById.set(protocol.id, reg);
     }
     this.protocols.set(protocol.name, reg);
@@ -554,7 +455,7 @@ export class RmcDispatcher {
     const w = conn.sink.writer;
     const frameStart = w.offset;
     try {
-      this.writeFailure(w, ctx, err.namespace, err.code);
+      writeFailure(w, this.variant, ctx, err.namespace, err.code);
     } catch (e1) {
       w.offset = frameStart;
       this.log.error(
@@ -562,7 +463,7 @@ export class RmcDispatcher {
         'RMC failure could not be encoded; answering Core::Exception',
       );
       try {
-        this.writeFailure(w, ctx, 'Core', 0x05);
+        writeFailure(w, this.variant, ctx, 'Core', 0x05);
       } catch (e2) {
         w.offset = frameStart;
         this.log.error(
@@ -577,58 +478,4 @@ export class RmcDispatcher {
     this.metrics.sent++;
     conn.sink.commit();
   }
-
-  /** Appends one failure frame; may throw EncodeError with a partial frame in `w`. */
-  private writeFailure(w: WireWriter, ctx: CallContext, namespace: string, code: number): void {
-    const at = beginFrame(w);
-    if (ctx.protocolId !== undefined) {
-      writeProtocolId(w, ctx.protocolId, false);
-    } else {
-      qString.write(w, ctx.protocol);
-      w.bool(false);
-    }
-    w.bool(false);
-    if (this.variant === 'hyperscape') {
-      qString.write(w, namespace);
-      w.u16le(code);
-    } else {
-      w.u32le(toResultCode(namespace, code) ?? (0x80000000 | code) >>> 0);
-    }
-    w.u32le(ctx.callId);
-    endFrame(w, at);
-  }
-}
-
-/** True (and consumed) when the bytes at the reader's offset equal `s` (an encoded String). */
-function matchAt(r: WireReader, s: Buffer): boolean {
-  const o = r.offset;
-  const n = s.length;
-  if (o + n > r.end) return false;
-  const b = r.buf;
-  for (let i = 0; i < n; i++) if (b[o + i] !== s[i]) return false;
-  r.offset = o + n;
-  return true;
-}
-
-function readClassVersions(r: WireReader): ClassVersion[] {
-  const at = r.offset;
-  const n = r.u32le();
-  if (n === 0) return [];
-  if (n > r.limits.maxArrayLength || n * 3 > r.remaining) {
-    throw new DecodeError(
-      n > r.limits.maxArrayLength ? ErrorCode.TOO_LARGE : ErrorCode.OVERRUN,
-      `List<ClassVersion> of ${n} does not fit`,
-      at,
-      'classVersions',
-    );
-  }
-  const out: ClassVersion[] = [];
-  for (let i = 0; i < n; i++) {
-    try {
-      out.push(ClassVersionCodec.read(r));
-    } catch (e) {
-      throw e instanceof DecodeError ? e.withPath(`classVersions[${i}]`) : e;
-    }
-  }
-  return out;
 }

@@ -7,6 +7,8 @@
  * see docs/rmc.md) to convert between the two forms.
  */
 
+import { DeclarationError } from '../../wire/errors.js';
+
 /** Classic facilities (spec §3.1): name -> facility number. */
 export const FACILITIES: ReadonlyMap<string, number> = new Map([
   ['Core', 0x0001],
@@ -88,7 +90,11 @@ export const ERROR_NAMES: ReadonlyMap<string, ReadonlyMap<string, number>> = new
 export const MAX_NAMESPACE_BYTES = 65_534;
 
 /**
- * An RMC failure. Throw it from a handler; the dispatcher answers with (namespace, code).
+ * An RMC failure. Throw it from a handler; the dispatcher answers with (namespace, code). It is
+ * an RMC result, not a gamewire failure, so it keeps RMC's numeric `code` and stays outside the
+ * `GamewireError` family; a bad namespace or code is a `DeclarationError` (ERR_BAD_DECLARATION).
+ *
+ * Throw it from a handler; the dispatcher answers with (namespace, code).
  * `RmcError.of('RendezVous::InvalidUsername')` looks the code up by name.
  */
 export class RmcError extends Error {
@@ -98,12 +104,12 @@ export class RmcError extends Error {
   constructor(namespace: string, code: number, message?: string) {
     super(message ?? `${namespace}::${errorName(namespace, code)}`);
     if (!Number.isInteger(code) || code < 0 || code > 0xffff)
-      throw new RangeError(`RMC error code ${code} is not a u16`);
+      throw new DeclarationError(`RMC error code ${code} is not a u16`);
     // The namespace goes on the wire as a String: u16 length counting a NUL.
     if (typeof namespace !== 'string' || namespace.includes('\0'))
-      throw new RangeError('RMC error namespace must be a string without NUL');
+      throw new DeclarationError('RMC error namespace must be a string without NUL');
     if (Buffer.byteLength(namespace, 'utf8') > MAX_NAMESPACE_BYTES)
-      throw new RangeError(
+      throw new DeclarationError(
         `RMC error namespace of ${Buffer.byteLength(namespace, 'utf8')} bytes exceeds ${MAX_NAMESPACE_BYTES}`,
       );
     this.namespace = namespace;
@@ -121,7 +127,7 @@ export class RmcError extends Error {
     if (code === undefined) {
       const hex = /^0x[0-9a-f]{1,4}$/i.test(name ?? '') ? Number.parseInt(name!, 16) : undefined;
       if (ns !== undefined && hex !== undefined) return new RmcError(ns, hex, message);
-      throw new RangeError(`unknown RMC error ${qualified}`);
+      throw new DeclarationError(`unknown RMC error ${qualified}`);
     }
     return new RmcError(ns!, code, message);
   }

@@ -5,7 +5,13 @@
  * (`(ctx, args: ArgsOf<M>) => ResultsOf<M>`), types `RmcClient.call`, and shows up in
  * introspection (`method.args.info`).
  */
-import { type Fields, type StructCodec, type StructValue, struct } from '../../wire/index.js';
+import {
+  DeclarationError,
+  type Fields,
+  type StructCodec,
+  type StructValue,
+  struct,
+} from '../../wire/index.js';
 
 /** How much of a layout is public knowledge. Marked in code and docs for every built-in method. */
 export type LayoutStatus =
@@ -43,7 +49,7 @@ export function method<AF extends Fields, RF extends Fields>(spec: {
   id?: number;
 }): MethodSpec<StructValue<AF>, StructValue<RF>> {
   if (spec.id !== undefined && !(Number.isInteger(spec.id) && spec.id >= 0 && spec.id < 0x8000)) {
-    throw new Error(`method id ${spec.id} must be an integer under 0x8000`);
+    throw new DeclarationError(`method id ${spec.id} must be an integer under 0x8000`);
   }
   return {
     args: struct(spec.args),
@@ -85,23 +91,23 @@ export function defineProtocol<S extends MethodSpecs>(
   specs: S,
   options: { id?: number } = {},
 ): ProtocolDef<S> {
-  if (!NAME_RE.test(name)) throw new Error(`bad protocol name ${name}`);
+  if (!NAME_RE.test(name)) throw new DeclarationError(`bad protocol name ${name}`);
   if (
     options.id !== undefined &&
     !(Number.isInteger(options.id) && options.id >= 0 && options.id <= 0xffff)
   ) {
-    throw new Error(`protocol id ${options.id} must be a u16`);
+    throw new DeclarationError(`protocol id ${options.id} must be a u16`);
   }
   const byName = new Map<string, MethodDef>();
   const byId = new Map<number, MethodDef>();
   const methods: Record<string, MethodDef> = Object.create(null);
   for (const [short, spec] of Object.entries(specs)) {
-    if (!NAME_RE.test(short)) throw new Error(`bad method name ${short}`);
+    if (!NAME_RE.test(short)) throw new DeclarationError(`bad method name ${short}`);
     const def: MethodDef = { ...spec, name: short, fullName: `${name}::${short}`, protocol: name };
     byName.set(short, def);
     methods[short] = def;
     if (def.id !== undefined) {
-      if (byId.has(def.id)) throw new Error(`${name}: method id ${def.id} is used twice`);
+      if (byId.has(def.id)) throw new DeclarationError(`${name}: method id ${def.id} is used twice`);
       byId.set(def.id, def);
     }
   }

@@ -16,6 +16,7 @@ import {
   RmcServer,
   u32,
 } from '../../../src/protocols/rmc/index.js';
+import { DeclarationError } from '../../../src/wire/errors.js';
 import { type Codec, decode, encode } from '../../../src/wire/index.js';
 import { sleep } from './helpers.js';
 
@@ -170,7 +171,7 @@ describe('RMC framework: typed handlers', () => {
       'Core::NotImplemented',
     ]);
     expect(RmcError.of('RendezVous::0x81').qualifiedName).toBe('RendezVous::0x0081');
-    expect(() => RmcError.of('Nope::Nope')).toThrow(RangeError);
+    expect(() => RmcError.of('Nope::Nope')).toThrow(DeclarationError);
   });
 });
 

@@ -26,6 +26,7 @@ import {
   u32,
   uuid,
 } from '../../../src/protocols/rmc/index.js';
+import { DeclarationError } from '../../../src/wire/errors.js';
 import {
   type Codec,
   decode,
@@ -264,9 +265,9 @@ describe('RMC hardening: SessionProtocol limits', () => {
 
 describe('RMC hardening: failures that cannot be encoded', () => {
   it('RmcError refuses a namespace that cannot be a String', () => {
-    expect(() => new RmcError('N'.repeat(70_000), 1)).toThrow(RangeError);
-    expect(() => new RmcError('N'.repeat(65_535), 1)).toThrow(RangeError);
-    expect(() => new RmcError('a\0b', 1)).toThrow(RangeError);
+    expect(() => new RmcError('N'.repeat(70_000), 1)).toThrow(DeclarationError);
+    expect(() => new RmcError('N'.repeat(65_535), 1)).toThrow(DeclarationError);
+    expect(() => new RmcError('a\0b', 1)).toThrow(DeclarationError);
     expect(new RmcError('N'.repeat(65_534), 1).namespace).toHaveLength(65_534);
   });
 

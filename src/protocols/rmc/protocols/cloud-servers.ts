@@ -6,6 +6,7 @@
  * that expects something else gets a well-formed answer it may not understand. Change the
  * declaration below once the real layout is known.
  */
+import { ConfigError } from '../../../core/errors.js';
 import { struct } from '../../../wire/index.js';
 import type { Handlers } from '../dispatcher.js';
 import { defineProtocol, method } from '../signature.js';
@@ -45,30 +46,31 @@ export const DEFAULT_DATACENTERS: readonly DatacenterConfig[] = [
  */
 export function parseDatacenters(value: unknown): DatacenterConfig[] {
   if (value === undefined) return [...DEFAULT_DATACENTERS];
-  if (!Array.isArray(value)) throw new Error('datacenters must be a list');
+  if (!Array.isArray(value)) throw new ConfigError('datacenters must be a list');
   return value.map((v, i) => {
     if (typeof v === 'string') {
       const m = /^([^=]+)=([^:]+|\[[^\]]+\]):(\d{1,5})$/.exec(v);
-      if (m === null) throw new Error(`datacenters[${i}]: expected id=host:port, got ${JSON.stringify(v)}`);
+      if (m === null)
+        throw new ConfigError(`datacenters[${i}]: expected id=host:port, got ${JSON.stringify(v)}`);
       const port = Number(m[3]);
-      if (port > 0xffff) throw new Error(`datacenters[${i}]: port ${port} is out of range`);
+      if (port > 0xffff) throw new ConfigError(`datacenters[${i}]: port ${port} is out of range`);
       return { id: m[1]!, name: m[1]!, region: m[1]!, host: m[2]!, port };
     }
     if (typeof v === 'object' && v !== null) {
       const o = v as Record<string, unknown>;
       const s = (k: string, d?: string) => {
         const x = o[k] ?? d;
-        if (typeof x !== 'string') throw new Error(`datacenters[${i}].${k} must be a string`);
+        if (typeof x !== 'string') throw new ConfigError(`datacenters[${i}].${k} must be a string`);
         return x;
       };
       const port = o.port;
       if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 0xffff) {
-        throw new Error(`datacenters[${i}].port must be a port number`);
+        throw new ConfigError(`datacenters[${i}].port must be a port number`);
       }
       const id = s('id');
       return { id, name: s('name', id), region: s('region', id), host: s('host'), port };
     }
-    throw new Error(`datacenters[${i}] must be an object or id=host:port`);
+    throw new ConfigError(`datacenters[${i}] must be an object or id=host:port`);
   });
 }
 
