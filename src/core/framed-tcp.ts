@@ -57,8 +57,8 @@ export const FRAMED_TCP_DEFAULTS: Readonly<FramedTcpLimits> = {
   maxConnectionsPerIp: 32,
   idleTimeoutMs: 120_000,
   frameTimeoutMs: 30_000,
-  maxBufferedBytes: 32 * 1024 * 1024,
-  maxBufferedBytesPerIp: 8 * 1024 * 1024,
+  maxBufferedBytes: 8 * 1024 * 1024,
+  maxBufferedBytesPerIp: 1024 * 1024,
   maxQueuedBytes: 256 * 1024,
   framesPerTurn: 16,
 };
@@ -127,6 +127,8 @@ const RETAINED_INPUT_BYTES = 16 * 1024;
 const WRITER_INITIAL_BYTES = 4096;
 /** A writer grown past this by a burst of replies is replaced after the flush. */
 const WRITER_SHRINK_BYTES = 64 * 1024;
+/** A budget-paused partial frame stalled this long may be closed to admit newcomers. */
+const STALL_EVICT_MS = 5000;
 /** Turns in one scheduler run go on, past one round, until this many frames were delivered. */
 const RUN_MIN_FRAMES = 256;
 
@@ -157,7 +159,7 @@ class Conn implements FramedConnection {
   /** When the incomplete frame at the head began (0: none). */
   partialSince = 0;
   lastConsumed = 0;
-  readonly openedAt = Date.now();
+  openedAt = Date.now();
   private readonly owner: FramedTcpServerImpl;
 
   constructor(owner: FramedTcpServerImpl, socket: net.Socket, measure: FrameMeasure, maxFrameBytes: number) {
@@ -258,14 +260,14 @@ class FramedTcpServerImpl implements FramedTcpServer {
       maxConnections: l.maxConnections,
       maxConnectionsPerIp: l.maxConnectionsPerIp,
       idleTimeoutMs: l.idleTimeoutMs,
+      pauseOnConnect: true,
       metrics: this.metrics,
       log: this.log,
       onConnection: (socket) => this.accept(socket),
     });
-    if (l.frameTimeoutMs > 0) {
-      this.sweepTimer = setInterval(() => this.sweep(), Math.min(1000, Math.max(10, l.frameTimeoutMs / 4)));
-      this.sweepTimer.unref();
-    }
+    const every = l.frameTimeoutMs > 0 ? Math.min(500, Math.max(10, l.frameTimeoutMs / 4)) : 500;
+    this.sweepTimer = setInterval(() => this.sweep(), every);
+    this.sweepTimer.unref();
   }
 
   close(graceMs?: number): Promise<void> {
@@ -282,6 +284,17 @@ class FramedTcpServerImpl implements FramedTcpServer {
     socket.on('close', () => this.closed(c));
     c.sink = this.options.onConnection(c);
     socket.on('data', (chunk: Buffer) => this.onData(c, chunk));
+    // The socket was accepted paused. Over budget, it gets no first read until memory is
+    // released (each read would hold up to 64 KiB more per connection); the sweep makes room
+    // for such newcomers by closing the longest-stalled partial frames.
+    c.socketPaused = true;
+    if (this.overBudget(c.addressKey)) {
+      c.budgetPaused = true;
+      this.budgetWaiters.add(c);
+      this.metrics.count('input_budget_pauses');
+    } else {
+      this.settle(c);
+    }
   }
 
   private onData(c: Conn, chunk: Buffer): void {
@@ -393,11 +406,19 @@ class FramedTcpServerImpl implements FramedTcpServer {
   /** Lets budget-paused connections read again, oldest first, while there is room. */
   private wakeWaiters(): void {
     if (this.bufferedBytes > this.limits.maxBufferedBytes) return;
+    // Connections that hold nothing yet (newcomers) first, then those holding partial frames.
+    for (const newcomersOnly of [true, false]) this.wakePass(newcomersOnly);
+  }
+
+  private wakePass(newcomersOnly: boolean): void {
     for (const w of this.budgetWaiters) {
       if (this.bufferedBytes > this.limits.maxBufferedBytes) break;
+      if (newcomersOnly && w.accounted > 0) continue;
       if (this.overBudget(w.addressKey)) continue;
       this.budgetWaiters.delete(w);
       w.budgetPaused = false;
+      // A connection that waited before its first frame gets its full first-frame time now.
+      if (w.deframer.consumed === 0) w.openedAt = Date.now();
       this.settle(w);
     }
   }
@@ -505,11 +526,23 @@ class FramedTcpServerImpl implements FramedTcpServer {
     }
   }
 
+  /** Closes `c` at once, releasing its input (answers already written still go out). */
+  private shed(c: Conn, reason: string): void {
+    c.failed = true;
+    c.deframer.reset();
+    c.pending = [];
+    c.pendingBytes = 0;
+    this.account(c);
+    this.flush(c);
+    closeSocket(c.socket, reason, this.metrics, 'destroy');
+  }
+
   /** Closes connections whose frame (or first frame) is overdue. */
   private sweep(): void {
     const now = Date.now();
     const limit = this.limits.frameTimeoutMs;
     for (const c of this.live) {
+      if (limit <= 0) break;
       if (c.failed || c.closed) continue;
       const overdue =
         (c.partialSince !== 0 && now - c.partialSince > limit) ||
@@ -517,15 +550,28 @@ class FramedTcpServerImpl implements FramedTcpServer {
           c.pending.length === 0 &&
           !c.deframer.isPaused &&
           now - c.openedAt > limit);
-      if (overdue) {
-        c.failed = true;
-        c.deframer.reset();
-        c.pending = [];
-        c.pendingBytes = 0;
-        this.account(c);
-        this.flush(c);
-        closeSocket(c.socket, CloseReason.FrameTimeout, this.metrics, 'destroy');
-      }
+      if (overdue) this.shed(c, CloseReason.FrameTimeout);
+    }
+    this.makeRoomForNewcomers(now);
+  }
+
+  /**
+   * While connections wait to send their first bytes and the budget is spent, closes the
+   * connections whose partial frames have been stalled longest (over 5 s), so an attack that
+   * holds the budget delays new players by seconds, not by the whole frame deadline.
+   */
+  private makeRoomForNewcomers(now: number): void {
+    if (this.bufferedBytes <= this.limits.maxBufferedBytes) return;
+    let waiting = 0;
+    for (const w of this.budgetWaiters) if (w.accounted === 0 && !w.failed) waiting++;
+    if (waiting === 0) return;
+    const room = Math.min(waiting, 16) * READ_HIGH_WATER;
+    for (const w of this.budgetWaiters) {
+      if (this.bufferedBytes + room <= this.limits.maxBufferedBytes) break;
+      if (w.failed || w.accounted === 0 || w.partialSince === 0 || now - w.partialSince < STALL_EVICT_MS)
+        continue;
+      this.metrics.count('stalled_frames_evicted');
+      this.shed(w, CloseReason.OverBudget);
     }
   }
 }

@@ -19,6 +19,11 @@ export const CloseReason = {
   IdleTimeout: 'idle_timeout',
   /** A frame (or the first frame after connecting) did not complete within `frameTimeoutMs`. */
   FrameTimeout: 'frame_timeout',
+  /**
+   * The input budget was spent, new connections were waiting, and this connection's partial
+   * frame had been stalled longest.
+   */
+  OverBudget: 'over_budget',
   /** Bytes that break the protocol's framing or envelope. */
   Malformed: 'malformed',
   /** The socket reported an error (reset, broken pipe). */
@@ -97,6 +102,11 @@ export interface TcpListenOptions {
   maxConnectionsPerIp?: number;
   /** A connection silent for this long is closed (counted as `idle_timeout`). 0 disables. */
   idleTimeoutMs: number;
+  /**
+   * Accepted sockets do not read until the handler calls `socket.resume()` (so a server over
+   * its memory budget can accept without reading a first chunk). Default false.
+   */
+  pauseOnConnect?: boolean;
   metrics: ProtocolMetrics;
   log: Logger;
   /** Attaches the protocol's handlers. Socket errors are already handled (logged, counted, closed). */
@@ -165,7 +175,7 @@ export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
     socket.on('error', () => {});
     socket.destroy();
   };
-  const server = net.createServer((socket) => {
+  const server = net.createServer({ pauseOnConnect: options.pauseOnConnect === true }, (socket) => {
     if (closing) {
       refuse(socket, CloseReason.ServerClosing);
       return;

@@ -23,6 +23,8 @@ export interface DeframerOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
+/** Most bytes a grown buffer holds beyond the bytes it must hold. */
+const GROWTH_CAP = 256 * 1024;
 
 /**
  * Splits a TCP byte stream into frames, whatever the fragmentation or coalescing.
@@ -178,7 +180,9 @@ export class StreamDeframer {
         // Enough room once the held bytes move to the front.
         this.acc.copy(this.acc, 0, this.start, this.end);
       } else {
-        const next = Buffer.allocUnsafe(Math.max(held + n, this.acc.length * 2, 4096));
+        // Doubling, but never more than 256 KiB beyond what has arrived: a partial frame holds
+        // about what arrived, not twice that.
+        const next = Buffer.allocUnsafe(Math.max(held + n, Math.min(this.acc.length * 2, held + n + GROWTH_CAP), 4096));
         this.acc.copy(next, 0, this.start, this.end);
         this.acc = next;
       }
