@@ -57,7 +57,7 @@ export const FRAMED_TCP_DEFAULTS: Readonly<FramedTcpLimits> = {
   maxConnectionsPerIp: 32,
   idleTimeoutMs: 120_000,
   frameTimeoutMs: 30_000,
-  maxBufferedBytes: 8 * 1024 * 1024,
+  maxBufferedBytes: 4 * 1024 * 1024,
   maxBufferedBytesPerIp: 1024 * 1024,
   maxQueuedBytes: 256 * 1024,
   framesPerTurn: 16,
@@ -127,8 +127,12 @@ const RETAINED_INPUT_BYTES = 16 * 1024;
 const WRITER_INITIAL_BYTES = 4096;
 /** A writer grown past this by a burst of replies is replaced after the flush. */
 const WRITER_SHRINK_BYTES = 64 * 1024;
+/** Input a connection may hold without being paused by a budget. */
+const SMALL_HOLD_BYTES = 16 * 1024;
 /** A budget-paused partial frame stalled this long may be closed to admit newcomers. */
 const STALL_EVICT_MS = 5000;
+/** A connection's turn on its own data, when no connection waits in the ring, is this many times `framesPerTurn`. */
+const IDLE_TURN_FACTOR = 4;
 /** Turns in one scheduler run go on, past one round, until this many frames were delivered. */
 const RUN_MIN_FRAMES = 256;
 
@@ -300,8 +304,10 @@ class FramedTcpServerImpl implements FramedTcpServer {
   private onData(c: Conn, chunk: Buffer): void {
     if (c.failed || c.closed) return;
     if (c.eligible && !c.deframer.isPaused && c.pending.length === 0) {
-      // The usual case: this connection's turn happens now, on its own data.
-      this.turn(c, chunk);
+      // The usual case: this connection's turn happens now, on its own data. With nobody
+      // waiting in the ring, the turn is longer (a pipelined burst goes out in one write).
+      const idle = this.ringHead === this.ring.length;
+      this.turn(c, chunk, idle ? IDLE_TURN_FACTOR * this.limits.framesPerTurn : this.limits.framesPerTurn);
     } else {
       c.pending.push(chunk);
       c.pendingBytes += chunk.length;
@@ -319,8 +325,8 @@ class FramedTcpServerImpl implements FramedTcpServer {
   }
 
   /** One turn: up to `framesPerTurn` frames from what is held, then from `chunk`. */
-  private turn(c: Conn, chunk: Buffer | undefined): number {
-    c.turnLeft = this.limits.framesPerTurn;
+  private turn(c: Conn, chunk: Buffer | undefined, frames: number): number {
+    c.turnLeft = frames;
     c.inTurn = true;
     try {
       let going = c.deframer.isPaused ? c.deframer.resume(c.onFrame) : true;
@@ -339,11 +345,11 @@ class FramedTcpServerImpl implements FramedTcpServer {
     } catch (err) {
       c.inTurn = false;
       this.fail(c, err);
-      return this.limits.framesPerTurn - c.turnLeft;
+      return frames - c.turnLeft;
     }
     c.inTurn = false;
     this.flush(c);
-    return this.limits.framesPerTurn - c.turnLeft;
+    return frames - c.turnLeft;
   }
 
   /** After any change: ring membership, budgets, the frame clock, and whether to read. */
@@ -375,8 +381,9 @@ class FramedTcpServerImpl implements FramedTcpServer {
 
   /** Counts `c`'s held input against the budgets; pauses it when it pushed one over. */
   private account(c: Conn): void {
-    const cap = c.deframer.capacity;
-    const now = (cap > RETAINED_INPUT_BYTES ? cap : c.deframer.buffered) + c.pendingBytes;
+    // Arrived bytes (the buffer's spare room is bounded: it grows at most 256 KiB beyond them
+    // and shrinks when a small remainder sits in a large buffer).
+    const now = c.deframer.buffered + c.pendingBytes;
     const delta = now - c.accounted;
     if (delta === 0) return;
     c.accounted = now;
@@ -385,7 +392,9 @@ class FramedTcpServerImpl implements FramedTcpServer {
     if (ip <= 0) this.bufferedPerIp.delete(c.addressKey);
     else this.bufferedPerIp.set(c.addressKey, ip);
     if (delta > 0) {
-      if (!c.budgetPaused && this.overBudget(c.addressKey, ip)) {
+      // A connection holding little (a small frame's head, the tail of a pipelined burst) is
+      // never paused: it must be able to finish its frame, or a busy address would stall.
+      if (!c.budgetPaused && now > SMALL_HOLD_BYTES && this.overBudget(c.addressKey, ip)) {
         c.budgetPaused = true;
         this.budgetWaiters.add(c);
         this.metrics.count('input_budget_pauses');
@@ -405,16 +414,16 @@ class FramedTcpServerImpl implements FramedTcpServer {
 
   /** Lets budget-paused connections read again, oldest first, while there is room. */
   private wakeWaiters(): void {
-    if (this.bufferedBytes > this.limits.maxBufferedBytes) return;
     // Connections that hold nothing yet (newcomers) first, then those holding partial frames.
     for (const newcomersOnly of [true, false]) this.wakePass(newcomersOnly);
   }
 
   private wakePass(newcomersOnly: boolean): void {
     for (const w of this.budgetWaiters) {
-      if (this.bufferedBytes > this.limits.maxBufferedBytes) break;
       if (newcomersOnly && w.accounted > 0) continue;
-      if (this.overBudget(w.addressKey)) continue;
+      // One holding a small partial frame may always finish it; others wait for room.
+      const small = w.accounted > 0 && w.accounted <= SMALL_HOLD_BYTES;
+      if (!small && this.overBudget(w.addressKey)) continue;
       this.budgetWaiters.delete(w);
       w.budgetPaused = false;
       // A connection that waited before its first frame gets its full first-frame time now.
@@ -433,13 +442,15 @@ class FramedTcpServerImpl implements FramedTcpServer {
   private readonly run = (): void => {
     this.scheduled = false;
     let round = this.ring.length - this.ringHead;
+    // Few connections waiting: longer turns, fewer writes; many: `framesPerTurn` each.
+    const perTurn = Math.max(this.limits.framesPerTurn, Math.floor(RUN_MIN_FRAMES / Math.max(1, round)));
     let frames = 0;
     while (this.ringHead < this.ring.length && (round > 0 || frames < RUN_MIN_FRAMES)) {
       const c = this.ring[this.ringHead++]!;
       round--;
       c.inRing = false;
       if (!c.eligible) continue;
-      frames += this.turn(c, undefined);
+      frames += this.turn(c, undefined, perTurn);
       this.settle(c);
     }
     if (this.ringHead === this.ring.length) {

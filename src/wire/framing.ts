@@ -176,13 +176,23 @@ export class StreamDeframer {
     }
     if (this.end + n > this.acc.length) {
       const held = this.end - this.start;
-      if (held + n <= this.acc.length) {
+      if (
+        held + n <= this.acc.length &&
+        (this.acc.length <= this.maxRetained || (held + n) * 4 > this.acc.length)
+      ) {
         // Enough room once the held bytes move to the front.
         this.acc.copy(this.acc, 0, this.start, this.end);
+      } else if (held + n <= this.acc.length) {
+        // A buffer grown by a large frame now holds a small remainder: shrink it.
+        const next = Buffer.allocUnsafe(Math.max((held + n) * 2, 4096));
+        this.acc.copy(next, 0, this.start, this.end);
+        this.acc = next;
       } else {
         // Doubling, but never more than 256 KiB beyond what has arrived: a partial frame holds
         // about what arrived, not twice that.
-        const next = Buffer.allocUnsafe(Math.max(held + n, Math.min(this.acc.length * 2, held + n + GROWTH_CAP), 4096));
+        const next = Buffer.allocUnsafe(
+          Math.max(held + n, Math.min(this.acc.length * 2, held + n + GROWTH_CAP), 4096),
+        );
         this.acc.copy(next, 0, this.start, this.end);
         this.acc = next;
       }

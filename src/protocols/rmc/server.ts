@@ -66,7 +66,7 @@ export interface RmcServerOptions {
   maxConnectionsPerIp?: number;
   /** A frame must complete this long after its first byte, the first frame after connecting (default 30 s; 0 disables). */
   frameTimeoutMs?: number;
-  /** Input bytes held across all connections (default 8 MiB). */
+  /** Input bytes held across all connections (default 4 MiB). */
   maxBufferedBytes?: number;
   /** Input bytes held for one address's connections (default 1 MiB; 0 = only the global budget). */
   maxBufferedBytesPerIp?: number;
