@@ -7,7 +7,7 @@
  * see docs/rmc.md) to convert between the two forms.
  */
 
-import { DeclarationError } from '../../wire/errors.js';
+import { DeclarationError, GamewireError } from '../../wire/errors.js';
 
 /** Classic facilities (spec §3.1): name -> facility number. */
 export const FACILITIES: ReadonlyMap<string, number> = new Map([
@@ -91,18 +91,17 @@ export const MAX_NAMESPACE_BYTES = 65_534;
 
 /**
  * An RMC failure. Throw it from a handler; the dispatcher answers with (namespace, code). It is
- * an RMC result, not a gamewire failure, so it keeps RMC's numeric `code` and stays outside the
- * `GamewireError` family; a bad namespace or code is a `DeclarationError` (ERR_BAD_DECLARATION).
+ * an RMC result: it joins the `GamewireError` family but keeps RMC's numeric `code` (the u16 of
+ * its namespace); a bad namespace or code is a `DeclarationError` (ERR_BAD_DECLARATION).
  *
  * Throw it from a handler; the dispatcher answers with (namespace, code).
  * `RmcError.of('RendezVous::InvalidUsername')` looks the code up by name.
  */
-export class RmcError extends Error {
+export class RmcError extends GamewireError<number> {
   readonly namespace: string;
-  readonly code: number;
 
   constructor(namespace: string, code: number, message?: string) {
-    super(message ?? `${namespace}::${errorName(namespace, code)}`);
+    super(code, message ?? `${namespace}::${errorName(namespace, code)}`);
     if (!Number.isInteger(code) || code < 0 || code > 0xffff)
       throw new DeclarationError(`RMC error code ${code} is not a u16`);
     // The namespace goes on the wire as a String: u16 length counting a NUL.
@@ -113,7 +112,6 @@ export class RmcError extends Error {
         `RMC error namespace of ${Buffer.byteLength(namespace, 'utf8')} bytes exceeds ${MAX_NAMESPACE_BYTES}`,
       );
     this.namespace = namespace;
-    this.code = code;
   }
 
   override get name(): string {

@@ -15,6 +15,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AccountFileError, loadAccountLog } from '../../../src/protocols/rmc/account-log.js';
 import { MemoryStore } from '../../../src/protocols/rmc/index.js';
@@ -199,4 +200,31 @@ describe('rmc account log', () => {
     for (const id of acked) expect(reloaded.account(id), id).toBeDefined();
     expect(existsSync(`${file}.tmp`)).toBe(false);
   }, 60_000);
+});
+
+describe('rmc account log: arbitrary file contents', () => {
+  it('loads or refuses with AccountFileError, never anything else', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.string(),
+          fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b).toString('latin1')),
+          fc
+            .array(fc.string(), { maxLength: 5 })
+            .map((ls) => `{"gamewire":"rmc-accounts","version":1}\n${ls.join('\n')}`),
+        ),
+        (text) => {
+          const file = tempFile();
+          writeFileSync(file, text, 'latin1');
+          try {
+            const loaded = loadAccountLog(file);
+            for (const a of loaded.accounts.values()) expect(a.pid).toMatch(/^[0-9a-f]{32}$/);
+          } catch (e) {
+            expect(e).toBeInstanceOf(AccountFileError);
+          }
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
 });
