@@ -2,7 +2,9 @@
  * `gamewire inspect`: decode a capture (or a live pcap stream) across every protocol.
  */
 import fs from 'node:fs';
+import path from 'node:path';
 import type { Command } from 'commander';
+import { generateDissectors } from '../inspect/dissector.js';
 import type { InspectRecord, PortMapping } from '../inspect/inspector.js';
 import { accepts, type RecordFilter, recordJson, tableLine } from '../inspect/output.js';
 import { PROTOCOLS } from '../inspect/protocols.js';
@@ -136,5 +138,24 @@ export function addInspectCommand(program: Command): void {
         decoder: { rmcVariant: flags.rmcVariant as RmcVariant, js5Seeded: flags.js5Seeded === true },
       });
       if (flags.stats) process.stderr.write(`${JSON.stringify({ stats })}\n`);
+    });
+}
+
+export function addDissectorCommand(program: Command): void {
+  program
+    .command('dissector')
+    .description('write Wireshark Lua dissectors for every protocol, generated from the message declarations')
+    .requiredOption('--out <dir>', 'folder to write the .lua files into (created if missing)')
+    .action((flags: { out: string }) => {
+      try {
+        fs.mkdirSync(flags.out, { recursive: true });
+        for (const d of generateDissectors()) {
+          const file = path.join(flags.out, d.file);
+          fs.writeFileSync(file, d.lua);
+          process.stdout.write(`${file}\n`);
+        }
+      } catch (err) {
+        throw new CliError('ERR_WRITE', `cannot write the dissectors: ${(err as Error).message}`);
+      }
     });
 }

@@ -93,6 +93,16 @@ const LAZY_COMMANDS: readonly { name: string; summary: string; register(program:
       summary: 'decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol',
       register: async (program) => (await import('./inspect.js')).addInspectCommand(program),
     },
+    {
+      name: 'dissector',
+      summary: 'write Wireshark Lua dissectors for every protocol, generated from the message declarations',
+      register: async (program) => (await import('./inspect.js')).addDissectorCommand(program),
+    },
+    {
+      name: 'replay',
+      summary: "play a recording's client side back to a server and report where its replies differ",
+      register: async (program) => (await import('./record.js')).addReplayCommand(program),
+    },
   ];
 
 /** The first word that is not an option: the command to run (`serve`, `js5`, `decode`, …). */

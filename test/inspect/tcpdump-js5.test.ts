@@ -11,8 +11,10 @@ import type { Js5Server } from '../../src/protocols/js5/server.js';
 import { startServer } from '../protocols/js5/helpers.js';
 import { haveProgram, inspectJson, type JsonRecord, Tcpdump, tempDir } from './helpers.js';
 import { js5ReadResponse, RawTcp } from './raw-clients.js';
+import { expectTsharkAgrees } from './tshark.js';
 
 const HAVE_TCPDUMP = haveProgram('tcpdump');
+const HAVE_TSHARK = haveProgram('tshark');
 
 let server: Js5Server | undefined;
 let dump: Tcpdump | undefined;
@@ -56,6 +58,8 @@ describe('inspect: tcpdump captures of JS5', () => {
 
     const records = inspectJson(file, ['--port', `${port}=js5`]);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    // The generated Wireshark dissector shows the same messages and fields.
+    if (HAVE_TSHARK) expectTsharkAgrees(file, records, [`tcp.port==${port},gw_js5`]);
     expect(new Set(records.map((r) => r.protocol))).toEqual(new Set(['js5']));
     expect(ofDirection(records, 'client')).toEqual([
       { type: 'handshake', build: 530 },
@@ -102,6 +106,8 @@ describe('inspect: tcpdump captures of JS5', () => {
     // No --port: the handshake (0x0f + build) identifies the flow.
     const records = inspectJson(file);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    // The dissector's heuristic finds the flow too.
+    if (HAVE_TSHARK) expectTsharkAgrees(file, records);
     const up = ofDirection(records, 'client');
     expect(up[0]).toEqual({ type: 'handshake', build: 530 });
     expect(up.some((m) => m.type === 'rekey' && m.key === 0x21)).toBe(true);

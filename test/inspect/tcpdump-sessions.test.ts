@@ -26,8 +26,10 @@ import {
   rmcRead,
   rmcRequest,
 } from './raw-clients.js';
+import { expectTsharkAgrees } from './tshark.js';
 
 const HAVE_TCPDUMP = haveProgram('tcpdump');
+const HAVE_TSHARK = haveProgram('tshark');
 
 const cleanups: (() => Promise<unknown> | unknown)[] = [];
 afterEach(async () => {
@@ -100,6 +102,7 @@ describe('inspect: tcpdump captures of NoxVR', () => {
 
     const records = inspectJson(dump.file, ['--port', `${server.port}=nox-relay`]);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    if (HAVE_TSHARK) expectTsharkAgrees(dump.file, records, [`tcp.port==${server.port},gw_nox`]);
     expect(records.every((r) => r.transport === 'tcp' && r.protocol === 'nox-relay')).toBe(true);
     checkClient(messages(records, 'client'));
     const down = messages(records, 'server');
@@ -130,6 +133,7 @@ describe('inspect: tcpdump captures of NoxVR', () => {
 
     const records = inspectJson(dump.file);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    if (HAVE_TSHARK) expectTsharkAgrees(dump.file, records);
     expect(records.every((r) => r.transport === 'udp' && r.protocol === 'nox-relay')).toBe(true);
     checkClient(messages(records, 'client'));
     expect(records[0]!.flow.endsWith(`127.0.0.1:${server.port}`)).toBe(true);
@@ -172,6 +176,7 @@ describe('inspect: tcpdump capture of Unity Relay', () => {
 
     const records = inspectJson(dump.file, ['--port', `${udpPort}/udp=unity-relay`]);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    if (HAVE_TSHARK) expectTsharkAgrees(dump.file, records, [`udp.port==${udpPort},gw_unity`]);
     const flows = new Set(records.map((r) => r.flow));
     expect(flows.size).toBe(2);
     const clientFlow = records.filter((r) => r.flow.startsWith(`127.0.0.1:${client.peer.port} `));
@@ -229,6 +234,13 @@ describe('inspect: tcpdump capture of RMC over TCP', () => {
 
     const records = inspectJson(dump.file, ['--port', `${rmc.port}=rmc`]);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    if (HAVE_TSHARK) {
+      expectTsharkAgrees(dump.file, records, [`tcp.port==${rmc.port},gw_rmc`]);
+      // The comparison is real: one changed value is caught.
+      const altered = structuredClone(records);
+      altered[0]!.message.args.vecMyURLs[1] = 'prudp:/address=10.9.9.9';
+      expect(() => expectTsharkAgrees(dump.file, altered, [`tcp.port==${rmc.port},gw_rmc`])).toThrow();
+    }
     const up = messages(records, 'client');
     expect(up).toEqual([
       {
