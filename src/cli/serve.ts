@@ -24,6 +24,7 @@ import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
 import type { RunningServer, ServeOption } from '../core/server.js';
+import { addRecordOptions, startRecording } from './record.js';
 
 /** Every protocol option, once per flag (several protocols share `--port`, `--cache`, …). */
 function protocolFlags(protocols: readonly ProtocolModule[]): ServeOption[] {
@@ -93,6 +94,7 @@ export function addServeCommand(program: Command, protocols: readonly ProtocolMo
     );
   addOption(cmd, sectionOptions(0, [])[1]!, "the protocol's port (only when serving one protocol)");
   for (const o of protocolFlags(servers)) addOption(cmd, o);
+  addRecordOptions(cmd);
   cmd.action(async (names: string[], flags: Record<string, unknown>) => {
     const selected: ProtocolModule[] = [];
     for (const name of names) {
@@ -232,10 +234,12 @@ async function runServers(
   const running: { name: string; server: RunningServer }[] = [];
   const metrics: ProtocolMetrics[] = [];
   let ops: OpsServer | undefined;
+  const recording = startRecording(flags);
   const stopAll = async () => {
     state = 'stopping';
     await ops?.close().catch(() => {});
     await Promise.allSettled(running.map((r) => r.server.close()));
+    recording?.close();
   };
 
   // Configuration: file < environment < flags, every value checked against the schema.

@@ -2,6 +2,7 @@ import diagnosticsChannel from 'node:diagnostics_channel';
 import net from 'node:net';
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from './metrics.js';
+import { trafficRecorder } from './recording.js';
 
 /**
  * Why a connection ended (or was refused), shared by every TCP server. Protocols add their own
@@ -224,6 +225,7 @@ export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
       }
     });
     try {
+      trafficRecorder()?.tcpConnection(socket);
       options.onConnection(socket);
     } catch (err) {
       // A handler bug costs this one connection, never the server.

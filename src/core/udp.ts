@@ -1,5 +1,6 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
+import { trafficRecorder } from './recording.js';
 
 export interface UdpBindOptions {
   host: string;
@@ -24,6 +25,7 @@ export function bindUdp(options: UdpBindOptions): Promise<dgram.Socket> {
       } catch {
         // The kernel caps buffer sizes (net.core.rmem_max); the default still works.
       }
+      trafficRecorder()?.udpSocket(socket);
       resolve(socket);
     });
   });

@@ -207,6 +207,7 @@ const CUSTOM_FIELD_TYPES: Record<string, [string, string]> = {
   'nox-relay.optional-string': ['string', 'base.UNICODE'],
   'nox-relay.optional-u16': ['uint16', 'base.DEC'],
   'nox-relay.enter-threshold': ['float', ''],
+  'nox-relay.address-cookie': ['bytes', 'base.NONE'],
   'rmc.rest': ['bytes', 'base.NONE'],
   'rmc.Buffer16': ['bytes', 'base.NONE'],
   'rmc.Buffer32': ['bytes', 'base.NONE'],

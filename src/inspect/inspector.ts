@@ -50,6 +50,14 @@ export interface InspectOptions {
   decoder: Partial<DecoderOptions>;
   packet: Partial<PacketLimits>;
   tcp: Partial<TcpLimits>;
+  /** Sees every payload handed to a decoder (in-order TCP bytes, or a datagram): the replay uses it. */
+  onPayload?: (
+    flow: string,
+    transport: 'tcp' | 'udp',
+    protocol: string,
+    direction: Direction,
+    bytes: Buffer,
+  ) => void;
 }
 
 export const DEFAULT_INSPECT_OPTIONS: InspectOptions = {
@@ -197,7 +205,9 @@ export class Inspector {
     if (s.transport === 'udp') {
       if (flow.protocol === undefined) this.detect(flow, side, s.payload);
       if (flow.protocol === null || flow.protocol === undefined) return;
-      flow.decoder!.datagram(flow.directionOf(side), s.payload);
+      const direction = flow.directionOf(side);
+      this.options.onPayload?.(flow.label, 'udp', flow.protocol.name, direction, s.payload);
+      flow.decoder!.datagram(direction, s.payload);
       return;
     }
     const tcp = flow.tcp!;
@@ -282,8 +292,11 @@ export class Inspector {
       if (offset !== 0) this.setProtocol(flow, null, flow.clientSide);
       else this.detect(flow, side, bytes);
     }
-    if (flow.protocol === null) return;
-    flow.decoder!.stream(flow.directionOf(side), bytes, offset);
+    const protocol = flow.protocol;
+    if (protocol === null || protocol === undefined) return;
+    const direction = flow.directionOf(side);
+    this.options.onPayload?.(flow.label, 'tcp', protocol.name, direction, bytes);
+    flow.decoder!.stream(direction, bytes, offset);
   }
 
   streamGap(flow: Flow, side: 0 | 1, offset: number, length: number): void {

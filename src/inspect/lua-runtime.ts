@@ -223,6 +223,10 @@ gw.custom["nox-relay.enter-threshold"] = function(node, tvb, off, lim, tree)
   if lim - off == 1 then return gw.walk({ k = "int", n = 1, f = node.f2 }, tvb, off, lim, tree) end
   return gw.walk({ k = "float", n = 4, le = false, f = node.f }, tvb, off, lim, tree)
 end
+gw.custom["nox-relay.address-cookie"] = function(node, tvb, off, lim, tree)
+  if off >= lim then return off, nil end
+  return gw.walk({ k = "bytes", len = { t = "fixed", n = 8 }, f = node.f }, tvb, off, lim, tree)
+end
 gw.custom["rmc.rest"] = function(node, tvb, off, lim, tree)
   return gw.walk({ k = "bytes", len = { t = "rest" }, f = node.f }, tvb, off, lim, tree)
 end

@@ -1,0 +1,116 @@
+/**
+ * `gamewire serve --record DIR` (rotating pcapng files of every server's traffic) and
+ * `gamewire replay FILE --target HOST:PORT`.
+ */
+import fs from 'node:fs';
+import type { Command } from 'commander';
+import { setTrafficRecorder } from '../core/recording.js';
+import { PcapngRecorder } from '../inspect/recorder.js';
+import { replay } from '../inspect/replay.js';
+import type { RmcVariant } from '../protocols/rmc/messages.js';
+import { CliError, parseIntOption, UsageError } from './errors.js';
+import { parsePortMapping } from './inspect.js';
+
+/** The recording flags of `serve`. */
+export function addRecordOptions(cmd: Command): void {
+  cmd
+    .option('--record <dir>', "write every server's traffic to rotating pcapng files in <dir>")
+    .option(
+      '--record-max-file-bytes <n>',
+      'size of one recording file before the next starts',
+      parseIntOption,
+      64 << 20,
+    )
+    .option('--record-max-files <n>', 'recording files kept (the oldest is deleted)', parseIntOption, 10);
+}
+
+/** Installs the recorder when `--record` was given; returns what stops it. */
+export function startRecording(flags: Record<string, unknown>): { close(): void } | undefined {
+  if (flags.record === undefined) return undefined;
+  const maxFileBytes = flags.recordMaxFileBytes as number;
+  const maxFiles = flags.recordMaxFiles as number;
+  if (maxFileBytes < 4096) throw new UsageError('--record-max-file-bytes takes at least 4096');
+  if (maxFiles < 1) throw new UsageError('--record-max-files takes at least 1');
+  let recorder: PcapngRecorder;
+  try {
+    recorder = new PcapngRecorder(String(flags.record), { maxFileBytes, maxFiles });
+  } catch (err) {
+    throw new CliError('ERR_RECORD', `cannot record into ${String(flags.record)}: ${(err as Error).message}`);
+  }
+  setTrafficRecorder(recorder);
+  process.stdout.write(`gamewire: recording into ${recorder.dir}\n`);
+  return {
+    close() {
+      setTrafficRecorder(undefined);
+      recorder.close();
+    },
+  };
+}
+
+function parseTarget(value: string): { host: string; port: number } {
+  const m = /^(.+):(\d{1,5})$/.exec(value);
+  if (m === null || Number(m[2]) > 65_535) throw new UsageError(`--target takes HOST:PORT, got "${value}"`);
+  return { host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port: Number(m[2]) };
+}
+
+export function addReplayCommand(program: Command): void {
+  program
+    .command('replay')
+    .description(
+      "play a recording's client side back to a server and report where its replies differ, field by field",
+    )
+    .argument('<file>', 'a pcap or pcapng capture (gamewire serve --record, tcpdump)')
+    .requiredOption('--target <host:port>', 'the server to replay to')
+    .option(
+      '--port <port=protocol>',
+      'map a port of the recording to a protocol (repeatable)',
+      parsePortMapping,
+      [],
+    )
+    .option('--ignore <fields>', 'field names never compared (comma-separated), e.g. serverTimestamp')
+    .option(
+      '--step-timeout-ms <n>',
+      "longest wait for the server's replies before each send",
+      parseIntOption,
+      2000,
+    )
+    .option('--rmc-variant <variant>', 'RMC envelope: hyperscape, nex-verbose or classic', 'hyperscape')
+    .action(
+      async (
+        file: string,
+        flags: { target: string; port: any[]; ignore?: string; stepTimeoutMs: number; rmcVariant: string },
+      ) => {
+        const target = parseTarget(flags.target);
+        let capture: Buffer;
+        try {
+          capture = fs.readFileSync(file);
+        } catch (err) {
+          throw new CliError('ERR_READ', `cannot read ${file}: ${(err as Error).message}`);
+        }
+        const ignore = new Set(
+          (flags.ignore ?? '')
+            .split(',')
+            .map((s) => s.trim())
+            .filter((s) => s !== ''),
+        );
+        const result = await replay(capture, {
+          host: target.host,
+          port: target.port,
+          stepTimeoutMs: flags.stepTimeoutMs,
+          ignore,
+          ports: flags.port,
+          decoder: { rmcVariant: flags.rmcVariant as RmcVariant },
+        });
+        for (const d of result.differences) process.stdout.write(`${JSON.stringify({ difference: d })}\n`);
+        process.stderr.write(
+          `${JSON.stringify({ replay: { flows: result.flows, messages: result.messages, differences: result.differences.length } })}\n`,
+        );
+        if (result.differences.length > 0) {
+          throw new CliError(
+            'ERR_REPLAY_DIFFERS',
+            `${result.differences.length} difference(s) from the recording`,
+          );
+        }
+      },
+    );
+}

@@ -1,0 +1,253 @@
+/**
+ * Recording (the servers' sockets → rotating pcapng files) and replay (a recording's client
+ * side played back, the replies compared field by field).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { setTrafficRecorder } from '../../src/core/recording.js';
+import { PcapngRecorder } from '../../src/inspect/recorder.js';
+import type { NoxRelayServer } from '../../src/protocols/nox-relay/server.js';
+import { BIN } from '../helpers/cli.js';
+import { startServer as startNox } from '../protocols/nox-relay/helpers.js';
+import { haveProgram, inspectJson, sleep, tempDir } from './helpers.js';
+import {
+  noxAuth,
+  noxHandshake,
+  noxLatency,
+  noxRead,
+  qString,
+  RawTcp,
+  RawUdp,
+  rmcRead,
+  rmcRequest,
+} from './raw-clients.js';
+import { expectTsharkAgrees } from './tshark.js';
+
+const HAVE_TSHARK = haveProgram('tshark');
+
+const cleanups: (() => Promise<unknown> | unknown)[] = [];
+afterEach(async () => {
+  setTrafficRecorder(undefined);
+  for (const f of cleanups.splice(0).reverse()) await f();
+});
+
+async function noxSession(server: NoxRelayServer, udp: boolean): Promise<void> {
+  if (udp) {
+    const c = await RawUdp.open(server.port);
+    const hs = noxHandshake('rec', 'udp');
+    c.send(Buffer.concat([hs, Buffer.alloc(512 - hs.length)]));
+    await c.next();
+    c.send(noxAuth('77'));
+    await c.next();
+    c.send(noxLatency(42n));
+    await c.next();
+    await c.close();
+    return;
+  }
+  const c = await RawTcp.connect(server.port);
+  c.send(noxHandshake('rec', 'tcp'));
+  await noxRead(c);
+  c.send(noxAuth('77'));
+  await noxRead(c);
+  c.send(noxLatency(41n));
+  await noxRead(c);
+  await c.close();
+}
+
+describe('recording a server', () => {
+  it("writes a server's TCP and UDP traffic to pcapng that inspect (and tshark) decode completely", async () => {
+    const dir = tempDir();
+    const recorder = new PcapngRecorder(dir);
+    setTrafficRecorder(recorder);
+    const server = await startNox();
+    cleanups.push(() => server.close());
+    await noxSession(server, false);
+    await noxSession(server, true);
+    await sleep(200);
+    await server.close();
+    recorder.close();
+    const files = fs.readdirSync(dir).filter((f) => f.endsWith('.pcapng'));
+    expect(files).toHaveLength(1);
+    const file = path.join(dir, files[0]!);
+    const records = inspectJson(file, ['--port', `${server.port}=nox-relay`]);
+    expect(records.filter((r) => r.error !== undefined)).toEqual([]);
+    const tcp = records.filter((r) => r.transport === 'tcp');
+    const udp = records.filter((r) => r.transport === 'udp');
+    expect(tcp.filter((r) => r.direction === 'client').map((r) => r.message.type)).toEqual([
+      'Handshake',
+      'Authentification',
+      'Latency',
+    ]);
+    expect(tcp.find((r) => r.message.type === 'Handshake')!.message).toMatchObject({
+      engine: 'rec',
+      platform: 'tcp',
+    });
+    expect(
+      udp.filter((r) => r.direction === 'client').map((r) => r.message.timestamp ?? r.message.type),
+    ).toEqual(['Handshake', 'Authentification', 42]);
+    expect(tcp.filter((r) => r.direction === 'server').map((r) => r.message.type)).toEqual([
+      'Handshake',
+      'Authentification',
+      'Latency',
+    ]);
+    if (HAVE_TSHARK)
+      expectTsharkAgrees(file, records, [
+        `tcp.port==${server.port},gw_nox`,
+        `udp.port==${server.port},gw_nox`,
+      ]);
+  });
+
+  it('rotates files at the size limit and keeps only the newest ones', async () => {
+    const dir = tempDir();
+    const recorder = new PcapngRecorder(dir, { maxFileBytes: 4096, maxFiles: 2, bufferBytes: 1 });
+    setTrafficRecorder(recorder);
+    const server = await startNox();
+    cleanups.push(() => server.close());
+    for (let i = 0; i < 6; i++) await noxSession(server, false);
+    await server.close();
+    recorder.close();
+    const files = fs.readdirSync(dir).filter((f) => f.endsWith('.pcapng'));
+    expect(files).toHaveLength(2);
+    for (const f of files) {
+      expect(fs.statSync(path.join(dir, f)).size).toBeLessThanOrEqual(4096);
+      // Each file stands alone: it starts with its own section and interface.
+      inspectJson(path.join(dir, f), ['--port', `${server.port}=nox-relay`]);
+    }
+    expect(recorder.fileList.length).toBe(2);
+  });
+
+  it('serve --record: the CLI records an RMC session until SIGINT', async () => {
+    const dir = tempDir();
+    const child: ChildProcess = spawn(
+      process.execPath,
+      [BIN, 'serve', 'rmc', '--port', '0', '--host', '127.0.0.1', '--record', dir, '--data-dir', tempDir()],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    cleanups.push(() => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    let out = '';
+    const port = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`serve did not start: ${out}`)), 30_000);
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /rmc tcp [^ ]+:(\d+)/.exec(out);
+        if (m !== null) {
+          clearTimeout(timer);
+          resolve(Number(m[1]));
+        }
+      });
+    });
+    expect(out).toContain(`recording into ${dir}`);
+    const c = await RawTcp.connect(port);
+    const count = Buffer.alloc(4);
+    count.writeUInt32LE(1);
+    c.send(
+      rmcRequest(
+        'LoginProtocol',
+        9,
+        'LoginProtocol::Register_V1',
+        Buffer.concat([count, qString('prudp:/port=1')]),
+      ),
+    );
+    await rmcRead(c);
+    await c.close();
+    child.kill('SIGINT');
+    expect(await new Promise((r) => child.once('exit', r))).toBe(0);
+    const files = fs.readdirSync(dir).filter((f) => f.endsWith('.pcapng'));
+    expect(files).toHaveLength(1);
+    const records = inspectJson(path.join(dir, files[0]!), ['--port', `${port}=rmc`]);
+    expect(records.map((r) => [r.direction, r.message.type, r.message.callId])).toEqual([
+      ['client', 'request', 9],
+      ['server', 'response', 9],
+    ]);
+    expect(records[0]!.message.args).toEqual({ vecMyURLs: ['prudp:/port=1'] });
+  });
+});
+
+/** Runs the CLI without blocking this process (the replay's target server runs here). */
+function runCliAsync(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe('gamewire replay', () => {
+  async function recordNox(): Promise<{ file: string; port: number }> {
+    const dir = tempDir();
+    const recorder = new PcapngRecorder(dir);
+    setTrafficRecorder(recorder);
+    const server = await startNox();
+    await noxSession(server, false);
+    await noxSession(server, true);
+    await sleep(200);
+    // Stop recording before the server says goodbye (its shutdown Disconnect is not a reply).
+    setTrafficRecorder(undefined);
+    recorder.close();
+    await server.close();
+    return { file: path.join(dir, fs.readdirSync(dir)[0]!), port: server.port };
+  }
+
+  it('replays a recording to an equal server with no differences (volatile fields ignored)', async () => {
+    const { file, port } = await recordNox();
+    const target = await startNox();
+    cleanups.push(() => target.close());
+    const r = await runCliAsync([
+      'replay',
+      file,
+      '--target',
+      `127.0.0.1:${target.port}`,
+      '--port',
+      `${port}=nox-relay`,
+      '--ignore',
+      'clientPort,serverTimestamp,clientId,addressCookie,displayName',
+    ]);
+    expect(r.stdout).toBe('');
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stderr).replay).toEqual({ flows: 2, messages: 6, differences: 0 });
+  });
+
+  it('reports where a different server answers differently, field by field', async () => {
+    const { file, port } = await recordNox();
+    const target = await startNox({ maxPacketSize: 2048 });
+    cleanups.push(() => target.close());
+    const r = await runCliAsync([
+      'replay',
+      file,
+      '--target',
+      `127.0.0.1:${target.port}`,
+      '--port',
+      `${port}=nox-relay`,
+      '--ignore',
+      'clientPort,serverTimestamp,clientId,addressCookie,displayName',
+    ]);
+    expect(r.stderr + r.stdout).toContain('maxPacketSize');
+    expect(r.code).toBe(1);
+    const diffs = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).difference);
+    // One per flow: the Handshake reply's maxPacketSize.
+    expect(diffs).toHaveLength(2);
+    for (const d of diffs) {
+      expect(d).toMatchObject({
+        index: 0,
+        type: 'Handshake',
+        path: 'maxPacketSize',
+        recorded: 1024,
+        replayed: 2048,
+      });
+    }
+  });
+});
