@@ -250,48 +250,66 @@ function conditionLua(c: Condition): string {
  */
 export function inferCondition(fn: (o: any) => boolean, before: readonly FieldInfo[]): Condition | undefined {
   const ints = before.filter((f) => !f.isConstant && ['int', 'enum', 'bool'].includes(f.codec.info.kind));
+  const zero = (f: FieldInfo): number | boolean => (f.codec.info.kind === 'bool' ? false : 0);
   const base: Record<string, unknown> = {};
-  for (const f of before) base[f.name] = f.codec.info.kind === 'bool' ? false : 0;
-  const evalWith = (name: string, v: number | boolean): boolean => {
+  for (const f of before) base[f.name] = zero(f);
+  const run = (o: Record<string, unknown>): boolean => {
     try {
-      return fn({ ...base, [name]: v }) === true;
+      return fn(o) === true;
     } catch {
       return false;
     }
   };
+  const evalWith = (name: string, v: number | boolean): boolean => run({ ...base, [name]: v });
   const samples: number[] = [];
   for (let v = 0; v < 256; v++) samples.push(v);
   for (const v of [256, 257, 1000, 0x7fff, 0x8000, 0xffff, 0x10000, 0x7fffffff]) samples.push(v);
+  const candidates: { c: any; test: (o: Record<string, any>) => boolean }[] = [];
   const dependsOn = ints.filter((f) => samples.some((v) => evalWith(f.name, v) !== evalWith(f.name, 0)));
   if (dependsOn.length === 0) {
-    const always = (() => {
-      try {
-        return fn(base) === true;
-      } catch {
-        return false;
-      }
-    })();
-    return { op: always ? 'true' : 'false' } as unknown as Condition;
+    const always = run(base);
+    candidates.push({ c: { op: always ? 'true' : 'false' }, test: () => always });
+  } else if (dependsOn.length === 1) {
+    const name = dependsOn[0]!.name;
+    const truth = samples.map((v) => evalWith(name, v));
+    const trues = samples.filter((_, i) => truth[i]);
+    const falses = samples.filter((_, i) => !truth[i]);
+    if (trues.length === 1)
+      candidates.push({ c: { op: 'eq', field: name, value: trues[0] }, test: (o) => o[name] === trues[0] });
+    if (falses.length === 1)
+      candidates.push({ c: { op: 'ne', field: name, value: falses[0] }, test: (o) => o[name] !== falses[0] });
+    // Bits that turn it on from zero (any/no bits), or off from all-ones (all bits).
+    let any = 0;
+    let all = 0;
+    for (let b = 0; b < 31; b++) {
+      if (evalWith(name, 2 ** b) !== evalWith(name, 0)) any |= 2 ** b;
+      if (evalWith(name, 0x7fffffff & ~(2 ** b)) !== evalWith(name, 0x7fffffff)) all |= 2 ** b;
+    }
+    if (any !== 0) {
+      candidates.push({ c: { op: 'anyBits', field: name, mask: any }, test: (o) => (o[name] & any) !== 0 });
+      candidates.push({ c: { op: 'noBits', field: name, mask: any }, test: (o) => (o[name] & any) === 0 });
+    }
+    if (all !== 0)
+      candidates.push({ c: { op: 'allBits', field: name, mask: all }, test: (o) => (o[name] & all) === all });
   }
-  if (dependsOn.length !== 1) return undefined;
-  const name = dependsOn[0]!.name;
-  const truth = samples.map((v) => evalWith(name, v));
-  const candidates: { c: any; test: (v: number) => boolean }[] = [];
-  const trues = samples.filter((_, i) => truth[i]);
-  const falses = samples.filter((_, i) => !truth[i]);
-  if (trues.length === 1)
-    candidates.push({ c: { op: 'eq', field: name, value: trues[0] }, test: (v) => v === trues[0] });
-  if (falses.length === 1)
-    candidates.push({ c: { op: 'ne', field: name, value: falses[0] }, test: (v) => v !== falses[0] });
-  let mask = 0;
-  for (let b = 0; b < 31; b++) if (evalWith(name, 2 ** b) !== evalWith(name, 0)) mask |= 2 ** b;
-  if (mask !== 0) {
-    candidates.push({ c: { op: 'anyBits', field: name, mask }, test: (v) => (v & mask) !== 0 });
-    candidates.push({ c: { op: 'noBits', field: name, mask }, test: (v) => (v & mask) === 0 });
-    candidates.push({ c: { op: 'allBits', field: name, mask }, test: (v) => (v & mask) === mask });
+  // A candidate must agree with the function everywhere we look: every single-field sample, and
+  // random combinations of small and boundary values over all the earlier fields (this catches
+  // conditions on two fields, which no single-field form expresses).
+  const pool = [0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 128, 255, 256, 0xffff];
+  let seed = 12345;
+  const rand = (n: number): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
+    return seed % n;
+  };
+  const probes: Record<string, unknown>[] = [];
+  for (const f of ints) for (const v of samples) probes.push({ ...base, [f.name]: v });
+  for (let i = 0; i < 3000; i++) {
+    const o: Record<string, unknown> = { ...base };
+    for (const f of ints) o[f.name] = f.codec.info.kind === 'bool' ? rand(2) === 1 : pool[rand(pool.length)];
+    probes.push(o);
   }
   for (const cand of candidates) {
-    if (samples.every((v, i) => cand.test(v) === truth[i])) return cand.c as Condition;
+    if (probes.every((o) => cand.test(o as Record<string, any>) === run(o))) return cand.c as Condition;
   }
   return undefined;
 }
