@@ -371,11 +371,14 @@ export function noxDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
 
 // ---- Unity Relay -----------------------------------------------------------------------------
 
-export function unityRelayDecoder(out: Emitter): FlowDecoder {
+export function unityRelayDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
   const dtls = dtlsDecoder(out);
+  // Over TCP, Unity Relay runs inside a WebSocket (the relay's ws endpoint).
+  let ws: FlowDecoder | undefined;
   return {
-    stream(d) {
-      out.error(d, new DecodeError(ErrorCode.BAD_INPUT, 'Unity Relay messages travel over UDP', 0));
+    stream(d, bytes, offset) {
+      ws ??= webSocketRelayDecoder(out, options);
+      ws.stream(d, bytes, offset);
     },
     datagram(d, payload) {
       if (looksLikeDtls(payload)) {
@@ -391,7 +394,130 @@ export function unityRelayDecoder(out: Emitter): FlowDecoder {
       }
       for (const m of messages) out.message(d, RelayMessages.toJson(m));
     },
-    gap() {},
+    gap(d, offset, length) {
+      ws?.gap(d, offset, length);
+    },
+  };
+}
+
+// ---- WebSocket (Unity Relay over ws://) ---------------------------------------------------------
+
+const WS_OPCODES: Record<number, string> = {
+  0: 'continuation',
+  1: 'text',
+  2: 'binary',
+  8: 'close',
+  9: 'ping',
+  10: 'pong',
+};
+const MAX_HTTP_HEAD = 16 * 1024;
+
+/**
+ * Unity Relay over a WebSocket (RFC 6455): the HTTP upgrade request and response (shown by their
+ * first line), then frames; every binary message is one relay message, decoded like a datagram.
+ * Client frames are unmasked; fragmented messages are joined (bounded by `maxFrameBytes`).
+ */
+export function webSocketRelayDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
+  const make = (d: Direction): FramedDirection => {
+    let http = true;
+    let fragments: Buffer[] = [];
+    let fragmentBytes = 0;
+    let fragmentOpcode = 0;
+    const dir: FramedDirection = new FramedDirection(
+      d,
+      out,
+      (buf, off, avail) => {
+        if (http) {
+          const end = buf.subarray(off, off + Math.min(avail, MAX_HTTP_HEAD)).indexOf('\r\n\r\n');
+          if (end >= 0) return end + 4;
+          if (avail >= MAX_HTTP_HEAD) {
+            throw new DecodeError(ErrorCode.TOO_LARGE, `HTTP head longer than ${MAX_HTTP_HEAD} bytes`, off);
+          }
+          return -1;
+        }
+        if (avail < 2) return -1;
+        const b1 = buf[off + 1]!;
+        let len = b1 & 0x7f;
+        let head = 2;
+        if (len === 126) {
+          if (avail < 4) return -1;
+          len = buf.readUInt16BE(off + 2);
+          head = 4;
+        } else if (len === 127) {
+          if (avail < 10) return -1;
+          const big = buf.readBigUInt64BE(off + 2);
+          if (big > BigInt(options.maxFrameBytes)) {
+            throw new DecodeError(ErrorCode.TOO_LARGE, `WebSocket frame of ${big} bytes`, off + 2);
+          }
+          len = Number(big);
+          head = 10;
+        }
+        if (b1 & 0x80) head += 4;
+        return head + len;
+      },
+      options.maxFrameBytes + 14,
+      (frame) => {
+        if (http) {
+          http = false;
+          const line = frame.subarray(0, frame.indexOf('\r\n')).toString('latin1');
+          out.message(d, { type: d === 'client' ? 'http-request' : 'http-response', line });
+          return;
+        }
+        const fin = (frame[0]! & 0x80) !== 0;
+        const opcode = frame[0]! & 0x0f;
+        const b1 = frame[1]!;
+        let p = 2;
+        const len7 = b1 & 0x7f;
+        if (len7 === 126) p = 4;
+        else if (len7 === 127) p = 10;
+        let payload: Buffer;
+        if (b1 & 0x80) {
+          const key = frame.subarray(p, p + 4);
+          p += 4;
+          payload = Buffer.from(frame.subarray(p));
+          for (let i = 0; i < payload.length; i++) payload[i]! ^= key[i & 3]!;
+        } else payload = frame.subarray(p);
+        if (opcode >= 8) {
+          const m: Record<string, Json> = { type: `ws-${WS_OPCODES[opcode] ?? opcode}` };
+          if (opcode === 8 && payload.length >= 2) {
+            m.code = payload.readUInt16BE(0);
+            m.reason = payload.subarray(2).toString('utf8');
+          } else m.data = payload.toString('hex');
+          out.message(d, m);
+          return;
+        }
+        if (opcode !== 0) fragmentOpcode = opcode;
+        if (!fin || fragments.length > 0) {
+          fragmentBytes += payload.length;
+          if (fragmentBytes > options.maxFrameBytes) {
+            fragments = [];
+            fragmentBytes = 0;
+            throw new DecodeError(ErrorCode.TOO_LARGE, 'fragmented WebSocket message over the limit', 0);
+          }
+          fragments.push(Buffer.from(payload));
+          if (!fin) return;
+          payload = Buffer.concat(fragments);
+          fragments = [];
+          fragmentBytes = 0;
+        }
+        if (fragmentOpcode === 1) {
+          out.message(d, { type: 'ws-text', text: payload.toString('utf8') });
+          return;
+        }
+        for (const m of decodeRelay(payload)) out.message(d, RelayMessages.toJson(m));
+      },
+    );
+    return dir;
+  };
+  const dirs = pair(make);
+  return {
+    stream(d, bytes) {
+      dirs[d].push(bytes);
+    },
+    datagram: noDatagrams(out, 'WebSocket'),
+    gap(d, offset, length) {
+      dirs[d].gap(offset, length);
+    },
   };
 }
 
@@ -572,9 +698,10 @@ export const PROTOCOLS: readonly ProtocolEntry[] = [
   },
   {
     name: 'unity-relay',
-    tcpPorts: [],
-    udpPorts: [37000],
-    create: (out) => unityRelayDecoder(out),
+    // 37000 UDP, 37001 DTLS, 37002 WebSocket (37003, wss, is TLS: records only).
+    tcpPorts: [37002],
+    udpPorts: [37000, 37001],
+    create: unityRelayDecoder,
     detect: (tr, b) => {
       if (tr !== 'udp' || b.length < 4 || b[0] !== 0xda || b[1] !== 0x72 || b[2] !== 0) return undefined;
       // BIND_RECEIVED, ACCEPTED, REJECTED and ERROR come only from the relay.
@@ -591,7 +718,7 @@ export const PROTOCOLS: readonly ProtocolEntry[] = [
   },
   {
     name: 'tls',
-    tcpPorts: [],
+    tcpPorts: [37003],
     udpPorts: [],
     create: tlsDecoder,
     detect: (tr, b) => (tr === 'tcp' && looksLikeTls(b) && b[5] === 1 ? 'client' : undefined),

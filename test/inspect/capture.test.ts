@@ -22,7 +22,7 @@ import {
 } from '../../src/inspect/writer.js';
 import { runCli } from '../helpers/cli.js';
 import { tempDir } from './helpers.js';
-import { rmcRequest } from './raw-clients.js';
+import { noxHandshake, rmcRequest } from './raw-clients.js';
 
 const CLIENT = { address: '10.0.0.2', port: 50_000 };
 const RELAY = { address: '10.0.0.1', port: 37_000 };
@@ -410,5 +410,68 @@ describe('TCP flows through the whole pipeline', () => {
     const { records } = run(Buffer.concat([file, pcapRecord(9_999_999, ackAll)]));
     expect(records.map((r) => (r.message as any)?.callId ?? r.error!.code)).toEqual([1, 'ERR_INSPECT_GAP']);
     expect(records[1]!.error!.offset).toBe(n);
+  });
+});
+
+describe('inspect CLI filters', () => {
+  const NOX_C = { address: '10.0.0.3', port: 50_001 };
+  const NOX_S = { address: '10.0.0.1', port: 23_032 };
+  const bad = ping(9);
+  bad[3] = 0x7e;
+  const noxHello = noxHandshake('rec', 'udp');
+  const file = path.join(tempDir(), 'mixed.pcap');
+  fs.writeFileSync(
+    file,
+    pcap(LinkType.ETHERNET, [
+      wrap(LinkType.ETHERNET, ipPacket('udp', CLIENT, RELAY, ping(1))),
+      wrap(LinkType.ETHERNET, ipPacket('udp', NOX_C, NOX_S, noxHello)),
+      wrap(LinkType.ETHERNET, ipPacket('udp', CLIENT, RELAY, bad)),
+      wrap(LinkType.ETHERNET, ipPacket('udp', RELAY, CLIENT, Buffer.from([0xda, 0x72, 0, 1]))),
+    ]),
+  );
+  const lines = (args: string[]) => {
+    const r = runCli(['inspect', file, '--json', ...args]);
+    expect(r.code).toBe(0);
+    return r.stdout
+      .trim()
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l));
+  };
+
+  it('--protocol, --type (and "error"), --flow by label, endpoint or port', () => {
+    expect(lines([]).map((r) => r.message?.type ?? r.error.code)).toEqual([
+      'PING',
+      'Handshake',
+      'ERR_UNKNOWN_TYPE',
+      'BIND_RECEIVED',
+    ]);
+    expect(lines(['--protocol', 'nox-relay']).map((r) => r.message.type)).toEqual(['Handshake']);
+    expect(lines(['--type', 'PING,BIND_RECEIVED']).map((r) => r.message.type)).toEqual([
+      'PING',
+      'BIND_RECEIVED',
+    ]);
+    expect(lines(['--type', 'error']).map((r) => r.error.code)).toEqual(['ERR_UNKNOWN_TYPE']);
+    expect(lines(['--flow', '10.0.0.3:50001']).map((r) => r.message.type)).toEqual(['Handshake']);
+    expect(lines(['--flow', '10.0.0.2:50000 > 10.0.0.1:37000'])).toHaveLength(3);
+    expect(lines(['--flow', '23032'])).toHaveLength(1);
+    // Ports can be remapped: 37000 as nox-relay turns the relay flow into decode errors.
+    expect(
+      lines(['--port', '37000/udp=nox-relay', '--protocol', 'nox-relay']).every(
+        (r) => r.protocol === 'nox-relay',
+      ),
+    ).toBe(true);
+  });
+
+  it('the table output and usage errors', () => {
+    const r = runCli(['inspect', file]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('→ PING');
+    expect(r.stdout).toContain('← BIND_RECEIVED');
+    expect(r.stdout).toContain('ERROR ERR_UNKNOWN_TYPE at 3');
+    expect(runCli(['inspect', file, '--port', 'x=js5']).code).toBe(2);
+    expect(runCli(['inspect', file, '--port', '1=nope']).code).toBe(2);
+    expect(runCli(['inspect', file, '--protocol', 'nope']).code).toBe(2);
+    expect(runCli(['inspect']).code).toBe(2);
   });
 });
