@@ -59,9 +59,22 @@ export class Tcpdump {
     return new Tcpdump(file, child, exited);
   }
 
-  /** Waits a moment for the last packets to be written, then stops tcpdump. */
+  /**
+   * Waits for the last packets to be written (the file stops growing for a while: tcpdump may be
+   * scheduled late on a loaded machine), then stops tcpdump.
+   */
   async stop(settleMs = 500): Promise<Buffer> {
-    await new Promise((r) => setTimeout(r, settleMs));
+    const deadline = Date.now() + 10_000;
+    let size = -1;
+    let stableSince = Date.now();
+    while (Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      const now = fs.existsSync(this.file) ? fs.statSync(this.file).size : 0;
+      if (now !== size) {
+        size = now;
+        stableSince = Date.now();
+      } else if (Date.now() - stableSince >= settleMs) break;
+    }
     this.child.kill('SIGINT');
     await this.exited;
     return fs.readFileSync(this.file);
