@@ -40,7 +40,7 @@ function list(value: string | undefined): Set<string> | undefined {
 
 interface InspectFlags {
   json?: boolean;
-  follow?: string;
+  follow?: boolean;
   port: PortMapping[];
   protocol?: string;
   flow?: string;
@@ -52,6 +52,37 @@ interface InspectFlags {
   maxFlows: number;
   maxOutOfOrderBytes: number;
   stats?: boolean;
+}
+
+/** Reads a file that may still be growing (tcpdump -U -w FILE), until SIGINT or SIGTERM. */
+async function* followFile(file: string): AsyncGenerator<Buffer> {
+  let stop = false;
+  const onSignal = () => {
+    stop = true;
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  let handle: fs.promises.FileHandle;
+  try {
+    handle = await fs.promises.open(file, 'r');
+  } catch (err) {
+    throw new CliError('ERR_READ', `cannot read ${file}: ${(err as Error).message}`);
+  }
+  const buf = Buffer.allocUnsafe(1 << 20);
+  let position = 0;
+  try {
+    while (!stop) {
+      const { bytesRead } = await handle.read(buf, 0, buf.length, position);
+      if (bytesRead > 0) {
+        position += bytesRead;
+        yield Buffer.from(buf.subarray(0, bytesRead));
+      } else await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await handle.close();
+  }
 }
 
 async function* chunksOf(source: string): AsyncGenerator<Buffer> {
@@ -70,14 +101,14 @@ export function addInspectCommand(program: Command): void {
   program
     .command('inspect')
     .description('decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol')
-    .argument('[file]', 'a pcap or pcapng file (- for stdin)')
+    .argument('[file]', 'a pcap or pcapng file, or - for stdin')
     .option(
       '--json',
       'one JSON object per line: time, flow, transport, direction, protocol, message or error',
     )
     .option(
-      '--follow <source>',
-      'read a live pcap stream (- for stdin, e.g. tcpdump -U -w -) and print as packets arrive',
+      '--follow',
+      'keep reading: a file still being written, or a live stream on stdin (tcpdump -U -w - … | gamewire inspect --follow -)',
     )
     .option(
       '--port <port=protocol>',
@@ -101,11 +132,8 @@ export function addInspectCommand(program: Command): void {
     )
     .option('--stats', 'print a summary (packets, flows, messages, errors) on stderr at the end')
     .action(async (file: string | undefined, flags: InspectFlags) => {
-      const source = flags.follow ?? file;
-      if (source === undefined)
-        throw new UsageError('give a capture FILE, or --follow - to read a live stream');
-      if (flags.follow !== undefined && file !== undefined)
-        throw new UsageError('give either FILE or --follow, not both');
+      const source = file ?? (flags.follow === true ? '-' : undefined);
+      if (source === undefined) throw new UsageError('give a capture FILE, or - for stdin');
       if (!['hyperscape', 'nex-verbose', 'classic'].includes(flags.rmcVariant)) {
         throw new UsageError('--rmc-variant takes hyperscape, nex-verbose or classic');
       }
@@ -129,7 +157,8 @@ export function addInspectCommand(program: Command): void {
         if (!accepts(r, filter)) return;
         process.stdout.write(`${flags.json ? JSON.stringify(recordJson(r)) : tableLine(r, width)}\n`);
       };
-      const stats = await inspectChunks(chunksOf(source), print, {
+      const chunks = flags.follow === true && source !== '-' ? followFile(source) : chunksOf(source);
+      const stats = await inspectChunks(chunks, print, {
         ports: flags.port,
         detect: flags.detect,
         maxFlows: flags.maxFlows,

@@ -25,7 +25,7 @@ import { type TcpLimits, TcpReassembler } from './tcp.js';
 export interface InspectRecord {
   /** Capture time of the packet that completed the message, in microseconds since the epoch. */
   timeUs: number;
-  /** `client-address:port > server-address:port`. */
+  /** `client-address:port -> server-address:port`. */
   flow: string;
   transport: 'tcp' | 'udp';
   direction: Direction;
@@ -131,7 +131,7 @@ class Flow {
     this.clientSide = clientSide;
     const c = clientSide === 0 ? endpoint(this.a, this.aPort) : endpoint(this.b, this.bPort);
     const s = clientSide === 0 ? endpoint(this.b, this.bPort) : endpoint(this.a, this.aPort);
-    this.label = `${c} > ${s}`;
+    this.label = `${c} -> ${s}`;
   }
 }
 

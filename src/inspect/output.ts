@@ -29,7 +29,7 @@ export function recordJson(r: InspectRecord): Record<string, Json> {
 
 function flowMatches(label: string, want: string): boolean {
   if (label === want) return true;
-  const [client, server] = label.split(' > ');
+  const [client, server] = label.split(' -> ');
   if (client === want || server === want) return true;
   if (/^\d+$/.test(want)) return client!.endsWith(`:${want}`) || server!.endsWith(`:${want}`);
   return false;

@@ -4,6 +4,7 @@
  * headers and fragments; bad files give typed errors only; a message that fails to decode gives
  * its error and offset while the rest of the capture still decodes.
  */
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
@@ -20,7 +21,7 @@ import {
   pcapngSectionHeader,
   pcapRecord,
 } from '../../src/inspect/writer.js';
-import { runCli } from '../helpers/cli.js';
+import { BIN, runCli } from '../helpers/cli.js';
 import { tempDir } from './helpers.js';
 import { noxHandshake, rmcRequest } from './raw-clients.js';
 
@@ -103,7 +104,7 @@ describe('capture formats and link layers', () => {
         ['client', 'PING'],
         ['server', 'BIND_RECEIVED'],
       ]);
-      expect(records[0]!.flow).toBe('10.0.0.2:50000 > 10.0.0.1:37000');
+      expect(records[0]!.flow).toBe('10.0.0.2:50000 -> 10.0.0.1:37000');
       expect((records[0]!.message as any).fromAllocationId).toBe('01'.repeat(16));
     });
   }
@@ -121,7 +122,7 @@ describe('capture formats and link layers', () => {
     for (const lt of [LinkType.ETHERNET, LinkType.LINUX_SLL2, LinkType.NULL, LinkType.RAW, LinkType.IPV6]) {
       const { records } = run(pcap(lt, [wrap(lt, plain), wrap(lt, withExt)]));
       expect(records.map((r) => (r.message as any).type)).toEqual(['PING', 'PING']);
-      expect(records[0]!.flow).toBe('[2001:db8::2]:50000 > [2001:db8::1]:37000');
+      expect(records[0]!.flow).toBe('[2001:db8::2]:50000 -> [2001:db8::1]:37000');
     }
   });
 
@@ -453,7 +454,7 @@ describe('inspect CLI filters', () => {
     ]);
     expect(lines(['--type', 'error']).map((r) => r.error.code)).toEqual(['ERR_UNKNOWN_TYPE']);
     expect(lines(['--flow', '10.0.0.3:50001']).map((r) => r.message.type)).toEqual(['Handshake']);
-    expect(lines(['--flow', '10.0.0.2:50000 > 10.0.0.1:37000'])).toHaveLength(3);
+    expect(lines(['--flow', '10.0.0.2:50000 -> 10.0.0.1:37000'])).toHaveLength(3);
     expect(lines(['--flow', '23032'])).toHaveLength(1);
     // Ports can be remapped: 37000 as nox-relay turns the relay flow into decode errors.
     expect(
@@ -473,5 +474,41 @@ describe('inspect CLI filters', () => {
     expect(runCli(['inspect', file, '--port', '1=nope']).code).toBe(2);
     expect(runCli(['inspect', file, '--protocol', 'nope']).code).toBe(2);
     expect(runCli(['inspect']).code).toBe(2);
+  });
+});
+
+describe('inspect --follow FILE', () => {
+  it('keeps reading a capture that is still being written, until SIGINT', async () => {
+    const file = path.join(tempDir(), 'growing.pcap');
+    const frame = (fill: number) => wrap(LinkType.ETHERNET, ipPacket('udp', CLIENT, RELAY, ping(fill)));
+    fs.writeFileSync(file, Buffer.concat([pcapFileHeader(LinkType.ETHERNET), pcapRecord(1, frame(1))]));
+    const child = spawn(process.execPath, [BIN, 'inspect', file, '--follow', '--json'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    const lines = () => out.split('\n').filter((l) => l !== '');
+    const waitLines = async (n: number) => {
+      const deadline = Date.now() + 20_000;
+      while (lines().length < n) {
+        if (Date.now() > deadline) throw new Error(`expected ${n} lines, got: ${out}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    try {
+      await waitLines(1);
+      fs.appendFileSync(file, pcapRecord(2, frame(2)));
+      await waitLines(2);
+      expect(lines().map((l) => JSON.parse(l).message.fromAllocationId)).toEqual([
+        '01'.repeat(16),
+        '02'.repeat(16),
+      ]);
+      child.kill('SIGINT');
+      expect(await new Promise((r) => child.once('exit', r))).toBe(0);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
   });
 });
