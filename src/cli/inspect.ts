@@ -47,6 +47,8 @@ interface InspectFlags {
   type?: string;
   rmcVariant: string;
   js5Seeded?: boolean;
+  accessKey?: string;
+  prudpChecksum: string;
   detect: boolean;
   maxRecordBytes: number;
   maxFlows: number;
@@ -120,6 +122,8 @@ export function addInspectCommand(program: Command): void {
     .option('--flow <flow>', 'only this flow: its label, one endpoint (host:port) or a port')
     .option('--type <list>', 'only these message types (comma-separated; "error" for decode failures)')
     .option('--rmc-variant <variant>', 'RMC envelope: hyperscape, nex-verbose or classic', 'hyperscape')
+    .option('--access-key <key>', "PRUDP: the game's access key (checksums are checked with it)")
+    .option('--prudp-checksum <width>', 'PRUDP checksum width: 1 or 4 bytes', '1')
     .option('--js5-seeded', 'JS5 handshakes carry the 16-byte seed (OSRS 223 and later)')
     .option('--no-detect', 'do not guess protocols from content for flows on unmapped ports')
     .option('--max-record-bytes <n>', 'largest capture record accepted', parseIntOption, 1 << 20)
@@ -136,6 +140,9 @@ export function addInspectCommand(program: Command): void {
       if (source === undefined) throw new UsageError('give a capture FILE, or - for stdin');
       if (!['hyperscape', 'nex-verbose', 'classic'].includes(flags.rmcVariant)) {
         throw new UsageError('--rmc-variant takes hyperscape, nex-verbose or classic');
+      }
+      if (flags.prudpChecksum !== '1' && flags.prudpChecksum !== '4') {
+        throw new UsageError('--prudp-checksum takes 1 or 4');
       }
       const protocols = list(flags.protocol);
       for (const p of protocols ?? []) {
@@ -164,7 +171,12 @@ export function addInspectCommand(program: Command): void {
         maxFlows: flags.maxFlows,
         capture: { maxRecordBytes: flags.maxRecordBytes },
         tcp: { maxOutOfOrderBytes: flags.maxOutOfOrderBytes },
-        decoder: { rmcVariant: flags.rmcVariant as RmcVariant, js5Seeded: flags.js5Seeded === true },
+        decoder: {
+          rmcVariant: flags.rmcVariant as RmcVariant,
+          js5Seeded: flags.js5Seeded === true,
+          prudpAccessKey: flags.accessKey,
+          prudpChecksum: flags.prudpChecksum === '4' ? 4 : 1,
+        },
       });
       if (flags.stats) process.stderr.write(`${JSON.stringify({ stats })}\n`);
     });

@@ -37,6 +37,7 @@ import { decode, type Json } from '../wire/codec.js';
 import { asDecodeError, DecodeError, ErrorCode } from '../wire/errors.js';
 import { type FrameMeasure, fixedFrames, lengthPrefixed, StreamDeframer } from '../wire/framing.js';
 import { WireReader } from '../wire/reader.js';
+import { prudpDecoder } from './prudp.js';
 
 /** Where a decoder sends what it found. */
 export interface Emitter {
@@ -64,6 +65,10 @@ export interface DecoderOptions {
   maxSegmentSessions: number;
   /** NoxVR: largest reassembled packet. */
   maxReassembledBytes: number;
+  /** PRUDP: the game's access key (checksums); without it PRUDP packets are not decoded. */
+  prudpAccessKey: string | undefined;
+  /** PRUDP checksum width: 1 (classic) or 4 bytes. */
+  prudpChecksum: 1 | 4;
 }
 
 export const DEFAULT_DECODER_OPTIONS: DecoderOptions = {
@@ -72,6 +77,8 @@ export const DEFAULT_DECODER_OPTIONS: DecoderOptions = {
   maxFrameBytes: 16 << 20,
   maxSegmentSessions: 64,
   maxReassembledBytes: 0xffff,
+  prudpAccessKey: undefined,
+  prudpChecksum: 1,
 };
 
 export const GAP_ERROR = 'ERR_INSPECT_GAP';
@@ -715,6 +722,13 @@ export const PROTOCOLS: readonly ProtocolEntry[] = [
     create: noxDecoder,
     // A client opens with a Handshake (type 0x01).
     detect: (_tr, b) => (noxLooksLike(b) && b[4] === 0x01 ? 'client' : undefined),
+  },
+  {
+    name: 'prudp',
+    tcpPorts: [],
+    // The RMC server's PRUDP transport shares its port number with RMC over TCP.
+    udpPorts: [9103],
+    create: prudpDecoder,
   },
   {
     name: 'tls',

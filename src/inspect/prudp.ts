@@ -1,0 +1,142 @@
+/**
+ * PRUDP V0 inside the inspector: every packet of a datagram (checked with the access key's
+ * checksum), DATA payloads on the secure streams decrypted (RC4 "CD&ML", reset per packet) and
+ * inflated, fragments joined per direction in sequence order, retransmissions shown once, and
+ * each whole RMC message decoded with the `rmc` codec. Without `--access-key` the checksum
+ * cannot be checked, and the packets are reported as such rather than guessed.
+ */
+import type { Direction } from '../core/protocol.js';
+import { decodeStream } from '../protocols/rmc/codec.js';
+import { accessKeyByte, type ChecksumWidth } from '../protocols/rmc/prudp/checksum.js';
+import { FLAG_NAMES, PACKET_TYPE_NAMES, PacketType, StreamType } from '../protocols/rmc/prudp/constants.js';
+import { type ChecksumConfig, newPacket, readPacket } from '../protocols/rmc/prudp/packet.js';
+import { ClassicPayloadCodec } from '../protocols/rmc/prudp/payload.js';
+import type { Json } from '../wire/codec.js';
+import { asDecodeError, DecodeError, ErrorCode } from '../wire/errors.js';
+import type { DecoderOptions, Emitter, FlowDecoder } from './protocols.js';
+
+export interface PrudpInspectOptions {
+  /** The game's access key (the checksum depends on it). */
+  accessKey: string | undefined;
+  checksumWidth: ChecksumWidth;
+}
+
+/** Sequence ids remembered per direction to show a retransmission once. */
+const MAX_REMEMBERED = 4096;
+
+function coded(vport: number): boolean {
+  const s = vport >> 4;
+  return s === StreamType.OLD_RV_SECURE || s === StreamType.RV_SECURE;
+}
+
+export function prudpDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
+  const key = options.prudpAccessKey;
+  const cfg: ChecksumConfig | undefined =
+    key === undefined ? undefined : { width: options.prudpChecksum, keyByte: accessKeyByte(key) };
+  const packet = newPacket();
+  const codec = new ClassicPayloadCodec();
+  let warned = false;
+  const state = {
+    client: { seen: new Set<number>(), parts: [] as Buffer[], bytes: 0 },
+    server: { seen: new Set<number>(), parts: [] as Buffer[], bytes: 0 },
+  };
+
+  const data = (d: Direction, json: Record<string, Json>): void => {
+    const s = state[d];
+    if ((packet.flags & 0x08) !== 0 || !coded(packet.source)) return; // ACKs carry no data
+    if (s.seen.has(packet.sequenceId)) {
+      json.retransmission = true;
+      return;
+    }
+    if (s.seen.size >= MAX_REMEMBERED) s.seen.delete(s.seen.values().next().value!);
+    s.seen.add(packet.sequenceId);
+    let plain: Buffer;
+    try {
+      plain = codec.decode(packet.payload, options.maxFrameBytes);
+    } catch (e) {
+      json.payloadError = { code: asDecodeError(e, 0).code, message: asDecodeError(e, 0).message };
+      return;
+    }
+    json.compression = codec.lastCompression;
+    // Fragments 1, 2, … then 0 for the last (or the only) one.
+    s.bytes += plain.length;
+    if (s.bytes > options.maxFrameBytes) {
+      s.parts = [];
+      s.bytes = 0;
+      throw new DecodeError(ErrorCode.TOO_LARGE, `fragmented message over ${options.maxFrameBytes} bytes`, 0);
+    }
+    s.parts.push(Buffer.from(plain));
+    if (packet.fragmentId !== 0) return;
+    const message = s.parts.length === 1 ? s.parts[0]! : Buffer.concat(s.parts);
+    s.parts = [];
+    s.bytes = 0;
+    json.rmcBytes = message.length;
+    pendingRmc = message;
+  };
+
+  let pendingRmc: Buffer | undefined;
+
+  return {
+    stream(d) {
+      out.error(d, new DecodeError(ErrorCode.BAD_INPUT, 'PRUDP travels over UDP', 0));
+    },
+    datagram(d, payload) {
+      if (cfg === undefined) {
+        if (!warned) {
+          warned = true;
+          out.error(
+            d,
+            new DecodeError(
+              'ERR_PRUDP_NEEDS_ACCESS_KEY',
+              'give --access-key to check and decode PRUDP packets',
+              0,
+            ),
+          );
+        }
+        return;
+      }
+      let off = 0;
+      while (off < payload.length) {
+        let next: number;
+        try {
+          next = readPacket(payload, off, cfg, packet);
+        } catch (e) {
+          out.error(d, asDecodeError(e, off));
+          return;
+        }
+        const json: Record<string, Json> = {
+          type: PACKET_TYPE_NAMES[packet.type]!,
+          source: packet.source,
+          destination: packet.destination,
+          flags: FLAG_NAMES.filter(([, bit]) => (packet.flags & bit) !== 0).map(([n]) => n),
+          sessionId: packet.sessionId,
+          packetSignature: packet.packetSignature,
+          sequenceId: packet.sequenceId,
+        };
+        if (packet.type <= PacketType.CONNECT) json.connectionSignature = packet.connectionSignature;
+        if (packet.type === PacketType.DATA) json.fragmentId = packet.fragmentId;
+        json.payloadLength = packet.payload.length;
+        pendingRmc = undefined;
+        try {
+          if (packet.type === PacketType.DATA && packet.payload.length > 0) data(d, json);
+        } catch (e) {
+          out.message(d, json);
+          out.error(d, asDecodeError(e, off));
+          off = next;
+          continue;
+        }
+        out.message(d, json);
+        if (pendingRmc !== undefined) {
+          const rmcBytes: Buffer = pendingRmc;
+          try {
+            for (const m of decodeStream(rmcBytes, options.rmcVariant)) out.message(d, m);
+          } catch (e) {
+            out.error(d, asDecodeError(e, 0));
+          }
+        }
+        off = next;
+      }
+    },
+    gap() {},
+  };
+}
