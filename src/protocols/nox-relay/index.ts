@@ -33,6 +33,7 @@ const limitOptions: [key: keyof NoxRelayOptions, what: string][] = [
   ],
   ['udpReplyFactor', 'an unproven UDP source is sent at most this many times what it sent (default 3)'],
   ['maxRequestsPerSecond', 'packets one client may send per second (default 2000, burst twice that)'],
+  ['maxRequestsPerSecondPerIp', 'packets all clients of one address may send per second (default 20000)'],
   ['udpSendBytesPerSecond', "each UDP client's send budget, bytes per second (default 1048576)"],
   ['slowConsumerTimeoutMs', 'close a TCP client whose queue stays over 64 KiB this long (default 5000)'],
   ['maxReassemblyBytesPerIp', 'segment reassembly memory per source address (default 4194304)'],

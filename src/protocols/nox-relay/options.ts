@@ -70,6 +70,8 @@ export interface NoxRelayOptions {
   maxRequestsPerSecond?: number;
   /** Burst allowance of that rate, packets. Default 2 × maxRequestsPerSecond. */
   maxRequestBurst?: number;
+  /** Packets all clients of one IP address together may send per second (burst: 2 s worth). Default 20 000. */
+  maxRequestsPerSecondPerIp?: number;
   /** Each UDP client's send budget: its own queue drains at this many bytes per second. Default 1 MiB. */
   udpSendBytesPerSecond?: number;
   /** A TCP client whose queue stays over the soft limit this long is closed as a slow consumer. Default 5000. */
@@ -109,6 +111,7 @@ export interface ResolvedOptions {
   addressCookieLifetimeMs: number;
   maxRequestsPerSecond: number;
   maxRequestBurst: number;
+  maxRequestsPerSecondPerIp: number;
   udpSendBytesPerSecond: number;
   slowConsumerTimeoutMs: number;
   maxSegments: number;
@@ -198,6 +201,11 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
     ),
     maxRequestsPerSecond,
     maxRequestBurst: checked('maxRequestBurst', options.maxRequestBurst ?? maxRequestsPerSecond * 2, 1),
+    maxRequestsPerSecondPerIp: checked(
+      'maxRequestsPerSecondPerIp',
+      options.maxRequestsPerSecondPerIp ?? 20_000,
+      1,
+    ),
     udpSendBytesPerSecond: checked('udpSendBytesPerSecond', options.udpSendBytesPerSecond ?? 1024 * 1024, 1),
     slowConsumerTimeoutMs: checked('slowConsumerTimeoutMs', options.slowConsumerTimeoutMs ?? 5000, 1),
     maxSegments: checked('maxSegments', options.maxSegments ?? 256, 1, 0xffff),

@@ -25,7 +25,7 @@ import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './op
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
-import { RelayClient, type SendLimits, udpKey } from './session.js';
+import { RateBucket, RelayClient, type SendLimits, udpKey } from './session.js';
 import { handshakeEnd, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
@@ -47,6 +47,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private readonly udpClients = new Map<string, RelayClient>();
   private readonly udpPerIp = new Map<string, number>();
   private readonly tcpPerIp = new Map<string, number>();
+  /** Request budget per address, shared by its clients; forgotten with its last client. */
+  private readonly addressBuckets = new Map<string, { bucket: RateBucket; clients: number }>();
   private tcpClients = 0;
   private readonly limits: SendLimits;
   private readonly measure: FrameMeasure;
@@ -177,6 +179,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.clients.delete(client.id);
     this.reassembly.forgetAll(client);
     this.admission.remove(client);
+    const shared = this.addressBuckets.get(client.ip);
+    if (shared !== undefined && --shared.clients <= 0) this.addressBuckets.delete(client.ip);
     if (client.transport === 'udp') {
       this.udpClients.delete(client.key);
       decrement(this.udpPerIp, client.ip);
@@ -272,6 +276,14 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   private register(client: RelayClient): void {
     this.clients.set(client.id, client);
+    let shared = this.addressBuckets.get(client.ip);
+    if (shared === undefined) {
+      const rate = this.options.maxRequestsPerSecondPerIp;
+      shared = { bucket: new RateBucket(rate, rate * 2, performance.now()), clients: 0 };
+      this.addressBuckets.set(client.ip, shared);
+    }
+    shared.clients++;
+    client.addressRequests = shared.bucket;
     if (client.transport === 'udp') {
       this.udpClients.set(client.key, client);
       this.udpPerIp.set(client.ip, (this.udpPerIp.get(client.ip) ?? 0) + 1);

@@ -26,6 +26,34 @@ export interface SendLimits {
   maxRequestBurst: number;
 }
 
+/** A token bucket: `rate` per second, at most `burst` saved up. */
+export class RateBucket {
+  private tokens: number;
+  private at: number;
+  private readonly rate: number;
+  private readonly burst: number;
+
+  constructor(rate: number, burst: number, now: number) {
+    this.rate = rate;
+    this.burst = burst;
+    this.tokens = burst;
+    this.at = now;
+  }
+
+  /** Takes one token; false (and nothing taken) when less than one is left. */
+  take(now: number): boolean {
+    let tokens = this.tokens + ((now - this.at) * this.rate) / 1000;
+    if (tokens > this.burst) tokens = this.burst;
+    this.at = now;
+    if (tokens < 1) {
+      this.tokens = tokens;
+      return false;
+    }
+    this.tokens = tokens - 1;
+    return true;
+  }
+}
+
 export interface SegmentSession {
   total: number;
   parts: (Buffer | undefined)[];
@@ -69,9 +97,10 @@ export class RelayClient {
   udpBytesIn = 0;
   udpBytesOut = 0;
   closed = false;
-  /** Request budget: tokens left and when they were last refilled (performance.now()). */
-  private tokens: number;
-  private tokensAt: number;
+  /** This client's request budget. */
+  private readonly requests: RateBucket;
+  /** The request budget of every client of this address together (shared; set by the server). */
+  addressRequests: RateBucket | undefined;
   /** UDP send budget: this client's own virtual queue, and when it was last drained. */
   private udpQueued = 0;
   private udpQueuedAt = 0;
@@ -120,8 +149,7 @@ export class RelayClient {
     this.addressProven = this.transport === 'tcp';
     this.lastSeen = performance.now();
     this.createdAt = this.lastSeen;
-    this.tokens = limits.maxRequestBurst;
-    this.tokensAt = this.lastSeen;
+    this.requests = new RateBucket(limits.maxRequestsPerSecond, limits.maxRequestBurst, this.lastSeen);
   }
 
   /** Bytes this client may still be sent: unlimited once its address is proven (always on TCP). */
@@ -130,18 +158,10 @@ export class RelayClient {
     return this.udpBytesIn * this.limits.udpReplyFactor - this.udpBytesOut;
   }
 
-  /** Takes one packet from the request budget (a token bucket); false when it is spent. */
+  /** Takes one packet from the client's request budget and its address's; false when either is spent. */
   allowRequest(now: number): boolean {
-    const l = this.limits;
-    let tokens = this.tokens + ((now - this.tokensAt) * l.maxRequestsPerSecond) / 1000;
-    if (tokens > l.maxRequestBurst) tokens = l.maxRequestBurst;
-    this.tokensAt = now;
-    if (tokens < 1) {
-      this.tokens = tokens;
-      return false;
-    }
-    this.tokens = tokens - 1;
-    return true;
+    if (!this.requests.take(now)) return false;
+    return this.addressRequests === undefined || this.addressRequests.take(now);
   }
 
   /** The client's own UDP queue after draining at its send rate until `now`. */

@@ -254,6 +254,28 @@ describe('issue 17 item 8: one client cannot degrade everyone', () => {
     expect((await a.latency()).type).toBe('Latency');
   });
 
+  it('the clients of one address share a request budget; another address keeps its own', async () => {
+    const s = await server({ maxRequestsPerSecond: 10_000, maxRequestsPerSecondPerIp: 200 });
+    const many = await Promise.all(
+      [1, 2, 3, 4].map((i) => player(s, `${i}`, { transport: 'tcp', address: '127.0.0.1', enter: false })),
+    );
+    let pongs = 0;
+    for (const c of many)
+      c.on('message', (m: { type: string }) => {
+        if (m.type === 'Latency') pongs++;
+      });
+    const started = performance.now();
+    for (const c of many) for (let i = 0; i < 250; i++) c.post({ type: 'Latency', timestamp: 1n });
+    await until(() => (s.metrics.dropped.get('rate_limited') ?? 0) > 0, 5000);
+    const other = await player(s, '9', { transport: 'tcp', enter: false });
+    expect((await other.latency()).type).toBe('Latency');
+    await sleep(300);
+    const seconds = (performance.now() - started) / 1000;
+    // 1000 requests from one address: at most its burst (2 s worth) plus its rate meanwhile.
+    expect(pongs).toBeLessThanOrEqual(400 + 200 * seconds + 20);
+    expect(pongs).toBeLessThan(1000);
+  });
+
   it("a UDP client's congestion is its own: its backlog never drops another client's traffic", () => {
     const metrics = new ProtocolMetrics('nox-relay');
     let sent = 0;
