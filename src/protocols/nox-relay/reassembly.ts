@@ -34,16 +34,16 @@ export class Reassembly {
     return this.total;
   }
 
-  /** Bytes currently held for the clients of one address. */
-  bytesHeldBy(ip: string): number {
-    return this.byIp.get(ip) ?? 0;
+  /** Bytes currently held for the clients of one address (its `addressKey`). */
+  bytesHeldBy(key: string): number {
+    return this.byIp.get(key) ?? 0;
   }
 
-  private account(ip: string, delta: number): void {
+  private account(key: string, delta: number): void {
     this.total += delta;
-    const n = (this.byIp.get(ip) ?? 0) + delta;
-    if (n <= 0) this.byIp.delete(ip);
-    else this.byIp.set(ip, n);
+    const n = (this.byIp.get(key) ?? 0) + delta;
+    if (n <= 0) this.byIp.delete(key);
+    else this.byIp.set(key, n);
   }
 
   /**
@@ -70,7 +70,7 @@ export class Reassembly {
         this.metrics.drop(DropReason.ReassemblyBudget);
         return undefined;
       }
-      if (this.bytesHeldBy(client.ip) + growth > o.maxReassemblyBytesPerIp) {
+      if (this.bytesHeldBy(client.addressKey) + growth > o.maxReassemblyBytesPerIp) {
         this.metrics.drop(DropReason.ReassemblyBudgetIp);
         return undefined;
       }
@@ -98,7 +98,7 @@ export class Reassembly {
     if (previous === undefined) s.received++;
     // The datagram or frame is only valid during this call: keep a copy.
     s.parts[m.currentSegment] = Buffer.from(m.segmentData);
-    this.account(client.ip, growth);
+    this.account(client.addressKey, growth);
     s.bytes = bytes;
     s.lastUpdate = now;
     if (s.received < s.total) return undefined;
@@ -111,7 +111,7 @@ export class Reassembly {
   forget(client: RelayClient, id: number, s: SegmentSession): void {
     if (client.segments.get(id) !== s) return;
     client.segments.delete(id);
-    this.account(client.ip, -s.bytes);
+    this.account(client.addressKey, -s.bytes);
   }
 
   /** Removes every session of a client that is going away. */

@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint } from '../../core/server.js';
-import { listenTcp, type TcpListener } from '../../core/tcp.js';
+import { addressKey, listenTcp, type TcpListener } from '../../core/tcp.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import { type FrameMeasure, StreamDeframer, WireReader, WireWriter } from '../../wire/index.js';
 import { type Authenticator, masterAuthenticator, offlineAuthenticator } from './auth.js';
@@ -179,14 +179,14 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.clients.delete(client.id);
     this.reassembly.forgetAll(client);
     this.admission.remove(client);
-    const shared = this.addressBuckets.get(client.ip);
-    if (shared !== undefined && --shared.clients <= 0) this.addressBuckets.delete(client.ip);
+    const shared = this.addressBuckets.get(client.addressKey);
+    if (shared !== undefined && --shared.clients <= 0) this.addressBuckets.delete(client.addressKey);
     if (client.transport === 'udp') {
       this.udpClients.delete(client.key);
-      decrement(this.udpPerIp, client.ip);
+      decrement(this.udpPerIp, client.addressKey);
     } else {
       this.tcpClients--;
-      decrement(this.tcpPerIp, client.ip);
+      decrement(this.tcpPerIp, client.addressKey);
       client.end();
     }
     this.updateOpen();
@@ -276,20 +276,20 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   private register(client: RelayClient): void {
     this.clients.set(client.id, client);
-    let shared = this.addressBuckets.get(client.ip);
+    let shared = this.addressBuckets.get(client.addressKey);
     if (shared === undefined) {
       const rate = this.options.maxRequestsPerSecondPerIp;
       shared = { bucket: new RateBucket(rate, rate * 2, performance.now()), clients: 0 };
-      this.addressBuckets.set(client.ip, shared);
+      this.addressBuckets.set(client.addressKey, shared);
     }
     shared.clients++;
     client.addressRequests = shared.bucket;
     if (client.transport === 'udp') {
       this.udpClients.set(client.key, client);
-      this.udpPerIp.set(client.ip, (this.udpPerIp.get(client.ip) ?? 0) + 1);
+      this.udpPerIp.set(client.addressKey, (this.udpPerIp.get(client.addressKey) ?? 0) + 1);
     } else {
       this.tcpClients++;
-      this.tcpPerIp.set(client.ip, (this.tcpPerIp.get(client.ip) ?? 0) + 1);
+      this.tcpPerIp.set(client.addressKey, (this.tcpPerIp.get(client.addressKey) ?? 0) + 1);
     }
     this.updateOpen();
     if (this.log.isLevelEnabled('debug')) {
@@ -318,7 +318,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       socket.destroy();
       return;
     }
-    if ((this.tcpPerIp.get(ip) ?? 0) >= this.options.maxTcpPerIp) {
+    if ((this.tcpPerIp.get(addressKey(ip)) ?? 0) >= this.options.maxTcpPerIp) {
       this.noteClose(CloseReason.OverCapacityIp, undefined, ip);
       this.noteFull('maxTcpPerIp', ip);
       socket.destroy();
@@ -441,7 +441,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       return;
     }
     // Room for one more session from this address: its own oldest half-open session goes first.
-    if (!this.makeRoom(ip, proven)) {
+    if (!this.makeRoom(addressKey(ip), proven)) {
       this.metrics.drop(DropReason.OverCapacity);
       this.noteFull('maxUdpPerIp', ip);
       return;
@@ -473,11 +473,11 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   }
 
   /**
-   * Makes room for a new UDP session from `ip`: evicts half-open sessions (that address's oldest
+   * Makes room for a new UDP session from address `key`: evicts half-open sessions (its oldest
    * first, then the oldest of all) until the per-address and server-wide caps allow it. False
    * when the address is full of established sessions.
    */
-  private makeRoom(ip: string, proven: boolean): boolean {
+  private makeRoom(key: string, proven: boolean): boolean {
     const o = this.options;
     const evict = (c: RelayClient | undefined): boolean => {
       if (c === undefined) return false;
@@ -485,10 +485,11 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.dropClient(c, QuitType.Timeout, null);
       return true;
     };
-    while ((this.udpPerIp.get(ip) ?? 0) >= o.maxUdpPerIp) if (!evict(this.admission.oldest(ip))) return false;
+    while ((this.udpPerIp.get(key) ?? 0) >= o.maxUdpPerIp)
+      if (!evict(this.admission.oldest(key))) return false;
     if (proven) return true;
-    while (this.admission.countFor(ip) >= o.maxHalfOpenUdpPerIp)
-      if (!evict(this.admission.oldest(ip))) return false;
+    while (this.admission.countFor(key) >= o.maxHalfOpenUdpPerIp)
+      if (!evict(this.admission.oldest(key))) return false;
     while (this.admission.size >= o.maxHalfOpenUdp) if (!evict(this.admission.oldest())) return false;
     return true;
   }

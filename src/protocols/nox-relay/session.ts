@@ -5,6 +5,7 @@
 import type dgram from 'node:dgram';
 import type net from 'node:net';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import { addressKey } from '../../core/tcp.js';
 import { Priority } from './constants.js';
 import type { Player } from './instances.js';
 import type { CongestionLimits } from './options.js';
@@ -69,6 +70,8 @@ export class RelayClient {
   readonly transport: 'tcp' | 'udp';
   readonly ip: string;
   readonly port: number;
+  /** What per-address limits count under: the IPv4 address, or the IPv6 /64 (one host's usual share). */
+  readonly addressKey: string;
   readonly key: string;
   handshaked = false;
   engine = '';
@@ -146,6 +149,7 @@ export class RelayClient {
       this.socket = undefined;
     }
     this.key = udpKey(this.ip, this.port);
+    this.addressKey = addressKey(this.ip);
     this.addressProven = this.transport === 'tcp';
     this.lastSeen = performance.now();
     this.createdAt = this.lastSeen;

@@ -31,18 +31,18 @@ export class UdpAdmission {
     return this.halfOpen.size;
   }
 
-  /** Half-open sessions from one address. */
-  countFor(ip: string): number {
-    return this.halfOpenByIp.get(ip)?.size ?? 0;
+  /** Half-open sessions from one address (its `addressKey`: an IPv4 address or an IPv6 /64). */
+  countFor(key: string): number {
+    return this.halfOpenByIp.get(key)?.size ?? 0;
   }
 
   add(client: RelayClient): void {
     client.halfOpen = true;
     this.halfOpen.add(client);
-    let set = this.halfOpenByIp.get(client.ip);
+    let set = this.halfOpenByIp.get(client.addressKey);
     if (set === undefined) {
       set = new Set();
-      this.halfOpenByIp.set(client.ip, set);
+      this.halfOpenByIp.set(client.addressKey, set);
     }
     set.add(client);
   }
@@ -52,15 +52,15 @@ export class UdpAdmission {
     if (!client.halfOpen) return;
     client.halfOpen = false;
     this.halfOpen.delete(client);
-    const set = this.halfOpenByIp.get(client.ip);
+    const set = this.halfOpenByIp.get(client.addressKey);
     if (set === undefined) return;
     set.delete(client);
-    if (set.size === 0) this.halfOpenByIp.delete(client.ip);
+    if (set.size === 0) this.halfOpenByIp.delete(client.addressKey);
   }
 
-  /** The oldest half-open session of `ip`, or of everyone when `ip` is undefined. */
-  oldest(ip?: string): RelayClient | undefined {
-    const set = ip === undefined ? this.halfOpen : this.halfOpenByIp.get(ip);
+  /** The oldest half-open session of address `key`, or of everyone when `key` is undefined. */
+  oldest(key?: string): RelayClient | undefined {
+    const set = key === undefined ? this.halfOpen : this.halfOpenByIp.get(key);
     if (set === undefined) return undefined;
     for (const c of set) return c;
     return undefined;

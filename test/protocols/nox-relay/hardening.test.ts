@@ -103,6 +103,36 @@ describe('issue 17 item 1: one address cannot keep new UDP players out', () => {
   });
 });
 
+describe('per-address limits and IPv6', () => {
+  it('count an IPv6 /64 as one address (one host usually holds a whole /64)', () => {
+    const metrics = new ProtocolMetrics('nox-relay');
+    const limits = {
+      congestion: { softBytes: 1000, hardBytes: 4000, closeBytes: 16_000 },
+      udpReplyFactor: 3,
+      udpSendBytesPerSecond: 1000,
+      slowConsumerTimeoutMs: 5000,
+      maxRequestsPerSecond: 100,
+      maxRequestBurst: 100,
+    };
+    const udp = { send: () => {} } as never;
+    const at = (ip: string, port: number) =>
+      new RelayClient(port, { udp, ip, port, queue: { bytes: 0 } }, limits, metrics);
+    const a = at('2001:db8:0:1::5', 1);
+    const b = at('2001:db8:0:1:ffff::6', 2);
+    const c = at('2001:db8:0:2::5', 3);
+    expect(a.addressKey).toBe(b.addressKey);
+    expect(a.addressKey).not.toBe(c.addressKey);
+    expect(at('::ffff:10.1.2.3', 4).addressKey).toBe('10.1.2.3');
+    const admission = new UdpAdmission({ addressCookieLifetimeMs: 10_000 });
+    for (const x of [a, b, c]) admission.add(x);
+    expect(admission.countFor(a.addressKey)).toBe(2);
+    expect(admission.oldest(b.addressKey)).toBe(a);
+    admission.remove(a);
+    expect(admission.oldest(a.addressKey)).toBe(b);
+    expect(admission.size).toBe(2);
+  });
+});
+
 describe('issue 17 item 2: never more than 3x to an unproven UDP source, across all its datagrams', () => {
   const settle = (s: NoxRelayServer, n: number) =>
     until(() => s.metrics.received >= n, 3000).then(() => sleep(200));
