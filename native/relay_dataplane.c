@@ -34,7 +34,10 @@
 #define ID_LEN 16
 #define RELAY_HEADER_LEN 38
 #define MAX_BATCH 256
-#define MAX_JS_BACKLOG 512
+/* Bytes handed to JavaScript and not yet processed: like a socket receive buffer (4 MiB). */
+#define MAX_JS_PENDING (4u * 1024 * 1024)
+/* What one datagram costs against that budget beyond its bytes, so empty ones count too. */
+#define JS_DATAGRAM_COST 64
 
 /* ---- allocation table: open addressing keyed by the 16 id bytes ------------------------------ */
 
@@ -168,7 +171,7 @@ enum {
   C_RECEIVED,
   C_FORWARDED,
   C_TO_JS,
-  C_DROP_TOO_LARGE,
+  C_DROP_BAD_SOURCE,
   C_DROP_BACKLOG,
   C_DROP_SEND_FAILED,
   C_BATCHES,
@@ -178,6 +181,7 @@ enum {
 typedef struct js_batch {
   uint32_t count;
   uint32_t bytes;
+  uint32_t cost;
   int32_t *meta; /* count * 4: offset, length, ipv4 (host order as int32), port */
   uint8_t *data;
 } js_batch_t;
@@ -192,6 +196,7 @@ typedef struct {
   pthread_mutex_t lock;
   table_t table;
   uint64_t counters[C_COUNT];
+  uint32_t js_pending; /* cost of batches queued for JavaScript, not yet handed over */
   napi_threadsafe_function tsfn;
   /* worker-owned buffers */
   uint8_t *rbuf;
@@ -291,11 +296,16 @@ static void *worker(void *arg) {
     for (int i = 0; i < n; i++) {
       uint32_t len = p->rmsgs[i].msg_len;
       uint8_t *m = p->riov[i].iov_base;
-      if (len > p->max_datagram || (p->rmsgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0 ||
-          p->rmsgs[i].msg_hdr.msg_namelen != sizeof(struct sockaddr_in) ||
-          p->raddr[i].sin_family != AF_INET) {
-        p->rmsgs[i].msg_len = UINT32_MAX; /* marks "dropped" */
-        __atomic_add_fetch(&p->counters[C_DROP_TOO_LARGE], 1, __ATOMIC_RELAXED);
+      if (p->rmsgs[i].msg_hdr.msg_namelen != sizeof(struct sockaddr_in) || p->raddr[i].sin_family != AF_INET) {
+        p->rmsgs[i].msg_len = UINT32_MAX; /* marks "dropped" (cannot happen on an AF_INET socket) */
+        __atomic_add_fetch(&p->counters[C_DROP_BAD_SOURCE], 1, __ATOMIC_RELAXED);
+        continue;
+      }
+      /* Too large (truncated to max + 1 bytes): JavaScript drops and counts it, as it does anyway. */
+      if (len > p->max_datagram || (p->rmsgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+        if (len > p->max_datagram + 1) p->rmsgs[i].msg_len = len = p->max_datagram + 1;
+        njs++;
+        js_bytes += len;
         continue;
       }
       if (fast_path(p, m, len, &p->raddr[i], &p->saddr[nsend], now)) {
@@ -319,6 +329,12 @@ static void *worker(void *arg) {
       send_all(p, nsend);
     }
     if (njs == 0) continue;
+    uint32_t cost = js_bytes + JS_DATAGRAM_COST * njs;
+    if (__atomic_load_n(&p->js_pending, __ATOMIC_RELAXED) + cost > MAX_JS_PENDING) {
+      /* JavaScript is this far behind: drop, as a full receive buffer would, and count. */
+      __atomic_add_fetch(&p->counters[C_DROP_BACKLOG], njs, __ATOMIC_RELAXED);
+      continue;
+    }
     /* Second pass: copy what JavaScript handles into one batch it receives at once. */
     js_batch_t *b = malloc(sizeof(js_batch_t));
     uint8_t *data = malloc(js_bytes == 0 ? 1 : js_bytes);
@@ -345,11 +361,14 @@ static void *worker(void *arg) {
     }
     b->count = njs;
     b->bytes = js_bytes;
+    b->cost = cost;
+    __atomic_add_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
     b->data = data;
     b->meta = meta;
     napi_status st = napi_call_threadsafe_function(p->tsfn, b, napi_tsfn_nonblocking);
     if (st != napi_ok) {
-      /* JavaScript is behind by MAX_JS_BACKLOG batches (or closing): drop, count. */
+      /* Closing: drop, count. */
+      __atomic_sub_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
       __atomic_add_fetch(&p->counters[C_DROP_BACKLOG], njs, __ATOMIC_RELAXED);
       free(data);
       free(meta);
@@ -369,14 +388,17 @@ static void finalize_batch_data(napi_env env, void *data, void *hint) {
 
 /* Runs on the JS thread: hands one batch to the JS callback as (Buffer data, Int32Array meta). */
 static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
-  (void)context;
+  plane_t *p = context;
   js_batch_t *b = data;
   if (env == NULL || js_cb == NULL) {
+    /* The environment is going away: the plane may be gone already, touch only the batch. */
     free(b->data);
     free(b->meta);
     free(b);
     return;
   }
+  /* Here the plane is alive: the queued function keeps its JS owner, and so the handle, alive. */
+  __atomic_sub_fetch(&p->js_pending, b->cost, __ATOMIC_RELAXED);
   napi_value buf, meta_ab, meta, undefined;
   uint8_t *bytes = b->data;
   if (napi_create_external_buffer(env, b->bytes, bytes, finalize_batch_data, NULL, &buf) != napi_ok) {
@@ -529,8 +551,8 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   getsockname(p->fd, (struct sockaddr *)&sa, &sl);
   napi_value resource_name;
   CHECK(napi_create_string_utf8(env, "gamewire-relay-dataplane", NAPI_AUTO_LENGTH, &resource_name));
-  if (napi_create_threadsafe_function(env, argv[4], NULL, resource_name, MAX_JS_BACKLOG, 1, NULL, NULL, NULL,
-                                      call_js, &p->tsfn) != napi_ok) {
+  if (napi_create_threadsafe_function(env, argv[4], NULL, resource_name, 0, 1, NULL, NULL, p, call_js,
+                                      &p->tsfn) != napi_ok) {
     plane_free(p);
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cannot create the thread-safe function");
     return NULL;
@@ -705,7 +727,7 @@ static napi_value js_now(napi_env env, napi_callback_info info) {
   return out;
 }
 
-/* stats(handle) → [received, forwarded, toJs, dropTooLarge, dropBacklog, dropSendFailed, batches, tableSize] */
+/* stats(handle) → [received, forwarded, toJs, dropBadSource, dropBacklog, dropSendFailed, batches, tableSize] */
 static napi_value js_stats(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];

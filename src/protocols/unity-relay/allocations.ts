@@ -139,6 +139,20 @@ export function guidFromBytes(id: Uint8Array): string {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
+/**
+ * Told of every change to who is bound where and who may relay to whom, in order. The native
+ * data plane mirrors these into its forwarding table (native-dataplane.ts); the store stays the
+ * source of truth.
+ */
+export interface AllocationObserver {
+  /** `a` was bound, or bound again (maybe from another address or link). */
+  bound(a: Allocation): void;
+  /** `a` is no longer bound: CLOSE (`expired` false) or expiry (`expired` true). */
+  unbound(a: Allocation, expired: boolean): void;
+  linked(a: Allocation, b: Allocation): void;
+  unlinked(a: Allocation, b: Allocation): void;
+}
+
 /** Parses a GUID string into its 16 RFC-4122 bytes, or undefined. */
 export function bytesFromGuid(guid: string): Buffer | undefined {
   if (!/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/.test(guid))
@@ -147,6 +161,8 @@ export function bytesFromGuid(guid: string): Buffer | undefined {
 }
 
 export class AllocationStore {
+  /** Mirrors bindings and links elsewhere (the native data plane). */
+  observer: AllocationObserver | undefined;
   readonly idleTimeoutMs: number;
   readonly hostAloneTimeoutMs: number;
   readonly bindTimeoutMs: number;
@@ -282,6 +298,7 @@ export class AllocationStore {
     }
     if (nonceIsNewer(nonce, a.nonce)) a.nonce = nonce;
     a.lastSeen = this.now();
+    this.observer?.bound(a);
   }
 
   /**
@@ -297,6 +314,7 @@ export class AllocationStore {
     a.port = 0;
     this.releaseLink(a);
     a.lastSeen = this.now();
+    this.observer?.unbound(a, false);
     return peers;
   }
 
@@ -311,11 +329,13 @@ export class AllocationStore {
   link(host: Allocation, client: Allocation): void {
     host.peers.add(client);
     client.peers.add(host);
+    this.observer?.linked(host, client);
   }
 
   unlink(a: Allocation, b: Allocation): void {
     a.peers.delete(b);
     b.peers.delete(a);
+    this.observer?.unlinked(a, b);
   }
 
   /** Ends an allocation (idle timeout): unbinds it, drops its links, keeps a tombstone. */
@@ -331,6 +351,7 @@ export class AllocationStore {
     }
     a.expiredAt = this.now();
     if (a.joinCode !== undefined) this.joinCodes.delete(a.joinCode);
+    this.observer?.unbound(a, true);
     return peers;
   }
 

@@ -13,7 +13,17 @@
  * handling in one reused `UdpSource`, and creates a persistent `UdpLink` only when a BIND binds
  * an allocation to a new address. So the UDP hot path allocates nothing.
  */
-import type dgram from 'node:dgram';
+/**
+ * What the relay needs of its UDP socket: a `dgram.Socket`, or the native data plane's
+ * `NativeRelaySocket` (native-dataplane.ts), which forwards UDP→UDP RELAYs itself and hands the
+ * rest over with the same `message` event.
+ */
+export interface RelayUdpSocket {
+  send(msg: Uint8Array, port: number, address: string): void;
+  on(event: 'message', listener: (msg: Buffer, rinfo: { address: string; port: number }) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  off(event: 'message', listener: (msg: Buffer, rinfo: { address: string; port: number }) => void): unknown;
+}
 
 export type RelayTransport = 'udp' | 'dtls' | 'ws' | 'wss';
 
@@ -57,11 +67,11 @@ export class UdpLink implements RelayLink {
   readonly open = true;
   readonly identity = undefined;
   readonly maxMessage: number;
-  readonly socket: dgram.Socket;
+  readonly socket: RelayUdpSocket;
   readonly address: string;
   readonly port: number;
 
-  constructor(socket: dgram.Socket, address: string, port: number, maxMessage: number) {
+  constructor(socket: RelayUdpSocket, address: string, port: number, maxMessage: number) {
     this.socket = socket;
     this.address = address;
     this.port = port;
@@ -86,11 +96,11 @@ export class UdpSource implements RelayLink {
   readonly open = true;
   readonly identity = undefined;
   readonly maxMessage: number;
-  readonly socket: dgram.Socket;
+  readonly socket: RelayUdpSocket;
   address = '';
   port = 0;
 
-  constructor(socket: dgram.Socket, maxMessage: number) {
+  constructor(socket: RelayUdpSocket, maxMessage: number) {
     this.socket = socket;
     this.maxMessage = maxMessage;
   }

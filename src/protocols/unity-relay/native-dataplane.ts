@@ -11,9 +11,12 @@
 import { EventEmitter } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { isIPv4 } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { ProtocolMetrics } from '../../core/metrics.js';
 import { GamewireError } from '../../wire/errors.js';
+import type { Allocation, AllocationObserver, AllocationStore } from './allocations.js';
 
 /** The addon's functions (see native/relay_dataplane.c). */
 interface Addon {
@@ -43,8 +46,8 @@ export interface NativeDataplaneStats {
   forwarded: number;
   /** Datagrams handed to JavaScript. */
   toJs: number;
-  /** Datagrams over the size limit, dropped. */
-  dropTooLarge: number;
+  /** Datagrams whose source is not an IPv4 address (cannot happen on the IPv4 socket), dropped. */
+  dropBadSource: number;
   /** Datagrams dropped because JavaScript was too far behind. */
   dropBacklog: number;
   /** Forwards the kernel refused. */
@@ -233,7 +236,7 @@ export class NativeRelaySocket extends EventEmitter {
       received: s[0]!,
       forwarded: s[1]!,
       toJs: s[2]!,
-      dropTooLarge: s[3]!,
+      dropBadSource: s[3]!,
       dropBacklog: s[4]!,
       dropSendFailed: s[5]!,
       batches: s[6]!,
@@ -259,4 +262,69 @@ export class NativeRelaySocket extends EventEmitter {
   unref(): this {
     return this;
   }
+}
+
+/**
+ * Keeps the native forwarding table equal to the store's view: an allocation is forwardable
+ * natively only while it is bound over UDP from an IPv4 address; links are mirrored as they are
+ * made and broken; expiry forgets it. Also brings native last-seen times and counters back.
+ */
+export class NativeDataplaneMirror implements AllocationObserver {
+  readonly socket: NativeRelaySocket;
+  private last: NativeDataplaneStats;
+
+  constructor(socket: NativeRelaySocket) {
+    this.socket = socket;
+    this.last = socket.stats();
+  }
+
+  bound(a: Allocation): void {
+    if (a.link?.transport === 'udp' && isIPv4(a.address)) this.socket.bind(a.id, a.address, a.port);
+    else this.socket.unbind(a.id);
+  }
+
+  unbound(a: Allocation, expired: boolean): void {
+    if (expired) this.socket.forget(a.id);
+    else this.socket.unbind(a.id);
+  }
+
+  linked(a: Allocation, b: Allocation): void {
+    this.socket.link(a.id, b.id);
+  }
+
+  unlinked(a: Allocation, b: Allocation): void {
+    this.socket.unlink(a.id, b.id);
+  }
+
+  /** Brings forward the last-seen time of allocations the native side relayed for. */
+  refreshLastSeen(store: AllocationStore): void {
+    const now = store.now();
+    for (const a of store.live()) {
+      if (a.state !== 'bound') continue;
+      const idle = this.socket.idleMs(a.id);
+      if (idle !== undefined && now - idle > a.lastSeen) a.lastSeen = now - idle;
+    }
+  }
+
+  /**
+   * Adds what the native side did since the last call to the protocol's counters: datagrams it
+   * forwarded count as received and sent; the rare ones it dropped itself (JavaScript far behind,
+   * a refused send), by reason. Datagrams it handed to JavaScript, too-large ones included, are
+   * counted by the relay's handlers exactly as on the JavaScript data plane.
+   */
+  pullCounters(metrics: ProtocolMetrics): void {
+    const s = this.socket.stats();
+    const d = (k: keyof NativeDataplaneStats) => s[k] - this.last[k];
+    const forwarded = d('forwarded');
+    metrics.received += forwarded + d('dropBadSource') + d('dropBacklog') + d('dropSendFailed');
+    metrics.sent += forwarded;
+    addDrops(metrics, 'bad_source_address', d('dropBadSource'));
+    addDrops(metrics, 'native_backlog', d('dropBacklog'));
+    addDrops(metrics, 'send_failed', d('dropSendFailed'));
+    this.last = s;
+  }
+}
+
+function addDrops(metrics: ProtocolMetrics, reason: string, n: number): void {
+  if (n > 0) metrics.dropped.set(reason, (metrics.dropped.get(reason) ?? 0) + n);
 }

@@ -10,7 +10,6 @@
  */
 
 import { timingSafeEqual } from 'node:crypto';
-import type dgram from 'node:dgram';
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { WireReader } from '../../wire/reader.js';
@@ -20,6 +19,7 @@ import {
   DEFAULT_MAX_TO_DTLS,
   DEFAULT_MAX_TO_WS,
   type RelayLink,
+  type RelayUdpSocket,
   sameLink,
   UdpLink,
   UdpSource,
@@ -42,6 +42,14 @@ import {
 } from './messages.js';
 
 export interface RelayOptions {
+  /**
+   * The native data plane's mirror, when the socket is a `NativeRelaySocket`: the sweep brings its
+   * last-seen times and counters back before deciding anything.
+   */
+  nativeMirror?: {
+    refreshLastSeen(store: AllocationStore): void;
+    pullCounters(metrics: ProtocolMetrics): void;
+  };
   /** Largest message accepted, in bytes of UDP payload (or WebSocket/DTLS plaintext). Default 1472 (a 1500-byte MTU). */
   maxDatagramBytes?: number;
   /** ERROR replies allowed per source IP address (all its ports together), per second. Default 5. */
@@ -74,7 +82,7 @@ function idAt(msg: Buffer, offset: number, id: Buffer): boolean {
 }
 
 export class RelayServer {
-  readonly socket: dgram.Socket;
+  readonly socket: RelayUdpSocket;
   readonly store: AllocationStore;
   readonly maxMessageToDtls: number;
   readonly maxMessageToWs: number;
@@ -87,11 +95,12 @@ export class RelayServer {
   private readonly hmacLimiter: TokenBuckets;
   private readonly reader = new WireReader();
   private readonly sweepTimer: NodeJS.Timeout;
+  private readonly nativeMirror: RelayOptions['nativeMirror'];
   /** The source of the UDP datagram being handled (reused; see links.ts). */
   private readonly udpSource: UdpSource;
 
   constructor(
-    socket: dgram.Socket,
+    socket: RelayUdpSocket,
     store: AllocationStore,
     metrics: ProtocolMetrics,
     log: Logger,
@@ -108,6 +117,7 @@ export class RelayServer {
     this.errorLimiter = new TokenBuckets(options.errorRatePerSecond ?? 5, options.errorBurst ?? 10, sources);
     this.hmacLimiter = new TokenBuckets(options.hmacRatePerSecond ?? 50, options.hmacBurst ?? 100, sources);
     this.udpSource = new UdpSource(socket, this.maxDatagram);
+    this.nativeMirror = options.nativeMirror;
     const shortest = Math.min(store.idleTimeoutMs, store.hostAloneTimeoutMs, store.bindTimeoutMs);
     const every = options.sweepIntervalMs ?? Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
     this.sweepTimer = setInterval(() => this.sweep(), every);
@@ -119,9 +129,10 @@ export class RelayServer {
   stop(): void {
     clearInterval(this.sweepTimer);
     this.socket.off('message', this.onMessage);
+    this.nativeMirror?.pullCounters(this.metrics);
   }
 
-  private readonly onMessage = (msg: Buffer, rinfo: dgram.RemoteInfo): void => {
+  private readonly onMessage = (msg: Buffer, rinfo: { address: string; port: number }): void => {
     this.metrics.received++;
     try {
       this.handle(msg, rinfo.address, rinfo.port);
@@ -402,6 +413,10 @@ export class RelayServer {
 
   private sweep(): void {
     try {
+      if (this.nativeMirror !== undefined) {
+        this.nativeMirror.refreshLastSeen(this.store);
+        this.nativeMirror.pullCounters(this.metrics);
+      }
       this.store.sweep((a, peers, wasBound) => this.end(a, peers, wasBound, 'idle_timeout'));
       const now = this.store.now();
       this.errorLimiter.prune(now);

@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { UsageError } from '../../core/errors.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '../../core/server.js';
@@ -15,6 +16,8 @@ import type { DtlsServerOptions } from '../../transports/dtls/index.js';
 import { AllocationStore, type StoreOptions } from './allocations.js';
 import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
 import { type DtlsEndpoint, startDtlsEndpoint } from './dtls.js';
+import type { RelayUdpSocket } from './links.js';
+import { loadNativeDataplane, NativeDataplaneMirror, NativeRelaySocket } from './native-dataplane.js';
 import { RelayServer } from './relay.js';
 import {
   ensureSelfSignedCert,
@@ -87,14 +90,25 @@ export interface UnityRelayOptions {
   errorSources?: number;
   maxConnectionsLimit?: number;
   apiRateLimitPerMinute?: number;
+  /**
+   * Who forwards UDP↔UDP RELAYs: `native` (the C data plane: recvmmsg/sendmmsg, no JavaScript per
+   * datagram), `js`, or `auto` (default: native where it is built and the host is IPv4). The
+   * GAMEWIRE_DATAPLANE environment variable (`native` or `js`) decides what `auto` means.
+   */
+  dataplane?: DataplaneChoice;
   /** Extra store settings (clock, secret, regions…), mostly for tests. */
   store?: StoreOptions;
   metrics?: ProtocolMetrics;
   log?: Logger;
 }
 
+export type DataplaneChoice = 'auto' | 'native' | 'js';
+
 export interface UnityRelayInstance extends RunningServer {
   relay: RelayServer;
+  /** The data plane that runs, and why (for `auto`). */
+  dataplane: 'native' | 'js';
+  dataplaneReason: string;
   /** The DTLS endpoint, when it runs. */
   dtls: DtlsEndpoint | undefined;
   /** The WebSocket endpoints that run (`ws`, `wss`). */
@@ -139,13 +153,36 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     ...(options.bindTimeoutMs !== undefined ? { bindTimeoutMs: options.bindTimeoutMs } : {}),
     ...(options.joinCodeTtlMs !== undefined ? { joinCodeTtlMs: options.joinCodeTtlMs } : {}),
   });
-  const socket = await bindUdp({
-    host,
-    port: options.port ?? DEFAULT_RELAY_PORT,
-    recvBufferSize: 4 * 1024 * 1024,
-    sendBufferSize: 4 * 1024 * 1024,
-  });
+  const plane = chooseDataplane(options.dataplane ?? 'auto', host);
+  let socket: RelayUdpSocket & { close(): void };
+  let udpPort: number;
+  let nativeMirror: NativeDataplaneMirror | undefined;
+  let closeSocket: () => Promise<void>;
+  if (plane.use === 'native') {
+    const native = NativeRelaySocket.open({
+      host,
+      port: options.port ?? DEFAULT_RELAY_PORT,
+      ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
+    });
+    nativeMirror = new NativeDataplaneMirror(native);
+    store.observer = nativeMirror;
+    socket = native;
+    udpPort = native.port;
+    closeSocket = async () => native.close();
+  } else {
+    const udp = await bindUdp({
+      host,
+      port: options.port ?? DEFAULT_RELAY_PORT,
+      recvBufferSize: 4 * 1024 * 1024,
+      sendBufferSize: 4 * 1024 * 1024,
+    });
+    socket = udp;
+    udpPort = udp.address().port;
+    closeSocket = () => closeUdp(udp);
+  }
+  log.info({ dataplane: plane.use, reason: plane.reason }, `unity-relay data plane: ${plane.use}`);
   const relay = new RelayServer(socket, store, metrics, log, {
+    ...(nativeMirror !== undefined ? { nativeMirror } : {}),
     ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
     ...(options.errorRatePerSecond !== undefined ? { errorRatePerSecond: options.errorRatePerSecond } : {}),
     ...(options.errorBurst !== undefined ? { errorBurst: options.errorBurst } : {}),
@@ -155,19 +192,23 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
     ...(options.maxMessageToWs !== undefined ? { maxMessageToWs: options.maxMessageToWs } : {}),
   });
-  const udpPort = socket.address().port;
   const publicHost = options.publicHost ?? '127.0.0.1';
   const closers: (() => Promise<void>)[] = [
     async () => {
       relay.stop();
-      await closeUdp(socket);
+      await closeSocket();
     },
   ];
   const closeAll = async () => {
     await Promise.allSettled(closers.map((c) => c()));
   };
   const endpoints: Endpoint[] = [
-    { transport: 'udp', host, port: udpPort, description: 'Unity Relay (Unity Transport clients bind here)' },
+    {
+      transport: 'udp',
+      host,
+      port: udpPort,
+      description: `Unity Relay (Unity Transport clients bind here; ${plane.use === 'native' ? 'native' : 'JavaScript'} data plane)`,
+    },
   ];
   const serverEndpoints: ServerEndpointJson[] = [serverEndpoint('udp', publicHost, udpPort)];
   let dtls: DtlsEndpoint | undefined;
@@ -291,6 +332,8 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   });
   return {
     relay,
+    dataplane: plane.use,
+    dataplaneReason: plane.reason,
     dtls,
     ws,
     wss,
@@ -309,6 +352,26 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       return closing;
     },
   };
+}
+
+function dataplaneFromEnv(): DataplaneChoice {
+  const v = process.env.GAMEWIRE_DATAPLANE;
+  return v === 'native' || v === 'js' ? v : 'auto';
+}
+
+/** Decides the data plane: `native` fails loudly where it cannot run, `auto` falls back to JS. */
+function chooseDataplane(asked: DataplaneChoice, host: string): { use: 'native' | 'js'; reason: string } {
+  const choice = asked === 'auto' ? dataplaneFromEnv() : asked;
+  if (choice === 'js') return { use: 'js', reason: asked === 'auto' ? 'GAMEWIRE_DATAPLANE=js' : 'asked for' };
+  const { addon, reason } = loadNativeDataplane();
+  const problem =
+    addon === undefined ? reason : net.isIPv4(host) ? undefined : `it binds IPv4 only (host ${host})`;
+  if (problem === undefined)
+    return { use: 'native', reason: choice === 'native' ? 'asked for' : 'available' };
+  if (choice === 'native') {
+    throw new UsageError(`--dataplane native cannot run: ${problem}; use --dataplane js or auto`);
+  }
+  return { use: 'js', reason: `native unavailable: ${problem}` };
 }
 
 function optionalString(v: unknown): string | undefined {
@@ -416,6 +479,15 @@ export const unityRelayServer: ServerDefinition = {
       default: 60_000,
     },
     {
+      key: 'dataplane',
+      flag: '--dataplane <mode>',
+      description:
+        'unity-relay: who forwards UDP↔UDP RELAYs: native (C, recvmmsg/sendmmsg), js, or auto (native where built)',
+      type: 'string',
+      choices: ['auto', 'native', 'js'],
+      default: 'auto',
+    },
+    {
       key: 'maxDatagramBytes',
       flag: '--unity-max-datagram <bytes>',
       description: 'unity-relay: largest datagram accepted',
@@ -479,6 +551,8 @@ export const unityRelayServer: ServerDefinition = {
     set('idleTimeoutMs', optionalInt(options.idleTimeoutMs));
     set('hostAloneTimeoutMs', optionalInt(options.hostAloneTimeoutMs));
     set('maxDatagramBytes', optionalInt(options.maxDatagramBytes));
+    const dataplane = optionalString(options.dataplane);
+    if (dataplane === 'auto' || dataplane === 'native' || dataplane === 'js') set('dataplane', dataplane);
     set('wssPublicHost', optionalString(options.wssPublicHost));
     set('maxMessageToDtls', optionalInt(options.maxDtlsMessageBytes));
     set('maxMessageToWs', optionalInt(options.maxWsMessageBytes));

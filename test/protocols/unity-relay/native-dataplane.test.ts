@@ -138,11 +138,13 @@ describe('native relay data plane', () => {
     expect(plane.stats().tableSize).toBe(1);
   });
 
-  it('drops datagrams over the size limit, counted, and sends from JavaScript on the same socket', async () => {
+  it('hands datagrams over the size limit to JavaScript (cut to limit + 1 bytes), and sends from JavaScript', async () => {
     const { plane, a, idA, idB, toJs } = await setup(200);
-    a.send(relay(idA, idB, Buffer.alloc(300)), plane.port, '127.0.0.1');
-    await expect.poll(() => plane.stats().dropTooLarge, { timeout: 3000 }).toBe(1);
-    expect(toJs).toEqual([]);
+    const big = relay(idA, idB, Buffer.alloc(300));
+    a.send(big, plane.port, '127.0.0.1');
+    await expect.poll(() => toJs.length, { timeout: 3000 }).toBe(1);
+    expect(toJs[0]![0]).toEqual(big.subarray(0, 201));
+    expect(plane.stats().forwarded).toBe(0);
     const reply = nextMessage(a);
     plane.send(Buffer.from('from js'), a.address().port, '127.0.0.1');
     expect((await reply)?.toString()).toBe('from js');
@@ -167,7 +169,7 @@ describe('native relay data plane', () => {
     for (const s of samples) a.send(s, plane.port, '127.0.0.1');
     await expect.poll(() => plane.stats().received, { timeout: 5000 }).toBe(samples.length);
     const st = plane.stats();
-    expect(st.forwarded + st.toJs + st.dropTooLarge + st.dropBacklog).toBe(samples.length);
+    expect(st.forwarded + st.toJs + st.dropBadSource + st.dropBacklog).toBe(samples.length);
     await expect.poll(() => toJs.length, { timeout: 5000 }).toBe(st.toJs);
   });
 
