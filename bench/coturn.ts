@@ -161,7 +161,13 @@ function attrsOf(msg: Buffer): Attr[] {
 }
 
 /** Sends a request until its success response arrives; rejects on an error response or timeout. */
-function transact(socket: dgram.Socket, port: number, type: number, attrs: Attr[], timeoutMs = 3000): Promise<Buffer> {
+function transact(
+  socket: dgram.Socket,
+  port: number,
+  type: number,
+  attrs: Attr[],
+  timeoutMs = 3000,
+): Promise<Buffer> {
   const tid = randomBytes(12);
   const msg = stunMessage(type, attrs, tid);
   return new Promise((resolve, reject) => {
@@ -187,11 +193,13 @@ function transact(socket: dgram.Socket, port: number, type: number, attrs: Attr[
 
 /** A TURN allocation whose channel 0x4000 goes to `peerPort` on loopback. Returns the prefix for ChannelData. */
 export async function turnChannel(socket: dgram.Socket, turnPort: number, peerPort: number): Promise<void> {
-  await transact(socket, turnPort, 0x0003, [{ type: 0x0019, value: Buffer.from([17, 0, 0, 0]) }]).then((r) => {
-    const relayed = attrsOf(r).find((a) => a.type === 0x0016);
-    if (relayed === undefined) throw new Error('no XOR-RELAYED-ADDRESS');
-    return readXorAddress(relayed.value);
-  });
+  await transact(socket, turnPort, 0x0003, [{ type: 0x0019, value: Buffer.from([17, 0, 0, 0]) }]).then(
+    (r) => {
+      const relayed = attrsOf(r).find((a) => a.type === 0x0016);
+      if (relayed === undefined) throw new Error('no XOR-RELAYED-ADDRESS');
+      return readXorAddress(relayed.value);
+    },
+  );
   const peer = xorAddress('127.0.0.1', peerPort);
   await transact(socket, turnPort, 0x0008, [{ type: 0x0012, value: peer }]);
   const channel = Buffer.from([0x40, 0x00, 0x00, 0x00]);

@@ -9,7 +9,7 @@
  * Figures: forwarded packets per second of server CPU, wall pps, loss, and one-way latency added
  * by the hop (p50/p99, relative to sending straight to the peer on loopback).
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -22,13 +22,14 @@ import {
   startUnityRelay,
 } from '../src/protocols/unity-relay/index.js';
 import { DtlsClient } from '../src/transports/dtls/index.js';
+import { channelData, coturnAvailable, cpuSecondsOf, relayPid, startCoturn, turnChannel } from './coturn.js';
 import { type BenchResult, type BenchRow, type BenchSuite, percentile } from './harness.js';
 
 const CHILD_ENV = 'GAMEWIRE_BENCH_UNITY_RELAY';
 const PAIRS = 4;
 const SECONDS = 2.5;
 
-type Role = 'relay' | 'baseline';
+type Role = 'relay' | 'relay-native' | 'baseline';
 
 interface ChildReady {
   udpPort: number;
@@ -52,18 +53,25 @@ async function runChild(role: Role): Promise<void> {
   let dropped: () => Record<string, number> = () => ({});
   let close: () => Promise<void>;
   let ready: ChildReady;
-  if (role === 'relay') {
+  if (role === 'relay' || role === 'relay-native') {
     const server = await startUnityRelay({
       host: '127.0.0.1',
       port: 0,
       apiPort: 0,
+      dataplane: role === 'relay-native' ? 'native' : 'js',
       apiRateLimitPerMinute: 0,
       apiLimits: { allocationsPerMinutePerAddress: 100_000, globalAllocationsPerSecond: 100_000 },
       dtlsPort: 0,
       wsPort: 0,
     });
-    forwarded = () => server.metrics.sent;
-    received = () => server.metrics.received;
+    forwarded = () => {
+      server.relay.syncDataplane();
+      return server.metrics.sent;
+    };
+    received = () => {
+      server.relay.syncDataplane();
+      return server.metrics.received;
+    };
     dropped = () => Object.fromEntries(server.metrics.dropped);
     close = () => server.close();
     ready = {
@@ -124,8 +132,9 @@ async function runChild(role: Role): Promise<void> {
   process.send!(ready);
 }
 
-if (process.env[CHILD_ENV] === 'relay' || process.env[CHILD_ENV] === 'baseline') {
-  await runChild(process.env[CHILD_ENV]);
+const childRole = process.env[CHILD_ENV];
+if (childRole === 'relay' || childRole === 'relay-native' || childRole === 'baseline') {
+  await runChild(childRole);
 }
 
 // ---- the parent: clients ---------------------------------------------------------------------
@@ -134,11 +143,36 @@ function nextMessage<T>(child: ChildProcess): Promise<T> {
   return new Promise((resolve) => child.once('message', (m) => resolve(m as T)));
 }
 
+/**
+ * "One pinned core": every forwarding process (relay, baseline, coturn) runs pinned to CPU 1 and
+ * the load generator (this process) to CPU 0, when `taskset` exists and there are two CPUs.
+ * GAMEWIRE_BENCH_PIN=0 turns it off.
+ */
+const FORWARDER_CPU = 1;
+function canPin(): boolean {
+  if (process.env.GAMEWIRE_BENCH_PIN === '0' || process.platform !== 'linux') return false;
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
+    return Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) >= 2;
+  } catch {
+    return false;
+  }
+}
+const PINNED = canPin();
+
+function pinSelf(cpus: string): void {
+  if (PINNED) execFileSync('taskset', ['-p', '-c', cpus, String(process.pid)], { stdio: 'ignore' });
+}
+
 async function spawnChild(role: Role): Promise<{ child: ChildProcess; ready: ChildReady }> {
-  const child = fork(fileURLToPath(import.meta.url), [], {
-    env: { ...process.env, [CHILD_ENV]: role },
-    stdio: 'inherit',
-  });
+  const env = { ...process.env, [CHILD_ENV]: role };
+  const file = fileURLToPath(import.meta.url);
+  const child = PINNED
+    ? spawn('taskset', ['-c', String(FORWARDER_CPU), process.execPath, file], {
+        env,
+        stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
+      })
+    : fork(file, [], { env, stdio: 'inherit' });
   const ready = await nextMessage<ChildReady>(child);
   return { child, ready };
 }
@@ -571,81 +605,204 @@ async function transportRows(relay: { child: ChildProcess; ready: ChildReady }):
 
 const us = (ms: number) => Math.round(ms * 1000);
 
+/** A free UDP port on 127.0.0.1 (for turnserver, which needs one named). */
+async function freeUdpPort(): Promise<number> {
+  const s = await openSocket();
+  const port = s.address().port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+interface CoturnResult {
+  ppsPerCpu: number;
+  wallPps: number;
+  loss: number;
+}
+
+/** coturn, one relay thread, pinned like the others: 8 TURN channels of 100-byte ChannelData, saturated. */
+async function measureCoturn(): Promise<CoturnResult | string> {
+  if (!coturnAvailable()) return 'turnserver not installed (Debian package coturn)';
+  const turn = await startCoturn(await freeUdpPort(), PINNED ? FORWARDER_CPU : undefined);
+  const sockets: dgram.Socket[] = [];
+  try {
+    const peer = await openSocket();
+    sockets.push(peer);
+    let received = 0;
+    peer.on('message', () => {
+      received++;
+    });
+    const clients: dgram.Socket[] = [];
+    for (let i = 0; i < PAIRS * 2; i++) {
+      const c = await openSocket();
+      sockets.push(c);
+      await turnChannel(c, turn.port, peer.address().port);
+      clients.push(c);
+    }
+    const ring = Array.from({ length: 512 }, () => channelData(100 + 38));
+    let best: CoturnResult | undefined;
+    for (let round = 0; round < 2; round++) {
+      received = 0;
+      const cpu0 = cpuSecondsOf(relayPid(turn));
+      let sent = 0;
+      const start = performance.now();
+      await new Promise<void>((resolve) => {
+        const step = () => {
+          if (performance.now() - start >= SECONDS * 1000) return resolve();
+          for (let k = 0; k < 64; k++) {
+            clients[sent % clients.length]!.send(ring[sent % ring.length]!, turn.port, '127.0.0.1');
+            sent++;
+          }
+          setImmediate(step);
+        };
+        step();
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      const cpu = cpuSecondsOf(relayPid(turn)) - cpu0;
+      const r: CoturnResult = {
+        ppsPerCpu: cpu > 0 ? received / cpu : 0,
+        wallPps: received / SECONDS,
+        loss: sent === 0 ? 0 : 1 - received / sent,
+      };
+      if (best === undefined || r.ppsPerCpu > best.ppsPerCpu) best = r;
+    }
+    return best!;
+  } finally {
+    for (const s of sockets) await new Promise<void>((r) => s.close(() => r()));
+    await turn.close();
+  }
+}
+
 async function run(): Promise<BenchResult> {
+  pinSelf('0');
   const rows: BenchRow[] = [];
   const relay = await spawnChild('relay');
+  const native = await spawnChild('relay-native');
   const baseline = await spawnChild('baseline');
   const relayPairs: [Endpoint, Endpoint][] = [];
+  const nativePairs: [Endpoint, Endpoint][] = [];
   const basePairs: [Endpoint, Endpoint][] = [];
   for (let i = 0; i < PAIRS; i++) {
     relayPairs.push(await relayPair(relay.ready));
+    nativePairs.push(await relayPair(native.ready));
     basePairs.push(await baselinePair(baseline.ready, i));
   }
+  let nativeSaturated100: CaseResult | undefined;
   try {
     for (const [label, rate, size] of [
       ['paced 10k pps, 100 B content', 10_000, 100],
+      ['paced 20k pps, 100 B content', 20_000, 100],
       ['saturated, 100 B content', Number.POSITIVE_INFINITY, 100],
       ['saturated, 1362 B content', Number.POSITIVE_INFINITY, 1362],
     ] as const) {
       const rf = flowsOf(relayPairs, size);
+      const nf = flowsOf(nativePairs, size);
       const bf = flowsOf(basePairs, size);
-      // Warm both up, then interleave: baseline, relay.
+      // Warm all up, then interleave: baseline, JS relay, native relay.
       await blast(rf, relay.ready.udpPort, 5000, 0.3);
+      await blast(nf, native.ready.udpPort, 5000, 0.3);
       await blast(bf, baseline.ready.udpPort, 5000, 0.3);
       // Two interleaved rounds; the better round of each side counts (the machine is shared).
       const better = (x: CaseResult, y: CaseResult) => (y.ppsPerCpu > x.ppsPerCpu ? y : x);
       let b = await measure(baseline.child, bf, baseline.ready.udpPort, rate);
       let s = await measure(relay.child, rf, relay.ready.udpPort, rate);
+      let n = await measure(native.child, nf, native.ready.udpPort, rate);
       b = better(b, await measure(baseline.child, bf, baseline.ready.udpPort, rate));
       s = better(s, await measure(relay.child, rf, relay.ready.udpPort, rate));
-      const drops = Object.entries(s.stats.dropped)
-        .map(([k, v]) => `${k}:${v}`)
-        .join(',');
-      const extra: Record<string, number | string> = {
-        relayRxPct: s.sent === 0 ? 0 : +((s.stats.received / s.sent) * 100).toFixed(2),
-        relayDrops: drops === '' ? 'none' : drops,
-        wallPps: Math.round(s.wallPps),
-        baseWallPps: Math.round(b.wallPps),
-        lossPct: +(s.loss * 100).toFixed(3),
-        baseLossPct: +(b.loss * 100).toFixed(3),
-      };
-      if (rate !== Number.POSITIVE_INFINITY) {
-        const d = await blast(rf, relay.ready.udpPort, rate, 1, true);
-        const direct50 = percentile(d.latencies, 50);
-        const direct99 = percentile(d.latencies, 99);
-        extra.addedP50us = us(s.p50 - direct50);
-        extra.addedP99us = us(s.p99 - direct99);
-        extra.baseAddedP50us = us(b.p50 - direct50);
-        extra.baseAddedP99us = us(b.p99 - direct99);
-      } else {
-        extra.p50us = us(s.p50);
-        extra.p99us = us(s.p99);
-        extra.baseP50us = us(b.p50);
-        extra.baseP99us = us(b.p99);
+      n = better(n, await measure(native.child, nf, native.ready.udpPort, rate));
+      if (rate === Number.POSITIVE_INFINITY && size === 100) nativeSaturated100 = n;
+      const direct =
+        rate !== Number.POSITIVE_INFINITY ? await blast(rf, relay.ready.udpPort, rate, 1, true) : undefined;
+      for (const [name, x] of [
+        [`forward ${label}`, s],
+        [`native forward ${label}`, n],
+      ] as const) {
+        const drops = Object.entries(x.stats.dropped)
+          .map(([k, v]) => `${k}:${v}`)
+          .join(',');
+        const extra: Record<string, number | string> = {
+          relayRxPct: x.sent === 0 ? 0 : +((x.stats.received / x.sent) * 100).toFixed(2),
+          relayDrops: drops === '' ? 'none' : drops,
+          wallPps: Math.round(x.wallPps),
+          baseWallPps: Math.round(b.wallPps),
+          lossPct: +(x.loss * 100).toFixed(3),
+          baseLossPct: +(b.loss * 100).toFixed(3),
+        };
+        if (direct !== undefined) {
+          const direct50 = percentile(direct.latencies, 50);
+          const direct99 = percentile(direct.latencies, 99);
+          extra.addedP50us = us(x.p50 - direct50);
+          extra.addedP99us = us(x.p99 - direct99);
+          extra.baseAddedP50us = us(b.p50 - direct50);
+          extra.baseAddedP99us = us(b.p99 - direct99);
+        } else {
+          extra.p50us = us(x.p50);
+          extra.p99us = us(x.p99);
+          extra.baseP50us = us(b.p50);
+          extra.baseP99us = us(b.p99);
+        }
+        rows.push({
+          name,
+          subject: x.ppsPerCpu,
+          baseline: b.ppsPerCpu,
+          unit: 'pps/cpu-s',
+          ratio: x.ppsPerCpu / b.ppsPerCpu,
+          extra,
+        });
       }
+      if (rate === 20_000) {
+        // Latency: the native plane against the JavaScript one (ratio ≥ 1: native no worse).
+        rows.push({
+          name: 'native vs js data plane, p99 one-way latency at 20k pps',
+          subject: us(n.p99),
+          baseline: us(s.p99),
+          unit: 'µs p99',
+          ratio: s.p99 / n.p99,
+          extra: { nativeP50us: us(n.p50), jsP50us: us(s.p50) },
+        });
+      }
+    }
+    const coturn = await measureCoturn();
+    if (typeof coturn === 'string') {
       rows.push({
-        name: `forward ${label}`,
-        subject: s.ppsPerCpu,
-        baseline: b.ppsPerCpu,
+        name: 'native forward vs coturn (one relay thread), saturated, 100 B',
+        subject: nativeSaturated100?.ppsPerCpu ?? 0,
+        baseline: 0,
         unit: 'pps/cpu-s',
-        ratio: s.ppsPerCpu / b.ppsPerCpu,
-        extra,
+        ratio: 0,
+        extra: { skipped: coturn },
+      });
+    } else {
+      rows.push({
+        name: 'native forward vs coturn (one relay thread), saturated, 100 B',
+        subject: nativeSaturated100?.ppsPerCpu ?? 0,
+        baseline: coturn.ppsPerCpu,
+        unit: 'pps/cpu-s',
+        ratio: (nativeSaturated100?.ppsPerCpu ?? 0) / coturn.ppsPerCpu,
+        extra: {
+          nativeLossPct: +((nativeSaturated100?.loss ?? 0) * 100).toFixed(3),
+          coturnLossPct: +(coturn.loss * 100).toFixed(3),
+          coturnWallPps: Math.round(coturn.wallPps),
+        },
       });
     }
     rows.push(...(await transportRows(relay)));
   } finally {
     await closeAll(relayPairs, relay.child);
+    await closeAll(nativePairs, native.child);
     await closeAll(basePairs, baseline.child);
+    pinSelf('0-255');
   }
   return {
     suite: 'unity-relay',
     rows,
     notes: [
-      `${PAIRS} pairs, both directions, 2 rounds of ${SECONDS} s per case (better round kept for each side); relay and baseline each in a child process; clients in this process (sender and receiver share one core, so saturated figures are bounded by the sender too).`,
-      'pps/cpu-s = datagrams forwarded / (user + system CPU seconds of the forwarding process).',
+      `${PAIRS} pairs, both directions (${PAIRS * 2} flows), 2 rounds of ${SECONDS} s per case (better round kept for each side); each forwarder in a child process${PINNED ? `, pinned to CPU ${FORWARDER_CPU} (taskset), the load generator to CPU 0` : ' (not pinned: taskset or a second CPU missing)'}.`,
+      '"forward" rows: the JavaScript data plane (--dataplane js); "native forward" rows: the native data plane (--dataplane native); both against the same hand-written Node forwarder (a Map lookup, one send).',
+      'pps/cpu-s = datagrams forwarded / (user + system CPU seconds of the forwarding process, all its threads).',
       'relayRxPct = share of sent datagrams the relay process received (the rest was lost before it, in the kernel); relayDrops = datagrams the relay itself dropped, by reason.',
-      'addedP50/P99 = one-way latency through the hop minus straight to the peer on loopback, paced case only; saturated cases show raw one-way latency (queueing).',
-      "Transport rows: the same relay process, 4 pairs whose both ends use DTLS (AES-128-GCM), or WebSocket, measured right after the same pairs on UDP; p50/p99 = one-way latency sender → relay → receiver, including the clients' own encryption/framing.",
+      'addedP50/P99 = one-way latency through the hop minus straight to the peer on loopback, paced cases; saturated cases show raw one-way latency (queueing).',
+      'coturn row: Debian turnserver, --relay-threads=1, anonymous, UDP; 8 TURN channels sending 138-byte ChannelData payloads (the size of a 100-byte RELAY), CPU from /proc.',
+      "Transport rows: the JavaScript-plane relay, 4 pairs whose both ends use DTLS (AES-128-GCM), or WebSocket, measured right after the same pairs on UDP; p50/p99 = one-way latency sender → relay → receiver, including the clients' own encryption/framing.",
     ],
   };
 }
@@ -653,6 +810,6 @@ async function run(): Promise<BenchResult> {
 export const suite: BenchSuite = {
   name: 'unity-relay',
   description:
-    'RELAY forwarding on loopback vs a minimal hand-written UDP forwarder; DTLS and WebSocket vs UDP',
+    'RELAY forwarding on both data planes vs a hand-written Node forwarder and coturn; DTLS and WebSocket vs UDP',
   run,
 };

@@ -126,6 +126,13 @@ export class RelayServer {
     socket.on('error', (err) => this.log.warn({ err }, 'udp socket error'));
   }
 
+  /** Brings the native data plane's counters and last-seen times back now (the sweep does it too). */
+  syncDataplane(): void {
+    if (this.nativeMirror === undefined) return;
+    this.nativeMirror.refreshLastSeen(this.store);
+    this.nativeMirror.pullCounters(this.metrics);
+  }
+
   stop(): void {
     clearInterval(this.sweepTimer);
     this.socket.off('message', this.onMessage);
