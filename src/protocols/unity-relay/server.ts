@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { UsageError } from '../../core/errors.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
+import { trafficRecorder } from '../../core/recording.js';
 import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '../../core/server.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { DtlsServerOptions } from '../../transports/dtls/index.js';
@@ -363,6 +364,9 @@ function dataplaneFromEnv(): DataplaneChoice {
 function chooseDataplane(asked: DataplaneChoice, host: string): { use: 'native' | 'js'; reason: string } {
   const choice = asked === 'auto' ? dataplaneFromEnv() : asked;
   if (choice === 'js') return { use: 'js', reason: asked === 'auto' ? 'GAMEWIRE_DATAPLANE=js' : 'asked for' };
+  // `--record` sees the sockets of the JavaScript helpers only: native forwards would be missing.
+  if (asked === 'auto' && trafficRecorder() !== undefined)
+    return { use: 'js', reason: 'recording (--record) sees only the JavaScript data plane' };
   const { addon, reason } = loadNativeDataplane();
   const problem =
     addon === undefined ? reason : net.isIPv4(host) ? undefined : `it binds IPv4 only (host ${host})`;
