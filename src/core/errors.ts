@@ -71,18 +71,32 @@ export function parseIntOption(value: string): number {
 export const CliError = CommandError;
 export type CliError = CommandError;
 
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
 /**
  * Turns a failed connection (a refused TCP connect, a `fetch failed` whose cause was refused,
  * an unreachable or unknown host) into one line that says what to do: `no server at HOST:PORT:
  * is \`gamewire serve\` running?`. Other errors come back unchanged. For clients' CLI commands.
  */
 export function connectFailure(err: unknown, target: string): unknown {
+  // Look through wrappers (fetch's TypeError, a client's own error) for the socket's code.
+  let code: string | undefined;
   let e = err as (NodeJS.ErrnoException & { cause?: unknown }) | undefined;
-  // fetch() wraps the socket error: TypeError('fetch failed', { cause })
-  for (let depth = 0; depth < 3 && e !== undefined && e !== null && e.code === undefined; depth++) {
+  for (let depth = 0; depth < 4 && e !== undefined && e !== null; depth++) {
+    if (typeof e.code === 'string' && NETWORK_CODES.has(e.code)) {
+      code = e.code;
+      break;
+    }
     e = e.cause as (NodeJS.ErrnoException & { cause?: unknown }) | undefined;
   }
-  const code = e?.code;
   if (code === 'ECONNREFUSED' || code === 'ECONNRESET') {
     return new CommandError(
       'ERR_CONNECT',

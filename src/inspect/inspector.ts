@@ -6,6 +6,8 @@
  * first bytes; the side that owns the mapped port is the server. TCP directions are reassembled
  * (tcp.ts) before they reach the decoder.
  */
+
+import { ConfigError } from '../core/errors.js';
 import type { Direction } from '../core/protocol.js';
 import type { Json } from '../wire/codec.js';
 import type { DecodeError } from '../wire/errors.js';
@@ -168,7 +170,7 @@ export class Inspector {
     }
     for (const m of this.options.ports) {
       const p = findProtocol(m.protocol);
-      if (p === undefined) throw new RangeError(`unknown protocol ${m.protocol}`);
+      if (p === undefined) throw new ConfigError(`unknown protocol ${m.protocol}`, 'ports');
       if (m.transport !== 'udp') {
         this.tcpPorts.set(m.port, p);
         this.explicitTcp.add(m.port);

@@ -352,3 +352,41 @@ describe('connection lifecycle logs', () => {
     expect(full?.msg).toMatch(/--rmc-max-connections, config rmc\.\w+/);
   }, 120_000);
 });
+
+describe("clients' commands say what to do when no server answers", () => {
+  /** A port nothing listens on. */
+  async function closedPort(): Promise<number> {
+    const s = net.createServer();
+    await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
+    const port = (s.address() as net.AddressInfo).port;
+    await new Promise<void>((resolve) => s.close(() => resolve()));
+    return port;
+  }
+
+  it('unity-relay host (an HTTP API: "fetch failed" before)', async () => {
+    const port = await closedPort();
+    const r = runCli(['unity-relay', 'host', '--api', `http://127.0.0.1:${port}`]);
+    expect(r.code).toBe(1);
+    expect(errorOf(r)).toEqual({
+      code: 'ERR_CONNECT',
+      message: `no server at http://127.0.0.1:${port}: is \`gamewire serve\` running?`,
+    });
+  });
+
+  it('rmc call (TCP)', async () => {
+    const port = await closedPort();
+    const r = runCli([
+      'rmc',
+      'call',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      'CloudServersProtocol::GetDatacenters_V1',
+      '--args',
+      '{}',
+    ]);
+    expect(r.code).toBe(1);
+    expect(errorOf(r).message).toBe(`no server at 127.0.0.1:${port}: is \`gamewire serve\` running?`);
+  });
+});

@@ -3,7 +3,7 @@
  * `rmc methods` (the built-in signatures and how much of each layout is public).
  */
 import type { Command } from 'commander';
-import { CommandError, parseIntOption, UsageError } from '../../core/errors.js';
+import { CommandError, connectFailure, parseIntOption, UsageError } from '../../core/errors.js';
 import { decode, parseHex, WireWriter } from '../../wire/index.js';
 import { RmcClient, RmcClientError } from './client.js';
 import { findBuiltinByFullName } from './codec.js';
@@ -74,6 +74,8 @@ async function runCall(name: string, flags: CallFlags): Promise<void> {
     : RmcClient.connect(base)
   ).catch((err: Error) => {
     if (err instanceof UsageError || err instanceof RmcError) throw err;
+    const hint = connectFailure(err, `${flags.host}:${flags.port}`);
+    if (hint instanceof CommandError) throw hint;
     throw new CommandError((err as { code?: string }).code ?? 'ERR_RMC_CONNECTION', err.message);
   });
   try {

@@ -11,6 +11,7 @@
  * - Calls made in the same tick leave in one write (pipelining).
  */
 import net from 'node:net';
+import { GamewireError } from '../../wire/errors.js';
 import {
   DecodeError,
   decode,
@@ -34,12 +35,9 @@ import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
 import { qString } from './types.js';
 
 /** A transport-level client failure (timeout, closed connection, protocol violation). */
-export class RmcClientError extends Error {
-  readonly code: string;
-
-  constructor(code: string, message: string) {
-    super(message);
-    this.code = code;
+export class RmcClientError extends GamewireError {
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
   }
 
   override get name(): string {
@@ -114,6 +112,7 @@ export class RmcClient {
           new RmcClientError(
             'ERR_RMC_CONNECTION',
             `cannot connect to ${options.host}:${options.port}: ${err.message}`,
+            { cause: err },
           ),
         );
       });

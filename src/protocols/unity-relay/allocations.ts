@@ -18,6 +18,7 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
+import { GamewireError } from '../../wire/errors.js';
 import type { RelayLink } from './links.js';
 import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
 
@@ -118,7 +119,16 @@ export const DEFAULT_REGIONS: readonly Region[] = Object.freeze([
 /** Join code alphabet: no 0/O, 1/I/L (as in Unity's 6-character codes). */
 const JOIN_ALPHABET = 'ABCDEFGHJKMNPQRSTUVWXYZ23456789';
 
-export class StoreFullError extends Error {}
+/** The allocation store holds its maximum; the API answers 429/503 with it. */
+export class StoreFullError extends GamewireError {
+  constructor(message = 'the allocation store is full') {
+    super('ERR_RELAY_FULL', message);
+  }
+
+  override get name(): string {
+    return 'StoreFullError';
+  }
+}
 
 /**
  * Whether BIND nonce `nonce` is newer than `last` (the newest accepted so far, -1 for none), in

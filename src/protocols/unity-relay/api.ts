@@ -6,6 +6,7 @@
 import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { type FastifyInstance, type FastifyReply, type FastifyRequest, fastify } from 'fastify';
 import type { Logger } from 'pino';
+import { GamewireError } from '../../wire/errors.js';
 import { type Allocation, type AllocationStore, StoreFullError } from './allocations.js';
 import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
 
@@ -141,13 +142,13 @@ export function allocationJson(
 }
 
 /** An error that becomes the SDK's `ErrorResponseBody`. */
-export class ApiError extends Error {
+export class ApiError extends GamewireError {
   readonly status: number;
   readonly title: string;
   readonly details: { key: string; value: string }[] | undefined;
 
   constructor(status: number, title: string, detail: string, details?: { key: string; value: string }[]) {
-    super(detail);
+    super('ERR_RELAY_API', detail);
     this.status = status;
     this.title = title;
     this.details = details;

@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
-import { CliError, parseIntOption, UsageError } from '../../core/errors.js';
+import { CliError, connectFailure, parseIntOption, UsageError } from '../../core/errors.js';
 import {
   type ConnectionType,
   RelayApiClient,
@@ -71,6 +71,12 @@ async function chat(client: UnityRelayClient, onLine: (line: string) => void): P
   await client.close();
 }
 
+/** The error's message and its cause's (fetch says only "fetch failed"). */
+function describe(err: unknown): string {
+  const e = err as Error & { cause?: unknown };
+  return e.cause instanceof Error ? `${e.message}: ${e.cause.message}` : String(e.message ?? e);
+}
+
 async function host(opts: ChatOptions): Promise<void> {
   const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey });
   let started: Awaited<ReturnType<typeof UnityRelayClient.host>>;
@@ -78,7 +84,9 @@ async function host(opts: ChatOptions): Promise<void> {
     started = await UnityRelayClient.host(api, opts.maxConnections ?? 8, clientOptions(opts));
   } catch (err) {
     if (err instanceof UsageError) throw err;
-    throw new CliError('ERR_RELAY', `could not host: ${(err as Error).message}`);
+    const hint = connectFailure(err, opts.api);
+    if (hint instanceof CliError) throw hint;
+    throw new CliError('ERR_RELAY', `could not host: ${describe(err)}`);
   }
   const { client, joinCode } = started;
   status(
@@ -106,7 +114,9 @@ async function join(code: string, opts: ChatOptions): Promise<void> {
     client = await UnityRelayClient.join(api, code, clientOptions(opts));
   } catch (err) {
     if (err instanceof UsageError) throw err;
-    throw new CliError('ERR_RELAY', `could not join: ${(err as Error).message}`);
+    const hint = connectFailure(err, opts.api);
+    if (hint instanceof CliError) throw hint;
+    throw new CliError('ERR_RELAY', `could not join: ${describe(err)}`);
   }
   status(
     `connected to host ${short(client.hostId!)} through the relay over ${client.connectionType}; type lines to send`,

@@ -14,7 +14,7 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { WebSocket } from 'ws';
 import { DtlsClient } from '../../transports/dtls/index.js';
-import { DecodeError } from '../../wire/errors.js';
+import { DecodeError, EncodeError, ErrorCode, GamewireError } from '../../wire/errors.js';
 import { toHex } from '../../wire/hex.js';
 import type { AllocationJson } from './api.js';
 import {
@@ -57,7 +57,8 @@ export function relayServerData(
   connectionType: ConnectionType = 'udp',
 ): RelayServerData {
   const endpoint = allocation.serverEndpoints.filter((e) => e.connectionType === connectionType).at(-1);
-  if (endpoint === undefined) throw new Error(`the allocation has no "${connectionType}" endpoint`);
+  if (endpoint === undefined)
+    throw new RelayClientError('ERR_RELAY_NO_ENDPOINT', `the allocation has no "${connectionType}" endpoint`);
   const allocationId = Buffer.from(allocation.allocationIdBytes, 'base64');
   const key = Buffer.from(allocation.key, 'base64');
   const connectionData = padConnectionData(Buffer.from(allocation.connectionData, 'base64'));
@@ -65,8 +66,10 @@ export function relayServerData(
     allocation.hostConnectionData === undefined
       ? connectionData
       : padConnectionData(Buffer.from(allocation.hostConnectionData, 'base64'));
-  if (allocationId.length !== ALLOCATION_ID_LENGTH) throw new Error('allocationIdBytes must be 16 bytes');
-  if (key.length !== HMAC_KEY_LENGTH) throw new Error('key must be 64 bytes (RelayHMACKey)');
+  if (allocationId.length !== ALLOCATION_ID_LENGTH)
+    throw new EncodeError(ErrorCode.BAD_INPUT, 'allocationIdBytes must be 16 bytes');
+  if (key.length !== HMAC_KEY_LENGTH)
+    throw new EncodeError(ErrorCode.BAD_INPUT, 'key must be 64 bytes (RelayHMACKey)');
   return {
     host: endpoint.host,
     port: endpoint.port,
@@ -93,13 +96,20 @@ export function createBind(nonce: number, connectionData: Uint8Array, key: Uint8
   return bytes;
 }
 
-export class RelayApiError extends Error {
+/** A client call that cannot proceed: closed, not bound, no peer, no such endpoint. */
+export class RelayClientError extends GamewireError {
+  override get name(): string {
+    return 'RelayClientError';
+  }
+}
+
+export class RelayApiError extends GamewireError {
   readonly status: number;
   readonly body: unknown;
 
   constructor(status: number, body: unknown) {
     const detail = typeof body === 'object' && body !== null && 'detail' in body ? String(body.detail) : '';
-    super(`allocation API answered ${status}${detail === '' ? '' : `: ${detail}`}`);
+    super('ERR_RELAY_API', `allocation API answered ${status}${detail === '' ? '' : `: ${detail}`}`);
     this.status = status;
     this.body = body;
   }
@@ -288,7 +298,7 @@ export class UnityRelayClient extends EventEmitter {
    * released (`bindFailed` is emitted); `bind()` may then be called again.
    */
   async bind(): Promise<void> {
-    if (this.state === 'closed') throw new Error('client is closed');
+    if (this.state === 'closed') throw new RelayClientError('ERR_RELAY_CLOSED', 'client is closed');
     if (this.state === 'bound') return;
     return this.binding ?? this.startBinding();
   }
@@ -297,7 +307,7 @@ export class UnityRelayClient extends EventEmitter {
   private startBinding(): Promise<void> {
     const run = async (): Promise<void> => {
       await this.open();
-      if (this.state === 'closed') throw new Error('client closed');
+      if (this.state === 'closed') throw new RelayClientError('ERR_RELAY_CLOSED', 'client closed');
       this.state = 'binding';
       await new Promise<void>((resolve, reject) => {
         this.bindWaiter = { resolve, reject, timer: undefined, attempts: 0 };
@@ -373,8 +383,10 @@ export class UnityRelayClient extends EventEmitter {
 
   /** Sends application bytes to a peer in a RELAY (to the host when `to` is omitted). */
   send(data: Uint8Array, to: Buffer | undefined = this.hostId): void {
-    if (to === undefined) throw new Error('no peer: connect first, or name the recipient');
-    if (data.length > 0xffff - RELAY_HEADER_LENGTH) throw new RangeError('RELAY content too large');
+    if (to === undefined)
+      throw new RelayClientError('ERR_RELAY_NO_PEER', 'no peer: connect first, or name the recipient');
+    if (data.length > 0xffff - RELAY_HEADER_LENGTH)
+      throw new EncodeError(ErrorCode.TOO_LARGE, 'RELAY content too large');
     this.sendRaw(
       encodeMessage({
         type: 'RELAY',
@@ -438,7 +450,7 @@ export class UnityRelayClient extends EventEmitter {
     if (this.state === 'closed') {
       // close() ran while the transport was opening: release it, start no timers.
       await link.close();
-      throw new Error('client closed');
+      throw new RelayClientError('ERR_RELAY_CLOSED', 'client closed');
     }
     this.link = link;
     this.lastReceived = Date.now();
@@ -585,7 +597,8 @@ export class UnityRelayClient extends EventEmitter {
   }
 
   private sendRaw(bytes: Buffer): void {
-    if (this.link === undefined) throw new Error('not bound: call bind() first');
+    if (this.link === undefined)
+      throw new RelayClientError('ERR_RELAY_NOT_BOUND', 'not bound: call bind() first');
     this.lastSent = Date.now();
     this.link.send(bytes);
   }

@@ -19,6 +19,7 @@ import {
   t,
   union,
 } from '../../wire/codec.js';
+import { EncodeError, ErrorCode } from '../../wire/errors.js';
 
 /** Sizes the client asserts (`RelayCheckStructSizes`). */
 export const HEADER_LENGTH = 4;
@@ -181,7 +182,10 @@ export function bindHmac(key: Uint8Array, signed: Uint8Array): Buffer {
 /** Pads connection data to 255 bytes the way `RelayConnectionData.FromByteArray` does. */
 export function padConnectionData(data: Uint8Array): Buffer {
   if (data.length > CONNECTION_DATA_LENGTH) {
-    throw new RangeError(`connection data is ${data.length} bytes; at most ${CONNECTION_DATA_LENGTH}`);
+    throw new EncodeError(
+      ErrorCode.TOO_LARGE,
+      `connection data is ${data.length} bytes; at most ${CONNECTION_DATA_LENGTH}`,
+    );
   }
   const out = Buffer.alloc(CONNECTION_DATA_LENGTH);
   out.set(data);

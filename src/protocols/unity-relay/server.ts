@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { UsageError } from '../../core/errors.js';
+import { ConfigError, UsageError } from '../../core/errors.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import { trafficRecorder } from '../../core/recording.js';
@@ -140,12 +140,13 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   const host = options.host ?? '0.0.0.0';
   const apiHost = options.apiHost ?? '127.0.0.1';
   if (options.apiKey === undefined && !isLoopback(apiHost)) {
-    throw new Error(
+    throw new ConfigError(
       `the allocation API listens on ${apiHost} only with an API key (--api-key); without one it stays on 127.0.0.1`,
+      'unity-relay.apiHost',
     );
   }
   if (options.apiKey !== undefined && options.apiKey.length < 16) {
-    throw new Error('the API key must be at least 16 characters');
+    throw new ConfigError('the API key must be at least 16 characters', 'unity-relay.apiKey');
   }
   const store = new AllocationStore({
     ...options.store,
@@ -575,7 +576,7 @@ export const unityRelayServer: ServerDefinition = {
     const certFile = optionalString(options.wssCert);
     const keyFile = optionalString(options.wssKey);
     if ((certFile === undefined) !== (keyFile === undefined))
-      throw new Error('--wss-cert and --wss-key go together');
+      throw new ConfigError('--wss-cert and --wss-key go together', 'unity-relay.wssCert');
     if (certFile !== undefined && keyFile !== undefined) {
       o.wssCert = await readFile(certFile);
       o.wssKey = await readFile(keyFile);
