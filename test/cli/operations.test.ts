@@ -273,7 +273,7 @@ describe('usage errors exit 2 with the valid choices, never help text or a stack
   it('an unknown protocol lists the known ones', () => {
     const r = runCli(['decode', 'nope', '--hex', '00']);
     expect(r.code).toBe(2);
-    expect(errorOf(r).message).toMatch(/known: rmc, prudp, js5/);
+    expect(errorOf(r).message).toMatch(/known: rmc, .*js5/);
   });
 });
 
