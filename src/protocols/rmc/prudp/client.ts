@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
 import net from 'node:net';
 import { ProtocolMetrics } from '../../../core/metrics.js';
+import { GamewireError } from '../../../wire/errors.js';
 import { DecodeError, WireWriter } from '../../../wire/index.js';
 import { accessKeyByte, type ChecksumWidth } from './checksum.js';
 import { CLIENT_VPORT, Flag, PacketType, PRUDP_DEFAULTS, SERVER_VPORT } from './constants.js';
@@ -52,11 +53,9 @@ export interface PrudpConnectOptions extends LinkOptions {
 }
 
 /** The error a PRUDP client connection fails with. */
-export class PrudpClientError extends Error {
-  readonly code: string;
+export class PrudpClientError extends GamewireError {
   constructor(code: string, message: string) {
-    super(message);
-    this.code = code;
+    super(code, message);
   }
   override get name(): string {
     return 'PrudpClientError';

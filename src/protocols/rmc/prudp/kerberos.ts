@@ -22,6 +22,8 @@ import {
   randomBytes,
   timingSafeEqual,
 } from 'node:crypto';
+import { ConfigError } from '../../../core/errors.js';
+import { PrudpError, PrudpErrorCode } from './packet.js';
 import { Rc4Key } from './rc4.js';
 
 export const SESSION_KEY_BYTES = 16;
@@ -63,7 +65,7 @@ export class KerberosAuthority {
   readonly ticketLifetimeMs: number;
 
   constructor(serverKey: Uint8Array = randomBytes(32), ticketLifetimeMs = 3600_000) {
-    if (serverKey.length !== 32) throw new RangeError('Kerberos server key must be 32 bytes');
+    if (serverKey.length !== 32) throw new ConfigError('Kerberos server key must be 32 bytes', 'serverKey');
     this.serverKey = Buffer.from(serverKey);
     this.ticketLifetimeMs = ticketLifetimeMs;
   }
@@ -153,18 +155,22 @@ export function acceptSecureConnect(
   authority: KerberosAuthority,
   body: Buffer,
 ): { pid: number; sessionKey: Buffer; ackBody: Buffer } {
-  if (body.length < 8) throw new Error('Kerberos CONNECT payload too short');
+  if (body.length < 8) throw new PrudpError(PrudpErrorCode.BAD_PAYLOAD, 'Kerberos CONNECT payload too short');
   const tlen = body.readUInt32LE(0);
-  if (tlen > body.length - 8) throw new Error('Kerberos ticket length runs past the payload');
+  if (tlen > body.length - 8)
+    throw new PrudpError(PrudpErrorCode.BAD_PAYLOAD, 'Kerberos ticket length runs past the payload');
   const ticket = authority.openInternal(body.subarray(4, 4 + tlen));
-  if (ticket === undefined) throw new Error('Kerberos ticket is forged, damaged or expired');
+  if (ticket === undefined)
+    throw new PrudpError(PrudpErrorCode.AUTH, 'Kerberos ticket is forged, damaged or expired');
   const rlen = body.readUInt32LE(4 + tlen);
-  if (8 + tlen + rlen !== body.length) throw new Error('Kerberos request length does not match the payload');
+  if (8 + tlen + rlen !== body.length)
+    throw new PrudpError(PrudpErrorCode.BAD_PAYLOAD, 'Kerberos request length does not match the payload');
   const req = kerberosOpen(ticket.sessionKey, body.subarray(8 + tlen));
   if (req === undefined || req.length !== 12)
-    throw new Error('Kerberos request does not verify with the session key');
+    throw new PrudpError(PrudpErrorCode.AUTH, 'Kerberos request does not verify with the session key');
   const pid = req.readUInt32LE(0);
-  if (pid !== ticket.pid) throw new Error('Kerberos request names another user than its ticket');
+  if (pid !== ticket.pid)
+    throw new PrudpError(PrudpErrorCode.AUTH, 'Kerberos request names another user than its ticket');
   const ackBody = Buffer.alloc(8);
   ackBody.writeUInt32LE(4, 0);
   ackBody.writeUInt32LE((req.readUInt32LE(8) + 1) >>> 0, 4);

@@ -9,6 +9,8 @@
  * a 1- or 4-byte checksum over everything before it. Several packets may share a datagram;
  * only a packet with HAS_SIZE can be followed by another.
  */
+
+import { EncodeError, GamewireError } from '../../../wire/errors.js';
 import { DecodeError, doc, ErrorCode, message, t, type WireWriter, when } from '../../../wire/index.js';
 import { type ChecksumWidth, checksum, keyByteFor } from './checksum.js';
 import { Flag, PacketType } from './constants.js';
@@ -31,7 +33,16 @@ export const PrudpErrorCode = {
   BAD_CHECKSUM: 'ERR_BAD_CHECKSUM',
   /** A payload that does not decrypt or inflate. */
   BAD_PAYLOAD: 'ERR_PRUDP_BAD_PAYLOAD',
+  /** Credentials that do not check out (a forged ticket, a bad signature, a wrong response). */
+  AUTH: 'ERR_PRUDP_AUTH',
 } as const;
+
+/** A PRUDP connection setup that fails: bad CONNECT credentials or a server that does not prove itself. */
+export class PrudpError extends GamewireError {
+  override get name(): string {
+    return 'PrudpError';
+  }
+}
 
 /** One parsed packet. The hot path reuses one object; `payload` is a view into the datagram. */
 export interface PrudpPacket {
@@ -168,7 +179,8 @@ export function writePacket(
 ): number {
   const start = w.offset;
   const n = payload?.length ?? 0;
-  if (n > 0xffff && (f.flags & Flag.HAS_SIZE) !== 0) throw new RangeError('PRUDP payload over 65535 bytes');
+  if (n > 0xffff && (f.flags & Flag.HAS_SIZE) !== 0)
+    throw new EncodeError(ErrorCode.TOO_LARGE, 'PRUDP payload over 65535 bytes');
   w.u8(f.source);
   w.u8(f.destination);
   w.u8((f.flags & 0xf8) | (f.type & 0x07));

@@ -12,6 +12,7 @@
  */
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { deflateSync, inflateSync } from 'node:zlib';
+import { ConfigError } from '../../../core/errors.js';
 import { DecodeError } from '../../../wire/index.js';
 import { CLASSIC_RC4_KEY } from './constants.js';
 import { PrudpErrorCode } from './packet.js';
@@ -103,7 +104,7 @@ export class SecurePayloadCodec implements PayloadCodec {
   private readonly key: Buffer;
 
   constructor(sessionKey: Uint8Array) {
-    if (sessionKey.length !== 16) throw new RangeError('AES-128 session key must be 16 bytes');
+    if (sessionKey.length !== 16) throw new ConfigError('AES-128 session key must be 16 bytes', 'sessionKey');
     this.key = Buffer.from(sessionKey);
   }
 

@@ -2,6 +2,7 @@
 
 import type { ClientCredentials } from './client.js';
 import { acceptSecureConnect, type KerberosAuthority, secureConnectBody } from './kerberos.js';
+import { PrudpError, PrudpErrorCode } from './packet.js';
 import { ClassicPayloadCodec } from './payload.js';
 import { type ConnectHandler, plainConnect } from './server.js';
 
@@ -37,7 +38,7 @@ export function kerberosCredentials(t: {
     accept(ack) {
       const body = codec.decode(ack, 64);
       if (body.length !== 8 || body.readUInt32LE(0) !== 4 || body.readUInt32LE(4) !== (check + 1) >>> 0)
-        throw new Error('CONNECT-ACK does not answer our response check');
+        throw new PrudpError(PrudpErrorCode.AUTH, 'CONNECT-ACK does not answer our response check');
       return new ClassicPayloadCodec();
     },
   };

@@ -3,6 +3,7 @@
  * profile resets the stream for every packet with the fixed key "CD&ML", so the key schedule is
  * run once and each packet starts from a copy of the scheduled state (no per-packet allocation).
  */
+import { ConfigError } from '../../../core/errors.js';
 
 export class Rc4Key {
   /** The state after the key schedule. */
@@ -12,7 +13,8 @@ export class Rc4Key {
 
   constructor(key: Uint8Array | string) {
     const k = typeof key === 'string' ? Buffer.from(key, 'latin1') : key;
-    if (k.length === 0 || k.length > 256) throw new RangeError('RC4 key must be 1 to 256 bytes');
+    if (k.length === 0 || k.length > 256)
+      throw new ConfigError('RC4 key must be 1 to 256 bytes', 'accessKey');
     const s = this.initial;
     for (let i = 0; i < 256; i++) s[i] = i;
     let j = 0;

@@ -25,6 +25,7 @@ import {
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { ClientCredentials } from './client.js';
+import { PrudpError, PrudpErrorCode } from './packet.js';
 import { SecurePayloadCodec } from './payload.js';
 import type { ConnectHandler } from './server.js';
 
@@ -33,7 +34,8 @@ export const ECK1_BLOB_BYTES = 72;
 
 /** A CNG ECK1 blob from an uncompressed point (04 || X || Y). */
 export function eck1FromPoint(point: Buffer): Buffer {
-  if (point.length !== 65 || point[0] !== 4) throw new Error('expected an uncompressed P-256 point');
+  if (point.length !== 65 || point[0] !== 4)
+    throw new PrudpError(PrudpErrorCode.BAD_PAYLOAD, 'expected an uncompressed P-256 point');
   const out = Buffer.alloc(ECK1_BLOB_BYTES);
   ECK1.copy(out, 0);
   out.writeUInt32LE(32, 4);
@@ -44,7 +46,7 @@ export function eck1FromPoint(point: Buffer): Buffer {
 /** The uncompressed point (04 || X || Y) of an ECK1 blob; throws when it is not one. */
 export function pointFromEck1(blob: Buffer): Buffer {
   if (blob.length !== ECK1_BLOB_BYTES || !blob.subarray(0, 4).equals(ECK1) || blob.readUInt32LE(4) !== 32)
-    throw new Error('not a P-256 ECK1 public key blob');
+    throw new PrudpError(PrudpErrorCode.BAD_PAYLOAD, 'not a P-256 ECK1 public key blob');
   return Buffer.concat([Buffer.from([4]), blob.subarray(8)]);
 }
 
@@ -106,14 +108,14 @@ export function ecdhCredentials(trust?: KeyObject): ClientCredentials {
         ack.readUInt16LE(0) !== 64 ||
         ack.readUInt16LE(66) !== ECK1_BLOB_BYTES
       )
-        throw new Error('CONNECT-ACK is not a signed ECDH key');
+        throw new PrudpError(PrudpErrorCode.AUTH, 'CONNECT-ACK is not a signed ECDH key');
       const signature = ack.subarray(2, 66);
       const serverBlob = ack.subarray(68, 68 + ECK1_BLOB_BYTES);
       if (
         trust !== undefined &&
         !verify('sha256', serverBlob, { key: trust, dsaEncoding: 'ieee-p1363' }, signature)
       )
-        throw new Error('the server key signature does not verify');
+        throw new PrudpError(PrudpErrorCode.AUTH, 'the server key signature does not verify');
       const shared = ecdh.computeSecret(pointFromEck1(Buffer.from(serverBlob)));
       return new SecurePayloadCodec(sessionKeyFromSecret(shared));
     },

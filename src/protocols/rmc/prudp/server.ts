@@ -20,7 +20,15 @@ import type { RmcConnection, RmcDispatcher, RmcSink } from '../dispatcher.js';
 import { accessKeyByte, type ChecksumWidth, learnFromSyn } from './checksum.js';
 import { Flag, PacketType, PRUDP_DEFAULTS, type PrudpProfile } from './constants.js';
 import { type LinkOptions, PrudpLink } from './link.js';
-import { type ChecksumConfig, newPacket, type PrudpPacket, readPacket, writePacket } from './packet.js';
+import {
+  type ChecksumConfig,
+  newPacket,
+  PrudpError,
+  PrudpErrorCode,
+  type PrudpPacket,
+  readPacket,
+  writePacket,
+} from './packet.js';
 import { ClassicPayloadCodec, classicRc4, type PayloadCodec } from './payload.js';
 
 /** What a CONNECT's payload establishes. */
@@ -102,7 +110,8 @@ function randomSignature(): number {
 
 /** The default CONNECT handler: empty payloads only (an auth-server style connection). */
 export const plainConnect: ConnectHandler = (payload) => {
-  if (payload.length !== 0) throw new Error('this endpoint takes no CONNECT credentials');
+  if (payload.length !== 0)
+    throw new PrudpError(PrudpErrorCode.BAD_PAYLOAD, 'this endpoint takes no CONNECT credentials');
   // The official server acks with one payload byte: RC4 of a stored, empty body.
   return { payload: new ClassicPayloadCodec(), ackPayload: classicRc4(Buffer.from([0])) };
 };
