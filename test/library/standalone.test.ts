@@ -3,10 +3,30 @@
  * repository, and the package's metadata is importable as `gamewire/package.json`.
  */
 import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/cli.js';
 
+function files(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const p = path.join(dir, name);
+    return statSync(p).isDirectory() ? files(p) : [p];
+  });
+}
+
 describe('the project stands alone', () => {
+  it('README.md, docs/ and src/ never point to ../shared', () => {
+    const hits = [
+      path.join(ROOT, 'README.md'),
+      ...files(path.join(ROOT, 'docs')),
+      ...files(path.join(ROOT, 'src')),
+    ]
+      .filter((file) => /\.\.\/shared|shared\/specs/.test(readFileSync(file, 'utf8')))
+      .map((file) => path.relative(ROOT, file));
+    expect(hits).toEqual([]);
+  });
+
   it('exports gamewire/package.json', () => {
     const r = spawnSync(
       process.execPath,
