@@ -1,0 +1,276 @@
+/**
+ * Which nodes of a fleet are alive, where they listen and how busy they are: the relay nodes
+ * behind a Unity Relay allocator, the secure servers behind an RMC auth server.
+ *
+ * A node announces itself and then heartbeats (every `heartbeatMs`); each heartbeat renews its
+ * record for `ttlMs`. A node that stops heartbeating (killed, partitioned) disappears from
+ * `live()` when its TTL runs out, with no one having to notice it died. `pick()` chooses the
+ * least-loaded live node that is not draining and has room.
+ *
+ * Two implementations: `MemoryNodeRegistry` (one process: the embedded default and tests) and
+ * `RedisNodeRegistry` (a fleet). In Redis, a node is one string key holding its JSON, with a
+ * TTL, plus its id in a sorted set per kind scored by its expiry in Redis's own clock (so clock
+ * skew between machines does not matter). Listing reads the set by score, then the records.
+ */
+import { ConfigError } from './errors.js';
+import type { RedisConnection } from './redis.js';
+import { storeCall } from './redis.js';
+
+export interface NodeEndpoint {
+  /** `udp`, `dtls`, `ws`, `wss`, `tcp`, `prudp`, `http` … */
+  transport: string;
+  host: string;
+  port: number;
+}
+
+/** What a node says about itself. */
+export interface NodeInfo {
+  id: string;
+  /** The kind of node: `unity-relay`, `rmc-secure`, … (one set per kind). */
+  kind: string;
+  region: string;
+  endpoints: NodeEndpoint[];
+  /** Most units of load it accepts (allocations, players). */
+  capacity: number;
+  /** Current units of load. */
+  load: number;
+  /** Takes no new work; finishes what it has. */
+  draining: boolean;
+  /** ms since the epoch (the node's clock; informational). */
+  startedAt: number;
+  /** Anything else the kind needs (e.g. a StationURL template). */
+  meta?: Record<string, string>;
+}
+
+/** A live node as listed: its info and how old its last heartbeat is. */
+export interface NodeRecord extends NodeInfo {
+  heartbeatAgeMs: number;
+}
+
+export interface NodeRegistryOptions {
+  /** How long a record lives without a heartbeat. Default 10 000 ms. */
+  ttlMs?: number;
+  /** Heartbeat period. Default a third of `ttlMs`. */
+  heartbeatMs?: number;
+}
+
+/** Returned by `announce`: keeps the node's record fresh until `stop()`. */
+export interface NodeAnnouncement {
+  readonly info: NodeInfo;
+  /** Age of the last successful heartbeat in ms (Infinity before the first). */
+  heartbeatAgeMs(): number;
+  /** Changes load/draining/capacity; published at the next heartbeat (or now with `flush`). */
+  update(change: Partial<Pick<NodeInfo, 'load' | 'draining' | 'capacity'>>): void;
+  /** Publishes now. Rejects with StoreUnavailableError when the store is down. */
+  flush(): Promise<void>;
+  /** Stops heartbeating and removes the record (best effort). */
+  stop(): Promise<void>;
+}
+
+export interface NodeRegistry {
+  /** Announces a node and heartbeats it. Resolves after the first successful publish. */
+  announce(info: NodeInfo): Promise<NodeAnnouncement>;
+  /** Live nodes of `kind` (in `region` when given), newest heartbeat first. */
+  live(kind: string, region?: string): Promise<NodeRecord[]>;
+  /** The least-loaded live node with room that is not draining, or undefined. */
+  pick(kind: string, region?: string): Promise<NodeRecord | undefined>;
+  close(): Promise<void>;
+}
+
+/** Least load relative to capacity; among equals, a random one (so allocators spread). */
+export function pickLeastLoaded(nodes: readonly NodeRecord[]): NodeRecord | undefined {
+  let best: NodeRecord[] = [];
+  let bestRatio = Number.POSITIVE_INFINITY;
+  for (const n of nodes) {
+    if (n.draining || n.capacity <= 0 || n.load >= n.capacity) continue;
+    const ratio = n.load / n.capacity;
+    if (ratio < bestRatio) {
+      bestRatio = ratio;
+      best = [n];
+    } else if (ratio === bestRatio) best.push(n);
+  }
+  return best.length === 0 ? undefined : best[Math.floor(Math.random() * best.length)];
+}
+
+abstract class HeartbeatingRegistry implements NodeRegistry {
+  readonly ttlMs: number;
+  readonly heartbeatMs: number;
+  private readonly announcements = new Set<NodeAnnouncement>();
+
+  constructor(options: NodeRegistryOptions) {
+    this.ttlMs = options.ttlMs ?? 10_000;
+    this.heartbeatMs = options.heartbeatMs ?? Math.max(50, Math.floor(this.ttlMs / 3));
+    if (this.heartbeatMs >= this.ttlMs)
+      throw new ConfigError(
+        `node heartbeat (${this.heartbeatMs} ms) must be shorter than its TTL (${this.ttlMs} ms)`,
+      );
+  }
+
+  protected abstract publish(info: NodeInfo): Promise<void>;
+  protected abstract remove(info: NodeInfo): Promise<void>;
+  abstract live(kind: string, region?: string): Promise<NodeRecord[]>;
+
+  async pick(kind: string, region?: string): Promise<NodeRecord | undefined> {
+    return pickLeastLoaded(await this.live(kind, region));
+  }
+
+  async announce(initial: NodeInfo): Promise<NodeAnnouncement> {
+    const info: NodeInfo = { ...initial, endpoints: [...initial.endpoints] };
+    let lastBeat = Number.NEGATIVE_INFINITY;
+    let stopped = false;
+    let inFlight: Promise<void> | undefined;
+    const beat = async () => {
+      await this.publish(info);
+      lastBeat = Date.now();
+    };
+    await beat();
+    const timer = setInterval(() => {
+      if (inFlight !== undefined) return;
+      // A failed heartbeat is retried at the next tick; the record lapses only if they all fail.
+      inFlight = beat()
+        .catch(() => {})
+        .finally(() => {
+          inFlight = undefined;
+        });
+    }, this.heartbeatMs);
+    timer.unref();
+    const announcement: NodeAnnouncement = {
+      info,
+      heartbeatAgeMs: () => Date.now() - lastBeat,
+      update: (change) => {
+        Object.assign(info, change);
+      },
+      flush: () => (stopped ? Promise.resolve() : beat()),
+      stop: async () => {
+        if (stopped) return;
+        stopped = true;
+        clearInterval(timer);
+        this.announcements.delete(announcement);
+        await inFlight;
+        await this.remove(info).catch(() => {});
+      },
+    };
+    this.announcements.add(announcement);
+    return announcement;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.announcements].map((a) => a.stop()));
+  }
+}
+
+/** One process: records in a Map, expiring by the local clock. */
+export class MemoryNodeRegistry extends HeartbeatingRegistry {
+  private readonly records = new Map<string, { info: NodeInfo; beatAt: number }>();
+
+  constructor(options: NodeRegistryOptions = {}) {
+    super(options);
+  }
+
+  protected async publish(info: NodeInfo): Promise<void> {
+    this.records.set(`${info.kind}\n${info.id}`, { info: structuredClone(info), beatAt: Date.now() });
+  }
+
+  protected async remove(info: NodeInfo): Promise<void> {
+    this.records.delete(`${info.kind}\n${info.id}`);
+  }
+
+  async live(kind: string, region?: string): Promise<NodeRecord[]> {
+    const now = Date.now();
+    const out: NodeRecord[] = [];
+    for (const [key, r] of this.records) {
+      if (now - r.beatAt >= this.ttlMs) {
+        this.records.delete(key);
+        continue;
+      }
+      if (r.info.kind !== kind || (region !== undefined && r.info.region !== region)) continue;
+      out.push({ ...structuredClone(r.info), heartbeatAgeMs: now - r.beatAt });
+    }
+    return out.sort((a, b) => a.heartbeatAgeMs - b.heartbeatAgeMs);
+  }
+}
+
+// KEYS[1] record key, KEYS[2] the kind's set; ARGV: id, json, ttl ms. Scores and stored beat
+// times come from Redis's clock.
+const PUBLISH_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+redis.call('SET', KEYS[1], now .. '|' .. ARGV[2], 'PX', ttl)
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+return now`;
+
+// KEYS[1] the kind's set; ARGV[1] the record key prefix. Returns {now, v1, v2, …}.
+const LIST_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+local out = { tostring(now) }
+for i, id in ipairs(ids) do
+  local v = redis.call('GET', ARGV[1] .. id)
+  if v then out[#out + 1] = v end
+end
+return out`;
+
+/** A fleet: records in Redis (see the module comment for the layout). */
+export class RedisNodeRegistry extends HeartbeatingRegistry {
+  private readonly redis: RedisConnection;
+
+  constructor(redis: RedisConnection, options: NodeRegistryOptions = {}) {
+    super(options);
+    this.redis = redis;
+  }
+
+  private setKey(kind: string): string {
+    return `${this.redis.prefix}nodes:${kind}`;
+  }
+
+  private recordPrefix(kind: string): string {
+    return `${this.redis.prefix}node:${kind}:`;
+  }
+
+  protected async publish(info: NodeInfo): Promise<void> {
+    await storeCall('node heartbeat', () =>
+      this.redis.client.eval(
+        PUBLISH_SCRIPT,
+        2,
+        this.recordPrefix(info.kind) + info.id,
+        this.setKey(info.kind),
+        info.id,
+        JSON.stringify(info),
+        String(this.ttlMs),
+      ),
+    );
+  }
+
+  protected async remove(info: NodeInfo): Promise<void> {
+    await storeCall('node removal', () =>
+      this.redis.client
+        .multi()
+        .del(this.recordPrefix(info.kind) + info.id)
+        .zrem(this.setKey(info.kind), info.id)
+        .exec(),
+    );
+  }
+
+  async live(kind: string, region?: string): Promise<NodeRecord[]> {
+    const reply = (await storeCall('node list', () =>
+      this.redis.client.eval(LIST_SCRIPT, 1, this.setKey(kind), this.recordPrefix(kind)),
+    )) as string[];
+    const now = Number(reply[0]);
+    const out: NodeRecord[] = [];
+    for (let i = 1; i < reply.length; i++) {
+      const raw = reply[i]!;
+      const bar = raw.indexOf('|');
+      try {
+        const info = JSON.parse(raw.slice(bar + 1)) as NodeInfo;
+        if (region !== undefined && info.region !== region) continue;
+        out.push({ ...info, heartbeatAgeMs: Math.max(0, now - Number(raw.slice(0, bar))) });
+      } catch {
+        // A record not written by this code: ignore it rather than fail the listing.
+      }
+    }
+    return out.sort((a, b) => a.heartbeatAgeMs - b.heartbeatAgeMs);
+  }
+}

@@ -1,0 +1,179 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  MemoryNodeRegistry,
+  type NodeInfo,
+  type NodeRecord,
+  type NodeRegistry,
+  pickLeastLoaded,
+  RedisNodeRegistry,
+} from '../../src/core/node-registry.js';
+import {
+  connectRedis,
+  type RedisConnection,
+  StoreUnavailableError,
+  storeCall,
+} from '../../src/core/redis.js';
+import { freePort, haveRedisServer, type RedisServer, startRedis } from '../helpers/redis.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function node(id: string, load: number, extra: Partial<NodeInfo> = {}): NodeInfo {
+  return {
+    id,
+    kind: 'unity-relay',
+    region: 'eu',
+    endpoints: [{ transport: 'udp', host: '127.0.0.1', port: 1000 + load }],
+    capacity: 10,
+    load,
+    draining: false,
+    startedAt: Date.now(),
+    ...extra,
+  };
+}
+
+describe('pickLeastLoaded', () => {
+  const rec = (id: string, load: number, capacity = 10, draining = false): NodeRecord => ({
+    ...node(id, load, { capacity, draining }),
+    heartbeatAgeMs: 0,
+  });
+  it('picks the lowest load relative to capacity, skipping full and draining nodes', () => {
+    expect(pickLeastLoaded([rec('a', 5), rec('b', 2), rec('c', 1, 10, true)])?.id).toBe('b');
+    expect(pickLeastLoaded([rec('a', 5, 10), rec('b', 5, 100)])?.id).toBe('b');
+    expect(pickLeastLoaded([rec('a', 10, 10), rec('b', 0, 0)])).toBeUndefined();
+  });
+  it('spreads over equally loaded nodes', () => {
+    const seen = new Set<string>();
+    for (let i = 0; i < 200; i++) seen.add(pickLeastLoaded([rec('a', 1), rec('b', 1)])!.id);
+    expect([...seen].sort()).toEqual(['a', 'b']);
+  });
+});
+
+function registryContract(name: string, make: () => NodeRegistry | undefined) {
+  describe(name, () => {
+    it('lists announced nodes by kind and region, and forgets a stopped one', async () => {
+      const reg = make();
+      if (reg === undefined) return;
+      const a = await reg.announce(node('a', 3));
+      const b = await reg.announce(node('b', 1, { region: 'us' }));
+      const s = await reg.announce(node('s', 0, { kind: 'rmc-secure' }));
+      expect((await reg.live('unity-relay')).map((n) => n.id).sort()).toEqual(['a', 'b']);
+      expect((await reg.live('unity-relay', 'us')).map((n) => n.id)).toEqual(['b']);
+      expect((await reg.live('rmc-secure')).map((n) => n.id)).toEqual(['s']);
+      expect((await reg.pick('unity-relay'))?.id).toBe('b');
+      b.update({ load: 9 });
+      await b.flush();
+      expect((await reg.pick('unity-relay'))?.id).toBe('a');
+      a.update({ draining: true });
+      await a.flush();
+      expect((await reg.pick('unity-relay'))?.id).toBe('b');
+      await b.stop();
+      expect((await reg.live('unity-relay')).map((n) => n.id)).toEqual(['a']);
+      await a.stop();
+      await s.stop();
+      await reg.close();
+    });
+
+    it('keeps a heartbeating node alive past its TTL, with a fresh heartbeat age', async () => {
+      const reg = make();
+      if (reg === undefined) return;
+      const alive = await reg.announce(node('alive', 0));
+      await sleep(1400); // the TTL in these tests is 1000 ms
+      const rec = (await reg.live('unity-relay')).find((n) => n.id === 'alive');
+      expect(rec).toBeDefined();
+      expect(rec!.heartbeatAgeMs).toBeLessThan(1000);
+      expect(alive.heartbeatAgeMs()).toBeLessThan(1000);
+      await reg.close();
+      expect(await reg.live('unity-relay')).toEqual([]);
+    });
+  });
+}
+
+registryContract('MemoryNodeRegistry', () => new MemoryNodeRegistry({ ttlMs: 1000, heartbeatMs: 200 }));
+
+describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', () => {
+  let server: RedisServer;
+  const connections: RedisConnection[] = [];
+  beforeAll(async () => {
+    server = (await startRedis())!;
+  });
+  afterAll(async () => {
+    await Promise.all(connections.map((c) => c.close()));
+    await server.dispose();
+  });
+  const connect = async (prefix = 'test:') => {
+    const c = await connectRedis(server.url, { prefix });
+    connections.push(c);
+    return c;
+  };
+
+  it('shares nodes between two connections (two processes in a fleet)', async () => {
+    const one = new RedisNodeRegistry(await connect('share:'), { ttlMs: 1000, heartbeatMs: 200 });
+    const two = new RedisNodeRegistry(await connect('share:'), { ttlMs: 1000, heartbeatMs: 200 });
+    const other = new RedisNodeRegistry(await connect('otherfleet:'), { ttlMs: 1000, heartbeatMs: 200 });
+    const a = await one.announce(node('a', 1));
+    const b = await two.announce(node('b', 4));
+    expect((await two.live('unity-relay')).map((n) => n.id).sort()).toEqual(['a', 'b']);
+    expect((await one.pick('unity-relay'))?.id).toBe('a');
+    expect(await other.live('unity-relay')).toEqual([]);
+    await a.stop();
+    expect((await two.live('unity-relay')).map((n) => n.id)).toEqual(['b']);
+    await b.stop();
+  });
+
+  it('a node whose heartbeats stop lapses within its TTL', async () => {
+    const conn = await connect('lapse:');
+    const dying = new RedisNodeRegistry(conn, { ttlMs: 1000, heartbeatMs: 200 });
+    const watcher = new RedisNodeRegistry(await connect('lapse:'), { ttlMs: 1000, heartbeatMs: 200 });
+    await dying.announce(node('dying', 0));
+    expect((await watcher.live('unity-relay')).map((n) => n.id)).toEqual(['dying']);
+    // kill -9 of the process: its connection drops, nothing deregisters it.
+    conn.client.disconnect();
+    await sleep(1300);
+    expect(await watcher.live('unity-relay')).toEqual([]);
+  });
+
+  it('commands fail fast with StoreUnavailableError while Redis is down, and work again after', async () => {
+    const port = await freePort();
+    const { RedisServer } = await import('../helpers/redis.js');
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const own = new RedisServer(port, fs.mkdtempSync(path.join(os.tmpdir(), 'gamewire-redis-')));
+    await own.start();
+    const states: boolean[] = [];
+    const conn = await connectRedis(own.url, { prefix: 'down:', onStatus: (up) => states.push(up) });
+    connections.push(conn);
+    const reg = new RedisNodeRegistry(conn, { ttlMs: 5000, heartbeatMs: 1000 });
+    await reg.announce(node('n', 0));
+    await own.stop();
+    const started = Date.now();
+    await expect(reg.live('unity-relay')).rejects.toBeInstanceOf(StoreUnavailableError);
+    expect(Date.now() - started).toBeLessThan(3000);
+    await own.start();
+    const deadline = Date.now() + 10_000;
+    while (!conn.up && Date.now() < deadline) await sleep(50);
+    expect(conn.up).toBe(true);
+    // The record was lost with the server (no persistence); the next heartbeat brings it back.
+    await sleep(1500);
+    expect((await reg.live('unity-relay')).map((n) => n.id)).toEqual(['n']);
+    expect(states).toEqual([true, false, true]);
+    await reg.close();
+    await own.dispose();
+  });
+
+  it('start-up against no server fails with one line naming the URL and the flag', async () => {
+    const port = await freePort();
+    const err = await connectRedis(`redis://127.0.0.1:${port}`, {
+      connectTimeoutMs: 500,
+      flag: '--redis',
+    }).catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(new RegExp(`no Redis at redis://127.0.0.1:${port}.*--redis`));
+    expect((err as { code: string }).code).toBe('ERR_REDIS');
+  });
+
+  it('storeCall passes through errors that are not outages', async () => {
+    const conn = await connect('wrongtype:');
+    await conn.client.set('wrongtype:k', 'v');
+    await expect(storeCall('x', () => conn.client.hget('wrongtype:k', 'f'))).rejects.toThrow(/WRONGTYPE/);
+  });
+});

@@ -1,0 +1,142 @@
+/**
+ * A real `redis-server` for tests: its own free port on 127.0.0.1, a throwaway directory, no
+ * persistence. `stop()` and `start()` again on the same port model an outage; `kill()` is kill -9.
+ * Absent `redis-server`: `startRedis` returns undefined (tests skip), except under CI=true where
+ * it throws, so CI never passes without the real thing.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+export function haveRedisServer(): boolean {
+  const r = spawnSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' });
+  const ok = r.status === 0 && r.stdout.trim() !== '';
+  if (!ok && process.env.CI === 'true')
+    throw new Error('redis-server is required in CI but is not installed');
+  return ok;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export class RedisServer {
+  readonly port: number;
+  readonly dir: string;
+  private child: ChildProcess | undefined;
+  private exited: Promise<void> = Promise.resolve();
+
+  constructor(port: number, dir: string) {
+    this.port = port;
+    this.dir = dir;
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  get running(): boolean {
+    return this.child !== undefined;
+  }
+
+  /** Starts (or restarts) the server and resolves once it accepts connections. */
+  async start(): Promise<void> {
+    if (this.child !== undefined) return;
+    const child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        this.dir,
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--protected-mode',
+        'yes',
+        '--loglevel',
+        'warning',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    this.child = child;
+    this.exited = new Promise((resolve) => child.once('exit', () => resolve()));
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`redis-server exited: ${stderr}`);
+      if (await this.ping()) return;
+      if (Date.now() > deadline) throw new Error(`redis-server did not start on ${this.port}: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** Stops it cleanly (SIGTERM) and waits for the exit. */
+  async stop(): Promise<void> {
+    const child = this.child;
+    if (child === undefined) return;
+    this.child = undefined;
+    child.kill('SIGTERM');
+    await this.exited;
+  }
+
+  /** kill -9. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (child === undefined) return;
+    this.child = undefined;
+    child.kill('SIGKILL');
+    await this.exited;
+  }
+
+  /** Stops it and removes its directory. */
+  async dispose(): Promise<void> {
+    await this.stop();
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  private ping(): Promise<boolean> {
+    return new Promise((resolve) => {
+      const s = net.connect(this.port, '127.0.0.1');
+      let got = '';
+      s.setTimeout(1000);
+      s.on('connect', () => s.write('PING\r\n'));
+      s.on('data', (d) => {
+        got += d.toString();
+        if (got.includes('\r\n')) {
+          s.destroy();
+          resolve(got.startsWith('+PONG'));
+        }
+      });
+      s.on('error', () => resolve(false));
+      s.on('timeout', () => {
+        s.destroy();
+        resolve(false);
+      });
+    });
+  }
+}
+
+/** A started redis-server on a free port, or undefined when the program is absent (outside CI). */
+export async function startRedis(): Promise<RedisServer | undefined> {
+  if (!haveRedisServer()) return undefined;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gamewire-redis-'));
+  const server = new RedisServer(await freePort(), dir);
+  await server.start();
+  return server;
+}
