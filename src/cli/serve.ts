@@ -26,14 +26,26 @@ import type { ProtocolModule } from '../core/protocol.js';
 import type { RunningServer, ServeOption } from '../core/server.js';
 import { addRecordOptions, startRecording } from './record.js';
 
-/** Every protocol option, once per flag (several protocols share `--port`, `--cache`, …). */
-function protocolFlags(protocols: readonly ProtocolModule[]): ServeOption[] {
+/**
+ * Every protocol option, once per flag (several protocols share `--port`, `--cache`, `--role`, …).
+ * Options that share a flag and each restrict its values (`--role`: allocator|relay|all for
+ * unity-relay, auth|secure|all for rmc) accept the union of their choices here; each protocol
+ * checks the value against its own choices when its options are resolved.
+ */
+export function protocolFlags(protocols: readonly ProtocolModule[]): ServeOption[] {
   const seen = new Map<string, ServeOption>();
   for (const p of protocols)
     for (const o of p.server?.options ?? []) {
       const name = flagName(o);
       if (name === '--host' || name === '--port') continue;
-      if (!seen.has(name)) seen.set(name, o);
+      const prev = seen.get(name);
+      if (prev === undefined) seen.set(name, o);
+      else if (prev.choices !== undefined && o.choices !== undefined) {
+        const choices = [...prev.choices, ...o.choices.filter((c) => !prev.choices!.includes(c))];
+        const description =
+          prev.description === o.description ? prev.description : `${prev.description}; ${o.description}`;
+        seen.set(name, { ...prev, choices, description });
+      }
     }
   return [...seen.values()];
 }
@@ -74,7 +86,9 @@ export function resolveServeOptions(
   if (flags.port !== undefined) out.port = flags.port;
   for (const o of def.options) {
     const value = flags[new Option(o.flag).attributeName()];
-    if (value !== undefined) out[o.key] = value;
+    // A shared flag was parsed against every protocol's choices: check this protocol's own.
+    if (value !== undefined)
+      out[o.key] = checkValue(o, value, { kind: 'flag', flag: `${p.name} ${flagName(o)}` });
   }
   return out;
 }
