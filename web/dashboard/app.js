@@ -1,0 +1,219 @@
+// The dashboard's shell: session, navigation, the hash router and the one /api/stream connection
+// of the current view. Views (overview.js, one module per protocol, wire.js) get the stream's
+// events through onTick/onState/onWire.
+
+import { ApiError, getJson, loadSession, onUnauthorized, openStream } from './api.js';
+import { destroyAllCharts, updateCharts } from './charts.js';
+import { fill, h } from './dom.js';
+import * as fmt from './format.js';
+import { mountGeneric } from './generic.js';
+import { addTick } from './history.js';
+import { mountJs5 } from './js5.js';
+import { mountNoxRelay } from './nox-relay.js';
+import { mountOverview } from './overview.js';
+import { notRunning } from './protocol-page.js';
+import { mountRmc } from './rmc.js';
+import { mountUnityRelay } from './unity-relay.js';
+import { mountWire } from './wire.js';
+
+const PAGES = { 'unity-relay': mountUnityRelay, 'nox-relay': mountNoxRelay, rmc: mountRmc, js5: mountJs5 };
+const RETRY_MS = 3000;
+
+/** Hooks for the browser tests and for curious users in the console (no secrets in here). */
+window.gamewireDashboard = { route: '', map: undefined, ticks: 0 };
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const statusEl = document.getElementById('status');
+const metaEl = document.getElementById('meta');
+
+let session;
+let servers = [];
+let view;
+let stream;
+let locked = false;
+let retryTimer;
+
+function setStatus(text, kind) {
+  statusEl.textContent = text;
+  statusEl.dataset.state = kind;
+}
+
+function parseRoute() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [protocol = '', sub = ''] = raw.split('/').map((s) => decodeURIComponent(s));
+  return { protocol, sub };
+}
+
+function renderNav() {
+  const { protocol } = parseRoute();
+  const link = (href, label, current) =>
+    h('li', null, h('a', { href, class: 'navlink', 'aria-current': current ? 'page' : undefined }, label));
+  fill(
+    nav,
+    link('#/', 'Overview', protocol === ''),
+    servers.map((s) => link(`#/${s.protocol}`, s.protocol, protocol === s.protocol)),
+  );
+}
+
+function renderMeta() {
+  if (session === undefined) return;
+  metaEl.textContent = `v${session.version} · up ${fmt.duration(Date.now() - session.startedAt)}`;
+}
+
+function closeView() {
+  stream?.close();
+  stream = undefined;
+  view?.destroy?.();
+  view = undefined;
+  destroyAllCharts();
+}
+
+async function refreshServers() {
+  const r = await getJson('/api/servers');
+  const before = servers.map((s) => s.protocol).join(',');
+  servers = r.servers ?? [];
+  renderNav();
+  return before !== servers.map((s) => s.protocol).join(',');
+}
+
+let refreshingServers = false;
+const ctx = {
+  get servers() {
+    return servers;
+  },
+  /** Re-reads the server list; re-mounts the view when the list changed. */
+  refreshServers() {
+    if (refreshingServers) return;
+    refreshingServers = true;
+    refreshServers()
+      .then((changed) => {
+        if (changed) mount();
+      })
+      .catch(() => {})
+      .finally(() => {
+        refreshingServers = false;
+      });
+  },
+  /** Fetches the current protocol's state at once (after an action, on opening a page). */
+  refreshState() {
+    const { protocol } = parseRoute();
+    const current = view;
+    if (protocol === '' || current?.onState === undefined) return;
+    getJson(`/api/servers/${encodeURIComponent(protocol)}`)
+      .then((body) => {
+        if (view === current) current.onState(body);
+      })
+      .catch(() => {});
+  },
+};
+
+function connect() {
+  stream?.close();
+  const current = view;
+  stream = openStream(
+    current.stream ?? {},
+    {
+      tick(tick) {
+        window.gamewireDashboard.ticks++;
+        updateCharts(addTick(tick));
+        renderMeta();
+        current.onTick?.(tick);
+      },
+      state(body) {
+        current.onState?.(body);
+      },
+      wire(data) {
+        current.onWire?.(data);
+      },
+    },
+    (s) => {
+      if (s === 'open') setStatus('live', 'live');
+      else if (s === 'reconnecting') setStatus('reconnecting…', 'reconnecting');
+      else {
+        // The browser gave up (e.g. a 401): find out why, then try again later.
+        setStatus('disconnected', 'closed');
+        stream?.close();
+        clearTimeout(retryTimer);
+        retryTimer = setTimeout(() => start().catch(() => {}), RETRY_MS);
+      }
+    },
+  );
+}
+
+function mount() {
+  if (locked) return;
+  closeView();
+  const { protocol, sub } = parseRoute();
+  window.gamewireDashboard.route = protocol === '' ? '/' : `/${protocol}${sub ? `/${sub}` : ''}`;
+  renderNav();
+  if (protocol === '') view = mountOverview(main, ctx);
+  else if (!servers.some((s) => s.protocol === protocol)) {
+    notRunning(main, protocol);
+    view = { stream: {} };
+  } else if (sub === 'wire') view = mountWire(main, ctx, protocol);
+  else view = (PAGES[protocol] ?? mountGeneric)(main, ctx, protocol);
+  document.title = protocol === '' ? 'gamewire dashboard' : `${protocol}${sub ? ` ${sub}` : ''} · gamewire`;
+  connect();
+  ctx.refreshState();
+}
+
+function showLocked() {
+  if (locked) return;
+  locked = true;
+  closeView();
+  clearTimeout(retryTimer);
+  servers = [];
+  fill(nav);
+  metaEl.textContent = '';
+  setStatus('locked', 'locked');
+  fill(
+    main,
+    h(
+      'section',
+      { class: 'panel locked', testid: 'auth-required' },
+      h('h1', null, 'Admin token required'),
+      h(
+        'p',
+        null,
+        'This gamewire admin endpoint needs its token. Open this page once as ',
+        h('code', null, '/?token=YOUR_TOKEN'),
+        ' (the server then keeps it in a cookie for this browser), or ask whoever runs the server.',
+      ),
+      h('p', null, h('button', { type: 'button', onclick: () => location.reload() }, 'Retry')),
+    ),
+  );
+}
+
+onUnauthorized(showLocked);
+
+async function start() {
+  locked = false;
+  try {
+    session = await loadSession();
+    await refreshServers();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return showLocked();
+    setStatus('server unreachable', 'closed');
+    fill(
+      main,
+      h(
+        'section',
+        { class: 'panel', testid: 'unreachable' },
+        h('h1', null, 'gamewire is not answering'),
+        h('p', null, `${err.message}. Retrying…`),
+      ),
+    );
+    clearTimeout(retryTimer);
+    retryTimer = setTimeout(() => start().catch(() => {}), RETRY_MS);
+    return;
+  }
+  renderMeta();
+  mount();
+}
+
+window.addEventListener('hashchange', () => {
+  mount();
+  main.focus({ preventScroll: true });
+});
+start();

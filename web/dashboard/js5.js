@@ -1,0 +1,94 @@
+// #/js5: connections with their queue depths and bytes served, and the cache's archives.
+import { actionButton, enc } from './actions.js';
+import { h, liveTable, section } from './dom.js';
+import * as fmt from './format.js';
+import { offers, protocolFrame, rateTracker } from './protocol-page.js';
+
+const BASE = '/api/servers/js5';
+
+export function mountJs5(main, ctx) {
+  const frame = protocolFrame(main, ctx, 'js5', 'state');
+  const refresh = () => ctx.refreshState();
+  const rates = rateTracker();
+  const served = h('p', { class: 'muted', testid: 'bytes-served' });
+
+  const connections = liveTable({
+    testid: 'connections',
+    rowTestid: 'connection-row',
+    empty: 'no connections',
+    key: (c) => c.id,
+    columns: [
+      { label: 'connection', cell: (c) => c.id },
+      { label: 'remote', cell: (c) => ({ text: c.remote, class: 'mono' }) },
+      { label: 'build', num: true, cell: (c) => c.build },
+      {
+        label: 'urgent queued',
+        num: true,
+        cell: (c) => ({ text: fmt.count(c.urgentQueued), value: c.urgentQueued }),
+      },
+      {
+        label: 'prefetch queued',
+        num: true,
+        cell: (c) => ({ text: fmt.count(c.prefetchQueued), value: c.prefetchQueued }),
+      },
+      { label: 'in flight', num: true, cell: (c) => fmt.count(c.inFlight) },
+      {
+        label: 'bytes served',
+        num: true,
+        cell: (c) => ({ text: fmt.bytes(c.bytesServed), value: c.bytesServed, testid: 'conn-bytes' }),
+      },
+      { label: 'rate', num: true, cell: (c) => (c.rate === undefined ? '–' : fmt.bytesPerSecond(c.rate)) },
+      { label: 'connected', cell: (c) => fmt.ago(c.since) },
+      {
+        label: 'actions',
+        create: (c) =>
+          offers(frame.server, 'disconnect') &&
+          actionButton({
+            label: 'Disconnect',
+            question: `Disconnect ${c.remote} (connection ${c.id})?`,
+            path: `${BASE}/connections/${enc(c.id)}/disconnect`,
+            testid: 'disconnect',
+            done: refresh,
+          }),
+      },
+    ],
+  });
+  const archives = liveTable({
+    testid: 'archives',
+    rowTestid: 'archive-row',
+    empty: 'no archives',
+    key: (a) => a.id,
+    columns: [
+      { label: 'archive', num: true, cell: (a) => a.id },
+      { label: 'groups', num: true, cell: (a) => fmt.count(a.groups) },
+      { label: 'stored', num: true, cell: (a) => ({ text: fmt.bytes(a.storedBytes), value: a.storedBytes }) },
+      { label: 'crc', cell: (a) => ({ text: fmt.hex32(a.crc), class: 'mono' }) },
+      { label: 'version', num: true, cell: (a) => a.version },
+    ],
+  });
+  frame.body.append(
+    served,
+    section('Connections', 'connections-panel', h('div', { class: 'scroll' }, connections.node)),
+    section('Archives', 'archives-panel', h('div', { class: 'scroll tall' }, archives.node)),
+  );
+  return {
+    stream: { protocol: 'js5' },
+    onTick: frame.onTick,
+    onState(body) {
+      const s = body.state ?? {};
+      const now = Date.now();
+      const conns = (s.connections ?? []).map((c) => ({
+        ...c,
+        rate: rates.rate(c.id, 'served', c.bytesServed, now),
+      }));
+      const total = rates.rate('*', 'served', s.bytesServed ?? 0, now);
+      rates.commit();
+      const list = s.archives ?? [];
+      const stored = list.reduce((n, a) => n + (a.storedBytes ?? 0), 0);
+      served.textContent = `${fmt.bytes(s.bytesServed)} served${total === undefined ? '' : ` (${fmt.bytesPerSecond(total)} now)`} · ${list.length} archives, ${fmt.bytes(stored)} stored`;
+      served.dataset.value = String(s.bytesServed ?? 0);
+      connections.update(conns);
+      archives.update(list);
+    },
+  };
+}

@@ -1,0 +1,149 @@
+// #/nox-relay: instances and their players with a live top-down map, and the connections.
+import { actionButton, enc } from './actions.js';
+import { h, liveTable, section } from './dom.js';
+import * as fmt from './format.js';
+import { createMap } from './map.js';
+import { offers, protocolFrame } from './protocol-page.js';
+
+const BASE = '/api/servers/nox-relay';
+
+function vec(p) {
+  return p === null || p === undefined ? '–' : `${fmt.num(p.x)}, ${fmt.num(p.y)}, ${fmt.num(p.z)}`;
+}
+
+export function mountNoxRelay(main, ctx) {
+  const frame = protocolFrame(main, ctx, 'nox-relay', 'state');
+  const refresh = () => ctx.refreshState();
+  const canvas = h('canvas', {
+    class: 'map',
+    testid: 'nox-map',
+    role: 'img',
+    'aria-label': 'Top-down map of player positions (x to the right, z up)',
+  });
+  const map = createMap(canvas);
+  const mapCaption = h('p', { class: 'muted', testid: 'map-caption' });
+  const summary = h('p', { class: 'muted', testid: 'nox-summary' });
+
+  const instances = liveTable({
+    testid: 'instances',
+    rowTestid: 'instance-row',
+    empty: 'no instances',
+    key: (i) => i.id,
+    columns: [
+      { label: 'instance', cell: (i) => i.id },
+      { label: 'name', cell: (i) => i.name ?? '–' },
+      {
+        label: 'players',
+        num: true,
+        cell: (i) => ({
+          text: fmt.count(i.players.length),
+          value: i.players.length,
+          testid: 'instance-players',
+        }),
+      },
+      {
+        label: 'actions',
+        create: (i) =>
+          offers(frame.server, 'endInstance') &&
+          actionButton({
+            label: 'End instance',
+            question: `End instance ${i.id} (${i.name ?? 'unnamed'})? Its players leave as when the instance closes.`,
+            path: `${BASE}/instances/${enc(i.id)}/end`,
+            testid: 'end-instance',
+            done: refresh,
+          }),
+      },
+    ],
+  });
+  const players = liveTable({
+    testid: 'players',
+    rowTestid: 'player-row',
+    empty: 'no players',
+    key: (p) => `${p.instance}/${p.id}`,
+    columns: [
+      { label: 'instance', cell: (p) => p.instance },
+      { label: 'player', cell: (p) => p.id },
+      { label: 'name', cell: (p) => p.name ?? '–' },
+      { label: 'connection', cell: (p) => p.connection ?? '–' },
+      {
+        label: 'position x, y, z',
+        num: true,
+        cell: (p) => ({ text: vec(p.position), testid: 'player-position' }),
+      },
+      { label: 'updated', cell: (p) => (p.updatedAt ? fmt.ago(p.updatedAt) : '–') },
+      {
+        label: 'actions',
+        create: (p) =>
+          p.connection === null || p.connection === undefined || !offers(frame.server, 'disconnect')
+            ? ''
+            : actionButton({
+                label: 'Disconnect',
+                question: `Disconnect player ${p.name ?? p.id} (connection ${p.connection})?`,
+                path: `${BASE}/connections/${enc(p.connection)}/disconnect`,
+                testid: 'disconnect',
+                done: refresh,
+              }),
+      },
+    ],
+  });
+  const connections = liveTable({
+    testid: 'connections',
+    rowTestid: 'connection-row',
+    empty: 'no connections',
+    key: (c) => c.id,
+    columns: [
+      { label: 'connection', cell: (c) => c.id },
+      { label: 'remote', cell: (c) => ({ text: c.remote, class: 'mono' }) },
+      { label: 'transport', cell: (c) => c.transport },
+      { label: 'player', cell: (c) => c.playerId ?? '–' },
+      { label: 'connected', cell: (c) => fmt.ago(c.since) },
+      {
+        label: 'actions',
+        create: (c) =>
+          offers(frame.server, 'disconnect') &&
+          actionButton({
+            label: 'Disconnect',
+            question: `Disconnect ${c.remote} (connection ${c.id})?`,
+            path: `${BASE}/connections/${enc(c.id)}/disconnect`,
+            testid: 'disconnect',
+            done: refresh,
+          }),
+      },
+    ],
+  });
+
+  frame.body.append(
+    summary,
+    section('Map', 'map-panel', canvas, mapCaption),
+    h(
+      'div',
+      { class: 'two' },
+      section('Instances', 'instances-panel', instances.node),
+      section('Connections', 'connections-panel', h('div', { class: 'scroll' }, connections.node)),
+    ),
+    section('Players', 'players-panel', h('div', { class: 'scroll' }, players.node)),
+  );
+  window.gamewireDashboard.map = map;
+
+  return {
+    stream: { protocol: 'nox-relay' },
+    onTick: frame.onTick,
+    onState(body) {
+      const s = body.state ?? {};
+      const inst = s.instances ?? [];
+      const all = inst.flatMap((i) => (i.players ?? []).map((p) => ({ ...p, instance: i.id })));
+      summary.textContent = `${inst.length} instance${inst.length === 1 ? '' : 's'} · ${all.length} player${all.length === 1 ? '' : 's'} · ${(s.connections ?? []).length} connection${(s.connections ?? []).length === 1 ? '' : 's'}`;
+      summary.dataset.players = String(all.length);
+      instances.update(inst.map((i) => ({ ...i, players: i.players ?? [] })));
+      players.update(all);
+      connections.update(s.connections ?? []);
+      map.update(inst, s.bounds);
+      const placed = all.filter((p) => p.position).length;
+      mapCaption.textContent = `${placed} of ${all.length} players placed · x to the right, z up${s.bounds ? '' : ' · bounds fitted to the players'}`;
+    },
+    destroy() {
+      map.destroy();
+      if (window.gamewireDashboard.map === map) window.gamewireDashboard.map = undefined;
+    },
+  };
+}

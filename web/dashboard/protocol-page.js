@@ -1,0 +1,105 @@
+// The frame every protocol page shares: heading, State/Wire tabs, live counters and charts.
+import { rateChart } from './charts.js';
+import { fill, h } from './dom.js';
+import * as fmt from './format.js';
+import { latestCounters, series } from './history.js';
+
+export function protocolFrame(main, ctx, protocol, tab) {
+  const server = ctx.servers.find((s) => s.protocol === protocol);
+  const summary = h('p', { class: 'counters', testid: 'counters' });
+  const body = h('div', { class: 'page-body' });
+  const tabs = h(
+    'nav',
+    { class: 'tabs', 'aria-label': `${protocol} views` },
+    h(
+      'a',
+      {
+        href: `#/${protocol}`,
+        class: 'navlink',
+        'aria-current': tab === 'state' ? 'page' : undefined,
+        testid: 'tab-state',
+      },
+      'State',
+    ),
+    server?.hasWire === false && tab !== 'wire'
+      ? null
+      : h(
+          'a',
+          {
+            href: `#/${protocol}/wire`,
+            class: 'navlink',
+            'aria-current': tab === 'wire' ? 'page' : undefined,
+            testid: 'tab-wire',
+          },
+          'Wire',
+        ),
+  );
+  const charts = tab === 'state' ? [rateChart(protocol, 'messages'), rateChart(protocol, 'bytes')] : [];
+  fill(
+    main,
+    h('div', { class: 'page-head' }, h('h1', { testid: 'page-title' }, protocol), tabs),
+    server?.summary ? h('p', { class: 'muted' }, server.summary) : null,
+    summary,
+    charts.length > 0
+      ? h(
+          'div',
+          { class: 'charts wide' },
+          charts.map((c) => c.box),
+        )
+      : null,
+    body,
+  );
+  for (const c of charts) c.resize();
+  const updateCounters = (counters) => {
+    if (counters === undefined) return;
+    const r = series(protocol).rates;
+    const uptime = server === undefined ? '' : ` · up ${fmt.duration(Date.now() - server.startedAt)}`;
+    summary.textContent = `${fmt.count(counters.open)} open · in ${fmt.perSecond(r.msgIn)} (${fmt.bytesPerSecond(r.bytesIn)}) · out ${fmt.perSecond(r.msgOut)} (${fmt.bytesPerSecond(r.bytesOut)})${uptime}`;
+  };
+  updateCounters(latestCounters(protocol) ?? server?.counters);
+  return {
+    body,
+    server,
+    onTick(tick) {
+      const s = (tick.servers ?? []).find((x) => x.protocol === protocol);
+      if (s !== undefined) updateCounters(s.counters);
+    },
+  };
+}
+
+/**
+ * Per-item rates from successive cumulative samples (allocation traffic, js5 bytes served).
+ * `rate(id, key, value, t)` returns units per second since the previous sample of that id/key.
+ */
+export function rateTracker() {
+  let prev = new Map();
+  let next = new Map();
+  return {
+    rate(id, key, value, t) {
+      const k = `${id}\u0000${key}`;
+      next.set(k, { value, t });
+      const p = prev.get(k);
+      if (p === undefined || t <= p.t || value < p.value) return undefined;
+      return ((value - p.value) * 1000) / (t - p.t);
+    },
+    /** Call once per sample, after every rate() of that sample. */
+    commit() {
+      prev = next;
+      next = new Map();
+    },
+  };
+}
+
+/** Whether the server offers an action (`actions` in /api/servers; assumed when absent). */
+export function offers(server, action) {
+  return !Array.isArray(server?.actions) || server.actions.includes(action);
+}
+
+export function notRunning(main, protocol) {
+  fill(
+    main,
+    h('h1', null, protocol),
+    h('p', { class: 'muted', testid: 'not-running' }, `${protocol} is not running in this gamewire serve.`),
+    h('p', null, h('a', { href: '#/' }, 'Back to the overview')),
+  );
+}

@@ -1,0 +1,171 @@
+// #/unity-relay: allocations (transport, bound address, peers, traffic), join codes, relay nodes
+// when the relay is scaled out, and the drain action where the server supports it.
+import { actionButton, enc } from './actions.js';
+import { h, liveTable, section } from './dom.js';
+import * as fmt from './format.js';
+import { offers, protocolFrame, rateTracker } from './protocol-page.js';
+
+const BASE = '/api/servers/unity-relay';
+
+export function mountUnityRelay(main, ctx) {
+  const frame = protocolFrame(main, ctx, 'unity-relay', 'state');
+  const rates = rateTracker();
+  const refresh = () => ctx.refreshState();
+  const info = h('p', { class: 'muted', testid: 'dataplane' });
+  const drainBox = h('div', { class: 'toolbar' });
+  let drainShown = false;
+
+  const allocations = liveTable({
+    testid: 'allocations',
+    rowTestid: 'allocation-row',
+    empty: 'no allocations',
+    key: (a) => a.id,
+    columns: [
+      { label: 'allocation', cell: (a) => ({ text: fmt.shortId(a.id), title: a.id, testid: 'alloc-id' }) },
+      { label: 'role', cell: (a) => a.role },
+      { label: 'region', cell: (a) => a.region ?? '–' },
+      { label: 'state', cell: (a) => ({ text: a.state, class: `state-${a.state}`, testid: 'alloc-state' }) },
+      { label: 'transport', cell: (a) => ({ text: a.transport ?? '–', testid: 'alloc-transport' }) },
+      { label: 'bound address', cell: (a) => ({ text: a.boundAddress ?? '–', testid: 'alloc-address' }) },
+      {
+        label: 'peers',
+        cell: (a) => ({
+          text: (a.peers ?? []).length === 0 ? '–' : a.peers.map(fmt.shortId).join(', '),
+          title: (a.peers ?? []).join('\n'),
+          value: (a.peers ?? []).length,
+          testid: 'alloc-peers',
+        }),
+      },
+      { label: 'join code', cell: (a) => a.joinCode ?? '–' },
+      { label: 'age', cell: (a) => fmt.duration(Date.now() - a.createdAt) },
+      { label: 'last seen', cell: (a) => fmt.ago(a.lastSeen) },
+      {
+        label: 'packets in/out',
+        num: true,
+        cell: (a) => `${fmt.count(a.packetsIn)} / ${fmt.count(a.packetsOut)}`,
+      },
+      {
+        label: 'bytes in',
+        num: true,
+        cell: (a) => ({ text: fmt.bytes(a.bytesIn), value: a.bytesIn, testid: 'alloc-bytes-in' }),
+      },
+      {
+        label: 'bytes out',
+        num: true,
+        cell: (a) => ({ text: fmt.bytes(a.bytesOut), value: a.bytesOut, testid: 'alloc-bytes-out' }),
+      },
+      {
+        label: 'rate in/out',
+        num: true,
+        cell: (a) => {
+          const i = a.rateIn;
+          const o = a.rateOut;
+          return i === undefined ? '–' : `${fmt.bytesPerSecond(i)} / ${fmt.bytesPerSecond(o ?? 0)}`;
+        },
+      },
+      {
+        label: 'actions',
+        create: (a) =>
+          h(
+            'span',
+            { class: 'actions' },
+            offers(frame.server, 'disconnect') &&
+              actionButton({
+                label: 'Disconnect',
+                question: `Unbind allocation ${a.id}? Its client is disconnected as by a CLOSE; it may bind again.`,
+                path: `${BASE}/connections/${enc(a.id)}/disconnect`,
+                testid: 'disconnect',
+                done: refresh,
+              }),
+            offers(frame.server, 'endAllocation') &&
+              actionButton({
+                label: 'End',
+                question: `End allocation ${a.id} now? Its peers are told as on an idle expiry.`,
+                path: `${BASE}/allocations/${enc(a.id)}/end`,
+                testid: 'end-allocation',
+                done: refresh,
+              }),
+          ),
+      },
+    ],
+  });
+  const joinCodes = liveTable({
+    testid: 'join-codes',
+    rowTestid: 'join-code-row',
+    empty: 'no join codes',
+    key: (j) => j.code,
+    columns: [
+      { label: 'code', cell: (j) => ({ text: j.code, class: 'mono' }) },
+      { label: 'host allocation', cell: (j) => ({ text: fmt.shortId(j.host), title: j.host }) },
+      { label: 'expires in', cell: (j) => fmt.duration(j.expiresAt - Date.now()) },
+    ],
+  });
+  const nodes = liveTable({
+    testid: 'nodes',
+    rowTestid: 'node-row',
+    empty: 'no nodes',
+    key: (n) => n.id,
+    columns: [
+      { label: 'node', cell: (n) => n.id },
+      { label: 'region', cell: (n) => n.region ?? '–' },
+      {
+        label: 'endpoints',
+        cell: (n) =>
+          (n.endpoints ?? [])
+            .map((e) =>
+              typeof e === 'string' ? e : `${e.transport ?? ''} ${e.host ?? ''}:${e.port ?? ''}`.trim(),
+            )
+            .join(', '),
+      },
+      { label: 'load', num: true, cell: (n) => `${fmt.count(n.load)} / ${fmt.count(n.capacity)}` },
+      { label: 'draining', cell: (n) => (n.draining ? 'yes' : 'no') },
+      { label: 'heartbeat', cell: (n) => `${fmt.duration(n.heartbeatAgeMs)} ago` },
+    ],
+  });
+  const nodesPanel = section('Relay nodes', 'nodes-panel', nodes.node);
+  nodesPanel.hidden = true;
+  frame.body.append(
+    h('div', { class: 'row' }, info, drainBox),
+    section('Allocations', 'allocations-panel', h('div', { class: 'scroll' }, allocations.node)),
+    section('Join codes', 'join-codes-panel', joinCodes.node),
+    nodesPanel,
+  );
+
+  return {
+    stream: { protocol: 'unity-relay' },
+    onTick: frame.onTick,
+    onState(body) {
+      const s = body.state ?? {};
+      const now = Date.now();
+      const list = (s.allocations ?? []).map((a) => ({
+        ...a,
+        rateIn: rates.rate(a.id, 'in', a.bytesIn, now),
+        rateOut: rates.rate(a.id, 'out', a.bytesOut, now),
+      }));
+      rates.commit();
+      info.textContent = `${list.length} allocation${list.length === 1 ? '' : 's'} · data plane: ${s.dataplane ?? 'js'}`;
+      allocations.update(list);
+      joinCodes.update(s.joinCodes ?? []);
+      nodesPanel.hidden = s.nodes === null || s.nodes === undefined;
+      if (!nodesPanel.hidden) nodes.update(s.nodes);
+      // Drain is offered when the server says it applies (a node role): see docs/dashboard.md.
+      const canDrain =
+        s.drain?.available ??
+        (Array.isArray(frame.server?.actions) && frame.server.actions.includes('drain'));
+      if (canDrain !== drainShown) {
+        drainShown = canDrain;
+        drainBox.replaceChildren();
+        if (canDrain)
+          drainBox.append(
+            actionButton({
+              label: 'Drain',
+              question: 'Drain this relay? It stops taking new allocations; existing ones keep relaying.',
+              path: `${BASE}/drain`,
+              testid: 'drain',
+              done: refresh,
+            }),
+          );
+      }
+    },
+  };
+}
