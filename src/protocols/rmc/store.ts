@@ -40,6 +40,36 @@ export interface MemoryStoreOptions {
 export const DEFAULT_MAX_ACCOUNTS = 100_000;
 export const DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT = 8;
 
+/** One login session's record (`sessions()`): where it is connected, in a fleet. */
+export interface LoginSessionRecord extends LoginSession {
+  /** The node that holds the connection (`rmc-secure:<id>`, `rmc-auth:<id>`); absent in one process. */
+  node?: string;
+}
+
+/**
+ * The account store as handlers use it: the embedded `MemoryStore` answers synchronously, a
+ * fleet's `RedisAccountStore` (fleet/redis-store.ts) with promises. Every method may throw (or
+ * reject with) an `RmcError`: a limit, or the store being unavailable right now.
+ */
+export interface AccountStore {
+  /**
+   * Finds the account or creates it; updates name and last login. `origin` is the address a new
+   * account comes from, for stores that enforce registration rate limits themselves
+   * (`enforcesRegistrationLimits`).
+   */
+  login(accountId: string, name: string, origin?: { address: string }): Account | Promise<Account>;
+  account(accountId: string): Account | undefined | Promise<Account | undefined>;
+  accountCount(): number | Promise<number>;
+  startSession(session: LoginSession): void | Promise<void>;
+  endSession(connectionId: number): void | Promise<void>;
+  sessions(): LoginSessionRecord[] | Promise<LoginSessionRecord[]>;
+  /** True when `login` applies the registration rate limits (fleet-wide); the handler then does not. */
+  readonly enforcesRegistrationLimits?: boolean;
+  whenSaved?(): Promise<void>;
+  close?(): Promise<void>;
+}
+
+/** The synchronous store (the embedded one); also an `AccountStore`. */
 export interface RmcStore {
   /**
    * Finds the account or creates it with a fresh random PID; updates name and last login.

@@ -14,10 +14,10 @@ import { createHash } from 'node:crypto';
 import type { ProtocolMetrics } from '../../../core/metrics.js';
 import { addressKey } from '../../../core/tcp.js';
 import { struct } from '../../../wire/index.js';
-import type { CallContext, Handlers } from '../dispatcher.js';
+import type { CallContext, Handlers, RmcConnection } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
 import { defineProtocol, method } from '../signature.js';
-import type { RmcStore } from '../store.js';
+import type { Account, AccountStore } from '../store.js';
 import {
   formatStationUrl,
   list,
@@ -105,10 +105,17 @@ export const acceptAnyToken: TokenValidator = (token) => {
 };
 
 export interface LoginOptions {
-  store: RmcStore;
+  store: AccountStore;
   validateToken?: TokenValidator;
-  /** The StationURL sent back as urlRegularProtocols (default: built from the local address). */
-  secureUrl?: string;
+  /**
+   * The StationURL sent back as urlRegularProtocols (default `prudp:/`); a function is asked on
+   * every login (a fleet's auth server: the least-loaded live secure server).
+   */
+  secureUrl?: string | ((ctx: CallContext) => string | Promise<string>);
+  /** The connection id Register_V1 answers (default the connection's own id; a fleet: unique over it). */
+  connectionIdOf?: (conn: RmcConnection) => number | Promise<number>;
+  /** Called once per connection after its first successful login (a fleet node counts its players). */
+  onLogin?: (conn: RmcConnection) => void;
   /** Limits on new accounts per address and per server (defaults: 20 and 10 000 per hour). */
   registration?: RegistrationLimits | RegistrationLimiter;
   /** Counts refused registrations and logins (`registrations_refused`, `logins_refused`). */
@@ -116,6 +123,9 @@ export interface LoginOptions {
 }
 
 const LOGIN_HOOK_KEY = 'LoginProtocol.hooked';
+
+/** How a refused registration's message starts (stores that enforce the limits use it too). */
+export const REGISTRATION_REFUSED = 'too many new accounts';
 
 export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProtocol> {
   const validate = options.validateToken ?? acceptAnyToken;
@@ -128,7 +138,19 @@ export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProto
     async LoginWithToken_V1(ctx, args) {
       const id = await validate(args.token, ctx);
       const conn = ctx.connection;
-      const isNew = store.account(id.accountId) === undefined;
+      // Where the client goes next, chosen before anything is written (a fleet may have no room).
+      const secureUrl =
+        typeof options.secureUrl === 'function'
+          ? await options.secureUrl(ctx)
+          : (options.secureUrl ?? 'prudp:/');
+      // A synchronous store is used without awaiting, so the check, the limiter and the creation
+      // below run as one step (pipelined logins of one new account count one registration).
+      // A store that enforces the registration limits itself does it in the same atomic step as
+      // the creation (a fleet); otherwise they are checked here, for new accounts only.
+      const found = store.enforcesRegistrationLimits === true ? undefined : store.account(id.accountId);
+      const isNew =
+        store.enforcesRegistrationLimits !== true &&
+        (found instanceof Promise ? await found : found) === undefined;
       if (isNew) {
         const refused = limiter.take(addressKey(conn.remoteAddress));
         if (refused !== undefined) {
@@ -145,11 +167,19 @@ export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProto
           );
         }
       }
-      const account = store.login(id.accountId, id.name);
+      let account: Account;
+      try {
+        const made = store.login(id.accountId, id.name, { address: addressKey(conn.remoteAddress) });
+        account = made instanceof Promise ? await made : made;
+      } catch (err) {
+        if (err instanceof RmcError && err.message.startsWith(REGISTRATION_REFUSED))
+          options.metrics?.count('registrations_refused');
+        throw err;
+      }
       // May refuse (ConcurrentLoginDenied) before the connection counts as logged in. A second
       // login on the same connection replaces the first one's session.
       try {
-        store.startSession({
+        await store.startSession({
           connectionId: conn.id,
           pid: account.pid,
           accountId: account.accountId,
@@ -162,6 +192,7 @@ export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProto
       if (!conn.data.has(LOGIN_HOOK_KEY)) {
         conn.data.set(LOGIN_HOOK_KEY, true);
         conn.onDisconnect(() => store.endSession(conn.id));
+        options.onLogin?.(conn);
       }
       const pid = Buffer.from(account.pid, 'hex');
       conn.user =
@@ -174,7 +205,7 @@ export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProto
       return {
         userPid: pid,
         connectionData: {
-          urlRegularProtocols: options.secureUrl ?? 'prudp:/',
+          urlRegularProtocols: secureUrl,
           lstSpecialProtocols: [],
           urlSpecialProtocols: 'prudp:/',
         },
@@ -182,26 +213,31 @@ export function loginHandlers(options: LoginOptions): Handlers<typeof LoginProto
     },
     Register_V1(ctx, args) {
       const conn = ctx.connection;
-      conn.stationUrls = args.vecMyURLs;
-      // An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d; StationURLs want a.b.c.d.
-      const address = conn.remoteAddress.startsWith('::ffff:')
-        ? conn.remoteAddress.slice(7)
-        : conn.remoteAddress;
-      // The public URL is the client's first URL as this server sees it (address and port
-      // replaced by the observed ones), like a classic secure server's NAT check.
-      let urlPublic = formatStationUrl({ scheme: 'prudp', params: { address, port: conn.remotePort } });
-      const first = args.vecMyURLs[0];
-      if (first !== undefined) {
-        try {
-          const parts = parseStationUrl(first);
-          parts.params.set('address', address);
-          parts.params.set('port', String(conn.remotePort));
-          urlPublic = formatStationUrl(parts);
-        } catch {
-          // An unparsable URL keeps the default.
-        }
-      }
-      return { retval: RESULT_SUCCESS, pidConnectionID: conn.id, urlPublic };
+      const id = options.connectionIdOf === undefined ? conn.id : options.connectionIdOf(conn);
+      return typeof id === 'number'
+        ? register(conn, args.vecMyURLs, id)
+        : id.then((n) => register(conn, args.vecMyURLs, n));
     },
   };
+}
+
+function register(conn: RmcConnection, urls: string[], pidConnectionID: number) {
+  conn.stationUrls = urls;
+  // An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d; StationURLs want a.b.c.d.
+  const address = conn.remoteAddress.startsWith('::ffff:') ? conn.remoteAddress.slice(7) : conn.remoteAddress;
+  // The public URL is the client's first URL as this server sees it (address and port
+  // replaced by the observed ones), like a classic secure server's NAT check.
+  let urlPublic = formatStationUrl({ scheme: 'prudp', params: { address, port: conn.remotePort } });
+  const first = urls[0];
+  if (first !== undefined) {
+    try {
+      const parts = parseStationUrl(first);
+      parts.params.set('address', address);
+      parts.params.set('port', String(conn.remotePort));
+      urlPublic = formatStationUrl(parts);
+    } catch {
+      // An unparsable URL keeps the default.
+    }
+  }
+  return { retval: RESULT_SUCCESS, pidConnectionID, urlPublic };
 }

@@ -4,7 +4,7 @@
  * may register. The public URL is the client's first URL with the address and port this server
  * sees, flagged `type=3` (public, behind NAT), as the official server answers.
  */
-import type { CallContext, Handlers } from '../dispatcher.js';
+import type { CallContext, Handlers, RmcConnection } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
 import { defineProtocol, method } from '../signature.js';
 import {
@@ -48,7 +48,13 @@ export const SECURE_PID_KEY = 'prudp.pid';
 export interface SecureConnectionOptions {
   /** Most URLs accepted in one Register (default 16). */
   maxUrls?: number;
+  /** The connection id Register answers (default the connection's own id; a fleet: unique over it). */
+  connectionIdOf?: (conn: RmcConnection) => number | Promise<number>;
+  /** Called once per connection at its first Register (a fleet node counts its players). */
+  onRegister?: (conn: RmcConnection) => void;
 }
+
+const REGISTERED_KEY = 'SecureConnection.registered';
 
 export function secureConnectionHandlers(
   o: SecureConnectionOptions = {},
@@ -62,7 +68,15 @@ export function secureConnectionHandlers(
         'connect to the secure endpoint with a Kerberos ticket first',
       );
     if (urls.length > maxUrls) throw RmcError.of('RendezVous::LimitExceeded', `more than ${maxUrls} URLs`);
+    const id = o.connectionIdOf === undefined ? conn.id : o.connectionIdOf(conn);
+    return typeof id === 'number' ? answer(conn, urls, id) : id.then((n) => answer(conn, urls, n));
+  };
+  const answer = (conn: RmcConnection, urls: string[], pidConnectionID: number) => {
     conn.stationUrls = urls;
+    if (!conn.data.has(REGISTERED_KEY)) {
+      conn.data.set(REGISTERED_KEY, true);
+      o.onRegister?.(conn);
+    }
     const address = conn.remoteAddress.startsWith('::ffff:')
       ? conn.remoteAddress.slice(7)
       : conn.remoteAddress;
@@ -82,7 +96,7 @@ export function secureConnectionHandlers(
         // An unparsable URL keeps the default.
       }
     }
-    return { retval: RESULT_SUCCESS, pidConnectionID: conn.id, urlPublic };
+    return { retval: RESULT_SUCCESS, pidConnectionID, urlPublic };
   };
   return {
     Register: (ctx, args) => register(ctx, args.vecMyURLs),

@@ -55,6 +55,8 @@ export interface GameSession {
   ownerPid: string;
   /** connection id -> member PID (hex). */
   members: Map<number, string>;
+  /** connection id -> member's display name. */
+  memberNames: Map<number, string>;
   createdAt: number;
 }
 
@@ -79,9 +81,66 @@ export interface SessionOptions {
 
 export const DEFAULT_MAX_SESSIONS_PER_IP = 64;
 export const DEFAULT_MAX_SESSIONS_PER_ACCOUNT = 16;
+export const DEFAULT_MAX_SESSION_MEMBERS = 100;
+export const DEFAULT_MAX_SESSIONS = 10_000;
+export const DEFAULT_MAX_SESSIONS_PER_CONNECTION = 16;
 
-/** The live sessions, shared by every connection of one server. */
-export class SessionRegistry {
+/** Who joins: one connection of a logged-in player. */
+export interface SessionMember {
+  /** The connection's id on its server (a fleet store adds the server's node id). */
+  connectionId: number;
+  /** PID, hex. */
+  pid: string;
+  name: string;
+  /** The connection's remote address (the per-address cap keys it by `addressKey`). */
+  address: string;
+}
+
+/** What `CreateSession_V1` records. */
+export interface SessionSpec {
+  id: string;
+  type: string;
+  key: string;
+  reserved: Buffer;
+}
+
+/** A session as listed (`listSessions()`, for monitoring and the dashboard). */
+export interface SessionSummary {
+  id: string;
+  type: string;
+  key: string;
+  ownerPid: string;
+  /** ms since the epoch. */
+  createdAt: number;
+  members: { pid: string; name: string; connectionId: number; node?: string }[];
+}
+
+/**
+ * SessionProtocol's state: `SessionRegistry` (one process, synchronous) or a fleet's
+ * `RedisSessionStore` (fleet/redis-sessions.ts). Each method applies every limit atomically and
+ * throws (or rejects with) an `RmcError`: a limit, a missing session, or the store being
+ * unavailable right now.
+ */
+export interface SessionStore {
+  /** Creates the session with `member` in it; answers the member count (a creator's repeat is no error). */
+  create(
+    spec: SessionSpec,
+    member: SessionMember,
+  ): { memberCount: number } | Promise<{ memberCount: number }>;
+  /** Joins; answers the session type and its members' PIDs (hex, each once). */
+  join(
+    id: string,
+    member: SessionMember,
+  ): { type: string; members: string[] } | Promise<{ type: string; members: string[] }>;
+  /** Leaves; false when the connection was not in that session. */
+  leave(id: string, member: SessionMember): boolean | Promise<boolean>;
+  /** The connection ended: leaves every session it is in. */
+  leaveAll(connectionId: number): void | Promise<void>;
+  listSessions(): SessionSummary[] | Promise<SessionSummary[]>;
+}
+
+/** The live sessions of one process, shared by every connection of one server. */
+export class SessionRegistry implements SessionStore {
   readonly sessions = new Map<string, GameSession>();
   readonly maxMembers: number;
   readonly maxSessions: number;
@@ -93,11 +152,13 @@ export class SessionRegistry {
   private readonly perAccount = new Map<string, number>();
   /** Address key of each connection that holds memberships. */
   private readonly ipOf = new Map<number, string>();
+  /** Sessions each connection is in. */
+  private readonly joined = new Map<number, Set<string>>();
 
   constructor(options: SessionOptions = {}) {
-    this.maxMembers = options.maxMembers ?? 100;
-    this.maxSessions = options.maxSessions ?? 10_000;
-    this.maxSessionsPerConnection = options.maxSessionsPerConnection ?? 16;
+    this.maxMembers = options.maxMembers ?? DEFAULT_MAX_SESSION_MEMBERS;
+    this.maxSessions = options.maxSessions ?? DEFAULT_MAX_SESSIONS;
+    this.maxSessionsPerConnection = options.maxSessionsPerConnection ?? DEFAULT_MAX_SESSIONS_PER_CONNECTION;
     this.maxSessionsPerIp = options.maxSessionsPerIp ?? DEFAULT_MAX_SESSIONS_PER_IP;
     this.maxSessionsPerAccount = options.maxSessionsPerAccount ?? DEFAULT_MAX_SESSIONS_PER_ACCOUNT;
   }
@@ -136,22 +197,104 @@ export class SessionRegistry {
     this.perAccount.set(pid, accountCount + 1);
   }
 
+  create(spec: SessionSpec, member: SessionMember): { memberCount: number } {
+    let s = this.sessions.get(spec.id);
+    if (s === undefined) {
+      this.checkRoom(member.connectionId, spec.id);
+      if (this.sessions.size >= this.maxSessions) throw RmcError.of('RendezVous::LimitExceeded');
+      s = {
+        id: spec.id,
+        type: spec.type,
+        key: spec.key,
+        reserved: spec.reserved,
+        ownerPid: member.pid,
+        members: new Map(),
+        memberNames: new Map(),
+        createdAt: Date.now(),
+      };
+      // Joined first: a refused creator leaves no empty session behind.
+      this.add(s, member);
+      this.sessions.set(spec.id, s);
+    } else if (!s.members.has(member.connectionId)) {
+      throw RmcError.of('RendezVous::DuplicateEntry', `session ${spec.id} already exists`);
+    }
+    return { memberCount: s.members.size };
+  }
+
+  join(id: string, member: SessionMember): { type: string; members: string[] } {
+    const s = this.sessions.get(id);
+    if (s === undefined) throw RmcError.of('RendezVous::SessionVoid');
+    this.checkRoom(member.connectionId, id);
+    this.add(s, member);
+    return { type: s.type, members: [...new Set(s.members.values())] };
+  }
+
   /** Removes a connection from a session; deletes the session when it is empty. */
-  leave(id: string, connectionId: number): boolean {
+  leave(id: string, member: SessionMember | number): boolean {
+    const connectionId = typeof member === 'number' ? member : member.connectionId;
     const s = this.sessions.get(id);
     const pid = s?.members.get(connectionId);
     if (s === undefined || pid === undefined) return false;
     s.members.delete(connectionId);
+    s.memberNames.delete(connectionId);
     if (s.members.size === 0) this.sessions.delete(id);
     const ip = this.ipOf.get(connectionId);
     if (ip !== undefined) decrement(this.perIp, ip);
     decrement(this.perAccount, pid);
+    const joined = this.joined.get(connectionId);
+    joined?.delete(id);
+    if (joined?.size === 0) this.joined.delete(connectionId);
     return true;
+  }
+
+  leaveAll(connectionId: number): void {
+    for (const id of [...(this.joined.get(connectionId) ?? [])]) this.leave(id, connectionId);
+    this.forget(connectionId);
   }
 
   /** The connection ended (after it left every session). */
   forget(connectionId: number): void {
     this.ipOf.delete(connectionId);
+    this.joined.delete(connectionId);
+  }
+
+  listSessions(): SessionSummary[] {
+    return [...this.sessions.values()].map((s) => ({
+      id: s.id,
+      type: s.type,
+      key: s.key,
+      ownerPid: s.ownerPid,
+      createdAt: s.createdAt,
+      members: [...s.members].map(([connectionId, pid]) => ({
+        pid,
+        name: s.memberNames.get(connectionId) ?? '',
+        connectionId,
+      })),
+    }));
+  }
+
+  /** Refuses a connection that is already in `maxSessionsPerConnection` sessions. */
+  private checkRoom(connectionId: number, id: string): void {
+    const joined = this.joined.get(connectionId);
+    if (joined !== undefined && !joined.has(id) && joined.size >= this.maxSessionsPerConnection)
+      throw RmcError.of(
+        'RendezVous::LimitExceeded',
+        `a connection may be in at most ${this.maxSessionsPerConnection} sessions`,
+      );
+  }
+
+  private add(s: GameSession, member: SessionMember): void {
+    if (s.members.has(member.connectionId)) return;
+    if (s.members.size >= this.maxMembers) throw RmcError.of('RendezVous::SessionFull');
+    this.admit(member.connectionId, member.address, member.pid);
+    s.members.set(member.connectionId, member.pid);
+    s.memberNames.set(member.connectionId, member.name);
+    let joined = this.joined.get(member.connectionId);
+    if (joined === undefined) {
+      joined = new Set();
+      this.joined.set(member.connectionId, joined);
+    }
+    joined.add(s.id);
   }
 }
 
@@ -161,89 +304,51 @@ function decrement(map: Map<string, number>, key: string): void {
   else map.set(key, left);
 }
 
-function requireUser(ctx: CallContext): string {
-  const user = ctx.connection.user;
+function memberOf(ctx: CallContext): SessionMember {
+  const conn = ctx.connection;
+  const user = conn.user;
   if (user === undefined) throw RmcError.of('RendezVous::NotAuthenticated');
-  return user.pid.toString('hex');
-}
-
-const JOINED_KEY = 'SessionProtocol.joined';
-
-function joinedSet(conn: RmcConnection, registry: SessionRegistry): Set<string> {
-  let set = conn.data.get(JOINED_KEY) as Set<string> | undefined;
-  if (set === undefined) {
-    const s = new Set<string>();
-    set = s;
-    conn.data.set(JOINED_KEY, s);
-    conn.onDisconnect(() => {
-      for (const id of s) registry.leave(id, conn.id);
-      s.clear();
-      registry.forget(conn.id);
-    });
-  }
-  return set;
-}
-
-function join(registry: SessionRegistry, s: GameSession, conn: RmcConnection, pid: string): void {
-  if (s.members.has(conn.id)) return;
-  if (s.members.size >= registry.maxMembers) throw RmcError.of('RendezVous::SessionFull');
-  registry.admit(conn.id, conn.remoteAddress, pid);
-  s.members.set(conn.id, pid);
-  joinedSet(conn, registry).add(s.id);
-}
-
-/** Refuses a connection that is already in `maxSessionsPerConnection` sessions. */
-function checkRoom(registry: SessionRegistry, conn: RmcConnection, id: string): void {
-  const joined = joinedSet(conn, registry);
-  if (!joined.has(id) && joined.size >= registry.maxSessionsPerConnection)
-    throw RmcError.of(
-      'RendezVous::LimitExceeded',
-      `a connection may be in at most ${registry.maxSessionsPerConnection} sessions`,
-    );
-}
-
-export function sessionHandlers(registry: SessionRegistry): Handlers<typeof SessionProtocol> {
   return {
-    CreateSession_V1(ctx, args) {
-      const pid = requireUser(ctx);
-      const id = args.sessionId.toString('hex');
-      let s = registry.get(id);
-      if (s === undefined) {
-        checkRoom(registry, ctx.connection, id);
-        if (registry.sessions.size >= registry.maxSessions) throw RmcError.of('RendezVous::LimitExceeded');
-        s = {
-          id,
-          type: args.sessionType,
-          key: args.sessionKey,
-          reserved: args.reserved,
-          ownerPid: pid,
-          members: new Map(),
-          createdAt: Date.now(),
-        };
-        // Joined first: a refused creator leaves no empty session behind.
-        join(registry, s, ctx.connection, pid);
-        registry.sessions.set(id, s);
-      } else if (!s.members.has(ctx.connection.id)) {
-        throw RmcError.of('RendezVous::DuplicateEntry', `session ${id} already exists`);
-      }
-      return { sessionId: args.sessionId, memberCount: s.members.size };
-    },
-    JoinSession_V1(ctx, args) {
-      const pid = requireUser(ctx);
-      const s = registry.get(args.sessionId.toString('hex'));
-      if (s === undefined) throw RmcError.of('RendezVous::SessionVoid');
-      checkRoom(registry, ctx.connection, s.id);
-      join(registry, s, ctx.connection, pid);
-      return {
-        sessionType: s.type,
-        members: [...new Set(s.members.values())].map((p) => Buffer.from(p, 'hex')),
+    connectionId: conn.id,
+    pid: user.pid.toString('hex'),
+    name: user.name,
+    address: conn.remoteAddress,
+  };
+}
+
+const HOOKED_KEY = 'SessionProtocol.hooked';
+
+/** Leaves every session when the connection ends (one hook per connection). */
+function hookDisconnect(conn: RmcConnection, store: SessionStore): void {
+  if (conn.data.has(HOOKED_KEY)) return;
+  conn.data.set(HOOKED_KEY, true);
+  conn.onDisconnect(() => store.leaveAll(conn.id));
+}
+
+export function sessionHandlers(store: SessionStore): Handlers<typeof SessionProtocol> {
+  return {
+    async CreateSession_V1(ctx, args) {
+      const member = memberOf(ctx);
+      hookDisconnect(ctx.connection, store);
+      const spec = {
+        id: args.sessionId.toString('hex'),
+        type: args.sessionType,
+        key: args.sessionKey,
+        reserved: args.reserved,
       };
+      const { memberCount } = await store.create(spec, member);
+      return { sessionId: args.sessionId, memberCount };
     },
-    LeaveSession_V1(ctx, args) {
-      requireUser(ctx);
-      const id = args.sessionId.toString('hex');
-      if (!registry.leave(id, ctx.connection.id)) throw RmcError.of('RendezVous::SessionVoid');
-      joinedSet(ctx.connection, registry).delete(id);
+    async JoinSession_V1(ctx, args) {
+      const member = memberOf(ctx);
+      hookDisconnect(ctx.connection, store);
+      const s = await store.join(args.sessionId.toString('hex'), member);
+      return { sessionType: s.type, members: s.members.map((p) => Buffer.from(p, 'hex')) };
+    },
+    async LeaveSession_V1(ctx, args) {
+      const member = memberOf(ctx);
+      if (!(await store.leave(args.sessionId.toString('hex'), member)))
+        throw RmcError.of('RendezVous::SessionVoid');
       return {};
     },
   };

@@ -7,11 +7,12 @@
  * a user's Kerberos key derives from `passwordFor(name)` (default: one server-wide password).
  * The Login response names the secure server with a `prudps:/` StationURL (PID 2).
  */
+import { addressKey } from '../../../core/tcp.js';
 import type { CallContext, Handlers } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
 import { deriveUserKey, type KerberosAuthority, SECURE_SERVER_PID } from '../prudp/kerberos.js';
 import { defineProtocol, method } from '../signature.js';
-import type { RmcStore } from '../store.js';
+import type { AccountStore } from '../store.js';
 import { anyDataHolder, buffer32, qResult, qString, RESULT_SUCCESS, u32 } from '../types.js';
 import { RVConnectionData } from './login.js';
 
@@ -53,12 +54,15 @@ export const TicketGrantingProtocol = defineProtocol(
 );
 
 export interface TicketGrantingOptions {
-  store: RmcStore;
+  store: AccountStore;
   authority: KerberosAuthority;
   /** The user's password (its Kerberos key derives from it); undefined refuses the login. */
   passwordFor: (name: string) => string | undefined;
-  /** The secure server's StationURL (`prudps:/address=…;port=…;CID=1;PID=2;sid=1;stream=3;type=2`). */
-  secureUrl: string;
+  /**
+   * The secure server's StationURL (`prudps:/address=…;port=…;CID=1;PID=2;sid=1;stream=3;type=2`);
+   * a function is asked on every login (a fleet: the least-loaded live secure server).
+   */
+  secureUrl: string | ((ctx: CallContext) => string | Promise<string>);
   /** Longest user name accepted (default 64 bytes). */
   maxUserNameBytes?: number;
 }
@@ -74,12 +78,15 @@ export function classicPid(storePidHex: string): number {
 
 export function ticketGrantingHandlers(o: TicketGrantingOptions): Handlers<typeof TicketGrantingProtocol> {
   const maxName = o.maxUserNameBytes ?? 64;
-  const login = (ctx: CallContext, name: string) => {
+  const login = async (ctx: CallContext, name: string) => {
     if (name.length === 0 || Buffer.byteLength(name) > maxName)
       throw RmcError.of('RendezVous::InvalidUsername', 'empty or over-long user name');
     const password = o.passwordFor(name);
     if (password === undefined) throw RmcError.of('RendezVous::InvalidUsername', `no account ${name}`);
-    const account = o.store.login(`classic:${name}`, name);
+    const secureUrl = typeof o.secureUrl === 'function' ? await o.secureUrl(ctx) : o.secureUrl;
+    const account = await o.store.login(`classic:${name}`, name, {
+      address: addressKey(ctx.connection.remoteAddress),
+    });
     const pid = classicPid(account.pid);
     const key = deriveUserKey(pid, password);
     const { sealed } = o.authority.userTicket(pid, key, SECURE_SERVER_PID);
@@ -95,7 +102,7 @@ export function ticketGrantingHandlers(o: TicketGrantingOptions): Handlers<typeo
       pidPrincipal: pid,
       pbufResponse: sealed,
       pConnectionData: {
-        urlRegularProtocols: o.secureUrl,
+        urlRegularProtocols: secureUrl,
         lstSpecialProtocols: [],
         urlSpecialProtocols: 'prudp:/',
       },
