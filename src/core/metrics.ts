@@ -15,6 +15,8 @@ export class ProtocolMetrics {
   readonly closed = new Map<string, number>();
   /** Anything else a protocol wants counted (`unimplemented_calls`, `cache_misses`, …). */
   readonly counters = new Map<string, number>();
+  /** Current values a protocol reports (a fleet node's `players`, `heartbeat_age_ms`, …). */
+  readonly gauges = new Map<string, number>();
 
   constructor(protocol: string) {
     this.protocol = protocol;

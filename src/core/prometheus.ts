@@ -35,6 +35,12 @@ export const METRIC_DOCS: readonly { name: string; type: string; labels: string;
   },
   { name: 'gamewire_open', type: 'gauge', labels: 'protocol', help: 'Open connections or live bindings' },
   {
+    name: 'gamewire_gauge',
+    type: 'gauge',
+    labels: 'protocol, name',
+    help: 'Protocol-specific current values (a fleet node: players, load, heartbeat_age_ms)',
+  },
+  {
     name: 'gamewire_up',
     type: 'gauge',
     labels: 'protocol',
@@ -99,6 +105,16 @@ export function createRegistry(
     registers: [registry],
     collect() {
       for (const m of all()) this.set({ protocol: m.protocol }, m.open);
+    },
+  });
+  new Gauge({
+    name: 'gamewire_gauge',
+    help: 'Protocol-specific current values (a fleet node: players, load, heartbeat_age_ms)',
+    labelNames: ['protocol', 'name'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const m of all()) for (const [k, v] of m.gauges) this.set({ protocol: m.protocol, name: k }, v);
     },
   });
   new Gauge({

@@ -4,12 +4,14 @@
  * the built-in HyperScape protocols, and a client. See docs/rmc.md.
  */
 
-import { ConfigError } from '../../core/errors.js';
+import { ConfigError, UsageError } from '../../core/errors.js';
 import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { ServeOption } from '../../core/server.js';
 import { registerCommands } from './cli.js';
 import { rmcCodec } from './codec.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from './fleet/control-plane.js';
+import { RMC_ROLES, type RmcFleetServer, roleOf, startRmcFleet } from './fleet/start.js';
 import { DEFAULT_MAX_FRAME_BYTES } from './messages.js';
 import {
   DEFAULT_MAX_SESSIONS_PER_ACCOUNT,
@@ -79,6 +81,59 @@ const int = (
 
 /** Every rmc serve option; keys follow docs/decisions.md ("Config keys and flags"). */
 export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
+  {
+    key: 'role',
+    flag: '--role <role>',
+    description:
+      'rmc: auth (logins, hands out secure servers), secure (players and sessions) or all (one process); auth and secure need --redis',
+    type: 'string',
+    default: 'all',
+    choices: RMC_ROLES,
+  },
+  {
+    key: 'redis',
+    flag: '--redis <url>',
+    description:
+      'rmc: Redis URL of the fleet (accounts, sessions, nodes); without it everything stays in this process',
+    type: 'string',
+    secret: true,
+  },
+  {
+    key: 'redisPrefix',
+    flag: '--rmc-redis-prefix <prefix>',
+    description: 'rmc: prefix of every Redis key of this fleet (several fleets can share one Redis)',
+    type: 'string',
+    default: 'gamewire:',
+  },
+  {
+    key: 'nodeId',
+    flag: '--rmc-node-id <id>',
+    description: 'rmc: this process in the fleet (default <hostname>-<pid>)',
+    type: 'string',
+  },
+  {
+    key: 'region',
+    flag: '--rmc-region <region>',
+    description: 'rmc: region of this node; auth servers prefer secure servers of their own region',
+    type: 'string',
+    default: 'default',
+  },
+  int('nodeTtlMs', 'a fleet node not heard from this long is taken for dead', 10_000, 'ms', 300),
+  int(
+    'storeTimeoutMs',
+    'longest wait on Redis for one login or session call before it fails',
+    DEFAULT_STORE_TIMEOUT_MS,
+    'ms',
+    10,
+  ),
+  int('connectionIdBlock', 'fleet connection ids reserved from Redis at a time', 1024, 'ids', 1),
+  {
+    key: 'drain',
+    flag: '--rmc-drain',
+    description: 'rmc: start draining (a secure server the auth servers send no new logins to)',
+    type: 'bool',
+    default: false,
+  },
   {
     key: 'datacenters',
     flag: '--datacenters <list>',
@@ -235,6 +290,42 @@ export const rmc: ProtocolModule = {
         maxInFlight: intOption(options, 'maxInFlight', 1),
         framesPerTurn: intOption(options, 'framesPerTurn', 1),
       });
+      const role = roleOf(options);
+      const redisUrl = typeof options.redis === 'string' && options.redis !== '' ? options.redis : undefined;
+      if (redisUrl === undefined && role !== 'all')
+        throw new UsageError(`rmc: --role ${role} needs --redis <url> (config rmc.redis): the fleet's store`);
+      if (redisUrl !== undefined) {
+        const registrationsPerIpPerHour = intOption(options, 'registrationsPerIpPerHour', 0);
+        const registrationsPerHour = intOption(options, 'registrationsPerHour', 0);
+        const fleet = await startRmcFleet(server, options, ctx, {
+          role,
+          redisUrl,
+          redisPrefix: typeof options.redisPrefix === 'string' ? options.redisPrefix : 'gamewire:',
+          ...(typeof options.nodeId === 'string' ? { nodeId: options.nodeId } : {}),
+          region: typeof options.region === 'string' ? options.region : 'default',
+          nodeTtlMs: intOption(options, 'nodeTtlMs', 300),
+          storeTimeoutMs: intOption(options, 'storeTimeoutMs', 10),
+          connectionIdBlock: intOption(options, 'connectionIdBlock', 1),
+          drain: options.drain === true,
+          capacity: intOption(options, 'maxConnections', 1),
+          accounts: {
+            maxAccounts: intOption(options, 'maxAccounts', 1),
+            maxSessionsPerAccount: intOption(options, 'maxLoginsPerAccount', 0),
+            registrationsPerIpPerHour,
+            registrationsPerHour,
+          },
+          sessions: {
+            maxSessionsPerIp: intOption(options, 'maxSessionsPerIp', 0),
+            maxSessionsPerAccount: intOption(options, 'maxSessionsPerAccount', 0),
+          },
+          datacenters,
+          ...(stringOption(options, 'secureUrl', 'rmcSecureUrl') === undefined
+            ? {}
+            : { secureUrl: stringOption(options, 'secureUrl', 'rmcSecureUrl')! }),
+        });
+        return fleet;
+      }
+      let draining = false;
       const store = new MemoryStore(stringOption(options, 'store', 'rmcStore'), {
         maxAccounts: intOption(options, 'maxAccounts', 1),
         maxSessionsPerAccount: intOption(options, 'maxLoginsPerAccount', 0),
@@ -258,13 +349,24 @@ export const rmc: ProtocolModule = {
           secureUrl: secureUrl ?? url,
         }),
       );
-      return {
+      const alone: RmcFleetServer = {
         endpoints: listening.endpoints,
+        role,
+        node: 'local',
+        // Alone there is no auth server to steer logins away; draining is only recorded.
+        drain: async () => {
+          draining = true;
+          ctx.log.info({ draining }, 'rmc: draining (no fleet: logins still come here)');
+        },
+        listSessions: async () => sessions.listSessions(),
+        loginSessions: async () => store.sessions(),
+        players: () => store.sessions().length,
         close: async (graceMs?: number) => {
           await listening.close(graceMs);
           await store.close();
         },
       };
+      return alone;
     },
   },
   registerCommands,

@@ -14,10 +14,11 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError } from '../../../core/errors.js';
 import type { Endpoint, ServeOption, ServerContext } from '../../../core/server.js';
+import type { CallContext, RmcConnection } from '../dispatcher.js';
 import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols/secure-connection.js';
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
-import type { RmcStore } from '../store.js';
+import type { AccountStore } from '../store.js';
 import { PRUDP_DEFAULTS, PRUDP_PROFILES, type PrudpProfile } from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
@@ -180,7 +181,21 @@ export function loadOrCreateKerberosKey(dir: string, file = 'prudp-kerberos.key'
 
 export interface RmcTransports {
   endpoints: Endpoint[];
+  /** This endpoint's secure-server StationURL (what a fleet's secure node publishes). */
+  secureUrl: string;
   close(graceMs?: number): Promise<void>;
+}
+
+/** How a fleet role changes the classic built-ins (fleet/start.ts). */
+export interface RmcRoleWiring {
+  /** `auth`: TicketGranting only; `secure`: SecureConnection only; `all` (default): both. */
+  role: 'auth' | 'secure' | 'all';
+  /** The StationURL TicketGranting hands out, asked per login (auth: a live secure server). */
+  secureUrl?: (ctx: CallContext) => Promise<string>;
+  /** Fleet-unique connection ids for SecureConnection::Register. */
+  connectionIdOf?: (conn: RmcConnection) => number | Promise<number>;
+  /** A connection registered on this secure server (it counts as a player). */
+  onRegister?: (conn: RmcConnection) => void;
 }
 
 /**
@@ -192,8 +207,9 @@ export async function startRmcTransports(
   server: RmcServer,
   options: Record<string, unknown>,
   ctx: ServerContext,
-  store: RmcStore,
+  store: AccountStore,
   registerHyperscape: (secureUrl: string) => void,
+  wiring: RmcRoleWiring = { role: 'all' },
 ): Promise<RmcTransports> {
   const transport = str(options, 'transport', RMC_TRANSPORTS, 'both');
   const profile = profileOf(options);
@@ -209,6 +225,7 @@ export async function startRmcTransports(
     profile === 'classic' ? new KerberosAuthority(loadOrCreateKerberosKey(ctx.dataDir)) : undefined;
   const endpoints: Endpoint[] = [];
   const closers: ((graceMs?: number) => Promise<void>)[] = [];
+  let secureUrl = '';
   try {
     if (transport !== 'prudp') {
       const listening = await server.listen({ host, port });
@@ -246,14 +263,29 @@ export async function startRmcTransports(
       closers.push(() => p.close());
     }
     // The secure server is this same endpoint (PID 2, vport stream 3 / port 1).
-    const secureUrl = `prudps:/address=${publicHost};port=${port};CID=1;PID=2;sid=1;stream=3;type=2`;
+    secureUrl = `prudps:/address=${publicHost};port=${port};CID=1;PID=2;sid=1;stream=3;type=2`;
     if (authority !== undefined) {
       const password = typeof options.prudpPassword === 'string' ? options.prudpPassword : 'gamewire';
-      server.register(
-        TicketGrantingProtocol,
-        ticketGrantingHandlers({ store, authority, passwordFor: () => password, secureUrl }),
-      );
-      server.register(SecureConnectionProtocol, secureConnectionHandlers());
+      // In a fleet the auth role answers logins and the secure role registers stations; the
+      // Kerberos key they share is the data folder's (give every process the same one).
+      if (wiring.role !== 'secure')
+        server.register(
+          TicketGrantingProtocol,
+          ticketGrantingHandlers({
+            store,
+            authority,
+            passwordFor: () => password,
+            secureUrl: wiring.secureUrl ?? secureUrl,
+          }),
+        );
+      if (wiring.role !== 'auth')
+        server.register(
+          SecureConnectionProtocol,
+          secureConnectionHandlers({
+            ...(wiring.connectionIdOf === undefined ? {} : { connectionIdOf: wiring.connectionIdOf }),
+            ...(wiring.onRegister === undefined ? {} : { onRegister: wiring.onRegister }),
+          }),
+        );
     } else {
       registerHyperscape(secureUrl);
     }
@@ -263,6 +295,7 @@ export async function startRmcTransports(
   }
   return {
     endpoints,
+    secureUrl,
     close: async (graceMs?: number) => {
       for (const c of closers) await c(graceMs);
     },

@@ -1,0 +1,440 @@
+/**
+ * The store contract, run against both implementations: the embedded stores (MemoryStore,
+ * SessionRegistry) and the fleet's Redis stores (a real redis-server), through a real RMC server
+ * and RmcClient, with every limit. Then what only a fleet has: records of a dead node are
+ * dropped, and while Redis is down control-plane calls fail with RendezVous::ConnectionFailure
+ * while other calls on the same connection are answered.
+ */
+import { randomBytes } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../../src/core/logger.js';
+import { ProtocolMetrics } from '../../../src/core/metrics.js';
+import { type NodeAnnouncement, RedisNodeRegistry } from '../../../src/core/node-registry.js';
+import { connectRedis, type RedisConnection } from '../../../src/core/redis.js';
+import { RedisSessionStore } from '../../../src/protocols/rmc/fleet/redis-sessions.js';
+import { FleetConnectionIds, RedisAccountStore } from '../../../src/protocols/rmc/fleet/redis-store.js';
+import {
+  type AccountStore,
+  CloudServersProtocol,
+  cloudServersHandlers,
+  DEFAULT_DATACENTERS,
+  LoginProtocol,
+  loginHandlers,
+  MemoryStore,
+  RmcClient,
+  RmcServer,
+  SessionProtocol,
+  SessionRegistry,
+  type SessionStore,
+  sessionHandlers,
+} from '../../../src/protocols/rmc/index.js';
+import { type RedisServer, startRedis } from '../../helpers/redis.js';
+
+interface Limits {
+  maxAccounts?: number;
+  maxLogins?: number;
+  perIp?: number;
+  perHour?: number;
+  maxMembers?: number;
+  maxSessions?: number;
+  perConnection?: number;
+  sessionsPerIp?: number;
+  sessionsPerAccount?: number;
+}
+
+interface Built {
+  store: AccountStore;
+  sessions: SessionStore;
+  close(): Promise<void>;
+}
+
+let redis: RedisServer | undefined;
+beforeAll(async () => {
+  redis = await startRedis();
+}, 30_000);
+afterAll(async () => {
+  await redis?.dispose();
+});
+
+const sessionOptions = (l: Limits) => ({
+  maxMembers: l.maxMembers ?? 100,
+  maxSessions: l.maxSessions ?? 10_000,
+  maxSessionsPerConnection: l.perConnection ?? 16,
+  maxSessionsPerIp: l.sessionsPerIp ?? 64,
+  maxSessionsPerAccount: l.sessionsPerAccount ?? 16,
+});
+
+/** A Redis-backed node: its own key prefix, announced so its records count as alive. */
+async function redisNode(prefix: string, id: string) {
+  const conn = await connectRedis(redis!.url, { prefix });
+  const registry = new RedisNodeRegistry(conn, { ttlMs: 2000 });
+  const announcement = await registry.announce({
+    id,
+    kind: 'rmc-secure',
+    region: 'test',
+    endpoints: [],
+    capacity: 100,
+    load: 0,
+    draining: false,
+    startedAt: Date.now(),
+  });
+  return { conn, registry, announcement, ctx: { redis: conn, nodeRef: `rmc-secure:${id}`, timeoutMs: 1000 } };
+}
+
+const backends: { name: string; build(l: Limits): Promise<Built> }[] = [
+  {
+    name: 'memory',
+    async build(l) {
+      const store = new MemoryStore(undefined, {
+        maxAccounts: l.maxAccounts,
+        maxSessionsPerAccount: l.maxLogins,
+      });
+      return { store, sessions: new SessionRegistry(sessionOptions(l)), close: () => store.close() };
+    },
+  },
+  {
+    name: 'redis',
+    async build(l) {
+      const node = await redisNode(`t${randomBytes(4).toString('hex')}:`, 'n1');
+      return {
+        store: new RedisAccountStore(node.ctx, {
+          maxAccounts: l.maxAccounts,
+          maxSessionsPerAccount: l.maxLogins,
+          registrationsPerIpPerHour: l.perIp,
+          registrationsPerHour: l.perHour,
+        }),
+        sessions: new RedisSessionStore(node.ctx, sessionOptions(l)),
+        close: async () => {
+          await node.registry.close();
+          await node.conn.close();
+        },
+      };
+    },
+  },
+];
+
+const loginArgs = (token: string) => ({
+  token,
+  clientVersionInfo: { major: 1, minor: 0, patch: 0, build: 0, custom: '' },
+  connectionData: { urlRegularProtocols: 'prudp:/', lstSpecialProtocols: [], urlSpecialProtocols: 'prudp:/' },
+});
+const jwt = (sub: string, name: string) =>
+  `x.${Buffer.from(JSON.stringify({ sub, name })).toString('base64url')}.y`;
+const sid = (n: number) => Buffer.from(n.toString(16).padStart(32, '0'), 'hex');
+const createArgs = (n: number) => ({
+  sessionType: 'PartySession',
+  sessionId: sid(n),
+  reserved: Buffer.alloc(9),
+  sessionKey: `key-${n}`,
+});
+
+let cleanup: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.reverse()) await f();
+  cleanup = [];
+});
+
+async function serve(built: Built, l: Limits) {
+  const server = new RmcServer({ log: silentLogger(), metrics: new ProtocolMetrics('rmc') });
+  server.register(
+    LoginProtocol,
+    loginHandlers({
+      store: built.store,
+      registration: { perIpPerHour: l.perIp ?? 20, perHour: l.perHour ?? 10_000 },
+    }),
+  );
+  server.register(SessionProtocol, sessionHandlers(built.sessions));
+  server.register(CloudServersProtocol, cloudServersHandlers(DEFAULT_DATACENTERS));
+  const listening = await server.listen({ host: '127.0.0.1', port: 0 });
+  cleanup.push(async () => {
+    await listening.close();
+    await built.close();
+  });
+  const clients: RmcClient[] = [];
+  cleanup.push(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+  });
+  const client = async (token?: string) => {
+    const c = await RmcClient.connect({ host: '127.0.0.1', port: listening.port });
+    clients.push(c);
+    const pid =
+      token === undefined
+        ? undefined
+        : (await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(token))).userPid;
+    return { c, pid };
+  };
+  return { client, built };
+}
+
+const until = async (f: () => Promise<boolean> | boolean, ms = 10_000) => {
+  const end = Date.now() + ms;
+  while (!(await f())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+
+for (const backend of backends) {
+  describe(`rmc store contract: ${backend.name}`, () => {
+    const setup = async (l: Limits = {}) => {
+      if (backend.name === 'redis' && redis === undefined) return undefined;
+      return serve(await backend.build(l), l);
+    };
+
+    it('creates an account on first login, keeps its PID, updates its name; PIDs differ', async () => {
+      const s = await setup();
+      if (s === undefined) return;
+      const a = await s.client(jwt('ann', 'Ann'));
+      const again = await s.client(jwt('ann', 'Annie'));
+      const bob = await s.client(jwt('bob', 'Bob'));
+      expect(again.pid!.equals(a.pid!)).toBe(true);
+      expect(bob.pid!.equals(a.pid!)).toBe(false);
+      expect((await s.built.store.account('ann'))?.name).toBe('Annie');
+      expect(await s.built.store.accountCount()).toBe(2);
+    });
+
+    it('maxAccounts: one more new account is RendezVous::LimitExceeded, existing ones still log in', async () => {
+      const s = await setup({ maxAccounts: 3 });
+      if (s === undefined) return;
+      for (let i = 0; i < 3; i++) await s.client(`acct-${i}`);
+      const { c } = await s.client();
+      await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('acct-3'))).rejects.toMatchObject({
+        namespace: 'RendezVous',
+        code: 0xdf,
+      });
+      expect((await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('acct-1'))).userPid).toHaveLength(
+        16,
+      );
+      expect(await s.built.store.accountCount()).toBe(3);
+    });
+
+    it('registration limits: per address per hour, and per server per hour', async () => {
+      const s = await setup({ perIp: 2, perHour: 10 });
+      if (s === undefined) return;
+      const { c } = await s.client();
+      for (let i = 0; i < 2; i++) await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(`ip-${i}`));
+      await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('ip-2'))).rejects.toMatchObject({
+        code: 0xdf,
+      });
+      // An existing account is not a registration.
+      await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('ip-0'));
+      const t = await setup({ perIp: 0, perHour: 3 });
+      if (t === undefined) return;
+      const d = (await t.client()).c;
+      for (let i = 0; i < 3; i++) await d.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(`all-${i}`));
+      await expect(d.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('all-3'))).rejects.toMatchObject({
+        code: 0xdf,
+      });
+      expect(await t.built.store.accountCount()).toBe(3);
+    });
+
+    it('login sessions per account: one more is ConcurrentLoginDenied, a disconnect frees one', async () => {
+      const s = await setup({ maxLogins: 2 });
+      if (s === undefined) return;
+      const first = await s.client('same');
+      await s.client('same');
+      const { c } = await s.client();
+      await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('same'))).rejects.toMatchObject({
+        namespace: 'RendezVous',
+        code: 0x69,
+      });
+      expect((await s.built.store.sessions()).length).toBe(2);
+      await first.c.close();
+      await until(async () => (await s.built.store.sessions()).length === 1);
+      await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('same'));
+    });
+
+    it('sessions: create, duplicate, void, join (members with names), full, leave, cleanup on disconnect', async () => {
+      const s = await setup({ maxMembers: 2 });
+      if (s === undefined) return;
+      const a = await s.client(jwt('a', 'Alice'));
+      const b = await s.client(jwt('b', 'Bob'));
+      const c = await s.client(jwt('c', 'Carol'));
+      expect(await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1))).toMatchObject({
+        memberCount: 1,
+      });
+      // The creator repeating itself is no error; anyone else creating it is.
+      expect(await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1))).toMatchObject({
+        memberCount: 1,
+      });
+      await expect(b.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1))).rejects.toMatchObject({
+        code: 0x70,
+      });
+      await expect(b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(2) })).rejects.toMatchObject({
+        code: 0x73,
+      });
+      const joined = await b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) });
+      expect(joined.sessionType).toBe('PartySession');
+      expect(joined.members.map((m) => m.toString('hex')).sort()).toEqual(
+        [a.pid!.toString('hex'), b.pid!.toString('hex')].sort(),
+      );
+      await expect(c.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) })).rejects.toMatchObject({
+        code: 0xc8,
+      });
+      const listed = await s.built.sessions.listSessions();
+      expect(listed).toHaveLength(1);
+      expect(listed[0]!.members.map((m) => m.name).sort()).toEqual(['Alice', 'Bob']);
+      expect(listed[0]).toMatchObject({
+        type: 'PartySession',
+        key: 'key-1',
+        ownerPid: a.pid!.toString('hex'),
+      });
+      await b.c.call(SessionProtocol, 'LeaveSession_V1', { sessionId: sid(1) });
+      await expect(b.c.call(SessionProtocol, 'LeaveSession_V1', { sessionId: sid(1) })).rejects.toMatchObject(
+        {
+          code: 0x73,
+        },
+      );
+      await c.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) });
+      await a.c.close();
+      await c.c.close();
+      await until(async () => (await s.built.sessions.listSessions()).length === 0);
+      await expect(b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) })).rejects.toMatchObject({
+        code: 0x73,
+      });
+    });
+
+    it('session limits: most sessions, per connection, per address, per account (LimitExceeded)', async () => {
+      const s = await setup({ maxSessions: 3, perConnection: 2, sessionsPerIp: 4, sessionsPerAccount: 3 });
+      if (s === undefined) return;
+      const a = await s.client('p1');
+      await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1));
+      await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(2));
+      // Per connection: 2.
+      await expect(a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(3))).rejects.toMatchObject({
+        code: 0xdf,
+      });
+      const a2 = await s.client('p1');
+      await a2.c.call(SessionProtocol, 'CreateSession_V1', createArgs(3));
+      // Most sessions: 3.
+      await expect(a2.c.call(SessionProtocol, 'CreateSession_V1', createArgs(4))).rejects.toMatchObject({
+        code: 0xdf,
+      });
+      // Per account: 3 memberships already.
+      await expect(a2.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) })).rejects.toMatchObject(
+        {
+          code: 0xdf,
+        },
+      );
+      // Per address: another account from the same address gets one more (4), then no more.
+      const b = await s.client('p2');
+      await b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) });
+      await expect(b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(2) })).rejects.toMatchObject({
+        code: 0xdf,
+      });
+      // Leaving frees room.
+      await a.c.call(SessionProtocol, 'LeaveSession_V1', { sessionId: sid(2) });
+      await b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(3) });
+    });
+  });
+}
+
+describe('rmc fleet stores: what only Redis has', () => {
+  it('two nodes share sessions; a dead node (record expired) loses its memberships', async () => {
+    if (redis === undefined) return;
+    const prefix = `t${randomBytes(4).toString('hex')}:`;
+    const n1 = await redisNode(prefix, 'n1');
+    const n2 = await redisNode(prefix, 'n2');
+    cleanup.push(async () => {
+      await n2.registry.close();
+      await n1.conn.close();
+      await n2.conn.close();
+    });
+    const s1 = new RedisSessionStore(n1.ctx, { maxMembers: 2 });
+    const s2 = new RedisSessionStore(n2.ctx, { maxMembers: 2 });
+    const spec = { id: 'ab'.repeat(16), type: 'PartySession', key: 'k', reserved: Buffer.alloc(9) };
+    await s1.create(spec, { connectionId: 1, pid: '11'.repeat(16), name: 'one', address: '10.0.0.1' });
+    const joined = await s2.join(spec.id, {
+      connectionId: 1,
+      pid: '22'.repeat(16),
+      name: 'two',
+      address: '10.0.0.2',
+    });
+    expect(joined.members.sort()).toEqual(['11'.repeat(16), '22'.repeat(16)]);
+    // Full at 2; then node 1 dies (its record goes, as when its TTL runs out).
+    await expect(
+      s2.join(spec.id, { connectionId: 2, pid: '33'.repeat(16), name: 'three', address: '10.0.0.3' }),
+    ).rejects.toMatchObject({ code: 0xc8 });
+    await n1.registry.close();
+    const after = await s2.join(spec.id, {
+      connectionId: 2,
+      pid: '33'.repeat(16),
+      name: 'three',
+      address: '10.0.0.3',
+    });
+    expect(after.members.sort()).toEqual(['22'.repeat(16), '33'.repeat(16)]);
+    const listed = await s2.listSessions();
+    expect(listed[0]!.members.map((m) => m.node)).toEqual(['rmc-secure:n2', 'rmc-secure:n2']);
+  });
+
+  it('fleet connection ids: blocks from two processes never overlap', async () => {
+    if (redis === undefined) return;
+    const prefix = `t${randomBytes(4).toString('hex')}:`;
+    const n1 = await redisNode(prefix, 'n1');
+    const n2 = await redisNode(prefix, 'n2');
+    cleanup.push(async () => {
+      await n1.registry.close();
+      await n2.registry.close();
+      await n1.conn.close();
+      await n2.conn.close();
+    });
+    const a = new FleetConnectionIds(n1.ctx, 8);
+    const b = new FleetConnectionIds(n2.ctx, 8);
+    const ids = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? a : b).take()));
+    expect(new Set(ids).size).toBe(100);
+    expect(Math.min(...ids)).toBeGreaterThan(0);
+  });
+
+  it('Redis down: logins and session calls fail with RendezVous::ConnectionFailure, other calls on the connection are answered; recovery', async () => {
+    if (redis === undefined) return;
+    // Its own redis-server, so stopping it does not disturb the other tests.
+    const own = await startRedis();
+    if (own === undefined) return;
+    cleanup.push(() => own.dispose());
+    const conn: RedisConnection = await connectRedis(own.url, { prefix: 'down:', maxBackoffMs: 200 });
+    const registry = new RedisNodeRegistry(conn, { ttlMs: 2000 });
+    const announcement: NodeAnnouncement = await registry.announce({
+      id: 'n1',
+      kind: 'rmc-secure',
+      region: 'test',
+      endpoints: [],
+      capacity: 10,
+      load: 0,
+      draining: false,
+      startedAt: Date.now(),
+    });
+    const ctx = { redis: conn, nodeRef: 'rmc-secure:n1', timeoutMs: 1000 };
+    const built: Built = {
+      store: new RedisAccountStore(ctx),
+      sessions: new RedisSessionStore(ctx),
+      close: async () => {
+        await announcement.stop();
+        await conn.close();
+      },
+    };
+    const s = await serve(built, {});
+    const a = await s.client('player');
+    await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1));
+    await own.stop();
+    await until(() => !conn.up);
+    const failing = a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(2));
+    const joinFailing = a.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) });
+    const other = a.c.call(CloudServersProtocol, 'GetDatacenters_V1', {} as never);
+    await expect(failing).rejects.toMatchObject({ namespace: 'RendezVous', code: 0x01 });
+    await expect(joinFailing).rejects.toMatchObject({ namespace: 'RendezVous', code: 0x01 });
+    expect(await other).toBeDefined();
+    const { c } = await s.client();
+    await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('new-one'))).rejects.toMatchObject({
+      namespace: 'RendezVous',
+      code: 0x01,
+    });
+    await own.start();
+    await until(() => conn.up, 15_000);
+    await announcement.flush();
+    // Back: logins and sessions work again (this Redis kept no data across the restart).
+    await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('new-one'));
+    expect(await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(3))).toMatchObject({
+      memberCount: 1,
+    });
+  }, 60_000);
+});
