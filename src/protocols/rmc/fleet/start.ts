@@ -113,16 +113,16 @@ export async function startRmcFleet(
   const kind = o.role === 'auth' ? AUTH_NODE_KIND : SECURE_NODE_KIND;
   const nodeRef = `${kind}:${nodeId}`;
   const log = ctx.log.child({ node: nodeRef });
+  let connectedOnce = false;
   const redis = await connectRedis(o.redisUrl, {
     prefix: o.redisPrefix,
     flag: '--redis (config rmc.redis)',
-    onStatus: (up) =>
-      up
-        ? log.info({ redis: redactRedisUrl(o.redisUrl) }, 'rmc: Redis is back')
-        : log.warn(
-            { redis: redactRedisUrl(o.redisUrl) },
-            'rmc: Redis is down; logins and session calls fail until it returns',
-          ),
+    onStatus: (up) => {
+      const shown = { redis: redactRedisUrl(o.redisUrl) };
+      if (up && !connectedOnce) connectedOnce = true;
+      else if (up) log.info(shown, 'rmc: Redis is back');
+      else log.warn(shown, 'rmc: Redis is down; logins and session calls fail until it returns');
+    },
   });
   const registry = new RedisNodeRegistry(redis, { ttlMs: o.nodeTtlMs });
   const storeCtx: FleetStoreContext = { redis, nodeRef, timeoutMs: o.storeTimeoutMs, metrics: ctx.metrics };
