@@ -19,6 +19,7 @@ import { type NodeAnnouncement, type NodeEndpoint, RedisNodeRegistry } from '../
 import { connectRedis, redactRedisUrl } from '../../../core/redis.js';
 import type { Endpoint, ServerContext } from '../../../core/server.js';
 import type { RmcConnection } from '../dispatcher.js';
+import { RmcError } from '../errors.js';
 import { ApexAntitoxicityProtocol, acknowledgeAll } from '../protocols/apex-antitoxicity.js';
 import {
   CloudServersProtocol,
@@ -35,7 +36,7 @@ import {
 import { startRmcTransports } from '../prudp/serve.js';
 import type { RmcServer } from '../server.js';
 import type { LoginSessionRecord } from '../store.js';
-import type { FleetStoreContext } from './control-plane.js';
+import { type FleetStoreContext, STORE_UNAVAILABLE_ERROR } from './control-plane.js';
 import { AUTH_NODE_KIND, NODE_ID_PATTERN, SECURE_NODE_KIND, SecureServerPicker } from './node.js';
 import { RedisSessionStore } from './redis-sessions.js';
 import { FleetConnectionIds, RedisAccountStore, type RedisAccountStoreOptions } from './redis-store.js';
@@ -160,7 +161,8 @@ export async function startRmcFleet(
   const pickUrl = async () => {
     const node = await picker.pick();
     const url = node.meta?.stationUrl;
-    if (url === undefined) throw new Error(`secure server ${node.id} announced no StationURL`);
+    if (url === undefined)
+      throw RmcError.of(STORE_UNAVAILABLE_ERROR, `secure server ${node.id} announced no StationURL`);
     return url;
   };
 

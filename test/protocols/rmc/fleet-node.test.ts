@@ -1,0 +1,185 @@
+/**
+ * A fleet node in process (the `serve rmc` start function with --redis): what it announces, how
+ * drain() takes it out of the choice, its gauges in Prometheus, role checks; and the bounded wait
+ * of a control-plane call while Redis does not answer (other calls on the connection go on).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../../src/core/logger.js';
+import { ProtocolMetrics } from '../../../src/core/metrics.js';
+import { RedisNodeRegistry } from '../../../src/core/node-registry.js';
+import { createRegistry } from '../../../src/core/prometheus.js';
+import { connectRedis } from '../../../src/core/redis.js';
+import type { RmcFleetServer } from '../../../src/protocols/rmc/fleet/start.js';
+import {
+  CloudServersProtocol,
+  LoginProtocol,
+  RmcClient,
+  rmc,
+  SessionProtocol,
+} from '../../../src/protocols/rmc/index.js';
+import { type RedisServer, startRedis } from '../../helpers/redis.js';
+
+let redis: RedisServer | undefined;
+const dirs: string[] = [];
+let cleanup: (() => Promise<void>)[] = [];
+
+beforeAll(async () => {
+  redis = await startRedis();
+}, 30_000);
+afterEach(async () => {
+  for (const f of cleanup.reverse()) await f();
+  cleanup = [];
+});
+afterAll(async () => {
+  await redis?.dispose();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+const loginArgs = (token: string) => ({
+  token,
+  clientVersionInfo: { major: 1, minor: 0, patch: 0, build: 0, custom: '' },
+  connectionData: { urlRegularProtocols: 'prudp:/', lstSpecialProtocols: [], urlSpecialProtocols: 'prudp:/' },
+});
+
+async function start(
+  extra: Record<string, unknown>,
+): Promise<{ server: RmcFleetServer; metrics: ProtocolMetrics }> {
+  const def = rmc.server!;
+  const options: Record<string, unknown> = {};
+  for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
+  Object.assign(options, { host: '127.0.0.1', port: 0 }, extra);
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'gw-rmc-node-'));
+  dirs.push(dataDir);
+  const metrics = new ProtocolMetrics('rmc');
+  const server = (await def.start(options, {
+    log: silentLogger(),
+    metrics,
+    dataDir,
+  })) as unknown as RmcFleetServer;
+  cleanup.push(() => server.close());
+  return { server, metrics };
+}
+
+const portOf = (s: RmcFleetServer) => s.endpoints.find((e) => e.transport === 'tcp')!.port;
+
+describe('rmc fleet node', () => {
+  it('--role auth|secure without --redis, or an unknown role, is a usage error naming the choices', async () => {
+    await expect(start({ role: 'secure' })).rejects.toMatchObject({ code: 'ERR_USAGE' });
+    await expect(start({ role: 'relay' })).rejects.toThrow(/auth\|secure\|all/);
+  });
+
+  it('announces itself (endpoints, StationURL, capacity, players), counts players, drains', async () => {
+    if (redis === undefined) return;
+    const prefix = 'node1:';
+    const { server, metrics } = await start({
+      role: 'secure',
+      redis: redis.url,
+      redisPrefix: prefix,
+      nodeId: 'sec-a',
+      region: 'eu',
+      maxConnections: 50,
+    });
+    expect(server.node).toBe('rmc-secure:sec-a');
+    const conn = await connectRedis(redis.url, { prefix });
+    cleanup.push(() => conn.close());
+    const registry = new RedisNodeRegistry(conn);
+    const [node] = await registry.live('rmc-secure');
+    const port = portOf(server);
+    expect(node).toMatchObject({
+      id: 'sec-a',
+      region: 'eu',
+      capacity: 50,
+      load: 0,
+      draining: false,
+      endpoints: [
+        { transport: 'tcp', host: '127.0.0.1', port },
+        { transport: 'prudp', host: '127.0.0.1', port },
+      ],
+    });
+    expect(node!.meta?.stationUrl).toBe(
+      `prudps:/address=127.0.0.1;port=${port};CID=1;PID=2;sid=1;stream=3;type=2`,
+    );
+
+    const c = await RmcClient.connect({ host: '127.0.0.1', port });
+    await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('p1'));
+    expect(server.players()).toBe(1);
+    expect(metrics.gauges.get('players')).toBe(1);
+    expect(metrics.gauges.get('heartbeat_age_ms')).toBeGreaterThanOrEqual(0);
+    const text = await createRegistry(() => [metrics]).metrics();
+    expect(text).toMatch(/gamewire_gauge\{protocol="rmc",name="players"\} 1/);
+    expect(text).toMatch(/gamewire_gauge\{protocol="rmc",name="heartbeat_age_ms"\} \d+/);
+    expect((await server.loginSessions()).map((s) => s.node)).toEqual(['rmc-secure:sec-a']);
+
+    await server.drain();
+    expect((await registry.live('rmc-secure'))[0]).toMatchObject({ draining: true, load: 1 });
+    await c.close();
+    for (let i = 0; i < 200 && server.players() > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(server.players()).toBe(0);
+  });
+
+  it('a draining secure server gets no logins from the auth server; with none left, logins fail with ConnectionFailure', async () => {
+    if (redis === undefined) return;
+    const prefix = 'node2:';
+    const base = { redis: redis.url, redisPrefix: prefix };
+    const a = await start({ ...base, role: 'secure', nodeId: 'a' });
+    const b = await start({ ...base, role: 'secure', nodeId: 'b' });
+    const auth = await start({ ...base, role: 'auth', nodeId: 'auth' });
+    await a.server.drain();
+    const c = await RmcClient.connect({ host: '127.0.0.1', port: portOf(auth.server) });
+    cleanup.push(() => c.close());
+    for (let i = 0; i < 4; i++) {
+      const r = await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(`d-${i}`));
+      expect(r.connectionData.urlRegularProtocols).toContain(`port=${portOf(b.server)};`);
+    }
+    await b.server.drain();
+    await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('nowhere'))).rejects.toMatchObject({
+      namespace: 'RendezVous',
+      code: 0x01,
+    });
+  });
+
+  it('Redis not answering: a session call fails after --rmc-store-timeout-ms, and calls behind it are answered first', async () => {
+    if (redis === undefined) return;
+    const prefix = 'node3:';
+    const { server } = await start({
+      role: 'secure',
+      redis: redis.url,
+      redisPrefix: prefix,
+      nodeId: 'slow',
+      storeTimeoutMs: 300,
+    });
+    const c = await RmcClient.connect({ host: '127.0.0.1', port: portOf(server) });
+    cleanup.push(() => c.close());
+    await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('waiter'));
+    const admin = await connectRedis(redis.url);
+    cleanup.push(() => admin.close());
+    // Redis holds every client's commands for 1.5 s (the server is alive, just not answering).
+    await admin.client.call('CLIENT', 'PAUSE', '1500', 'ALL');
+    const order: string[] = [];
+    const session = c
+      .call(SessionProtocol, 'CreateSession_V1', {
+        sessionType: 'PartySession',
+        sessionId: Buffer.alloc(16, 1),
+        reserved: Buffer.alloc(9),
+        sessionKey: 'k',
+      })
+      .then(
+        () => order.push('session ok'),
+        (err: { namespace?: string; code?: number }) => order.push(`session ${err.namespace}:${err.code}`),
+      );
+    const other = c.call(CloudServersProtocol, 'GetDatacenters_V1', {}).then(() => order.push('datacenters'));
+    await Promise.all([session, other]);
+    expect(order).toEqual(['datacenters', 'session RendezVous:1']);
+    // After the pause, the store answers again.
+    await new Promise((r) => setTimeout(r, 1500));
+    await c.call(SessionProtocol, 'CreateSession_V1', {
+      sessionType: 'PartySession',
+      sessionId: Buffer.alloc(16, 2),
+      reserved: Buffer.alloc(9),
+      sessionKey: 'k',
+    });
+  }, 30_000);
+});
