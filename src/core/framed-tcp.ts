@@ -17,8 +17,12 @@
  *   flushed at the end of each turn (and on the next tick for asynchronous replies). Once more
  *   than `maxQueuedBytes` wait for the peer to read, or the socket refuses more, delivery stops
  *   until 'drain'.
- * - **Error isolation.** A `DecodeError` from the handler closes that connection as `malformed`;
- *   any other exception as `handler_error`. Replies already written still go out first.
+ * - **Produced output.** A protocol whose output is a queue drained over many turns (JS5 serves
+ *   large groups a slice at a time) gives its sink a `produce()`; the seam calls it in fair
+ *   round-robin turns while the peer reads (under `maxQueuedBytes`), pausing on backpressure.
+ * - **Error isolation.** A `DecodeError` from the handler closes that connection as `malformed`
+ *   (or the protocol's `malformedReason`); any other exception as `handler_error`. Replies already
+ *   written still go out first.
  */
 import type net from 'node:net';
 import type { Logger } from 'pino';
@@ -72,6 +76,22 @@ export interface FrameSink {
   onFrame(buf: Buffer, start: number, end: number): boolean | undefined;
   /** Runs once, after the socket closed, with the reason it closed for. */
   onClose?(reason: string): void;
+  /**
+   * Output produced over several turns (a queue drained under backpressure). Called in fair
+   * turns after `connection.produceLater()`, while the peer reads: write one turn's worth
+   * (`connection.send` or the writer), return true while more remains.
+   */
+  produce?(): boolean;
+}
+
+/** How `FramedConnection.close` ends a connection. */
+export interface CloseOptions {
+  /** Drop unsent output and close at once (default: flush, then end). */
+  abort?: boolean;
+  /** The protocol already counted this close in its metrics: record the reason, do not count it. */
+  counted?: boolean;
+  /** After a graceful end, destroy the socket if the peer has not closed its side within this (ms). */
+  lingerMs?: number;
 }
 
 /** One accepted connection, as the protocol sees it. */
@@ -87,8 +107,14 @@ export interface FramedConnection {
   /** Delivery is held (the sink returned false); `resume()` restarts it. */
   readonly held: boolean;
   resume(): void;
-  /** Flushes the replies written so far, then ends the connection. */
-  close(reason?: string): void;
+  /** Flushes the replies written so far, then ends the connection (see `CloseOptions`). */
+  close(reason?: string, options?: CloseOptions): void;
+  /** Switches the framing rule from the next frame on (e.g. after a handshake). */
+  setMeasure(measure: FrameMeasure): void;
+  /** Queues `bytes` after what the writer holds, without copying; they must not change afterwards. */
+  send(bytes: Buffer): void;
+  /** The sink has output to produce: schedule `produce()` turns. */
+  produceLater(): void;
   readonly closed: boolean;
   /** Reply bytes not yet taken by the kernel (writer + socket queue). */
   readonly queuedBytes: number;
@@ -107,6 +133,11 @@ export interface FramedTcpOptions extends Partial<Omit<FramedTcpLimits, 'maxFram
   maxFrameBytes: number;
   metrics: ProtocolMetrics;
   log: Logger;
+  /** Close reason for a malformed frame (default `malformed`), e.g. to tell an unknown opcode apart. */
+  malformedReason?(err: DecodeError): string;
+  /** Close reason when the first frame (a handshake) is overdue (default `frame_timeout`). */
+  firstFrameTimeoutReason?: string;
+  /** Accept the connection: return its sink (a refused one: `connection.close(...)`, then any sink). */
   onConnection(connection: FramedConnection): FrameSink;
 }
 
@@ -135,6 +166,8 @@ const STALL_EVICT_MS = 5000;
 const IDLE_TURN_FACTOR = 4;
 /** Turns in one scheduler run go on, past one round, until this many frames were delivered. */
 const RUN_MIN_FRAMES = 256;
+/** Produced output written in one scheduler run (all connections), before yielding to I/O. */
+const RUN_OUTPUT_BYTES = 4 * 1024 * 1024;
 
 class Conn implements FramedConnection {
   readonly remoteAddress: string;
@@ -158,6 +191,12 @@ class Conn implements FramedConnection {
   failed = false;
   closed = false;
   flushScheduled = false;
+  /** The sink has output to produce; `inOutRing`: waiting for its produce turn. */
+  wantsOutput = false;
+  inOutRing = false;
+  corked = false;
+  /** Bytes handed to the socket so far (what a produce turn wrote). */
+  sentBytes = 0;
   /** Bytes counted against the budgets. */
   accounted = 0;
   /** When the incomplete frame at the head began (0: none). */
@@ -204,14 +243,59 @@ class Conn implements FramedConnection {
     this.owner.settle(this);
   }
 
-  close(reason: string = CloseReason.ClosedByServer): void {
-    if (this.closed) return;
-    // Nothing more is read or delivered; what was answered still goes out.
+  close(reason: string = CloseReason.ClosedByServer, options?: CloseOptions): void {
+    if (this.closed || this.socket.destroyed) return;
+    // Nothing more is read, delivered or produced; what was answered still goes out.
     this.failed = true;
+    this.wantsOutput = false;
+    const metrics = options?.counted === true ? undefined : this.owner.metrics;
+    if (options?.abort === true) {
+      this.writer.reset();
+      this.owner.release(this);
+      recordClose(this.socket, reason, metrics, 'destroy');
+      return;
+    }
     this.owner.flush(this);
-    closeSocket(this.socket, reason, this.owner.metrics, 'end');
+    recordClose(this.socket, reason, metrics, 'end');
+    const linger = options?.lingerMs;
+    if (linger !== undefined && linger > 0) {
+      const socket = this.socket;
+      setTimeout(() => socket.destroy(), linger).unref();
+    }
+  }
+
+  setMeasure(measure: FrameMeasure): void {
+    this.deframer.setMeasure(measure);
+  }
+
+  send(bytes: Buffer): void {
+    const s = this.socket;
+    if (this.closed || s.destroyed || s.writableEnded) return;
+    if (this.writer.offset > 0) this.owner.flush(this);
+    this.sentBytes += bytes.length;
+    // Past the stream's small high-water mark writes go on, up to `maxQueuedBytes` queued.
+    if (!s.write(bytes) && this.queuedBytes >= this.owner.limits.maxQueuedBytes) this.owner.waitDrain(this);
+  }
+
+  produceLater(): void {
+    if (this.closed || this.failed) return;
+    this.wantsOutput = true;
+    this.owner.enqueueOutput(this);
   }
 }
+
+/** `closeSocket`, or (when the protocol counted the close itself) only the reason recorded. */
+function recordClose(
+  socket: net.Socket,
+  reason: string,
+  metrics: ProtocolMetrics | undefined,
+  how: 'end' | 'destroy' | 'destroySoon',
+): void {
+  closeSocket(socket, reason, metrics ?? UNCOUNTED, how);
+}
+
+/** Metrics that count nothing: the protocol counted the close under its own name. */
+const UNCOUNTED = { close() {} } as unknown as ProtocolMetrics;
 
 class FramedTcpServerImpl implements FramedTcpServer {
   listener!: TcpListener;
@@ -222,6 +306,10 @@ class FramedTcpServerImpl implements FramedTcpServer {
   private readonly live = new Set<Conn>();
   private ring: Conn[] = [];
   private ringHead = 0;
+  /** Connections waiting for a produce turn, round-robin. */
+  private outRing: Conn[] = [];
+  private outHead = 0;
+  private readonly corked: Conn[] = [];
   private scheduled = false;
   bufferedBytes = 0;
   private readonly bufferedPerIp = new Map<string, number>();
@@ -287,6 +375,8 @@ class FramedTcpServerImpl implements FramedTcpServer {
     this.live.add(c);
     socket.on('close', () => this.closed(c));
     c.sink = this.options.onConnection(c);
+    // Refused by the protocol (it closed the connection at once): nothing is ever read.
+    if (c.failed) return;
     socket.on('data', (chunk: Buffer) => this.onData(c, chunk));
     // The socket was accepted paused. Over budget, it gets no first read until memory is
     // released (each read would hold up to 64 KiB more per connection); the sweep makes room
@@ -355,6 +445,7 @@ class FramedTcpServerImpl implements FramedTcpServer {
   /** After any change: ring membership, budgets, the frame clock, and whether to read. */
   settle(c: Conn): void {
     if (c.closed || c.failed) return;
+    if (c.wantsOutput) this.enqueueOutput(c);
     const backlog = c.deframer.isPaused || c.pending.length > 0;
     const eligible = c.eligible;
     if (backlog && eligible && !c.inRing) {
@@ -456,14 +547,89 @@ class FramedTcpServerImpl implements FramedTcpServer {
     if (this.ringHead === this.ring.length) {
       this.ring.length = 0;
       this.ringHead = 0;
-    } else {
-      if (this.ringHead > 1024) {
-        this.ring = this.ring.slice(this.ringHead);
-        this.ringHead = 0;
-      }
-      this.schedule();
+    } else if (this.ringHead > 1024) {
+      this.ring = this.ring.slice(this.ringHead);
+      this.ringHead = 0;
     }
+    if (this.outHead < this.outRing.length) this.produceRound();
+    if (this.ringHead < this.ring.length || this.outHead < this.outRing.length) this.schedule();
   };
+
+  /** Queues `c` for a produce turn (when it has output to produce and the peer reads). */
+  enqueueOutput(c: Conn): void {
+    if (!c.wantsOutput || c.inOutRing || c.closed || c.failed || c.waitingDrain) return;
+    if (c.queuedBytes >= this.limits.maxQueuedBytes) {
+      this.waitDrain(c);
+      return;
+    }
+    c.inOutRing = true;
+    this.outRing.push(c);
+    this.schedule();
+  }
+
+  /**
+   * Produce turns, round-robin, up to `RUN_OUTPUT_BYTES` in all. Writes of one run to one socket
+   * go out together (corked: one writev instead of one write each).
+   */
+  private produceRound(): void {
+    let budget = RUN_OUTPUT_BYTES;
+    while (budget > 0 && this.outHead < this.outRing.length) {
+      const c = this.outRing[this.outHead++]!;
+      c.inOutRing = false;
+      if (!c.wantsOutput || c.closed || c.failed || c.waitingDrain) continue;
+      if (!c.corked) {
+        c.corked = true;
+        c.socket.cork();
+        this.corked.push(c);
+      }
+      const before = c.sentBytes;
+      let more: boolean;
+      c.inTurn = true;
+      try {
+        more = c.sink.produce?.() === true;
+      } catch (err) {
+        c.inTurn = false;
+        this.fail(c, err);
+        continue;
+      }
+      c.inTurn = false;
+      this.flush(c);
+      const sent = c.sentBytes - before;
+      budget -= sent;
+      c.wantsOutput = more && !c.failed;
+      if (!c.failed && !c.closed) this.settle(c);
+      // A turn that made no progress: leave the rest to the next run (timers and I/O first).
+      if (sent === 0 && more) break;
+    }
+    for (const c of this.corked) {
+      c.corked = false;
+      if (!c.socket.destroyed) c.socket.uncork();
+    }
+    this.corked.length = 0;
+    if (this.outHead === this.outRing.length || this.outHead > 1024) {
+      this.outRing = this.outRing.slice(this.outHead);
+      this.outHead = 0;
+    }
+  }
+
+  /** Holds delivery and production for `c` until its socket drains. */
+  waitDrain(c: Conn): void {
+    if (c.waitingDrain || c.socket.destroyed) return;
+    c.waitingDrain = true;
+    c.socket.once('drain', () => {
+      c.waitingDrain = false;
+      this.settle(c);
+    });
+    if (!c.inTurn) this.settle(c);
+  }
+
+  /** Drops what `c` holds of input (it is closing). */
+  release(c: Conn): void {
+    c.deframer.reset();
+    c.pending = [];
+    c.pendingBytes = 0;
+    this.account(c);
+  }
 
   readonly flushTick = (c: Conn): void => {
     c.flushScheduled = false;
@@ -483,27 +649,23 @@ class FramedTcpServerImpl implements FramedTcpServer {
     w.reset();
     if (w.buf.length > WRITER_SHRINK_BYTES)
       c.writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
-    if (!s.write(out) && !c.waitingDrain) {
-      c.waitingDrain = true;
-      s.once('drain', () => {
-        c.waitingDrain = false;
-        this.settle(c);
-      });
-      if (!c.inTurn) this.settle(c);
-    }
+    c.sentBytes += out.length;
+    if (!s.write(out)) this.waitDrain(c);
   }
 
   private fail(c: Conn, err: unknown): void {
     c.failed = true;
+    c.wantsOutput = false;
     const socket = c.socket;
     if (err instanceof DecodeError) {
-      this.metrics.drop(CloseReason.Malformed);
+      const reason = this.options.malformedReason?.(err) ?? CloseReason.Malformed;
+      this.metrics.drop(reason);
       this.log.debug(
-        { code: err.code, err: err.message, offset: err.offset, remote: c.remoteAddress },
+        { code: err.code, err: err.message, offset: err.offset, remote: c.remoteAddress, reason },
         'malformed frame; closing',
       );
       this.flush(c);
-      closeSocket(socket, CloseReason.Malformed, this.metrics, 'destroySoon');
+      closeSocket(socket, reason, this.metrics, 'destroySoon');
     } else {
       this.log.error({ err, remote: c.remoteAddress }, 'frame handler failed; closing the connection');
       this.flush(c);
@@ -522,6 +684,7 @@ class FramedTcpServerImpl implements FramedTcpServer {
   private closed(c: Conn): void {
     if (c.closed) return;
     c.closed = true;
+    c.wantsOutput = false;
     this.live.delete(c);
     this.budgetWaiters.delete(c);
     c.deframer.reset();
@@ -552,16 +715,15 @@ class FramedTcpServerImpl implements FramedTcpServer {
   private sweep(): void {
     const now = Date.now();
     const limit = this.limits.frameTimeoutMs;
+    const firstReason = this.options.firstFrameTimeoutReason ?? CloseReason.FrameTimeout;
     for (const c of this.live) {
       if (limit <= 0) break;
       if (c.failed || c.closed) continue;
+      const first = c.deframer.consumed === 0;
       const overdue =
         (c.partialSince !== 0 && now - c.partialSince > limit) ||
-        (c.deframer.consumed === 0 &&
-          c.pending.length === 0 &&
-          !c.deframer.isPaused &&
-          now - c.openedAt > limit);
-      if (overdue) this.shed(c, CloseReason.FrameTimeout);
+        (first && c.pending.length === 0 && !c.deframer.isPaused && now - c.openedAt > limit);
+      if (overdue) this.shed(c, first ? firstReason : CloseReason.FrameTimeout);
     }
     this.makeRoomForNewcomers(now);
   }

@@ -1,27 +1,35 @@
 /**
- * The JS5 server (docs/js5.md, "Server").
+ * The JS5 server (docs/js5.md, "Server"), on the framed TCP seam (src/core/framed-tcp.ts): the
+ * seam cuts the stream (the handshake, then 4-byte requests: `setMeasure`), bounds input across
+ * connections and per address, enforces the frame deadline (the handshake's is
+ * `handshakeTimeoutMs`), gives connections fair turns and bounds their output.
  *
- * Scheduling: one scheduler for all connections. Connections with work and a writable socket
- * sit in a ring; each turn gives one connection up to `sliceBytes` of output (urgent requests
- * before prefetch, a large group spread over many turns), then moves it to the back. So a client
- * flooding prefetch for huge groups delays another client's urgent request by at most one slice.
+ * Scheduling: each connection's responses are produced by the seam's fair output turns
+ * (`produce`): one turn gives one connection up to `sliceBytes` of output (urgent requests before
+ * prefetch, a large group spread over many turns), then moves it to the back. So a client flooding
+ * prefetch for huge groups delays another client's urgent request by at most one slice.
  *
  * Backpressure: a connection with `urgentCap` urgent or `prefetchCap` prefetch requests queued
- * stops being read (TCP then throttles the client); a socket whose `write` returns false leaves
- * the ring until `drain`.
+ * is held (its input is no longer delivered, then no longer read: TCP throttles the client); a
+ * connection with `maxBufferedBytes` of output waiting for the peer gets no turn until `drain`.
  *
  * Admission: connections are counted per remote address as they are accepted (`maxPerIp`, reply
- * 9 beyond it); a connection must complete its handshake within `handshakeTimeoutMs`; a JS5
- * session is closed after `idleTimeoutMs` without a request (keep-alives such as logged-in do not
- * count) unless the server is still sending it responses it asked for.
+ * 9 beyond it); a connection must complete its handshake within `handshakeTimeoutMs`, and any later
+ * request within the same time of its first byte; a JS5 session is closed after `idleTimeoutMs`
+ * without a request (keep-alives such as logged-in do not count) unless the server is still
+ * sending it responses it asked for.
  */
 
-import type net from 'node:net';
 import type { Logger } from 'pino';
+import {
+  type FramedConnection,
+  type FramedTcpServer,
+  type FrameSink,
+  listenFramedTcp,
+} from '../../core/framed-tcp.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
-import { listenTcp, type TcpListener } from '../../core/tcp.js';
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
-import { fixedFrames, StreamDeframer } from '../../wire/framing.js';
+import { type FrameMeasure, fixedFrames } from '../../wire/framing.js';
 import { WireReader } from '../../wire/reader.js';
 import type { MasterIndexFormat } from './cache/master-index.js';
 import type { Store } from './cache/store.js';
@@ -64,6 +72,10 @@ export interface Js5ServerOptions {
   sliceBytes?: number;
   /** Bytes queued in a socket's user-space buffer before the connection waits for 'drain'. */
   maxBufferedBytes?: number;
+  /** Request bytes held across all connections (partial requests, requests behind a full queue). */
+  maxInputBytes?: number;
+  /** Request bytes held for the connections of one address; 0 = only the global budget. */
+  maxInputBytesPerIp?: number;
   cacheBytes?: number;
   preload?: boolean;
   preloadMaxBytes?: number;
@@ -94,8 +106,7 @@ const MODE_HANDSHAKE = 0;
 const MODE_JS5 = 1;
 
 class Session {
-  readonly socket: net.Socket;
-  readonly deframer: StreamDeframer;
+  readonly conn: FramedConnection;
   readonly ip: string;
   readonly acceptedAt = Date.now();
   /** Last request, or last write progress while responses were pending (the idle rule). */
@@ -109,17 +120,11 @@ class Session {
   current: Buffer | undefined = undefined;
   currentOffset = 0;
   currentPrefetch = false;
-  writable = true;
-  inRing = false;
-  corked = false;
-  paused = false;
   closed = false;
-  onFrame!: (buf: Buffer, start: number, end: number) => boolean;
 
-  constructor(socket: net.Socket, deframer: StreamDeframer) {
-    this.socket = socket;
-    this.deframer = deframer;
-    this.ip = socket.remoteAddress ?? '';
+  constructor(conn: FramedConnection) {
+    this.conn = conn;
+    this.ip = conn.remoteAddress;
   }
 
   hasWork(): boolean {
@@ -153,13 +158,9 @@ export class Js5Server {
   };
   private readonly options: Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
   private readonly sessions = new Set<Session>();
-  private ring: Session[] = [];
-  private ringHead = 0;
-  private scheduled = false;
-  private listener: TcpListener | undefined;
+  private tcp: FramedTcpServer | undefined;
   private closing = false;
   private readonly reader = new WireReader();
-  private readonly corked: Session[] = [];
   /** Open connections per remote address, counted from accept. */
   private readonly perIp = new Map<string, number>();
   private js5Sessions = 0;
@@ -178,6 +179,8 @@ export class Js5Server {
       missingGroup: 'close',
       sliceBytes: 16 * 1024,
       maxBufferedBytes: 256 * 1024,
+      maxInputBytes: 4 * 1024 * 1024,
+      maxInputBytesPerIp: 1024 * 1024,
       cacheBytes: 64 * 1024 * 1024,
       preload: false,
       preloadMaxBytes: 1024 * 1024 * 1024,
@@ -210,7 +213,12 @@ export class Js5Server {
   }
 
   get port(): number {
-    return this.listener?.port ?? 0;
+    return this.tcp?.port ?? 0;
+  }
+
+  /** The framed TCP server underneath (its connections, limits and held input). */
+  get transport(): FramedTcpServer | undefined {
+    return this.tcp;
   }
 
   get connections(): number {
@@ -218,162 +226,129 @@ export class Js5Server {
   }
 
   async listen(): Promise<this> {
-    this.listener = await listenTcp({
-      host: this.options.host,
-      port: this.options.port,
+    const o = this.options;
+    this.tcp = await listenFramedTcp({
+      host: o.host,
+      port: o.port,
+      protocol: 'js5',
+      measure: this.handshakeMeasure(),
+      maxFrameBytes: 21,
       // Room above the JS5 cap so that extra clients can be told "full" (7) rather than dropped.
-      maxConnections: this.options.maxClients + 64,
+      maxConnections: o.maxClients + 64,
+      // Counted here, so that a refused client is told 9 (IP limit) rather than dropped.
+      maxConnectionsPerIp: 0,
       // Our own idle rule (requests only) replaces the transport's any-byte timer.
       idleTimeoutMs: 0,
-      metrics: this.options.metrics,
-      log: this.options.log,
-      onConnection: (socket) => this.accept(socket),
+      frameTimeoutMs: o.handshakeTimeoutMs,
+      firstFrameTimeoutReason: 'handshake_timeout',
+      maxBufferedBytes: o.maxInputBytes,
+      maxBufferedBytesPerIp: o.maxInputBytesPerIp,
+      maxQueuedBytes: o.maxBufferedBytes,
+      malformedReason: (e) => (e.code === ErrorCode.UNKNOWN_TYPE ? 'unknown_opcode' : 'malformed'),
+      metrics: o.metrics,
+      log: o.log,
+      onConnection: (c) => this.accept(c),
     });
-    const shortest = Math.min(
-      this.options.handshakeTimeoutMs,
-      this.options.idleTimeoutMs > 0 ? this.options.idleTimeoutMs : Number.POSITIVE_INFINITY,
-    );
-    this.sweeper = setInterval(() => this.sweep(), Math.max(20, Math.min(1000, Math.floor(shortest / 4))));
-    this.sweeper.unref();
+    if (o.idleTimeoutMs > 0) {
+      this.sweeper = setInterval(
+        () => this.sweep(),
+        Math.max(20, Math.min(1000, Math.floor(o.idleTimeoutMs / 4))),
+      );
+      this.sweeper.unref();
+    }
     return this;
   }
 
   async close(): Promise<void> {
     this.closing = true;
     if (this.sweeper !== undefined) clearInterval(this.sweeper);
-    await this.listener?.close();
+    await this.tcp?.close();
     this.options.store.close();
+  }
+
+  /** The handshake: `15, build u32` (+ 16 seed bytes for OSRS ≥ 223 at the server's build). */
+  private handshakeMeasure(): FrameMeasure {
+    const seededBuild = handshakeIsSeeded(this.profile.name, this.build);
+    const build = this.build;
+    return (buf, offset, available) => {
+      if (available < 1) return -1;
+      if (buf[offset] !== INIT_JS5_OPCODE) {
+        throw new DecodeError(
+          ErrorCode.UNKNOWN_TYPE,
+          `login opcode ${buf[offset]} is not INIT_JS5REMOTE_CONNECTION`,
+          offset,
+        );
+      }
+      if (available < 5) return -1;
+      return seededBuild && buf.readUInt32BE(offset + 1) === build ? 21 : 5;
+    };
   }
 
   // ---- connections -----------------------------------------------------------------------
 
-  private accept(socket: net.Socket): void {
-    const ip = socket.remoteAddress ?? '';
+  private accept(c: FramedConnection): FrameSink {
+    const ip = c.remoteAddress;
     const open = this.perIp.get(ip) ?? 0;
     if (this.options.maxPerIp > 0 && open >= this.options.maxPerIp) {
       // Refused before anything is read: 9 (IP limit) is what real clients expect here. The byte
-      // waits in their receive buffer until they read the handshake reply.
-      this.options.metrics.close('ip_limit');
+      // waits in their receive buffer until they read the handshake reply. Not counted per
+      // address, so held briefly: long enough for the reply to be read, short enough that a
+      // flood of refused connections cannot fill the listener.
       this.notice.info(
         'ip_limit',
         { remote: ip, open, maxPerIp: this.options.maxPerIp },
         'js5 connection refused: too many connections from this address (reply 9)',
       );
-      socket.on('data', () => {});
-      socket.end(Buffer.of(HandshakeStatus.ipLimit));
-      // Not counted per address, so held briefly: long enough for the reply to be read, short
-      // enough that a flood of refused connections cannot fill the listener.
-      this.linger(socket, Math.min(1000, this.options.handshakeTimeoutMs));
-      return;
+      c.writer.u8(HandshakeStatus.ipLimit);
+      c.close('ip_limit', { lingerMs: Math.min(1000, this.options.handshakeTimeoutMs) });
+      return { onFrame: () => false };
     }
     this.perIp.set(ip, open + 1);
-    this.options.log.debug({ remote: ip, port: socket.remotePort }, 'js5 connection open');
-    const seededBuild = handshakeIsSeeded(this.profile.name, this.build);
-    const build = this.build;
-    const deframer = new StreamDeframer(
-      (buf, offset, available) => {
-        if (available < 1) return -1;
-        if (buf[offset] !== INIT_JS5_OPCODE) {
-          throw new DecodeError(
-            ErrorCode.UNKNOWN_TYPE,
-            `login opcode ${buf[offset]} is not INIT_JS5REMOTE_CONNECTION`,
-            offset,
-          );
-        }
-        if (available < 5) return -1;
-        return seededBuild && buf.readUInt32BE(offset + 1) === build ? 21 : 5;
-      },
-      { maxFrameBytes: 21, maxBufferedBytes: 256 * 1024 },
-    );
-    const s = new Session(socket, deframer);
+    this.options.log.debug({ remote: ip, port: c.remotePort }, 'js5 connection open');
+    const s = new Session(c);
     this.sessions.add(s);
-    s.onFrame = (buf, start, end) => this.onFrame(s, buf, start, end);
-    socket.on('data', (chunk: Buffer) => {
-      if (s.closed || s.draining) return;
-      try {
-        if (!deframer.push(chunk, s.onFrame) && !s.closed) this.pauseReading(s);
-      } catch (e) {
-        this.fail(s, e);
-      }
-    });
-    socket.on('drain', () => {
-      if (s.closed) return;
-      // The peer is taking the responses it asked for: not idle.
-      s.lastActivity = Date.now();
-      s.writable = true;
-      this.enqueue(s);
-    });
-    socket.on('close', () => {
-      this.options.log.debug(
-        { remote: s.ip, port: socket.remotePort, js5: s.mode === MODE_JS5 },
-        'js5 connection closed',
-      );
-      s.closed = true;
-      this.sessions.delete(s);
-      if (s.mode === MODE_JS5) this.js5Sessions--;
-      const n = (this.perIp.get(s.ip) ?? 1) - 1;
-      if (n <= 0) this.perIp.delete(s.ip);
-      else this.perIp.set(s.ip, n);
-      s.urgent.length = 0;
-      s.prefetch.length = 0;
-      s.current = undefined;
-    });
+    return {
+      onFrame: (buf, start, end) => this.onFrame(s, buf, start, end),
+      produce: () => this.produce(s),
+      onClose: (reason) => {
+        this.options.log.debug(
+          { remote: s.ip, port: c.remotePort, js5: s.mode === MODE_JS5, reason },
+          'js5 connection closed',
+        );
+        s.closed = true;
+        this.sessions.delete(s);
+        if (s.mode === MODE_JS5) this.js5Sessions--;
+        const n = (this.perIp.get(s.ip) ?? 1) - 1;
+        if (n <= 0) this.perIp.delete(s.ip);
+        else this.perIp.set(s.ip, n);
+        s.urgent.length = 0;
+        s.prefetch.length = 0;
+        s.current = undefined;
+      },
+    };
   }
 
-  private fail(s: Session, e: unknown): void {
-    const reason =
-      e instanceof DecodeError
-        ? e.code === ErrorCode.UNKNOWN_TYPE
-          ? 'unknown_opcode'
-          : 'malformed'
-        : 'handler_error';
-    if (!(e instanceof DecodeError)) this.options.log.error({ err: e }, 'js5 handler failed');
-    this.drop(s, reason);
-  }
-
+  /** Closes `s` at once (what was queued for it is dropped). */
   private drop(s: Session, reason: string): void {
     if (s.closed) return;
     this.options.log.debug({ remote: s.ip, reason }, 'js5 connection dropped');
-    this.options.metrics.close(reason);
     s.closed = true;
-    s.socket.destroy();
+    s.conn.close(reason, { abort: true });
   }
 
-  /** Closes sessions past the handshake deadline or idle by the request-only rule. */
+  /** Closes sessions idle by the request-only rule (the handshake deadline is the seam's). */
   private sweep(): void {
     const now = Date.now();
-    const { handshakeTimeoutMs, idleTimeoutMs } = this.options;
+    const { idleTimeoutMs } = this.options;
     for (const s of this.sessions) {
-      if (s.closed) continue;
-      if (s.mode === MODE_HANDSHAKE) {
-        if (now - s.acceptedAt >= handshakeTimeoutMs) this.drop(s, 'handshake_timeout');
-        continue;
-      }
-      if (idleTimeoutMs > 0 && now - s.lastActivity >= idleTimeoutMs) this.drop(s, 'idle_timeout');
+      if (s.closed || s.mode !== MODE_JS5) continue;
+      if (now - s.lastActivity >= idleTimeoutMs) this.drop(s, 'idle_timeout');
     }
   }
 
-  private pauseReading(s: Session): void {
-    if (!s.paused) {
-      s.paused = true;
-      s.socket.pause();
-    }
-  }
-
-  private maybeResume(s: Session): void {
-    if (!s.paused || s.closed || s.draining) return;
-    if (s.urgent.length >= this.profile.urgentCap || s.prefetch.length >= this.profile.prefetchCap) return;
-    s.paused = false;
-    try {
-      if (!s.deframer.resume(s.onFrame)) {
-        if (!s.closed) this.pauseReading(s);
-        return;
-      }
-    } catch (e) {
-      this.fail(s, e);
-      return;
-    }
-    if (!s.closed) s.socket.resume();
+  /** Queues at a cap hold delivery; below both caps again, delivery resumes. */
+  private atCap(s: Session): boolean {
+    return s.urgent.length >= this.profile.urgentCap || s.prefetch.length >= this.profile.prefetchCap;
   }
 
   private onFrame(s: Session, buf: Buffer, start: number, end: number): boolean {
@@ -412,12 +387,8 @@ export class Js5Server {
     }
     const queued = s.urgent.length + s.prefetch.length;
     if (queued > this.stats.maxQueued) this.stats.maxQueued = queued;
-    this.enqueue(s);
-    if (s.urgent.length >= this.profile.urgentCap || s.prefetch.length >= this.profile.prefetchCap) {
-      this.pauseReading(s);
-      return false;
-    }
-    return true;
+    s.conn.produceLater();
+    return !this.atCap(s);
   }
 
   /**
@@ -437,40 +408,29 @@ export class Js5Server {
         where,
         'js5 request for a missing group: closing after queued responses',
       );
+      // No further request is delivered (the session stays held); what was queued is served.
       s.draining = true;
-      this.pauseReading(s);
-      if (!s.hasWork()) this.finishDrain(s);
+      if (!s.hasWork()) this.end(s, 'missing_group');
     }
     return false;
   }
 
-  /** Ends a draining session once its queued responses are written (the end flushes them). */
-  private finishDrain(s: Session): void {
-    if (s.closed) return;
-    this.options.metrics.close('missing_group');
-    s.closed = true;
-    s.socket.end();
-    this.linger(s.socket);
-  }
-
   /**
-   * After the server ended a connection, the peer gets `handshakeTimeoutMs` to close its side
-   * (reading what was sent); a peer that never does is dropped, so it cannot hold its slot.
+   * Ends a session after what was written (the end flushes it). The peer then gets
+   * `handshakeTimeoutMs` to close its side (reading what was sent); a peer that never does is
+   * dropped, so it cannot hold its slot.
    */
-  private linger(socket: net.Socket, ms = this.options.handshakeTimeoutMs): void {
-    setTimeout(() => socket.destroy(), ms).unref();
+  private end(s: Session, reason: string): void {
+    if (s.closed) return;
+    s.closed = true;
+    s.conn.close(reason, { lingerMs: this.options.handshakeTimeoutMs });
   }
 
   private onHandshake(s: Session, buf: Buffer, start: number): boolean {
     const build = buf.readUInt32BE(start + 1);
     const reply = (status: number, reason?: string) => {
-      s.socket.write(Buffer.of(status));
-      if (reason !== undefined) {
-        this.options.metrics.close(reason);
-        s.closed = true;
-        s.socket.end();
-        this.linger(s.socket);
-      }
+      s.conn.writer.u8(status);
+      if (reason !== undefined) this.end(s, reason);
     };
     if (build !== this.build) {
       this.notice.info(
@@ -494,76 +454,39 @@ export class Js5Server {
     s.mode = MODE_JS5;
     s.lastActivity = Date.now();
     this.js5Sessions++;
-    s.deframer.setMeasure(fixedFrames(4));
+    s.conn.setMeasure(REQUEST_MEASURE);
     return true;
   }
 
-  // ---- scheduler -------------------------------------------------------------------------
+  // ---- output ------------------------------------------------------------------------------
 
-  private enqueue(s: Session): void {
-    if (s.inRing || s.closed || !s.writable || !s.hasWork()) return;
-    s.inRing = true;
-    this.ring.push(s);
-    if (!this.scheduled) {
-      this.scheduled = true;
-      setImmediate(this.run);
+  /**
+   * One output turn of `s` (called by the seam in fair turns while the peer reads): up to one
+   * slice of its responses. Returns true while more is queued.
+   */
+  private produce(s: Session): boolean {
+    if (s.closed || this.closing) return false;
+    const sent = this.serveSlice(s);
+    if (s.draining && !s.hasWork()) {
+      this.end(s, 'missing_group');
+      return false;
     }
+    // Below both caps again: requests held behind a full queue are delivered.
+    if (sent > 0 && !s.draining && s.conn.held && !this.atCap(s)) s.conn.resume();
+    return s.hasWork();
   }
-
-  private readonly run = (): void => {
-    this.scheduled = false;
-    if (this.closing) return;
-    // Bound the work per event-loop turn so that reads and timers still get their turn.
-    let budget = 4 * 1024 * 1024;
-    const corked = this.corked;
-    while (budget > 0 && this.ringHead < this.ring.length) {
-      const s = this.ring[this.ringHead++]!;
-      s.inRing = false;
-      if (s.closed) continue;
-      const sent = this.serveSlice(s);
-      budget -= sent;
-      if (s.draining && !s.hasWork()) this.finishDrain(s);
-      if (!s.closed) {
-        this.maybeResume(s);
-        this.enqueue(s);
-      }
-      // A turn that sent nothing made no progress: leave the rest to the next event-loop turn
-      // rather than spinning here (the constructor's check on sliceBytes makes this a safeguard).
-      if (sent === 0) break;
-    }
-    // Writes of one run to one socket go out together (one writev instead of one write each).
-    for (const s of corked) {
-      s.corked = false;
-      if (!s.closed) s.socket.uncork();
-    }
-    corked.length = 0;
-    if (this.ringHead > 1024 || this.ringHead === this.ring.length) {
-      this.ring = this.ring.slice(this.ringHead);
-      this.ringHead = 0;
-    }
-    if (this.ring.length > 0 && !this.scheduled) {
-      this.scheduled = true;
-      setImmediate(this.run);
-    }
-  };
 
   /** Sends up to one slice to `s`. Returns the bytes written. */
   private serveSlice(s: Session): number {
     const slice = this.options.sliceBytes;
+    const conn = s.conn;
     let sent = 0;
-    let wrote = false;
-    while (sent < slice && s.writable && !s.closed) {
+    while (sent < slice && !s.closed) {
       if (s.current === undefined && !this.next(s)) break;
-      if (!s.corked) {
-        s.corked = true;
-        s.socket.cork();
-        this.corked.push(s);
-      }
       const buf = s.current!;
       const off = s.currentOffset;
       const n = Math.min(slice - sent, buf.length - off);
-      const ok = this.write(s, buf, off, n);
-      wrote = true;
+      this.write(s, buf, off, n);
       sent += n;
       s.currentOffset = off + n;
       if (s.currentOffset === buf.length) {
@@ -571,13 +494,12 @@ export class Js5Server {
         this.options.metrics.sent++;
         this.stats.responses++;
       }
-      // Keep writing past the stream's small high-water mark, up to a bounded user-space
-      // buffer per connection; beyond it, wait for 'drain' (write() returned false by then).
-      if (!ok && s.socket.writableLength >= this.options.maxBufferedBytes) s.writable = false;
+      // Past the bounded output queue the seam waits for 'drain' before the next turn.
+      if (conn.queuedBytes >= this.options.maxBufferedBytes) break;
     }
-    if (wrote) {
+    if (sent > 0) {
       // Bytes the socket took without backing up: the peer is reading.
-      if (s.writable) s.lastActivity = Date.now();
+      if (conn.queuedBytes < this.options.maxBufferedBytes) s.lastActivity = Date.now();
       this.stats.turns++;
       this.stats.bytesSent += sent;
       this.options.metrics.count('bytes_sent', sent);
@@ -612,21 +534,29 @@ export class Js5Server {
   }
 
   /** Writes `buf[off, off + n)` with the prefetch flag and XOR applied as needed. */
-  private write(s: Session, buf: Buffer, off: number, n: number): boolean {
+  private write(s: Session, buf: Buffer, off: number, n: number): void {
     const end = off + n;
+    const conn = s.conn;
     // The 0x80 flag lives in the compression byte, response offset 3.
     const flag = s.currentPrefetch && this.profile.prefetchFlag && off <= 3 && end > 3;
-    if (s.xorKey === 0 && !flag) return s.socket.write(buf.subarray(off, end));
+    if (s.xorKey === 0 && !flag) {
+      conn.send(buf.subarray(off, end));
+      return;
+    }
     if (s.xorKey === 0) {
       // Only the compression byte differs from the shared frame: copy up to it, then a view.
       const head = Buffer.from(buf.subarray(off, 4));
       head[head.length - 1]! |= 0x80;
-      const ok = s.socket.write(head);
-      return end > 4 ? s.socket.write(buf.subarray(4, end)) : ok;
+      conn.send(head);
+      if (end > 4) conn.send(buf.subarray(4, end));
+      return;
     }
     const copy = Buffer.from(buf.subarray(off, end));
     if (flag) copy[3 - off]! |= 0x80;
     xorInPlace(copy, s.xorKey);
-    return s.socket.write(copy);
+    conn.send(copy);
   }
 }
+
+/** After the handshake: 4-byte requests. */
+const REQUEST_MEASURE = fixedFrames(4);
