@@ -116,6 +116,8 @@ export interface FramedConnection {
   /** The sink has output to produce: schedule `produce()` turns. */
   produceLater(): void;
   readonly closed: boolean;
+  /** `close()` was called or the connection failed: nothing more is delivered or produced. */
+  readonly closing: boolean;
   /** Reply bytes not yet taken by the kernel (writer + socket queue). */
   readonly queuedBytes: number;
   /** Input bytes held (partial frame, frames waiting their turn). */
@@ -220,6 +222,10 @@ class Conn implements FramedConnection {
 
   get bufferedBytes(): number {
     return this.deframer.buffered + this.pendingBytes;
+  }
+
+  get closing(): boolean {
+    return this.failed || this.closed;
   }
 
   get readingPaused(): boolean {

@@ -12,7 +12,14 @@ import { openStore } from './cache/store.js';
 import { masterFormat, registerCommands } from './cli.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
 import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
-import { DEFAULT_MAX_PER_IP, Js5Server, MIN_SLICE_BYTES, type MissingGroupBehaviour } from './server.js';
+import {
+  DEFAULT_MAX_INPUT_BYTES,
+  DEFAULT_MAX_INPUT_BYTES_PER_IP,
+  DEFAULT_MAX_PER_IP,
+  Js5Server,
+  MIN_SLICE_BYTES,
+  type MissingGroupBehaviour,
+} from './server.js';
 
 export { CacheWriter, cacheInfo, readArchiveIndex, verifyCache } from './cache/cache.js';
 export { decodeContainer, encodeContainer, splitTrailer } from './cache/container.js';
@@ -122,6 +129,8 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
     cacheBytes: Number(opt(options, 'cacheMb') ?? 64) * 1024 * 1024,
     preload: options.preload === true,
     preloadMaxBytes: Number(opt(options, 'preloadMaxMb') ?? 1024) * 1024 * 1024,
+    maxInputBytes: Number(opt(options, 'maxInputBytes') ?? DEFAULT_MAX_INPUT_BYTES),
+    maxInputBytesPerIp: Number(opt(options, 'maxInputBytesPerIp') ?? DEFAULT_MAX_INPUT_BYTES_PER_IP),
     log: ctx.log,
     metrics: ctx.metrics,
   });
@@ -260,6 +269,26 @@ export const js5: ProtocolModule = {
         description: 'js5: refuse --preload beyond this many MiB of framed groups',
         type: 'int',
         default: 1024,
+      },
+      {
+        key: 'maxInputBytes',
+        min: 1024,
+        unit: 'bytes',
+        flag: '--js5-max-input-bytes <n>',
+        description:
+          'js5: request bytes held across all connections (partial requests, requests behind a full queue)',
+        type: 'int',
+        default: DEFAULT_MAX_INPUT_BYTES,
+      },
+      {
+        key: 'maxInputBytesPerIp',
+        min: 0,
+        unit: 'bytes',
+        flag: '--js5-max-input-bytes-per-ip <n>',
+        description:
+          'js5: request bytes held for the connections of one address (0 = only the global budget)',
+        type: 'int',
+        default: DEFAULT_MAX_INPUT_BYTES_PER_IP,
       },
       {
         key: 'masterIndex',

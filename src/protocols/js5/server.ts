@@ -102,6 +102,10 @@ export const MIN_SLICE_BYTES = 512;
  */
 export const DEFAULT_MAX_PER_IP = 8;
 
+/** Default input budgets (the framed TCP seam's): across all connections, and per address. */
+export const DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024;
+export const DEFAULT_MAX_INPUT_BYTES_PER_IP = 1024 * 1024;
+
 const MODE_HANDSHAKE = 0;
 const MODE_JS5 = 1;
 
@@ -179,8 +183,8 @@ export class Js5Server {
       missingGroup: 'close',
       sliceBytes: 16 * 1024,
       maxBufferedBytes: 256 * 1024,
-      maxInputBytes: 4 * 1024 * 1024,
-      maxInputBytesPerIp: 1024 * 1024,
+      maxInputBytes: DEFAULT_MAX_INPUT_BYTES,
+      maxInputBytesPerIp: DEFAULT_MAX_INPUT_BYTES_PER_IP,
       cacheBytes: 64 * 1024 * 1024,
       preload: false,
       preloadMaxBytes: 1024 * 1024 * 1024,

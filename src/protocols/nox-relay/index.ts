@@ -37,6 +37,13 @@ const limitOptions: [key: keyof NoxRelayOptions, what: string][] = [
   ['udpSendBytesPerSecond', "each UDP client's send budget, bytes per second (default 1048576)"],
   ['slowConsumerTimeoutMs', 'close a TCP client whose queue stays over 64 KiB this long (default 5000)'],
   ['maxReassemblyBytesPerIp', 'segment reassembly memory per source address (default 4194304)'],
+  [
+    'frameTimeoutMs',
+    'TCP: a packet begun must complete within this, the first one this long after connecting (default twice the connection timeout)',
+  ],
+  ['maxBufferedBytes', 'TCP: input bytes held across all connections (default 4194304)'],
+  ['maxBufferedBytesPerIp', 'TCP: input bytes held for the connections of one address (default 1048576)'],
+  ['framesPerTurn', 'TCP: packets one connection is given per turn before the next one (default 16)'],
 ];
 
 const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);

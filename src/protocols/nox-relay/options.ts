@@ -4,6 +4,7 @@
  * lists every default.
  */
 import type { Logger } from 'pino';
+import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { Authenticator } from './auth.js';
 import {
@@ -89,6 +90,17 @@ export interface NoxRelayOptions {
   /** Most AvatarParams bytes (values) stored per player. Default 16 KiB. */
   maxAvatarParamsTotal?: number;
   congestion?: Partial<CongestionLimits>;
+  /**
+   * TCP: a frame must complete this long after its first byte, the first frame this long after
+   * connecting (a backstop: liveness closes silent clients first). Default 2 × connectionTimeoutMs.
+   */
+  frameTimeoutMs?: number;
+  /** TCP: input bytes held across all connections (partial frames, frames waiting their turn). Default 4 MiB. */
+  maxBufferedBytes?: number;
+  /** TCP: input bytes held for the connections of one address. Default 1 MiB. */
+  maxBufferedBytesPerIp?: number;
+  /** TCP: packets one connection is given per turn before the next connection's turn. Default 16. */
+  framesPerTurn?: number;
   log?: Logger;
   metrics?: ProtocolMetrics;
 }
@@ -122,6 +134,10 @@ export interface ResolvedOptions {
   maxAvatarParamBytes: number;
   maxAvatarParamsTotal: number;
   congestion: CongestionLimits;
+  frameTimeoutMs: number;
+  maxBufferedBytes: number;
+  maxBufferedBytesPerIp: number;
+  framesPerTurn: number;
   serverAddress: string;
   master: string | undefined;
 }
@@ -224,6 +240,18 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
       hardBytes: hard,
       closeBytes: checked('congestion.closeBytes', options.congestion?.closeBytes ?? soft * 16, hard),
     },
+    frameTimeoutMs: checked('frameTimeoutMs', options.frameTimeoutMs ?? 2 * connectionTimeoutMs, 1),
+    maxBufferedBytes: checked(
+      'maxBufferedBytes',
+      options.maxBufferedBytes ?? FRAMED_TCP_DEFAULTS.maxBufferedBytes,
+      1024,
+    ),
+    maxBufferedBytesPerIp: checked(
+      'maxBufferedBytesPerIp',
+      options.maxBufferedBytesPerIp ?? FRAMED_TCP_DEFAULTS.maxBufferedBytesPerIp,
+      0,
+    ),
+    framesPerTurn: checked('framesPerTurn', options.framesPerTurn ?? FRAMED_TCP_DEFAULTS.framesPerTurn, 1),
     serverAddress: options.serverAddress ?? 'localhost',
     master: options.master,
   };

@@ -5,14 +5,19 @@
  * handlers/ (the messages), which see the server only through the RelayContext interface.
  */
 import type dgram from 'node:dgram';
-import type net from 'node:net';
 import type { Logger } from 'pino';
+import {
+  type FramedConnection,
+  type FramedTcpServer,
+  type FrameSink,
+  listenFramedTcp,
+} from '../../core/framed-tcp.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint } from '../../core/server.js';
-import { addressKey, listenTcp, type TcpListener } from '../../core/tcp.js';
+import { addressKey } from '../../core/tcp.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
-import { type FrameMeasure, StreamDeframer, WireReader, WireWriter } from '../../wire/index.js';
+import { type FrameMeasure, WireReader, WireWriter } from '../../wire/index.js';
 import { type Authenticator, masterAuthenticator, offlineAuthenticator } from './auth.js';
 import { PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
 import type { RelayContext } from './context.js';
@@ -25,7 +30,7 @@ import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './op
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
-import { RateBucket, RelayClient, type SendLimits, udpKey } from './session.js';
+import { RateBucket, RelayClient, type SendLimits, type TcpPeer, udpKey } from './session.js';
 import { handshakeEnd, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
@@ -55,7 +60,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private readonly reader = new WireReader();
   private readonly writer = new WireWriter({ initialCapacity: 2048 });
   private readonly ranges: number[] = [];
-  private tcp: TcpListener | undefined;
+  private tcp: FramedTcpServer | undefined;
   private udp: dgram.Socket | undefined;
   private readonly udpQueue = { bytes: 0 };
   private timer: NodeJS.Timeout | undefined;
@@ -95,14 +100,26 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   /** TCP first (port 0 allowed), then UDP on the very same port number. */
   async start(): Promise<Endpoint[]> {
     const { host } = this.options;
-    this.tcp = await listenTcp({
+    const o = this.options;
+    this.tcp = await listenFramedTcp({
       host,
-      port: this.options.port,
-      maxConnections: this.options.maxClients,
+      port: o.port,
+      protocol: 'nox-relay',
+      measure: this.measure,
+      maxFrameBytes: o.maxPacketSize,
+      maxConnections: o.maxClients,
+      // Counted here (with its own close reason and log line).
+      maxConnectionsPerIp: 0,
       idleTimeoutMs: 0, // liveness is the protocol's own (Disconnect "Connection timed out.")
+      frameTimeoutMs: o.frameTimeoutMs,
+      maxBufferedBytes: o.maxBufferedBytes,
+      maxBufferedBytesPerIp: o.maxBufferedBytesPerIp,
+      // Beyond the hard congestion limit even High messages are dropped: the input waits too.
+      maxQueuedBytes: o.congestion.hardBytes,
+      framesPerTurn: o.framesPerTurn,
       metrics: this.metrics,
       log: this.log,
-      onConnection: (socket) => this.onTcpConnection(socket),
+      onConnection: (c) => this.onTcpConnection(c),
     });
     try {
       this.udp = await bindUdp({
@@ -117,7 +134,6 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     this.udp.on('message', (msg, rinfo) => this.onDatagram(msg, rinfo));
     this.udp.on('error', (err) => this.log.warn({ err: err.message }, 'udp socket error'));
-    const o = this.options;
     const shortest = Math.min(
       o.connectionTimeoutMs,
       o.segmentationTimeoutMs,
@@ -131,6 +147,11 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   get port(): number {
     return this.tcp?.port ?? this.options.port;
+  }
+
+  /** The framed TCP server underneath (its connections, limits and held input); UDP is separate. */
+  get tcpTransport(): FramedTcpServer | undefined {
+    return this.tcp;
   }
 
   get endpoints(): Endpoint[] {
@@ -308,42 +329,38 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   // ---- TCP ----------------------------------------------------------------------------------
 
-  private onTcpConnection(socket: net.Socket): void {
-    const ip = socket.remoteAddress ?? '0.0.0.0';
+  private onTcpConnection(c: FramedConnection): FrameSink {
+    const ip = c.remoteAddress || '0.0.0.0';
     // The shared listener set the gauge to its own count; ours includes UDP.
-    socket.once('close', () => this.updateOpen());
+    const refused: FrameSink = { onFrame: () => false, onClose: () => this.updateOpen() };
     if (this.establishedClients >= this.options.maxClients || this.closing !== undefined) {
       this.noteClose(CloseReason.OverCapacity, undefined, ip);
       if (this.closing === undefined) this.noteFull('maxClients', ip);
-      socket.destroy();
-      return;
+      c.close(CloseReason.OverCapacity, { abort: true, counted: true });
+      return refused;
     }
     if ((this.tcpPerIp.get(addressKey(ip)) ?? 0) >= this.options.maxTcpPerIp) {
       this.noteClose(CloseReason.OverCapacityIp, undefined, ip);
       this.noteFull('maxTcpPerIp', ip);
-      socket.destroy();
-      return;
+      c.close(CloseReason.OverCapacityIp, { abort: true, counted: true });
+      return refused;
     }
-    const client = new RelayClient(this.freeClientId(), { tcp: socket }, this.limits, this.metrics);
+    const client = new RelayClient(this.freeClientId(), { tcp: tcpPeer(c) }, this.limits, this.metrics);
     this.register(client);
-    const deframer = new StreamDeframer(this.measure, { maxFrameBytes: this.options.maxPacketSize });
-    const onFrame = (buf: Buffer, start: number, end: number) => {
-      this.onPacket(client, buf, start, end, 0);
+    return {
+      onFrame: (buf, start, end) => {
+        this.onPacket(client, buf, start, end, 0);
+        return undefined;
+      },
+      onClose: (reason) => {
+        // Closes the transport decided (a bad length prefix: the stream cannot be resynchronised,
+        // an overdue frame, the input budget) cost only this connection; counted by the transport.
+        if (!client.closed && this.log.isLevelEnabled('debug'))
+          this.log.debug({ client: client.id, ip: client.ip, port: client.port, reason }, 'client closed');
+        this.dropClient(client, QuitType.UnknownError, null);
+        this.updateOpen();
+      },
     };
-    socket.on('data', (chunk: Buffer) => {
-      try {
-        deframer.push(chunk, onFrame);
-      } catch (err) {
-        // A bad length prefix: the stream cannot be resynchronised. Only this connection goes.
-        this.noteClose(CloseReason.Malformed, client);
-        this.log.debug({ err: (err as Error).message, client: client.id }, 'bad frame, closing');
-        socket.destroy();
-      }
-    });
-    socket.on('close', () => {
-      deframer.reset();
-      this.dropClient(client, QuitType.UnknownError, null);
-    });
   }
 
   // ---- UDP ----------------------------------------------------------------------------------
@@ -573,4 +590,25 @@ function decrement(map: Map<string, number>, key: string): void {
   const n = (map.get(key) ?? 1) - 1;
   if (n <= 0) map.delete(key);
   else map.set(key, n);
+}
+
+/** The send path's view of a framed TCP connection: packets are batched into one write per turn. */
+function tcpPeer(c: FramedConnection): TcpPeer {
+  return {
+    remoteAddress: c.remoteAddress,
+    remotePort: c.remotePort,
+    get writableLength() {
+      return c.queuedBytes;
+    },
+    get destroyed() {
+      return c.closing;
+    },
+    write(bytes: Buffer) {
+      c.writer.bytes(bytes);
+      c.commit();
+    },
+    // The server counted why (noteClose, handlers): only the reason is recorded here.
+    end: () => c.close(undefined, { counted: true }),
+    destroy: (reason?: string) => c.close(reason, { abort: true, counted: true }),
+  };
 }

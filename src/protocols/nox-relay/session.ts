@@ -3,7 +3,6 @@
  * with per-connection priorities, and its segmentation sessions.
  */
 import type dgram from 'node:dgram';
-import type net from 'node:net';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { addressKey } from '../../core/tcp.js';
 import { Priority } from './constants.js';
@@ -53,6 +52,23 @@ export class RateBucket {
     this.tokens = tokens - 1;
     return true;
   }
+}
+
+/**
+ * A TCP client's side of the connection, as the send path needs it (the server adapts the framed
+ * TCP connection to this).
+ */
+export interface TcpPeer {
+  readonly remoteAddress?: string | undefined;
+  readonly remotePort?: number | undefined;
+  /** Bytes written and not yet taken by the peer. */
+  readonly writableLength: number;
+  readonly destroyed?: boolean;
+  write(bytes: Buffer): unknown;
+  /** Ends after what was written. */
+  end(): void;
+  /** Closes at once; `reason` is recorded as the close reason (already counted by the caller). */
+  destroy(reason?: string): void;
 }
 
 export interface SegmentSession {
@@ -112,7 +128,7 @@ export class RelayClient {
   /** instance id → player. */
   readonly players = new Map<number, Player>();
   readonly segments = new Map<number, SegmentSession>();
-  private readonly socket: net.Socket | undefined;
+  private readonly socket: TcpPeer | undefined;
   private readonly udp: dgram.Socket | undefined;
   /**
    * The shared UDP socket's send queue, sampled by the server once per received datagram (one
@@ -124,9 +140,7 @@ export class RelayClient {
 
   constructor(
     id: number,
-    transport:
-      | { tcp: net.Socket }
-      | { udp: dgram.Socket; ip: string; port: number; queue: { bytes: number } },
+    transport: { tcp: TcpPeer } | { udp: dgram.Socket; ip: string; port: number; queue: { bytes: number } },
     limits: SendLimits,
     metrics: ProtocolMetrics,
   ) {
@@ -200,7 +214,7 @@ export class RelayClient {
   closeSlowConsumer(): void {
     if (this.socket === undefined || this.socket.destroyed) return;
     this.metrics.close(CloseReason.SlowConsumer);
-    this.socket.destroy();
+    this.socket.destroy(CloseReason.SlowConsumer);
   }
 
   /**
