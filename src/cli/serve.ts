@@ -51,11 +51,31 @@ export function protocolFlags(protocols: readonly ProtocolModule[]): ServeOption
 }
 
 function addOption(cmd: Command, o: ServeOption, description = o.description): void {
-  const option = new Option(o.flag, description);
   const parse = flagParser(o);
-  if (parse !== undefined) option.argParser(parse);
-  if (o.choices !== undefined && o.type === 'string') option.choices(o.choices);
-  cmd.addOption(option);
+  // The option's own flag, then its former names (hidden from --help, same argument).
+  const argument = o.flag.slice(flagName(o).length);
+  const flags = [o.flag, ...(o.flagAliases ?? []).map((a) => `${a}${argument}`)];
+  flags.forEach((flag, i) => {
+    const option = new Option(flag, description);
+    if (parse !== undefined) option.argParser(parse);
+    if (o.choices !== undefined && o.type === 'string') option.choices(o.choices);
+    if (i > 0) option.hideHelp();
+    cmd.addOption(option);
+  });
+}
+
+/** A flag's value: under its own name, or else under a former name (with a warning). */
+function flagValue(o: ServeOption, flags: Record<string, unknown>, warnings: string[]): unknown {
+  const value = flags[new Option(o.flag).attributeName()];
+  if (value !== undefined) return value;
+  for (const former of o.flagAliases ?? []) {
+    const v = flags[new Option(former).attributeName()];
+    if (v !== undefined) {
+      warnings.push(`${former} is now called ${flagName(o)}`);
+      return v;
+    }
+  }
+  return undefined;
 }
 
 /** The config schema: the `serve` section and one section per protocol with a server. */
@@ -77,6 +97,7 @@ export function resolveServeOptions(
   flags: Record<string, unknown>,
   serveHost: string,
   env: NodeJS.ProcessEnv = process.env,
+  warnings: string[] = [],
 ): Record<string, unknown> {
   const def = p.server!;
   const options = sectionOptions(def.defaultPort, def.options);
@@ -85,7 +106,7 @@ export function resolveServeOptions(
   if (flags.host !== undefined) out.host = flags.host;
   if (flags.port !== undefined) out.port = flags.port;
   for (const o of def.options) {
-    const value = flags[new Option(o.flag).attributeName()];
+    const value = flagValue(o, flags, warnings);
     // A shared flag was parsed against every protocol's choices: check this protocol's own.
     if (value !== undefined)
       out[o.key] = checkValue(o, value, { kind: 'flag', flag: `${p.name} ${flagName(o)}` });
@@ -301,12 +322,16 @@ async function runServers(
   try {
     for (const p of selected) {
       if (signalName !== undefined) break;
+      const flagWarnings: string[] = [];
       const options = resolveServeOptions(
         p,
         checked?.values.get(p.name) ?? {},
         flags,
         serveValues.host as string,
+        process.env,
+        flagWarnings,
       );
+      for (const w of flagWarnings) log.warn(w);
       const m = new ProtocolMetrics(p.name);
       metrics.push(m);
       const plog = log.child({ protocol: p.name });

@@ -29,6 +29,8 @@ export interface ServeOption {
   env?: string;
   /** Former config keys still accepted (with a warning) so existing config files keep working. */
   aliases?: readonly string[];
+  /** Former flags (`--unity-idle-timeout`) still accepted, hidden from `--help`, with a warning. */
+  flagAliases?: readonly string[];
 }
 
 export interface ServerContext {

@@ -471,14 +471,16 @@ export const unityRelayServer: ServerDefinition = {
     },
     {
       key: 'idleTimeoutMs',
-      flag: '--unity-idle-timeout <ms>',
+      flag: '--unity-idle-timeout-ms <ms>',
+      flagAliases: ['--unity-idle-timeout'],
       description: 'unity-relay: idle time before a binding expires',
       type: 'int',
       default: 10_000,
     },
     {
       key: 'hostAloneTimeoutMs',
-      flag: '--unity-host-alone-timeout <ms>',
+      flag: '--unity-host-alone-timeout-ms <ms>',
+      flagAliases: ['--unity-host-alone-timeout'],
       description: 'unity-relay: idle time for a host with no client yet',
       type: 'int',
       default: 60_000,
@@ -494,7 +496,8 @@ export const unityRelayServer: ServerDefinition = {
     },
     {
       key: 'maxDatagramBytes',
-      flag: '--unity-max-datagram <bytes>',
+      flag: '--unity-max-datagram-bytes <bytes>',
+      flagAliases: ['--unity-max-datagram'],
       description: 'unity-relay: largest datagram accepted',
       type: 'int',
       default: 1472,
