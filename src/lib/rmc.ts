@@ -1,4 +1,7 @@
 /** `gamewire/rmc`: Rendez-Vous RMC: client, server, dispatcher, protocol declarations, codecs. */
+
+export { RedisNodeRegistry } from '../core/node-registry.js';
+export { connectRedis } from '../core/redis.js';
 export type { RmcClientOptions } from '../protocols/rmc/client.js';
 export { RmcClient, RmcClientError } from '../protocols/rmc/client.js';
 export { decodeStream, rmcCodec } from '../protocols/rmc/codec.js';
@@ -6,6 +9,13 @@ export { describeMethod, summarizeProtocol } from '../protocols/rmc/describe.js'
 export type { CallContext, Handler, RmcConnection } from '../protocols/rmc/dispatcher.js';
 export { RmcDispatcher } from '../protocols/rmc/dispatcher.js';
 export { CoreErrors, errorName, fromResultCode, RmcError, toResultCode } from '../protocols/rmc/errors.js';
+/** A fleet's stores on Redis (ioredis is loaded only by `connectRedis`). */
+export type { FleetStoreContext } from '../protocols/rmc/fleet/control-plane.js';
+export { STORE_UNAVAILABLE_ERROR } from '../protocols/rmc/fleet/control-plane.js';
+export { SecureServerPicker } from '../protocols/rmc/fleet/node.js';
+export { RedisSessionStore } from '../protocols/rmc/fleet/redis-sessions.js';
+export { FleetConnectionIds, RedisAccountStore } from '../protocols/rmc/fleet/redis-store.js';
+export type { RmcFleetServer, RmcRole } from '../protocols/rmc/fleet/start.js';
 export type { RmcVariant } from '../protocols/rmc/messages.js';
 export { packetCodec, RMC_VARIANTS } from '../protocols/rmc/messages.js';
 export type { TokenValidator } from '../protocols/rmc/protocols/index.js';
@@ -17,11 +27,14 @@ export {
   registerBuiltins,
   SessionProtocol,
 } from '../protocols/rmc/protocols/index.js';
+export { loginHandlers } from '../protocols/rmc/protocols/login.js';
+export type { SessionMember, SessionStore, SessionSummary } from '../protocols/rmc/protocols/session.js';
+export { SessionRegistry, sessionHandlers } from '../protocols/rmc/protocols/session.js';
 export type { RmcServerOptions } from '../protocols/rmc/server.js';
 export { RmcServer } from '../protocols/rmc/server.js';
 export type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from '../protocols/rmc/signature.js';
 export { defineProtocol, method } from '../protocols/rmc/signature.js';
-export type { RmcStore } from '../protocols/rmc/store.js';
+export type { AccountStore, LoginSessionRecord, RmcStore } from '../protocols/rmc/store.js';
 export { MemoryStore } from '../protocols/rmc/store.js';
 /** The RMC data types as codecs, for declaring methods' arguments and results. */
 export {

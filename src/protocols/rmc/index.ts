@@ -151,7 +151,8 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
   {
     key: 'secureUrl',
     flag: '--rmc-secure-url <url>',
-    description: 'rmc: StationURL LoginWithToken_V1 sends clients to (default prudp:/)',
+    description:
+      'rmc: StationURL LoginWithToken_V1 sends clients to (default prudp:/); in a fleet, the URL a secure server announces (default: its own prudps:/ URL)',
     type: 'string',
     aliases: ['rmcSecureUrl'],
   },

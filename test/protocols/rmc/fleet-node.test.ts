@@ -15,11 +15,20 @@ import { connectRedis } from '../../../src/core/redis.js';
 import type { RmcFleetServer } from '../../../src/protocols/rmc/fleet/start.js';
 import {
   CloudServersProtocol,
+  deriveUserKey,
+  kerberosCredentials,
   LoginProtocol,
+  openUserTicket,
+  RESULT_SUCCESS,
   RmcClient,
   rmc,
+  SecureConnectionProtocol,
   SessionProtocol,
+  TicketGrantingProtocol,
 } from '../../../src/protocols/rmc/index.js';
+
+const KEY = 'yl4NG7qZ';
+
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
 
 let redis: RedisServer | undefined;
@@ -46,13 +55,14 @@ const loginArgs = (token: string) => ({
 
 async function start(
   extra: Record<string, unknown>,
+  sharedDataDir?: string,
 ): Promise<{ server: RmcFleetServer; metrics: ProtocolMetrics }> {
   const def = rmc.server!;
   const options: Record<string, unknown> = {};
   for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
   Object.assign(options, { host: '127.0.0.1', port: 0 }, extra);
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'gw-rmc-node-'));
-  dirs.push(dataDir);
+  const dataDir = sharedDataDir ?? mkdtempSync(path.join(os.tmpdir(), 'gw-rmc-node-'));
+  if (sharedDataDir === undefined) dirs.push(dataDir);
   const metrics = new ProtocolMetrics('rmc');
   const server = (await def.start(options, {
     log: silentLogger(),
@@ -140,6 +150,59 @@ describe('rmc fleet node', () => {
       code: 0x01,
     });
   });
+
+  it('classic profile: TicketGranting on the auth server hands out a secure server, whose Kerberos CONNECT and Register work', async () => {
+    if (redis === undefined) return;
+    // Auth and secure processes share the Kerberos server key through their data folder.
+    const shared = mkdtempSync(path.join(os.tmpdir(), 'gw-rmc-node-'));
+    dirs.push(shared);
+    const base = {
+      redis: redis.url,
+      redisPrefix: 'classic:',
+      prudpProfile: 'classic',
+      prudpAccessKey: KEY,
+      transport: 'prudp',
+    };
+    const sec = await start({ ...base, role: 'secure', nodeId: 'c-sec' }, shared);
+    const auth = await start({ ...base, role: 'auth', nodeId: 'c-auth' }, shared);
+    const udp = (s: RmcFleetServer) => s.endpoints.find((e) => e.transport === 'udp')!.port;
+    const a = await RmcClient.connect({
+      host: '127.0.0.1',
+      port: udp(auth.server),
+      transport: 'prudp',
+      accessKey: KEY,
+      variant: 'classic',
+    });
+    cleanup.push(() => a.close());
+    const login = await a.call(TicketGrantingProtocol, 'Login', { strUserName: 'sam' });
+    expect(login.pConnectionData.urlRegularProtocols).toBe(
+      `prudps:/address=127.0.0.1;port=${udp(sec.server)};CID=1;PID=2;sid=1;stream=3;type=2`,
+    );
+    // SecureConnection is the secure server's, not the auth server's.
+    await expect(
+      a.call(SecureConnectionProtocol, 'Register', { vecMyURLs: ['prudp:/sid=15'] }),
+    ).rejects.toMatchObject({ namespace: 'Core', code: 0x02 });
+    const ticket = openUserTicket(login.pbufResponse, deriveUserKey(login.pidPrincipal, 'gamewire'))!;
+    const s = await RmcClient.connect({
+      host: '127.0.0.1',
+      port: udp(sec.server),
+      transport: 'prudp',
+      accessKey: KEY,
+      variant: 'classic',
+      prudp: {
+        credentials: kerberosCredentials({
+          internal: ticket.internal,
+          sessionKey: ticket.sessionKey,
+          pid: login.pidPrincipal,
+        }),
+      },
+    });
+    cleanup.push(() => s.close());
+    const reg = await s.call(SecureConnectionProtocol, 'Register', { vecMyURLs: ['prudp:/sid=15'] });
+    expect(reg.retval).toBe(RESULT_SUCCESS);
+    expect(reg.pidConnectionID).toBeGreaterThan(0);
+    expect(sec.server.players()).toBe(1);
+  }, 30_000);
 
   it('Redis not answering: a session call fails after --rmc-store-timeout-ms, and calls behind it are answered first', async () => {
     if (redis === undefined) return;

@@ -40,6 +40,8 @@ export class SecureServerPicker {
   /** The chosen secure server, or RendezVous::ConnectionFailure when there is none. */
   async pick(now = Date.now()): Promise<NodeRecord> {
     const nodes = await controlPlane(this.ctx, 'secure servers', () => this.registry.live(SECURE_NODE_KIND));
+    // Forget hand-outs to nodes that are gone.
+    for (const id of this.recent.keys()) if (!nodes.some((n) => n.id === id)) this.recent.delete(id);
     const usable = (n: NodeRecord) =>
       !n.draining && n.capacity > 0 && n.load + this.handedOut(n.id, now) < n.capacity;
     let pool = nodes.filter((n) => n.region === this.region && usable(n));
