@@ -77,8 +77,14 @@ async function redisNode(prefix: string, id: string) {
     load: 0,
     draining: false,
     startedAt: Date.now(),
+    meta: { incarnation: 'i1' },
   });
-  return { conn, registry, announcement, ctx: { redis: conn, nodeRef: `rmc-secure:${id}`, timeoutMs: 1000 } };
+  return {
+    conn,
+    registry,
+    announcement,
+    ctx: { redis: conn, nodeRef: `rmc-secure:${id}`, incarnation: 'i1', timeoutMs: 1000 },
+  };
 }
 
 const backends: { name: string; build(l: Limits): Promise<Built> }[] = [
@@ -367,6 +373,85 @@ describe('rmc fleet stores: what only Redis has', () => {
     expect(listed[0]!.members.map((m) => m.node)).toEqual(['rmc-secure:n2', 'rmc-secure:n2']);
   });
 
+  it('a node restarted under the same id (new incarnation) neither inherits nor collides with its old records', async () => {
+    if (redis === undefined) return;
+    const prefix = `t${randomBytes(4).toString('hex')}:`;
+    const old = await redisNode(prefix, 'same');
+    const spec = { id: 'cd'.repeat(16), type: 'PartySession', key: 'k', reserved: Buffer.alloc(9) };
+    const member = { connectionId: 1, pid: '44'.repeat(16), name: 'ghost', address: '10.0.0.4' };
+    await new RedisSessionStore(old.ctx).create(spec, member);
+    await new RedisAccountStore(old.ctx, { maxSessionsPerAccount: 1 }).startSession({
+      connectionId: 1,
+      pid: member.pid,
+      accountId: 'acct',
+      since: '',
+    });
+    // The process goes; a new one announces the same id with another incarnation at once.
+    await old.announcement.stop();
+    const conn = await connectRedis(redis.url, { prefix });
+    const registry = new RedisNodeRegistry(conn, { ttlMs: 2000 });
+    await registry.announce({
+      id: 'same',
+      kind: 'rmc-secure',
+      region: 'test',
+      endpoints: [],
+      capacity: 100,
+      load: 0,
+      draining: false,
+      startedAt: Date.now(),
+      meta: { incarnation: 'i2' },
+    });
+    cleanup.push(async () => {
+      await registry.close();
+      await conn.close();
+      await old.conn.close();
+    });
+    const ctx = { redis: conn, nodeRef: 'rmc-secure:same', incarnation: 'i2', timeoutMs: 1000 };
+    const joined = await new RedisSessionStore(ctx).join(spec.id, { ...member, name: 'new' }).catch((e) => e);
+    // The old member was dropped with its session: the id is free again.
+    expect(joined).toMatchObject({ code: 0x73 });
+    // Its login session no longer holds the account's only slot.
+    await new RedisAccountStore(ctx, { maxSessionsPerAccount: 1 }).startSession({
+      connectionId: 1,
+      pid: member.pid,
+      accountId: 'acct',
+      since: '',
+    });
+  });
+
+  it('a disconnect while Redis does not answer is cleaned up once it does', async () => {
+    if (redis === undefined) return;
+    const prefix = `t${randomBytes(4).toString('hex')}:`;
+    const node = await redisNode(prefix, 'n1');
+    const ctx = { ...node.ctx, timeoutMs: 300 };
+    const sessions = new RedisSessionStore(ctx);
+    const store = new RedisAccountStore(ctx);
+    const s = await serve(
+      {
+        store,
+        sessions,
+        close: async () => {
+          await node.registry.close();
+          await node.conn.close();
+        },
+      },
+      {},
+    );
+    const a = await s.client(jwt('leaver', 'leaver'));
+    const b = await s.client(jwt('stayer', 'stayer'));
+    await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1));
+    await b.c.call(SessionProtocol, 'JoinSession_V1', { sessionId: sid(1) });
+    const admin = await connectRedis(redis.url);
+    cleanup.push(() => admin.close());
+    await admin.client.call('CLIENT', 'PAUSE', '1500', 'WRITE');
+    await a.c.close();
+    await until(() => sessions.cleanup.size === 1 && store.cleanup.size === 1);
+    await until(() => sessions.cleanup.size === 0 && store.cleanup.size === 0, 15_000);
+    const listed = await sessions.listSessions();
+    expect(listed[0]!.members.map((m) => m.name)).toEqual(['stayer']);
+    expect((await store.sessions()).map((x) => x.accountId)).toEqual(['stayer']);
+  }, 30_000);
+
   it('fleet connection ids: blocks from two processes never overlap', async () => {
     if (redis === undefined) return;
     const prefix = `t${randomBytes(4).toString('hex')}:`;
@@ -402,8 +487,9 @@ describe('rmc fleet stores: what only Redis has', () => {
       load: 0,
       draining: false,
       startedAt: Date.now(),
+      meta: { incarnation: 'i1' },
     });
-    const ctx = { redis: conn, nodeRef: 'rmc-secure:n1', timeoutMs: 1000 };
+    const ctx = { redis: conn, nodeRef: 'rmc-secure:n1', incarnation: 'i1', timeoutMs: 1000 };
     const built: Built = {
       store: new RedisAccountStore(ctx),
       sessions: new RedisSessionStore(ctx),

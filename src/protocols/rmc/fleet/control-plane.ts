@@ -25,6 +25,12 @@ export interface FleetStoreContext {
    * when they belong to a dead node (its record expired) and drop them.
    */
   nodeRef: string;
+  /**
+   * This process's incarnation (random, per start), announced in its node record's
+   * `meta.incarnation`. Records carry it too, so a node restarted under the same id within its
+   * TTL does not inherit (or collide with) the records of its previous life.
+   */
+  incarnation: string;
   /** Longest wait per call (default 2000 ms). */
   timeoutMs?: number;
   /** Counts `store_unavailable` answers. */
@@ -74,10 +80,99 @@ export async function controlPlane<T>(
   }
 }
 
-/** A Lua helper every script starts with: is the node that owns `ref` (`<nodeRef>#<conn>`) alive? */
+/** `<node>#<incarnation>#<connection>`: what records of one connection are keyed by. */
+export function memberRef(ctx: FleetStoreContext, connectionId: number): string {
+  return `${ctx.nodeRef}#${ctx.incarnation}#${connectionId}`;
+}
+
+/** Splits a member ref into its node (`<kind>:<id>`) and connection id. */
+export function parseMemberRef(ref: string): { node: string; connectionId: number } {
+  return { node: ref.slice(0, ref.indexOf('#')), connectionId: Number(ref.slice(ref.lastIndexOf('#') + 1)) };
+}
+
+/**
+ * A Lua helper every script starts with: is the process that owns `ref` alive? Its node record
+ * must exist (not expired) and name the same incarnation.
+ */
 export const LUA_ALIVE = `
 local function alive(nodePrefix, ref)
-  local node = string.match(ref, '^(.*)#')
-  return node ~= nil and redis.call('EXISTS', nodePrefix .. node) == 1
+  local node, inc = string.match(ref, '^([^#]*)#([^#]*)#')
+  if node == nil then return false end
+  local v = redis.call('GET', nodePrefix .. node)
+  return v and string.find(v, '"incarnation":"' .. inc .. '"', 1, true) ~= nil
 end
 `;
+
+/**
+ * Clean-ups that must happen eventually (a disconnect's logout and session leave): tried at
+ * once, and while Redis cannot answer, kept (at most `max`, oldest dropped first) and retried
+ * every `retryMs` until they succeed, so an outage leaves no login session or membership behind
+ * for a connection that is gone.
+ */
+export class CleanupQueue {
+  private readonly pending: { what: string; fn: () => Promise<unknown> }[] = [];
+  private timer: NodeJS.Timeout | undefined = undefined;
+  private running = false;
+  private readonly ctx: FleetStoreContext;
+  private readonly max: number;
+  private readonly retryMs: number;
+
+  constructor(ctx: FleetStoreContext, max = 100_000, retryMs = 1000) {
+    this.ctx = ctx;
+    this.max = max;
+    this.retryMs = retryMs;
+  }
+
+  get size(): number {
+    return this.pending.length;
+  }
+
+  async run(what: string, fn: () => Promise<unknown>): Promise<void> {
+    try {
+      await controlPlane(this.ctx, what, fn);
+    } catch (err) {
+      if (!(err instanceof RmcError) || err.namespace !== 'RendezVous' || err.code !== 0x01) throw err;
+      if (this.pending.length >= this.max) {
+        this.pending.shift();
+        this.ctx.metrics?.count('store_cleanups_dropped');
+      }
+      this.pending.push({ what, fn });
+      this.schedule();
+    }
+  }
+
+  /** Stops retrying (what is still pending is dropped). */
+  close(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.pending.length = 0;
+  }
+
+  private schedule(): void {
+    if (this.timer !== undefined) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.retry();
+    }, this.retryMs);
+    this.timer.unref();
+  }
+
+  private async retry(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    try {
+      while (this.pending.length > 0 && this.ctx.redis.up) {
+        const next = this.pending[0]!;
+        try {
+          await controlPlane(this.ctx, next.what, next.fn);
+        } catch {
+          break;
+        }
+        this.pending.shift();
+      }
+    } finally {
+      this.running = false;
+      if (this.pending.length > 0) this.schedule();
+    }
+  }
+}

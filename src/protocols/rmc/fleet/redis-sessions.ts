@@ -35,7 +35,15 @@ import {
   type SessionStore,
   type SessionSummary,
 } from '../protocols/session.js';
-import { controlPlane, type FleetStoreContext, keysOf, LUA_ALIVE } from './control-plane.js';
+import {
+  CleanupQueue,
+  controlPlane,
+  type FleetStoreContext,
+  keysOf,
+  LUA_ALIVE,
+  memberRef,
+  parseMemberRef,
+} from './control-plane.js';
 
 // Every script: ARGV[1] rmc prefix, ARGV[2] node prefix, then its own arguments.
 const PRELUDE = `${LUA_ALIVE}
@@ -199,6 +207,7 @@ export class RedisSessionStore implements SessionStore {
   constructor(ctx: FleetStoreContext, options: SessionOptions = {}) {
     this.ctx = ctx;
     this.keys = keysOf(ctx);
+    this.cleanup = new CleanupQueue(ctx);
     this.maxMembers = options.maxMembers ?? DEFAULT_MAX_SESSION_MEMBERS;
     this.maxSessions = options.maxSessions ?? DEFAULT_MAX_SESSIONS;
     this.maxSessionsPerConnection = options.maxSessionsPerConnection ?? DEFAULT_MAX_SESSIONS_PER_CONNECTION;
@@ -207,7 +216,7 @@ export class RedisSessionStore implements SessionStore {
   }
 
   private ref(connectionId: number): string {
-    return `${this.ctx.nodeRef}#${connectionId}`;
+    return memberRef(this.ctx, connectionId);
   }
 
   private refusal(which: string): RmcError {
@@ -283,8 +292,11 @@ export class RedisSessionStore implements SessionStore {
     return r === 1;
   }
 
+  /** Session leaves of closed connections waiting for Redis to come back. */
+  readonly cleanup: CleanupQueue;
+
   async leaveAll(connectionId: number): Promise<void> {
-    await controlPlane(this.ctx, 'session leave', () =>
+    await this.cleanup.run('session leave', () =>
       this.ctx.redis.client.eval(LEAVE_ALL_SCRIPT, 0, this.keys.rmc, this.keys.node, this.ref(connectionId)),
     );
   }
@@ -303,14 +315,8 @@ export class RedisSessionStore implements SessionStore {
       ownerPid: String(s.owner ?? ''),
       createdAt: Number(s.createdAt ?? 0),
       members: (Array.isArray(s.members) ? s.members : []).map((m: Record<string, unknown>) => {
-        const ref = String(m.ref);
-        const hash = ref.lastIndexOf('#');
-        return {
-          pid: String(m.pid),
-          name: String(m.name),
-          connectionId: Number(ref.slice(hash + 1)),
-          node: ref.slice(0, hash),
-        };
+        const { node, connectionId } = parseMemberRef(String(m.ref));
+        return { pid: String(m.pid), name: String(m.name), connectionId, node };
       }),
     }));
   }

@@ -32,7 +32,14 @@ import {
   type LoginSession,
   type LoginSessionRecord,
 } from '../store.js';
-import { controlPlane, type FleetStoreContext, keysOf, LUA_ALIVE } from './control-plane.js';
+import {
+  CleanupQueue,
+  controlPlane,
+  type FleetStoreContext,
+  keysOf,
+  LUA_ALIVE,
+  memberRef,
+} from './control-plane.js';
 
 export interface RedisAccountStoreOptions {
   /** Most accounts in the fleet (default 100 000). */
@@ -175,6 +182,7 @@ export class RedisAccountStore implements AccountStore {
   constructor(ctx: FleetStoreContext, options: RedisAccountStoreOptions = {}) {
     this.ctx = ctx;
     this.keys = keysOf(ctx);
+    this.cleanup = new CleanupQueue(ctx);
     this.maxAccounts = options.maxAccounts ?? DEFAULT_MAX_ACCOUNTS;
     this.maxSessionsPerAccount = options.maxSessionsPerAccount ?? DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT;
     this.registrationsPerIpPerHour =
@@ -187,7 +195,7 @@ export class RedisAccountStore implements AccountStore {
   }
 
   private ref(connectionId: number): string {
-    return `${this.ctx.nodeRef}#${connectionId}`;
+    return memberRef(this.ctx, connectionId);
   }
 
   async login(accountId: string, name: string, origin?: { address: string }): Promise<Account> {
@@ -258,8 +266,11 @@ export class RedisAccountStore implements AccountStore {
       );
   }
 
+  /** Logouts waiting for Redis to come back. */
+  readonly cleanup: CleanupQueue;
+
   async endSession(connectionId: number): Promise<void> {
-    await controlPlane(this.ctx, 'logout', () =>
+    await this.cleanup.run('logout', () =>
       this.client.eval(END_SESSION_SCRIPT, 0, this.keys.rmc, this.ref(connectionId)),
     );
   }

@@ -13,6 +13,7 @@
  * Accounts, login sessions, SessionProtocol state, PIDs and connection ids live in Redis (see
  * redis-store.ts, redis-sessions.ts); the transports and the dispatch path never touch it.
  */
+import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { UsageError } from '../../../core/errors.js';
 import { type NodeAnnouncement, type NodeEndpoint, RedisNodeRegistry } from '../../../core/node-registry.js';
@@ -126,7 +127,14 @@ export async function startRmcFleet(
     },
   });
   const registry = new RedisNodeRegistry(redis, { ttlMs: o.nodeTtlMs });
-  const storeCtx: FleetStoreContext = { redis, nodeRef, timeoutMs: o.storeTimeoutMs, metrics: ctx.metrics };
+  const incarnation = randomBytes(6).toString('hex');
+  const storeCtx: FleetStoreContext = {
+    redis,
+    nodeRef,
+    incarnation,
+    timeoutMs: o.storeTimeoutMs,
+    metrics: ctx.metrics,
+  };
   const store = new RedisAccountStore(storeCtx, o.accounts);
   const sessions = new RedisSessionStore(storeCtx, o.sessions);
   const ids = new FleetConnectionIds(storeCtx, o.connectionIdBlock);
@@ -210,7 +218,7 @@ export async function startRmcFleet(
       load: players,
       draining: o.drain,
       startedAt: Date.now(),
-      meta: { stationUrl: o.secureUrl ?? listening.secureUrl, role: o.role },
+      meta: { stationUrl: o.secureUrl ?? listening.secureUrl, role: o.role, incarnation },
     });
   } catch (err) {
     await listening.close();
@@ -252,6 +260,8 @@ export async function startRmcFleet(
         await listening.close(graceMs);
         // Disconnect hooks (logouts, session leaves) have been started; give them a moment.
         await new Promise((r) => setTimeout(r, 50));
+        store.cleanup.close();
+        sessions.cleanup.close();
         await redis.close();
       })();
       return closed;
