@@ -296,6 +296,10 @@ export const rmc: ProtocolModule = {
       if (redisUrl === undefined && role !== 'all')
         throw new UsageError(`rmc: --role ${role} needs --redis <url> (config rmc.redis): the fleet's store`);
       if (redisUrl !== undefined) {
+        if (stringOption(options, 'store', 'rmcStore') !== undefined)
+          throw new UsageError(
+            'rmc: --rmc-store (the embedded account log) cannot be used with --redis: the fleet keeps its accounts in Redis',
+          );
         const registrationsPerIpPerHour = intOption(options, 'registrationsPerIpPerHour', 0);
         const registrationsPerHour = intOption(options, 'registrationsPerHour', 0);
         const fleet = await startRmcFleet(server, options, ctx, {

@@ -79,6 +79,11 @@ describe('rmc fleet node', () => {
   it('--role auth|secure without --redis, or an unknown role, is a usage error naming the choices', async () => {
     await expect(start({ role: 'secure' })).rejects.toMatchObject({ code: 'ERR_USAGE' });
     await expect(start({ role: 'relay' })).rejects.toThrow(/auth\|secure\|all/);
+    await expect(
+      start({ role: 'secure', redis: 'redis://127.0.0.1:1', store: '/tmp/x.log' }),
+    ).rejects.toMatchObject({
+      code: 'ERR_USAGE',
+    });
   });
 
   it('announces itself (endpoints, StationURL, capacity, players), counts players, drains', async () => {
