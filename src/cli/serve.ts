@@ -337,7 +337,12 @@ async function runServers(
       const plog = log.child({ protocol: p.name });
       let server: RunningServer;
       try {
-        server = await p.server!.start(options, { log: plog, metrics: m, dataDir });
+        server = await p.server!.start(options, {
+          log: plog,
+          metrics: m,
+          dataDir,
+          selfCommand: [process.execPath, ...process.execArgv, process.argv[1]!],
+        });
       } catch (err) {
         throw startFailure(p.name, err, options, p);
       }
@@ -382,6 +387,8 @@ async function runServers(
 
   if (signalName === undefined) {
     state = 'ready';
+    // Started by a supervisor over IPC (`unity-relay --workers`): tell it where this process serves.
+    process.send?.({ type: 'gamewire:ready', endpoints: running.flatMap((r) => r.server.endpoints) });
     await stopRequested;
   }
   log.info({ signal: signalName }, 'stopping');

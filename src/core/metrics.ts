@@ -17,6 +17,11 @@ export class ProtocolMetrics {
   readonly counters = new Map<string, number>();
   /** Current values a protocol reports (a fleet node's `players`, `heartbeat_age_ms`, …). */
   readonly gauges = new Map<string, number>();
+  /**
+   * Gauges per node of a fleet: gauge name (`node_allocations`, `node_load`,
+   * `node_heartbeat_age_seconds`) → node id → value. Set by scaled-out servers, read when scraped.
+   */
+  readonly nodeGauges = new Map<string, Map<string, number>>();
 
   constructor(protocol: string) {
     this.protocol = protocol;

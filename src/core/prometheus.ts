@@ -1,6 +1,13 @@
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { ProtocolMetrics } from './metrics.js';
 
+/** Per-node gauges of a scaled-out fleet (`ProtocolMetrics.nodeGauges`), as each protocol reports them. */
+const NODE_GAUGES: readonly { name: string; help: string }[] = [
+  { name: 'node_allocations', help: 'Allocations (or sessions) a fleet node holds, by node' },
+  { name: 'node_load', help: 'Load a fleet node reports (bound allocations, players), by node' },
+  { name: 'node_heartbeat_age_seconds', help: "Age of a fleet node's last heartbeat, by node" },
+];
+
 /** Every metric gamewire exposes, for docs/config.md and the test that keeps them documented. */
 export const METRIC_DOCS: readonly { name: string; type: string; labels: string; help: string }[] = [
   {
@@ -46,6 +53,12 @@ export const METRIC_DOCS: readonly { name: string; type: string; labels: string;
     labels: 'protocol',
     help: "1 while the protocol's server is running",
   },
+  ...NODE_GAUGES.map((g) => ({
+    name: `gamewire_${g.name}`,
+    type: 'gauge',
+    labels: 'protocol, node',
+    help: g.help,
+  })),
   {
     name: 'gamewire_process_* and gamewire_nodejs_*',
     type: 'various',
@@ -127,5 +140,17 @@ export function createRegistry(
       for (const p of up()) this.set({ protocol: p }, 1);
     },
   });
+  for (const g of NODE_GAUGES)
+    new Gauge({
+      name: `gamewire_${g.name}`,
+      help: g.help,
+      labelNames: ['protocol', 'node'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const m of all())
+          for (const [node, v] of m.nodeGauges.get(g.name) ?? []) this.set({ protocol: m.protocol, node }, v);
+      },
+    });
   return registry;
 }

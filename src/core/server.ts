@@ -38,6 +38,11 @@ export interface ServerContext {
   metrics: ProtocolMetrics;
   /** Folder for generated state (demo caches, stores); created on demand. */
   dataDir: string;
+  /**
+   * The command that runs this `gamewire` (node, its flags and the CLI script), for servers that
+   * start copies of themselves (`unity-relay --workers`). Undefined outside the CLI.
+   */
+  selfCommand?: readonly string[];
 }
 
 export interface Endpoint {

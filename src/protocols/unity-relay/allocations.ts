@@ -3,38 +3,148 @@
  * keys and connection data, join codes, bindings and links. No I/O here.
  *
  * Connection data format (gamewire's own; Unity documents it only as "opaque", spec §2.3), 255
- * bytes, declared below as `ConnectionDataV1`:
+ * bytes, declared below as `ConnectionDataV2`:
  *
- *   0   4  magic `47 57 52 01` ("GWR", format 1)
+ *   0   4  magic `47 57 52 02` ("GWR", format 2)
  *   4  16  allocation id (RFC-4122 bytes of the allocation GUID)
  *  20   8  creation time, ms since the epoch, big-endian
- *  28   1  role: 0 host (POST /v1/allocate), 1 client (POST /v1/join)
- *  29   2  max connections (hosts), big-endian
- *  31 192  random filler
- * 223  32  HMAC-SHA256 over bytes 0..223, keyed with the server's secret
+ *  28   8  bind deadline: a relay node accepts the first BIND until then, ms since the epoch
+ *  36   1  role: 0 host (POST /v1/allocate), 1 client (POST /v1/join)
+ *  37   2  max connections (hosts), big-endian
+ *  39  16  the host's allocation id (clients; zeros for hosts)
+ *  55   1  length of the node id
+ *  56  64  node id (ASCII, zero-padded): the relay node the allocation was placed on
+ * 120 103  random filler
+ * 223  32  HMAC-SHA256 over bytes 0..223, keyed with a key derived from the relay secret
  *
- * The MAC lets the relay recognise connection data it issued, and map it back to an allocation
- * id, without trusting anything else in the datagram.
+ * The MAC lets any relay node of a fleet that shares the secret recognise connection data the
+ * fleet issued and learn everything it needs about the allocation from it, with no store lookup;
+ * the allocation key is derived from the same secret and the allocation id (`RelayCredentials`).
+ * Format 1 (no deadline, host or node; a per-process random secret) is gone: connection data never
+ * outlives the process or fleet secret that issued it, so nothing in the field carries it.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
+import { ConfigError } from '../../core/errors.js';
 import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
 import { GamewireError } from '../../wire/errors.js';
 import type { RelayLink } from './links.js';
 import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
 
-export const CONNECTION_DATA_MAGIC = 0x47575201;
+export const CONNECTION_DATA_MAGIC = 0x47575202;
 const MAC_OFFSET = 223;
+export const MAX_NODE_ID_LENGTH = 64;
 
-export const ConnectionDataV1 = struct({
+export const ConnectionDataV2 = struct({
   magic: constant(t.u32be, CONNECTION_DATA_MAGIC),
   allocationId: bytes(ALLOCATION_ID_LENGTH),
   createdAt: doc('ms since the epoch', t.u64be),
+  bindBy: doc('first BIND accepted until then, ms since the epoch', t.u64be),
   role: doc('0 host, 1 client', t.u8),
   maxConnections: t.u16be,
-  filler: doc('random', bytes(192)),
-  mac: doc('HMAC-SHA256(server secret, bytes 0..223)', bytes(32)),
+  hostAllocationId: doc("clients: the host's allocation id; zeros for hosts", bytes(ALLOCATION_ID_LENGTH)),
+  nodeIdLength: t.u8,
+  nodeId: doc('the relay node it was placed on, ASCII, zero-padded', bytes(MAX_NODE_ID_LENGTH)),
+  filler: doc('random', bytes(103)),
+  mac: doc('HMAC-SHA256(key derived from the relay secret, bytes 0..223)', bytes(32)),
 });
-export type ConnectionDataFields = Infer<typeof ConnectionDataV1>;
+export type ConnectionDataFields = Infer<typeof ConnectionDataV2>;
+
+/** What connection data says about its allocation. */
+export interface IssuedAllocation {
+  id: Buffer;
+  createdAt: number;
+  bindBy: number;
+  role: Role;
+  maxConnections: number;
+  /** Clients: the host's allocation id. */
+  hostId: Buffer | undefined;
+  nodeId: string;
+}
+
+/** Node ids: what `--node-id` accepts (they travel in connection data and Redis keys). */
+export function checkNodeId(id: string, key = 'unity-relay.nodeId'): string {
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(id))
+    throw new ConfigError(`node id "${id}": use 1 to 64 of A-Z a-z 0-9 . _ -`, key);
+  return id;
+}
+
+/**
+ * The fleet's shared relay secret and what is derived from it: the connection-data MAC key and
+ * each allocation's 64-byte key, HKDF-SHA256(secret, salt = allocation id, info = label). The
+ * allocator derives the key to put it in the allocation JSON; a relay node derives the same key
+ * to check BIND HMACs, so neither needs the other (nor a store) to agree on it.
+ */
+export class RelayCredentials {
+  private readonly macKey: Buffer;
+  private readonly secret: Buffer;
+
+  constructor(secret: Buffer) {
+    if (secret.length < 16) throw new ConfigError('the relay secret must be at least 16 bytes');
+    this.secret = Buffer.from(secret);
+    this.macKey = Buffer.from(
+      hkdfSync('sha256', this.secret, Buffer.alloc(0), 'gamewire unity-relay connection data', 32),
+    );
+  }
+
+  /** A fresh random secret (one process, `--role all`). */
+  static random(): RelayCredentials {
+    return new RelayCredentials(randomBytes(32));
+  }
+
+  /** The allocation key of allocation `id` (16 bytes). */
+  keyFor(id: Uint8Array): Buffer {
+    return Buffer.from(
+      hkdfSync('sha256', this.secret, id, 'gamewire unity-relay allocation key', HMAC_KEY_LENGTH),
+    );
+  }
+
+  /** Encodes and signs connection data. */
+  issue(a: IssuedAllocation): Buffer {
+    const node = Buffer.from(a.nodeId, 'ascii');
+    if (node.length > MAX_NODE_ID_LENGTH) throw new ConfigError(`node id "${a.nodeId}" is too long`);
+    const nodeId = Buffer.alloc(MAX_NODE_ID_LENGTH);
+    node.copy(nodeId);
+    const data = encode(ConnectionDataV2, {
+      allocationId: a.id,
+      createdAt: BigInt(a.createdAt),
+      bindBy: BigInt(a.bindBy),
+      role: a.role === 'host' ? 0 : 1,
+      maxConnections: a.maxConnections,
+      hostAllocationId: a.hostId ?? Buffer.alloc(ALLOCATION_ID_LENGTH),
+      nodeIdLength: node.length,
+      nodeId,
+      filler: randomBytes(103),
+      mac: Buffer.alloc(32),
+    });
+    createHmac('sha256', this.macKey).update(data.subarray(0, MAC_OFFSET)).digest().copy(data, MAC_OFFSET);
+    return data;
+  }
+
+  /** Whether the 255 bytes at `buf[offset]` are connection data this fleet issued (magic and MAC). */
+  verify(buf: Buffer, offset: number): boolean {
+    if (buf.length < offset + CONNECTION_DATA_LENGTH || buf.readUInt32BE(offset) !== CONNECTION_DATA_MAGIC)
+      return false;
+    const mac = createHmac('sha256', this.macKey)
+      .update(buf.subarray(offset, offset + MAC_OFFSET))
+      .digest();
+    return timingSafeEqual(mac, buf.subarray(offset + MAC_OFFSET, offset + CONNECTION_DATA_LENGTH));
+  }
+}
+
+/** Reads verified connection data (see `RelayCredentials.verify`). */
+export function readIssued(buf: Buffer, offset: number): IssuedAllocation {
+  const f = decode(ConnectionDataV2, buf.subarray(offset, offset + CONNECTION_DATA_LENGTH));
+  const hostId = Buffer.from(f.hostAllocationId);
+  return {
+    id: Buffer.from(f.allocationId),
+    createdAt: Number(f.createdAt),
+    bindBy: Number(f.bindBy),
+    role: f.role === 0 ? 'host' : 'client',
+    maxConnections: f.maxConnections,
+    hostId: f.role === 0 || hostId.every((b) => b === 0) ? undefined : hostId,
+    nodeId: Buffer.from(f.nodeId).subarray(0, Math.min(f.nodeIdLength, MAX_NODE_ID_LENGTH)).toString('ascii'),
+  };
+}
 
 export type Role = 'host' | 'client';
 export type AllocationState = 'allocated' | 'bound' | 'expired';
@@ -56,8 +166,10 @@ export interface Allocation {
   readonly role: Role;
   readonly region: string;
   readonly maxConnections: number;
-  /** For clients: the host whose join code they used. */
+  /** For clients: the host whose join code they used (when it lives in this store). */
   readonly host: Allocation | undefined;
+  /** For clients: the host's allocation id (from the connection data on a relay node). */
+  readonly hostId: Buffer | undefined;
   readonly createdAt: number;
   state: AllocationState;
   /** Where it is bound from (state `bound`): the remote address and port of its link. */
@@ -107,10 +219,23 @@ export interface StoreOptions {
   /** Most stored allocations (live and expired). Default 10 000. */
   maxAllocations?: number;
   regions?: Region[];
-  /** 32 bytes that key the connection-data MAC; random by default. */
+  /** The relay secret (connection-data MAC, allocation keys); random by default. */
   secret?: Buffer;
+  /** The same, already built (shared with an allocator in the same process). */
+  credentials?: RelayCredentials;
+  /** The node this store belongs to, written into connection data. Default `local`. */
+  nodeId?: string;
+  /**
+   * A relay node of a fleet: a valid BIND for an allocation this store has never seen creates its
+   * record from the connection data (placed on this node, within its bind deadline). Off for one
+   * process (`--role all`), where the API creates records and an unknown id means a forgotten one.
+   */
+  adoptFromConnectionData?: boolean;
   now?: () => number;
 }
+
+/** Why connection data was not adopted (`AllocationStore.adopt`). */
+export type AdoptRefusal = 'other_node' | 'bind_deadline_passed' | 'store_full';
 
 export const DEFAULT_REGIONS: readonly Region[] = Object.freeze([
   { id: 'local-1', description: 'gamewire self-hosted relay' },
@@ -181,7 +306,9 @@ export class AllocationStore {
   readonly maxAllocations: number;
   readonly regions: readonly Region[];
   readonly now: () => number;
-  private readonly secret: Buffer;
+  readonly credentials: RelayCredentials;
+  readonly nodeId: string;
+  readonly adoptFromConnectionData: boolean;
   private readonly bySlot = new Map<number, Allocation>();
   private readonly joinCodes = new Map<string, JoinCode>();
   /** Live allocations per owner (only owners with at least one). */
@@ -195,7 +322,11 @@ export class AllocationStore {
     this.joinCodeTtlMs = options.joinCodeTtlMs ?? 900_000;
     this.maxAllocations = options.maxAllocations ?? 10_000;
     this.regions = options.regions ?? DEFAULT_REGIONS;
-    this.secret = options.secret ?? randomBytes(32);
+    this.credentials =
+      options.credentials ??
+      (options.secret !== undefined ? new RelayCredentials(options.secret) : RelayCredentials.random());
+    this.nodeId = checkNodeId(options.nodeId ?? 'local');
+    this.adoptFromConnectionData = options.adoptFromConnectionData ?? false;
     this.now = options.now ?? Date.now;
   }
 
@@ -281,15 +412,40 @@ export class AllocationStore {
    * allocation id it names, or undefined when the data is not ours (bad magic or MAC).
    */
   verifyConnectionData(buf: Buffer, offset: number): Buffer | undefined {
-    if (buf.length < offset + CONNECTION_DATA_LENGTH || buf.readUInt32BE(offset) !== CONNECTION_DATA_MAGIC) {
-      return undefined;
-    }
-    const mac = createHmac('sha256', this.secret)
-      .update(buf.subarray(offset, offset + MAC_OFFSET))
-      .digest();
-    if (!timingSafeEqual(mac, buf.subarray(offset + MAC_OFFSET, offset + CONNECTION_DATA_LENGTH)))
-      return undefined;
+    if (!this.credentials.verify(buf, offset)) return undefined;
     return buf.subarray(offset + 4, offset + 4 + ALLOCATION_ID_LENGTH);
+  }
+
+  /**
+   * A relay node's first valid BIND for an allocation it has not seen: creates the record from
+   * verified connection data (at `buf[offset]`), if it was placed on this node and its bind
+   * deadline has not passed. Returns the allocation, or why not.
+   */
+  adopt(buf: Buffer, offset: number): Allocation | AdoptRefusal {
+    const issued = readIssued(buf, offset);
+    if (issued.nodeId !== this.nodeId) return 'other_node';
+    if (this.now() > issued.bindBy) return 'bind_deadline_passed';
+    try {
+      return this.insert(
+        issued.id,
+        issued.role,
+        issued.maxConnections,
+        this.regions[0]!.id,
+        undefined,
+        issued.hostId,
+        '',
+        Buffer.from(buf.subarray(offset, offset + CONNECTION_DATA_LENGTH)),
+        issued.createdAt,
+      );
+    } catch (err) {
+      if (err instanceof StoreFullError) return 'store_full';
+      throw err;
+    }
+  }
+
+  /** Whether verified connection data names this node. */
+  placedHere(buf: Buffer, offset: number): boolean {
+    return readIssued(buf, offset).nodeId === this.nodeId;
   }
 
   /** Records a successful BIND from `address:port` (through `link`). */
@@ -400,33 +556,49 @@ export class AllocationStore {
     host: Allocation | undefined,
     owner: string,
   ): Allocation {
+    this.makeRoom();
+    let id: Buffer;
+    do {
+      id = newAllocationId();
+    } while (this.bySlot.has(id.readInt32LE(0) & 0x3fffffff));
+    const now = this.now();
+    const connectionData = this.credentials.issue({
+      id,
+      createdAt: now,
+      bindBy: now + this.bindTimeoutMs,
+      role,
+      maxConnections,
+      hostId: host?.id,
+      nodeId: this.nodeId,
+    });
+    return this.insert(id, role, maxConnections, region, host, host?.id, owner, connectionData, now);
+  }
+
+  private makeRoom(): void {
     if (this.bySlot.size >= this.maxAllocations) {
       // Make room from tombstones before refusing.
       for (const [slot, a] of this.bySlot) if (a.state === 'expired') this.bySlot.delete(slot);
       if (this.bySlot.size >= this.maxAllocations) throw new StoreFullError('too many allocations');
     }
-    let id: Buffer;
-    let slot: number;
-    do {
-      id = randomBytes(16);
-      id[6] = (id[6]! & 0x0f) | 0x40; // RFC-4122 version 4
-      id[8] = (id[8]! & 0x3f) | 0x80; // RFC-4122 variant
-      slot = id.readInt32LE(0) & 0x3fffffff;
-    } while (this.bySlot.has(slot));
+  }
+
+  private insert(
+    id: Buffer,
+    role: Role,
+    maxConnections: number,
+    region: string,
+    host: Allocation | undefined,
+    hostId: Buffer | undefined,
+    owner: string,
+    connectionData: Buffer,
+    createdAt: number,
+  ): Allocation {
+    this.makeRoom();
+    const slot = id.readInt32LE(0) & 0x3fffffff;
+    // Ids are random: two live ones sharing 30 bits is rare, and the allocator cannot see this
+    // node's slots, so an adopted id that collides is refused like a full store.
+    if (this.bySlot.has(slot)) throw new StoreFullError('allocation slot in use');
     const now = this.now();
-    const cd: ConnectionDataFields = {
-      allocationId: id,
-      createdAt: BigInt(now),
-      role: role === 'host' ? 0 : 1,
-      maxConnections,
-      filler: randomBytes(192),
-      mac: Buffer.alloc(32),
-    };
-    const connectionData = encode(ConnectionDataV1, cd);
-    createHmac('sha256', this.secret)
-      .update(connectionData.subarray(0, MAC_OFFSET))
-      .digest()
-      .copy(connectionData, MAC_OFFSET);
     const a: Allocation = {
       id,
       guid: guidFromBytes(id),
@@ -435,13 +607,14 @@ export class AllocationStore {
       w1: id.readInt32LE(4),
       w2: id.readInt32LE(8),
       w3: id.readInt32LE(12),
-      key: randomBytes(HMAC_KEY_LENGTH),
+      key: this.credentials.keyFor(id),
       connectionData,
       role,
       region,
       maxConnections,
       host,
-      createdAt: now,
+      hostId,
+      createdAt,
       state: 'allocated',
       address: '',
       port: 0,
@@ -459,7 +632,15 @@ export class AllocationStore {
   }
 }
 
+/** A random version-4 GUID's 16 RFC-4122 bytes. */
+export function newAllocationId(): Buffer {
+  const id = randomBytes(16);
+  id[6] = (id[6]! & 0x0f) | 0x40; // RFC-4122 version 4
+  id[8] = (id[8]! & 0x3f) | 0x80; // RFC-4122 variant
+  return id;
+}
+
 /** Decodes connection data issued by gamewire (for logs and tests; does not check the MAC). */
 export function describeConnectionData(data: Uint8Array): ConnectionDataFields {
-  return decode(ConnectionDataV1, data);
+  return decode(ConnectionDataV2, data);
 }

@@ -6,8 +6,9 @@
 import { randomUUID, timingSafeEqual } from 'node:crypto';
 import { type FastifyInstance, type FastifyReply, type FastifyRequest, fastify } from 'fastify';
 import type { Logger } from 'pino';
+import { StoreUnavailableError } from '../../core/redis.js';
 import { GamewireError } from '../../wire/errors.js';
-import { type Allocation, type AllocationStore, StoreFullError } from './allocations.js';
+import { type Allocation, AllocationStore, type Region, StoreFullError } from './allocations.js';
 import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
 
 /** One `serverEndpoints` entry, as the Relay SDK parses it. */
@@ -106,8 +107,84 @@ export interface ApiOptions {
   /** Most players per host allocation (`maxConnections`). Default 150. */
   maxConnectionsLimit?: number;
   log?: Logger;
-  /** Clock for the limiters. Default `store.now`. */
+  /** Clock for the limiters. Default `store.now` (`Date.now` for a service). */
   now?: () => number;
+  /** True while the server drains: new allocations and joins get 503. */
+  draining?: () => boolean;
+}
+
+/**
+ * Where the API's allocations come from: the in-memory store of one process
+ * (`LocalAllocationService`), or Redis and the fleet's relay nodes (fleet.ts). Each method may
+ * throw `ApiError` (answered as is), `StoreFullError` or `StoreUnavailableError` (503).
+ * `admit` runs the caller's admission checks (rates, per-address cap) once the request is known
+ * to be valid and before anything is created.
+ */
+export interface AllocationService {
+  regions(): Promise<readonly Region[]>;
+  allocate(
+    maxConnections: number,
+    region: string | undefined,
+    owner: string,
+    admit: () => Promise<void>,
+  ): Promise<AllocationJson>;
+  joinCode(allocationGuid: string): Promise<string>;
+  join(code: string, owner: string, admit: () => Promise<void>): Promise<AllocationJson>;
+  /** Live allocations `owner` (an API client address) holds. */
+  liveOf(owner: string): Promise<number>;
+}
+
+/** The API of one process: allocations in its own `AllocationStore`, served by its own relay. */
+export class LocalAllocationService implements AllocationService {
+  readonly store: AllocationStore;
+  private readonly respond: (a: Allocation) => AllocationJson;
+
+  constructor(store: AllocationStore, respond: (a: Allocation) => AllocationJson) {
+    this.store = store;
+    this.respond = respond;
+  }
+
+  async regions(): Promise<readonly Region[]> {
+    return this.store.regions;
+  }
+
+  async allocate(
+    maxConnections: number,
+    asked: string | undefined,
+    owner: string,
+    admit: () => Promise<void>,
+  ): Promise<AllocationJson> {
+    // The SDK sends "default" when its QoS region lookup fails: that is our first region.
+    const region = asked === undefined || asked === 'default' ? this.store.regions[0]!.id : asked;
+    if (!this.store.regions.some((r) => r.id === region)) {
+      throw new ApiError(400, 'Bad Request', `unknown region "${region}"`, [
+        { key: 'region', value: region },
+      ]);
+    }
+    await admit();
+    return this.respond(this.store.allocateHost(maxConnections, region, owner));
+  }
+
+  async joinCode(guid: string): Promise<string> {
+    const a = this.store.byGuid(guid);
+    if (a === undefined || a.state === 'expired')
+      throw new ApiError(404, 'Not Found', 'allocation not found');
+    if (a.role !== 'host') throw new ApiError(400, 'Bad Request', 'join codes are for host allocations');
+    return this.store.joinCodeFor(a).code;
+  }
+
+  async join(code: string, owner: string, admit: () => Promise<void>): Promise<AllocationJson> {
+    if (this.store.lookupJoinCode(code) === undefined)
+      throw new ApiError(404, 'Not Found', 'join code not found or expired');
+    await admit();
+    const a = this.store.join(code, owner);
+    if (a === undefined) throw new ApiError(404, 'Not Found', 'join code not found or expired');
+    return this.respond(a);
+  }
+
+  async liveOf(owner: string): Promise<number> {
+    return this.store.liveOf(owner);
+  }
 }
 
 /** The JSON an allocation travels as (Relay SDK `Allocation`; `JoinAllocation` adds `hostConnectionData`). */
@@ -193,17 +270,30 @@ function meta(reply: FastifyReply, status: number) {
 
 const GUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 
-/** Builds the fastify app (not listening). */
-export function buildApi(store: AllocationStore, options: ApiOptions): FastifyInstance {
+/** Seconds a client should wait before retrying while the store (Redis) is unavailable. */
+export const STORE_RETRY_AFTER_SECONDS = 2;
+
+/**
+ * Builds the fastify app (not listening), on one process's `AllocationStore` or on any
+ * `AllocationService` (a fleet's allocator).
+ */
+export function buildApi(source: AllocationStore | AllocationService, options: ApiOptions): FastifyInstance {
   // Requests are not logged one by one; failures go to `options.log` from the error handler.
   const app = fastify({ logger: false, bodyLimit: 16 * 1024 });
   const maxPlayers = options.maxConnectionsLimit ?? 150;
   const limits = options.limits ?? new ApiLimits();
-  const now = options.now ?? store.now;
+  const now = options.now ?? (source instanceof AllocationStore ? source.now : Date.now);
   const expectedAuth = options.apiKey === undefined ? undefined : Buffer.from(`Bearer ${options.apiKey}`);
   const pruneTimer = setInterval(() => limits.prune(now()), 10_000);
   pruneTimer.unref();
   app.addHook('onClose', async () => clearInterval(pruneTimer));
+  const endpoints = options.endpoints ?? [serverEndpoint('udp', options.publicHost, options.relayPort)];
+  const service =
+    source instanceof AllocationStore
+      ? new LocalAllocationService(source, (a) =>
+          allocationJson(a, options.publicHost, options.relayPort, endpoints),
+        )
+      : source;
 
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     // Cheap refusals first: nothing below looks at a long URL.
@@ -238,10 +328,14 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
     return undefined;
   });
 
-  /** Allocation admission: per-address live cap, per-address rate, global rate. */
-  const admitAllocation = (req: FastifyRequest, reply: FastifyReply): void => {
+  /** Allocation admission: draining, per-address live cap, per-address rate, global rate. */
+  const admitAllocation = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (options.draining?.() === true) {
+      reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
+      throw new ApiError(503, 'Service Unavailable', 'this relay is draining: it takes no new allocations');
+    }
     const ip = req.ip;
-    if (store.liveOf(ip) >= limits.maxAllocationsPerAddress) {
+    if ((await service.liveOf(ip)) >= limits.maxAllocationsPerAddress) {
       throw new ApiError(
         429,
         'Too Many Requests',
@@ -263,15 +357,19 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
     if (err instanceof ApiError) return sendError(reply, err.status, err.message, err.details);
     if (err instanceof StoreFullError)
       return sendError(reply, 503, 'the relay has no room for more allocations');
+    if (err instanceof StoreUnavailableError) {
+      // Redis is down: say so, and when to retry; the allocator recovers by itself.
+      reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
+      return sendError(reply, 503, 'the allocation store (Redis) is unavailable; retry shortly', [
+        { key: 'cause', value: 'store_unavailable' },
+      ]);
+    }
     const status =
       err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
     if (status === 500) options.log?.error({ err }, 'allocation API failed');
     return sendError(reply, status, status === 500 ? 'internal error' : err.message);
   });
   app.setNotFoundHandler((req, reply) => sendError(reply, 404, `no route ${req.method} ${req.url}`));
-
-  const endpoints = options.endpoints ?? [serverEndpoint('udp', options.publicHost, options.relayPort)];
-  const respond = (a: Allocation) => allocationJson(a, options.publicHost, options.relayPort, endpoints);
 
   app.post<{ Body: { maxConnections: number; region?: string } }>(
     '/v1/allocate',
@@ -288,17 +386,10 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
       },
     },
     async (req, reply) => {
-      // The SDK sends "default" when its QoS region lookup fails: that is our first region.
-      const asked = req.body.region;
-      const region = asked === undefined || asked === 'default' ? store.regions[0]!.id : asked;
-      if (!store.regions.some((r) => r.id === region)) {
-        throw new ApiError(400, 'Bad Request', `unknown region "${region}"`, [
-          { key: 'region', value: region },
-        ]);
-      }
-      admitAllocation(req, reply);
-      const a = store.allocateHost(req.body.maxConnections, region, req.ip);
-      return { meta: meta(reply, 201), links: {}, data: { allocation: respond(a) } };
+      const allocation = await service.allocate(req.body.maxConnections, req.body.region, req.ip, () =>
+        admitAllocation(req, reply),
+      );
+      return { meta: meta(reply, 201), links: {}, data: { allocation } };
     },
   );
 
@@ -314,12 +405,8 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
       },
     },
     async (req, reply) => {
-      const a = store.byGuid(req.body.allocationId);
-      if (a === undefined || a.state === 'expired') {
-        throw new ApiError(404, 'Not Found', 'allocation not found');
-      }
-      if (a.role !== 'host') throw new ApiError(400, 'Bad Request', 'join codes are for host allocations');
-      return { meta: meta(reply, 201), links: {}, data: { joinCode: store.joinCodeFor(a).code } };
+      const joinCode = await service.joinCode(req.body.allocationId);
+      return { meta: meta(reply, 201), links: {}, data: { joinCode } };
     },
   );
 
@@ -335,19 +422,18 @@ export function buildApi(store: AllocationStore, options: ApiOptions): FastifyIn
       },
     },
     async (req, reply) => {
-      if (store.lookupJoinCode(req.body.joinCode) === undefined)
-        throw new ApiError(404, 'Not Found', 'join code not found or expired');
-      admitAllocation(req, reply);
-      const a = store.join(req.body.joinCode, req.ip);
-      if (a === undefined) throw new ApiError(404, 'Not Found', 'join code not found or expired');
-      return { meta: meta(reply, 200), data: { allocation: respond(a) } };
+      const allocation = await service.join(req.body.joinCode, req.ip, () => admitAllocation(req, reply));
+      return { meta: meta(reply, 200), data: { allocation } };
     },
   );
 
-  app.get('/v1/regions', async (_req, reply) => ({
-    meta: meta(reply, 200),
-    data: { regions: store.regions.map((r) => ({ id: r.id, description: r.description })) },
-  }));
+  app.get('/v1/regions', async (_req, reply) => {
+    const regions = await service.regions();
+    return {
+      meta: meta(reply, 200),
+      data: { regions: regions.map((r) => ({ id: r.id, description: r.description })) },
+    };
+  });
 
   return app;
 }

@@ -13,6 +13,7 @@ export * from './api.js';
 export * from './client.js';
 export * from './codec.js';
 export * from './dtls.js';
+export * from './fleet.js';
 export * from './limits.js';
 export * from './links.js';
 export * from './messages.js';

@@ -315,17 +315,32 @@ export class RelayServer {
       this.metrics.drop('identity_mismatch');
       return;
     }
-    const a = this.store.find(id, 0);
-    if (a === undefined) {
+    let a = this.store.find(id, 0);
+    if (a === undefined && !this.store.adoptFromConnectionData) {
       // Connection data we issued, for an allocation long forgotten.
       this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('allocation_not_found');
       return;
     }
-    const expected = bindHmac(a.key, msg.subarray(0, BIND_SIGNED_LENGTH));
+    // A relay node derives the key of an allocation it has not seen yet from the fleet secret.
+    const key = a !== undefined ? a.key : this.store.credentials.keyFor(id);
+    const expected = bindHmac(key, msg.subarray(0, BIND_SIGNED_LENGTH));
     if (!timingSafeEqual(expected, msg.subarray(BIND_SIGNED_LENGTH, BIND_SIGNED_LENGTH + HMAC_LENGTH))) {
       this.metrics.drop('bad_hmac'); // silently, as the doc says
       return;
+    }
+    if (a === undefined) {
+      // First BIND on a relay node: the connection data says all the node needs (no store lookup).
+      const adopted = this.store.adopt(msg, 8);
+      if (typeof adopted === 'string') {
+        // Placed on another node, or too late: the client cannot succeed here (ERROR 4 is fatal
+        // for it, rather than re-binding forever).
+        this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
+        this.metrics.drop(adopted === 'other_node' ? 'placed_on_other_node' : adopted);
+        return;
+      }
+      a = adopted;
+      this.metrics.count('allocations_adopted');
     }
     if (a.state === 'expired') {
       this.sendError(a.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
@@ -362,6 +377,16 @@ export class RelayServer {
     if (!this.hmacAllowed(src)) return;
     const targetId = this.store.verifyConnectionData(msg, 21);
     const target = targetId === undefined ? undefined : this.store.find(targetId, 0);
+    if (
+      target === undefined &&
+      targetId !== undefined &&
+      this.store.adoptFromConnectionData &&
+      this.store.placedHere(msg, 21)
+    ) {
+      // A relay node learns of a host at its first BIND: not bound here yet, the client retries.
+      this.metrics.drop('target_not_bound');
+      return;
+    }
     if (target === undefined || target.state === 'expired') {
       this.sendError(requester.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('target_not_found');

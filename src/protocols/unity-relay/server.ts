@@ -2,7 +2,13 @@
  * `gamewire serve unity-relay`: the relay on every transport a Unity client can pick (UDP, DTLS,
  * WebSocket, secure WebSocket) and, in the same process, the allocation API. All share one
  * in-memory `AllocationStore` and one `RelayServer` (the transports are links, see links.ts).
+ *
+ * Scaled out on Redis (`--role`, fleet.ts): `relay` runs the transports without the API and
+ * announces itself as a node; `allocator` runs only the API, on Redis; `all` (the default) is
+ * the single process above. `--workers N` runs one allocator and N relays as child processes
+ * (workers.ts).
  */
+import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
@@ -10,13 +16,25 @@ import type { Logger } from 'pino';
 import { ConfigError, UsageError } from '../../core/errors.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
+import { RedisNodeRegistry } from '../../core/node-registry.js';
 import { trafficRecorder } from '../../core/recording.js';
+import { connectRedis, type RedisConnection } from '../../core/redis.js';
 import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '../../core/server.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { DtlsServerOptions } from '../../transports/dtls/index.js';
-import { AllocationStore, type StoreOptions } from './allocations.js';
+import { AllocationStore, checkNodeId, RelayCredentials, type StoreOptions } from './allocations.js';
 import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
 import { type DtlsEndpoint, startDtlsEndpoint } from './dtls.js';
+import {
+  type FleetAdmin,
+  type FleetNodeView,
+  fleetView,
+  RELAY_NODE_KIND,
+  RedisAllocationService,
+  RelayNodePresence,
+  redisStatusLogger,
+  setNodeGauges,
+} from './fleet.js';
 import type { RelayUdpSocket } from './links.js';
 import { loadNativeDataplane, NativeDataplaneMirror, NativeRelaySocket } from './native-dataplane.js';
 import { RelayServer } from './relay.js';
@@ -26,6 +44,7 @@ import {
   type WsEndpoint,
   type WsEndpointOptions,
 } from './websocket.js';
+import { startWorkers } from './workers.js';
 
 export const DEFAULT_RELAY_PORT = 37000;
 export const DEFAULT_DTLS_PORT = 37001;
@@ -97,6 +116,15 @@ export interface UnityRelayOptions {
    * GAMEWIRE_DATAPLANE environment variable (`native` or `js`) decides what `auto` means.
    */
   dataplane?: DataplaneChoice;
+  /** Most allocations held at once (live and remembered expired ones). Default 10 000. */
+  maxAllocations?: number;
+  /** Start draining: no new allocations, current ones finish. Default false. */
+  drain?: boolean;
+  /**
+   * Run as a relay node of a fleet (`--role relay`): no allocation API; the node announces itself
+   * in Redis and accepts BINDs for allocations placed on it by the fleet's allocators.
+   */
+  fleet?: RelayNodeOptions;
   /** Extra store settings (clock, secret, regions…), mostly for tests. */
   store?: StoreOptions;
   metrics?: ProtocolMetrics;
@@ -105,7 +133,25 @@ export interface UnityRelayOptions {
 
 export type DataplaneChoice = 'auto' | 'native' | 'js';
 
-export interface UnityRelayInstance extends RunningServer {
+/** What a fleet member needs: Redis, the shared secret, and how often it heartbeats. */
+export interface FleetCommonOptions {
+  /** `redis://…` of the fleet's control plane. */
+  redisUrl: string;
+  /** The fleet's shared relay secret (at least 32 bytes). */
+  secret: Buffer;
+  /** How long a node's record lives without a heartbeat. Default 10 000 ms (heartbeat: a third). */
+  heartbeatTtlMs?: number;
+  /** Key prefix in Redis. Default `gamewire:`. */
+  redisPrefix?: string;
+}
+
+export interface RelayNodeOptions extends FleetCommonOptions {
+  /** This node's id (in connection data and Redis). Default `relay-` and 8 random hex digits. */
+  nodeId?: string;
+  /** The region it serves. Default `local-1`. */
+  region?: string;
+}
+export interface UnityRelayInstance extends RunningServer, FleetAdmin {
   relay: RelayServer;
   /** The data plane that runs, and why (for `auto`). */
   dataplane: 'native' | 'js';
@@ -121,12 +167,23 @@ export interface UnityRelayInstance extends RunningServer {
   serverEndpoints: ServerEndpointJson[];
   apiLimits: ApiLimits;
   store: AllocationStore;
-  api: FastifyInstance;
+  /** The allocation API (undefined on a relay node: its allocators serve it). */
+  api: FastifyInstance | undefined;
   metrics: ProtocolMetrics;
   udpPort: number;
+  /** 0 on a relay node. */
   apiPort: number;
-  /** `http://host:port` of the API, for clients. */
+  /** `http://host:port` of the API, for clients ('' on a relay node). */
   apiUrl: string;
+}
+
+/** Public hosts a node must not advertise: nobody can reach "any address". */
+function checkAdvertised(host: string, key: string): void {
+  if (host === '0.0.0.0' || host === '::' || host === '' || host === '[::]')
+    throw new ConfigError(
+      `a relay node cannot advertise ${host || 'an empty host'}: set --public-host to an address or name clients can reach (it goes into every allocation placed on this node)`,
+      key,
+    );
 }
 
 function isLoopback(host: string): boolean {
@@ -139,17 +196,28 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   const metrics = options.metrics ?? new ProtocolMetrics('unity-relay');
   const host = options.host ?? '0.0.0.0';
   const apiHost = options.apiHost ?? '127.0.0.1';
-  if (options.apiKey === undefined && !isLoopback(apiHost)) {
-    throw new ConfigError(
-      `the allocation API listens on ${apiHost} only with an API key (--api-key); without one it stays on 127.0.0.1`,
-      'unity-relay.apiHost',
-    );
+  if (options.fleet === undefined) checkApiExposure(apiHost, options.apiKey);
+  const fleet = options.fleet;
+  if (fleet !== undefined) {
+    if (fleet.nodeId !== undefined) checkNodeId(fleet.nodeId);
+    checkAdvertised(options.publicHost ?? '127.0.0.1', 'unity-relay.publicHost');
+    if (options.wssPublicHost !== undefined)
+      checkAdvertised(options.wssPublicHost, 'unity-relay.wssPublicHost');
   }
-  if (options.apiKey !== undefined && options.apiKey.length < 16) {
-    throw new ConfigError('the API key must be at least 16 characters', 'unity-relay.apiKey');
-  }
+  const nodeId =
+    fleet === undefined ? undefined : (fleet.nodeId ?? `relay-${randomBytes(4).toString('hex')}`);
+  const region = fleet?.region ?? 'local-1';
   const store = new AllocationStore({
     ...options.store,
+    ...(fleet !== undefined
+      ? {
+          credentials: new RelayCredentials(fleet.secret),
+          nodeId,
+          adoptFromConnectionData: true,
+          regions: [{ id: region, description: `gamewire relay node ${nodeId}` }],
+        }
+      : {}),
+    ...(options.maxAllocations !== undefined ? { maxAllocations: options.maxAllocations } : {}),
     ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
     ...(options.hostAloneTimeoutMs !== undefined ? { hostAloneTimeoutMs: options.hostAloneTimeoutMs } : {}),
     ...(options.bindTimeoutMs !== undefined ? { bindTimeoutMs: options.bindTimeoutMs } : {}),
@@ -223,7 +291,11 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       ? { rateLimitPerMinute: options.apiRateLimitPerMinute }
       : {}),
   });
-  let api: FastifyInstance;
+  let api: FastifyInstance | undefined;
+  let redis: RedisConnection | undefined;
+  let presence: RelayNodePresence | undefined;
+  let fleetNodes: (() => Promise<FleetNodeView[]>) | undefined;
+  let draining = options.drain ?? false;
   try {
     const wsCommon = {
       host,
@@ -305,34 +377,78 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       });
       serverEndpoints.push(serverEndpoint('wss', options.wssPublicHost ?? publicHost, w.port));
     }
-    api = buildApi(store, {
-      publicHost,
-      relayPort: udpPort,
-      endpoints: serverEndpoints,
-      limits: apiLimits,
-      apiKey: options.apiKey,
-      log,
-      ...(options.maxConnectionsLimit !== undefined
-        ? { maxConnectionsLimit: options.maxConnectionsLimit }
-        : {}),
-    });
-    const a = api;
-    closers.push(() => a.close());
-    await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
+    if (fleet === undefined) {
+      api = buildApi(store, {
+        publicHost,
+        relayPort: udpPort,
+        endpoints: serverEndpoints,
+        limits: apiLimits,
+        apiKey: options.apiKey,
+        log,
+        draining: () => draining,
+        ...(options.maxConnectionsLimit !== undefined
+          ? { maxConnectionsLimit: options.maxConnectionsLimit }
+          : {}),
+      });
+      const a = api;
+      closers.push(() => a.close());
+      await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
+    } else {
+      // A relay node: announce it (Redis must answer at start; afterwards an outage only delays heartbeats).
+      redis = await connectRedis(fleet.redisUrl, {
+        ...(fleet.redisPrefix !== undefined ? { prefix: fleet.redisPrefix } : {}),
+        onStatus: redisStatusLogger(log, 'relay'),
+      });
+      const r = redis;
+      const registry = new RedisNodeRegistry(r, { ttlMs: fleet.heartbeatTtlMs ?? 10_000 });
+      const announcement = await registry.announce({
+        id: nodeId!,
+        kind: RELAY_NODE_KIND,
+        region,
+        endpoints: serverEndpoints.map((e) => ({ transport: e.connectionType, host: e.host, port: e.port })),
+        capacity: store.maxAllocations,
+        load: 0,
+        draining,
+        startedAt: Date.now(),
+        meta: { allocations: '0' },
+      });
+      presence = new RelayNodePresence(announcement, registry.heartbeatMs, () => sampleLoad(store), metrics);
+      const p = presence;
+      closers.push(async () => {
+        await p.stop();
+        await r.close();
+      });
+      fleetNodes = async () => (await registry.live(RELAY_NODE_KIND)).map(fleetView);
+      log.info({ node: nodeId, region, ttlMs: registry.ttlMs }, 'relay node announced in Redis');
+    }
   } catch (err) {
     await closeAll();
+    await redis?.close().catch(() => {});
     throw err;
   }
-  const address = api.server.address();
+  const address = api?.server.address();
   const apiPort = typeof address === 'object' && address !== null ? address.port : 0;
   let closing: Promise<void> | undefined;
-  endpoints.push({
-    transport: 'http',
-    host: apiHost,
-    port: apiPort,
-    description: 'allocation API (/v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
-  });
+  if (api !== undefined)
+    endpoints.push({
+      transport: 'http',
+      host: apiHost,
+      port: apiPort,
+      description: 'allocation API (/v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
+    });
+  const nodePresence = presence;
   return {
+    role: fleet === undefined ? 'all' : 'relay',
+    nodeId,
+    get draining() {
+      return draining;
+    },
+    async drain() {
+      if (!draining) log.info({ node: nodeId }, 'draining: no new allocations, current ones finish');
+      draining = true;
+      await nodePresence?.drain();
+    },
+    fleet: async () => (fleetNodes === undefined ? undefined : fleetNodes()),
     relay,
     dataplane: plane.use,
     dataplaneReason: plane.reason,
@@ -347,13 +463,187 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     metrics,
     udpPort,
     apiPort,
-    apiUrl: `http://${apiHost.includes(':') ? `[${apiHost}]` : apiHost}:${apiPort}`,
+    apiUrl: api === undefined ? '' : `http://${apiHost.includes(':') ? `[${apiHost}]` : apiHost}:${apiPort}`,
     endpoints,
     close() {
       closing ??= closeAll();
       return closing;
     },
   };
+}
+
+/** A node's load (bound allocations) and the allocations it holds (bound or waiting to bind). */
+function sampleLoad(store: AllocationStore): { load: number; allocations: number } {
+  let load = 0;
+  let allocations = 0;
+  for (const a of store.live()) {
+    allocations++;
+    if (a.state === 'bound') load++;
+  }
+  return { load, allocations };
+}
+
+export interface UnityRelayAllocatorOptions extends FleetCommonOptions {
+  /** HTTP port; 0 picks a free one. Default 37080. */
+  apiPort?: number;
+  /** HTTP bind address. Default 127.0.0.1; anything else needs `apiKey`. */
+  apiHost?: string;
+  apiKey?: string | undefined;
+  apiLimits?: Omit<ApiLimitOptions, 'rateLimitPerMinute'>;
+  apiRateLimitPerMinute?: number;
+  maxConnectionsLimit?: number;
+  /** Time a new allocation has to bind on its node. Default 60 s. */
+  bindTimeoutMs?: number;
+  /** Join code lifetime. Default 15 min. */
+  joinCodeTtlMs?: number;
+  /** Start draining (answer 503 to new allocations, e.g. before taking it out of a load balancer). */
+  drain?: boolean;
+  metrics?: ProtocolMetrics;
+  log?: Logger;
+}
+
+export interface UnityRelayAllocatorInstance extends RunningServer, FleetAdmin {
+  api: FastifyInstance;
+  service: RedisAllocationService;
+  apiLimits: ApiLimits;
+  metrics: ProtocolMetrics;
+  apiPort: number;
+  apiUrl: string;
+}
+
+function checkApiExposure(apiHost: string, apiKey: string | undefined): void {
+  if (apiKey === undefined && !isLoopback(apiHost)) {
+    throw new ConfigError(
+      `the allocation API listens on ${apiHost} only with an API key (--api-key); without one it stays on 127.0.0.1`,
+      'unity-relay.apiHost',
+    );
+  }
+  if (apiKey !== undefined && apiKey.length < 16) {
+    throw new ConfigError('the API key must be at least 16 characters', 'unity-relay.apiKey');
+  }
+}
+
+/**
+ * An allocator of a fleet (`--role allocator`): the allocation API only, stateless, on Redis.
+ * Any number of them can run behind a load balancer.
+ */
+export async function startUnityRelayAllocator(
+  options: UnityRelayAllocatorOptions,
+): Promise<UnityRelayAllocatorInstance> {
+  const log = options.log ?? silentLogger();
+  const metrics = options.metrics ?? new ProtocolMetrics('unity-relay');
+  const apiHost = options.apiHost ?? '127.0.0.1';
+  checkApiExposure(apiHost, options.apiKey);
+  const redis = await connectRedis(options.redisUrl, {
+    ...(options.redisPrefix !== undefined ? { prefix: options.redisPrefix } : {}),
+    onStatus: redisStatusLogger(log, 'allocator'),
+  });
+  const registry = new RedisNodeRegistry(redis, { ttlMs: options.heartbeatTtlMs ?? 10_000 });
+  const service = new RedisAllocationService({
+    redis,
+    registry,
+    credentials: new RelayCredentials(options.secret),
+    ...(options.bindTimeoutMs !== undefined ? { bindTimeoutMs: options.bindTimeoutMs } : {}),
+    ...(options.joinCodeTtlMs !== undefined ? { joinCodeTtlMs: options.joinCodeTtlMs } : {}),
+  });
+  const apiLimits = new ApiLimits({
+    ...options.apiLimits,
+    ...(options.apiRateLimitPerMinute !== undefined
+      ? { rateLimitPerMinute: options.apiRateLimitPerMinute }
+      : {}),
+  });
+  let draining = options.drain ?? false;
+  const api = buildApi(service, {
+    publicHost: '',
+    relayPort: 0,
+    limits: apiLimits,
+    apiKey: options.apiKey,
+    log,
+    draining: () => draining,
+    ...(options.maxConnectionsLimit !== undefined
+      ? { maxConnectionsLimit: options.maxConnectionsLimit }
+      : {}),
+  });
+  // The per-node gauges, from the registry every heartbeat period (quietly skipped while Redis is down).
+  const gaugeTimer = setInterval(() => {
+    registry
+      .live(RELAY_NODE_KIND)
+      .then((nodes) => setNodeGauges(metrics, nodes.map(fleetView)))
+      .catch(() => {});
+  }, registry.heartbeatMs);
+  gaugeTimer.unref();
+  try {
+    await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
+  } catch (err) {
+    clearInterval(gaugeTimer);
+    await api.close().catch(() => {});
+    await redis.close();
+    throw err;
+  }
+  const address = api.server.address();
+  const apiPort = typeof address === 'object' && address !== null ? address.port : 0;
+  let closing: Promise<void> | undefined;
+  return {
+    role: 'allocator',
+    nodeId: undefined,
+    get draining() {
+      return draining;
+    },
+    async drain() {
+      if (!draining) log.info('draining: the allocation API answers 503 to new allocations');
+      draining = true;
+    },
+    fleet: async () => (await registry.live(RELAY_NODE_KIND)).map(fleetView),
+    api,
+    service,
+    apiLimits,
+    metrics,
+    apiPort,
+    apiUrl: `http://${apiHost.includes(':') ? `[${apiHost}]` : apiHost}:${apiPort}`,
+    endpoints: [
+      {
+        transport: 'http',
+        host: apiHost,
+        port: apiPort,
+        description:
+          'allocation API of a relay fleet (Redis; /v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
+      },
+    ],
+    close() {
+      closing ??= (async () => {
+        clearInterval(gaugeTimer);
+        await api.close().catch(() => {});
+        await redis.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** The relay secret from `--relay-secret` or `--relay-secret-file` (at least 32 characters). */
+async function relaySecret(options: Record<string, unknown>): Promise<Buffer | undefined> {
+  const inline = optionalString(options.relaySecret);
+  const file = optionalString(options.relaySecretFile);
+  if (inline !== undefined && file !== undefined)
+    throw new ConfigError('give --relay-secret or --relay-secret-file, not both', 'unity-relay.relaySecret');
+  let secret: string | undefined = inline;
+  if (file !== undefined) {
+    try {
+      secret = (await readFile(file, 'utf8')).replace(/\r?\n$/, '');
+    } catch (err) {
+      throw new ConfigError(
+        `cannot read the relay secret file ${file}: ${(err as Error).message}`,
+        'unity-relay.relaySecretFile',
+      );
+    }
+  }
+  if (secret === undefined) return undefined;
+  if (secret.length < 32)
+    throw new ConfigError(
+      'the relay secret must be at least 32 characters (e.g. openssl rand -hex 32)',
+      'unity-relay.relaySecret',
+    );
+  return Buffer.from(secret, 'utf8');
 }
 
 function dataplaneFromEnv(): DataplaneChoice {
@@ -544,9 +834,168 @@ export const unityRelayServer: ServerDefinition = {
       default: 100,
       min: 1,
     },
+    {
+      key: 'maxAllocations',
+      flag: '--unity-max-allocations <n>',
+      description: 'unity-relay: most allocations held at once (a relay node announces it as its capacity)',
+      type: 'int',
+      default: 10_000,
+      min: 1,
+    },
+    {
+      key: 'role',
+      flag: '--role <role>',
+      description:
+        'unity-relay: allocator (allocation API on Redis), relay (a relay node), or all (one process, no Redis)',
+      type: 'string',
+      choices: ['allocator', 'relay', 'all'],
+      default: 'all',
+    },
+    {
+      key: 'redis',
+      flag: '--redis <url>',
+      description:
+        'unity-relay: redis://host:port of the fleet (needed by --role allocator|relay and --workers)',
+      type: 'string',
+      secret: true,
+    },
+    {
+      key: 'relaySecret',
+      flag: '--relay-secret <secret>',
+      description:
+        'unity-relay: the secret every allocator and relay node of a fleet shares (≥ 32 characters); signs connection data and derives allocation keys',
+      type: 'string',
+      secret: true,
+    },
+    {
+      key: 'relaySecretFile',
+      flag: '--relay-secret-file <file>',
+      description: 'unity-relay: read the relay secret from this file (one line)',
+      type: 'string',
+      secret: true,
+    },
+    {
+      key: 'nodeId',
+      flag: '--node-id <id>',
+      description: "unity-relay: this relay node's id in the fleet (default: relay- and 8 random hex digits)",
+      type: 'string',
+    },
+    {
+      key: 'region',
+      flag: '--region <id>',
+      description: 'unity-relay: the region this relay node serves',
+      type: 'string',
+      default: 'local-1',
+    },
+    {
+      key: 'heartbeatTtlMs',
+      flag: '--heartbeat-ttl-ms <ms>',
+      description:
+        'unity-relay: a relay node without a heartbeat for this long gets no new allocations (heartbeat: a third of it)',
+      type: 'int',
+      default: 10_000,
+      min: 300,
+      max: 600_000,
+      unit: 'ms',
+    },
+    {
+      key: 'drain',
+      flag: '--drain',
+      description: 'unity-relay: start draining: no new allocations, current ones finish',
+      type: 'bool',
+      default: false,
+    },
+    {
+      key: 'workers',
+      flag: '--workers <n>',
+      description:
+        'unity-relay: start one allocator and N relay processes (one per core) on consecutive ports; needs --redis',
+      type: 'int',
+      default: 0,
+      min: 0,
+      max: 256,
+    },
   ],
   async start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer> {
+    const role = optionalString(options.role) ?? 'all';
+    const redisUrl = optionalString(options.redis);
+    const workers = optionalInt(options.workers) ?? 0;
+    const secret = await relaySecret(options);
+    const heartbeatTtlMs = optionalInt(options.heartbeatTtlMs);
+    if (workers > 0) {
+      if (role !== 'all')
+        throw new ConfigError(
+          '--workers starts one allocator and N relays itself: use it with --role all',
+          'unity-relay.workers',
+        );
+      if (redisUrl === undefined)
+        throw new ConfigError('--workers needs --redis redis://host:port', 'unity-relay.redis');
+      if (ctx.selfCommand === undefined)
+        throw new ConfigError('--workers runs only from the gamewire command', 'unity-relay.workers');
+      return startWorkers({
+        count: workers,
+        command: ctx.selfCommand,
+        // The children share one secret: a random one when none was given.
+        options:
+          secret === undefined ? { ...options, relaySecret: randomBytes(32).toString('hex') } : options,
+        definitions: unityRelayServer.options,
+        log: ctx.log,
+        metrics: ctx.metrics,
+        dataDir: ctx.dataDir,
+      });
+    }
+    if (role === 'all' && redisUrl !== undefined)
+      throw new ConfigError(
+        '--redis with --role all needs --workers N (or run --role allocator and --role relay processes)',
+        'unity-relay.redis',
+      );
+    if (role !== 'all') {
+      if (redisUrl === undefined)
+        throw new ConfigError(`--role ${role} needs --redis redis://host:port`, 'unity-relay.redis');
+      if (secret === undefined)
+        throw new ConfigError(
+          `--role ${role} needs the fleet's relay secret: --relay-secret-file FILE, --relay-secret, or GAMEWIRE_UNITY_RELAY_RELAY_SECRET`,
+          'unity-relay.relaySecret',
+        );
+    }
+    if (role === 'allocator') {
+      const a: UnityRelayAllocatorOptions = {
+        redisUrl: redisUrl!,
+        secret: secret!,
+        log: ctx.log,
+        metrics: ctx.metrics,
+        drain: options.drain === true,
+        ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
+      };
+      const apiPort = optionalInt(options.apiPort);
+      if (apiPort !== undefined) a.apiPort = apiPort;
+      const apiHost = optionalString(options.apiHost);
+      if (apiHost !== undefined) a.apiHost = apiHost;
+      const apiKey = optionalString(options.apiKey);
+      if (apiKey !== undefined) a.apiKey = apiKey;
+      const perMinute = optionalInt(options.apiRequestsPerMinute);
+      if (perMinute !== undefined) a.apiRateLimitPerMinute = perMinute;
+      const perAddress = optionalInt(options.maxAllocationsPerAddress);
+      if (perAddress !== undefined) a.apiLimits = { maxAllocationsPerAddress: perAddress };
+      return startUnityRelayAllocator(a);
+    }
     const o: UnityRelayOptions = { log: ctx.log, metrics: ctx.metrics };
+    if (role === 'relay') {
+      o.fleet = {
+        redisUrl: redisUrl!,
+        secret: secret!,
+        ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
+      };
+      const nodeId = optionalString(options.nodeId);
+      if (nodeId !== undefined) o.fleet.nodeId = nodeId;
+      const region = optionalString(options.region);
+      if (region !== undefined) o.fleet.region = region;
+    } else if (secret !== undefined) {
+      o.store = { secret };
+    }
+    o.drain = options.drain === true;
+    const maxAllocations = optionalInt(options.maxAllocations);
+    if (maxAllocations !== undefined) o.maxAllocations = maxAllocations;
     const set = <K extends keyof UnityRelayOptions>(k: K, v: UnityRelayOptions[K] | undefined) => {
       if (v !== undefined) o[k] = v;
     };
