@@ -1,0 +1,341 @@
+/**
+ * Unity Relay as a fleet on a real redis-server, in one test process: an allocator and relay
+ * nodes started with the library functions (the spawned-CLI "Done when" is fleet-cli.test.ts).
+ */
+import dgram from 'node:dgram';
+import fc from 'fast-check';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../../src/core/logger.js';
+import { ProtocolMetrics } from '../../../src/core/metrics.js';
+import { createRegistry } from '../../../src/core/prometheus.js';
+import {
+  AllocationStore,
+  bytesFromGuid,
+  createBind,
+  describeConnectionData,
+  RelayCredentials,
+  readIssued,
+  startUnityRelay,
+  startUnityRelayAllocator,
+  type UnityRelayAllocatorInstance,
+  type UnityRelayClient,
+  unityRelayServer,
+} from '../../../src/protocols/unity-relay/index.js';
+import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { chat, hostAndJoin, SECRET, until } from './fleet-helpers.js';
+
+let redis: RedisServer | undefined;
+const running: { close(): Promise<void> }[] = [];
+const clients: UnityRelayClient[] = [];
+const secret = Buffer.from(SECRET);
+
+beforeAll(async () => {
+  redis = await startRedis();
+});
+
+afterAll(async () => {
+  await redis?.dispose();
+});
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+  await Promise.all(running.splice(0).map((r) => r.close()));
+  // Each test starts from an empty Redis.
+  if (redis !== undefined && !redis.running) await redis.start();
+  if (redis !== undefined) {
+    const s = await import('ioredis');
+    const c = new s.Redis(redis.url);
+    await c.flushall();
+    c.disconnect();
+  }
+});
+
+async function node(
+  id: string,
+  extra: { heartbeatTtlMs?: number; region?: string; maxAllocations?: number } = {},
+) {
+  const n = await startUnityRelay({
+    host: '127.0.0.1',
+    port: 0,
+    dataplane: 'js',
+    ...(extra.maxAllocations !== undefined ? { maxAllocations: extra.maxAllocations } : {}),
+    fleet: {
+      redisUrl: redis!.url,
+      secret,
+      nodeId: id,
+      ...(extra.region !== undefined ? { region: extra.region } : {}),
+      ...(extra.heartbeatTtlMs !== undefined ? { heartbeatTtlMs: extra.heartbeatTtlMs } : {}),
+    },
+  });
+  running.push(n);
+  return n;
+}
+
+async function allocator(extra: { heartbeatTtlMs?: number } = {}): Promise<UnityRelayAllocatorInstance> {
+  const a = await startUnityRelayAllocator({
+    redisUrl: redis!.url,
+    secret,
+    apiPort: 0,
+    apiRateLimitPerMinute: 0,
+    apiLimits: { allocationsPerMinutePerAddress: 0, globalAllocationsPerSecond: 0 },
+    ...extra,
+  });
+  running.push(a);
+  return a;
+}
+
+async function post(api: string, path: string, body: unknown) {
+  const res = await fetch(`${api}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, json: (await res.json()) as any };
+}
+
+const nodeOf = (a: { connectionData: string }) =>
+  readIssued(Buffer.from(a.connectionData, 'base64'), 0).nodeId;
+
+describe('relay credentials (connection data format 2)', () => {
+  it('an allocator and a node derive the same key from the secret; another secret verifies nothing', () => {
+    const allocatorSide = new RelayCredentials(secret);
+    const nodeSide = new RelayCredentials(Buffer.from(SECRET));
+    const id = bytesFromGuid('0f8fad5b-d9cb-469f-a165-70867728950e')!;
+    expect(allocatorSide.keyFor(id).equals(nodeSide.keyFor(id))).toBe(true);
+    expect(allocatorSide.keyFor(id)).toHaveLength(64);
+    const other = bytesFromGuid('7c9e6679-7425-40de-944b-e07fc1f90ae7')!;
+    expect(allocatorSide.keyFor(id).equals(allocatorSide.keyFor(other))).toBe(false);
+    const hostId = bytesFromGuid('16fd2706-8baf-433b-82eb-8c7fada847da')!;
+    const data = allocatorSide.issue({
+      id,
+      createdAt: 1_700_000_000_000,
+      bindBy: 1_700_000_060_000,
+      role: 'client',
+      maxConnections: 1,
+      hostId,
+      nodeId: 'relay-a',
+    });
+    expect(data).toHaveLength(255);
+    expect(nodeSide.verify(data, 0)).toBe(true);
+    expect(readIssued(data, 0)).toEqual({
+      id,
+      createdAt: 1_700_000_000_000,
+      bindBy: 1_700_000_060_000,
+      role: 'client',
+      maxConnections: 1,
+      hostId,
+      nodeId: 'relay-a',
+    });
+    expect(describeConnectionData(data).nodeIdLength).toBe(7);
+    expect(new RelayCredentials(Buffer.from(`${SECRET}x`)).verify(data, 0)).toBe(false);
+    for (let i = 0; i < 255; i += 17) {
+      const tampered = Buffer.from(data);
+      tampered[i]! ^= 1;
+      expect(nodeSide.verify(tampered, 0)).toBe(false);
+    }
+  });
+
+  it('arbitrary bytes are never verified and never throw', () => {
+    const c = new RelayCredentials(secret);
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 0, maxLength: 300 }), fc.nat(300), (bytes, offset) => {
+        expect(c.verify(Buffer.from(bytes), offset)).toBe(false);
+      }),
+    );
+  });
+
+  it('a relay node adopts only data placed on it, before its bind deadline', () => {
+    let now = 1_000_000;
+    const store = new AllocationStore({
+      credentials: new RelayCredentials(secret),
+      nodeId: 'relay-a',
+      adoptFromConnectionData: true,
+      now: () => now,
+    });
+    const issue = (nodeId: string) =>
+      new RelayCredentials(secret).issue({
+        id: bytesFromGuid('0f8fad5b-d9cb-469f-a165-70867728950e')!,
+        createdAt: now,
+        bindBy: now + 60_000,
+        role: 'host',
+        maxConnections: 3,
+        hostId: undefined,
+        nodeId,
+      });
+    expect(store.adopt(issue('relay-b'), 0)).toBe('other_node');
+    const late = issue('relay-a');
+    now += 60_001;
+    expect(store.adopt(late, 0)).toBe('bind_deadline_passed');
+    const a = store.adopt(issue('relay-a'), 0);
+    expect(typeof a).toBe('object');
+    expect(a).toMatchObject({ role: 'host', maxConnections: 3, state: 'allocated' });
+  });
+});
+
+describe('unity-relay fleet on Redis (in-process)', () => {
+  it('spreads a burst of 20 allocations over both nodes, sends joiners to their host, relays on each node', async () => {
+    if (redis === undefined) return;
+    const n1 = await node('relay-1');
+    const n2 = await node('relay-2');
+    const a = await allocator();
+    const placed = new Map<string, number>();
+    for (let i = 0; i < 20; i++) {
+      const r = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
+      expect(r.status).toBe(201);
+      const alloc = r.json.data.allocation;
+      const nodeId = nodeOf(alloc);
+      placed.set(nodeId, (placed.get(nodeId) ?? 0) + 1);
+      // The JSON names that node's endpoint.
+      expect(alloc.relayServer.port).toBe(nodeId === 'relay-1' ? n1.udpPort : n2.udpPort);
+      expect(alloc.serverEndpoints[0]).toMatchObject({ connectionType: 'udp', host: '127.0.0.1' });
+    }
+    expect(placed.get('relay-1')).toBe(10);
+    expect(placed.get('relay-2')).toBe(10);
+
+    // Relaying on each node: host and joiner meet on the host's node.
+    const seen = new Set<number>();
+    for (let i = 0; i < 6 && seen.size < 2; i++) {
+      const { host, client, hostAllocation, joinAllocation } = await hostAndJoin(a.apiUrl, a.apiUrl, clients);
+      expect(joinAllocation.relayServer).toEqual(hostAllocation.relayServer);
+      expect(nodeOf(joinAllocation)).toBe(nodeOf(hostAllocation));
+      await chat(host, client);
+      seen.add(hostAllocation.relayServer.port);
+    }
+    expect(seen).toEqual(new Set([n1.udpPort, n2.udpPort]));
+    expect(n1.metrics.counters.get('allocations_adopted')).toBeGreaterThan(0);
+
+    // The fleet view and the per-node gauges.
+    const fleet = await a.fleet();
+    expect(fleet?.map((f) => f.id).sort()).toEqual(['relay-1', 'relay-2']);
+    expect(fleet?.[0]).toMatchObject({ region: 'local-1', capacity: 10_000, draining: false });
+    expect(await n1.fleet()).toHaveLength(2);
+    const text = await createRegistry(() => [n1.metrics]).metrics();
+    expect(text).toMatch(/gamewire_node_load\{protocol="unity-relay",node="relay-1"\} \d+/);
+    expect(text).toMatch(/gamewire_node_heartbeat_age_seconds\{protocol="unity-relay",node="relay-1"\}/);
+    expect(text).toMatch(/gamewire_node_allocations\{protocol="unity-relay",node="relay-1"\}/);
+  });
+
+  it('a node refuses a BIND placed on another node with ERROR 4', async () => {
+    if (redis === undefined) return;
+    const n1 = await node('relay-1');
+    const n2 = await node('relay-2');
+    const a = await allocator();
+    const alloc = (await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).json.data.allocation;
+    const wrong = nodeOf(alloc) === 'relay-1' ? n2 : n1;
+    const sock = dgram.createSocket('udp4');
+    await new Promise<void>((r) => sock.bind(0, '127.0.0.1', () => r()));
+    const reply = new Promise<Buffer>((r) => sock.once('message', (m) => r(m)));
+    sock.send(
+      createBind(0, Buffer.from(alloc.connectionData, 'base64'), Buffer.from(alloc.key, 'base64')),
+      wrong.udpPort,
+      '127.0.0.1',
+    );
+    const got = await reply;
+    sock.close();
+    expect(got).toHaveLength(21);
+    expect(got[3]).toBe(12);
+    expect(got[20]).toBe(4);
+    expect(wrong.metrics.dropped.get('placed_on_other_node')).toBe(1);
+  });
+
+  it('two allocators share join codes: made on one, joined on the other', async () => {
+    if (redis === undefined) return;
+    await node('relay-1');
+    await node('relay-2');
+    const a1 = await allocator();
+    const a2 = await allocator();
+    const { host, client, hostAllocation, joinAllocation } = await hostAndJoin(a1.apiUrl, a2.apiUrl, clients);
+    expect(joinAllocation.relayServer).toEqual(hostAllocation.relayServer);
+    await chat(host, client);
+    // The same code again from the other allocator.
+    const code1 = (await post(a1.apiUrl, '/v1/joincode', { allocationId: hostAllocation.allocationId })).json
+      .data.joinCode;
+    const code2 = (await post(a2.apiUrl, '/v1/joincode', { allocationId: hostAllocation.allocationId })).json
+      .data.joinCode;
+    expect(code2).toBe(code1);
+    expect((await post(a2.apiUrl, '/v1/join', { joinCode: 'ZZZZZZ' })).status).toBe(404);
+    expect(
+      (await post(a2.apiUrl, '/v1/joincode', { allocationId: joinAllocation.allocationId })).status,
+    ).toBe(400);
+  });
+
+  it('drain: a draining node gets no new allocations, its bound peers keep relaying', async () => {
+    if (redis === undefined) return;
+    await node('relay-1');
+    const n2 = await node('relay-2');
+    const a = await allocator();
+    // Bind a pair on relay-2 first.
+    let pair: Awaited<ReturnType<typeof hostAndJoin>> | undefined;
+    for (let i = 0; i < 8 && pair === undefined; i++) {
+      const p = await hostAndJoin(a.apiUrl, a.apiUrl, clients);
+      if (p.hostAllocation.relayServer.port === n2.udpPort) pair = p;
+    }
+    expect(pair).toBeDefined();
+    await n2.drain();
+    expect(n2.draining).toBe(true);
+    await until('the drain to show', async () =>
+      (await a.fleet())?.find((f) => f.id === 'relay-2')?.draining === true ? true : undefined,
+    );
+    for (let i = 0; i < 10; i++) {
+      const alloc = (await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).json.data.allocation;
+      expect(nodeOf(alloc)).toBe('relay-1');
+    }
+    await chat(pair!.host, pair!.client);
+  });
+
+  it('Redis down: bound peers keep relaying, the allocator answers 503 with Retry-After, then 200 once it is back', async () => {
+    if (redis === undefined) return;
+    const n = await node('relay-1');
+    const a = await allocator();
+    const { host, client } = await hostAndJoin(a.apiUrl, a.apiUrl, clients);
+    await redis.stop();
+    const down = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
+    expect(down.status).toBe(503);
+    expect(down.headers.get('retry-after')).toBe('2');
+    expect(down.json.detail).toMatch(/Redis/);
+    expect(down.json.details).toEqual([{ key: 'cause', value: 'store_unavailable' }]);
+    expect((await post(a.apiUrl, '/v1/join', { joinCode: 'ABCDEF' })).status).toBe(503);
+    await chat(host, client);
+    await new Promise((r) => setTimeout(r, 1500));
+    await chat(host, client);
+    await redis.start();
+    // The node re-announces itself into the empty Redis at its next heartbeat; the allocator reconnects by itself.
+    const back = await until('the allocator to answer 201 again', async () => {
+      const r = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
+      return r.status === 201 ? r : undefined;
+    });
+    expect(back.json.data.allocation.relayServer.port).toBe(n.udpPort);
+    await chat(host, client);
+  });
+
+  it('refuses a 0.0.0.0 advertisement, a missing secret or Redis, and --workers without --redis', async () => {
+    await expect(
+      startUnityRelay({
+        host: '0.0.0.0',
+        port: 0,
+        publicHost: '0.0.0.0',
+        fleet: { redisUrl: 'redis://127.0.0.1:1', secret },
+      }),
+    ).rejects.toThrow(/cannot advertise 0\.0\.0\.0.*--public-host/);
+    const ctx = { log: silentLogger(), metrics: new ProtocolMetrics('unity-relay'), dataDir: '/tmp' };
+    const base = { host: '127.0.0.1', port: 0, apiPort: 0 };
+    await expect(unityRelayServer.start({ ...base, role: 'relay' }, ctx)).rejects.toThrow(
+      /--role relay needs --redis/,
+    );
+    await expect(
+      unityRelayServer.start({ ...base, role: 'allocator', redis: 'redis://127.0.0.1:1' }, ctx),
+    ).rejects.toThrow(/relay secret/);
+    await expect(
+      unityRelayServer.start(
+        { ...base, role: 'relay', redis: 'redis://127.0.0.1:1', relaySecret: 'short' },
+        ctx,
+      ),
+    ).rejects.toThrow(/at least 32 characters/);
+    await expect(unityRelayServer.start({ ...base, workers: 2 }, ctx)).rejects.toThrow(
+      /--workers needs --redis/,
+    );
+    await expect(unityRelayServer.start({ ...base, redis: 'redis://127.0.0.1:1' }, ctx)).rejects.toThrow(
+      /--redis with --role all needs --workers/,
+    );
+  });
+});
