@@ -620,6 +620,16 @@ export async function startUnityRelayAllocator(
   };
 }
 
+/** The API limits set by `serve` options. */
+function apiLimitsOf(options: Record<string, unknown>): Omit<ApiLimitOptions, 'rateLimitPerMinute'> {
+  const out: Omit<ApiLimitOptions, 'rateLimitPerMinute'> = {};
+  const perAddress = optionalInt(options.maxAllocationsPerAddress);
+  if (perAddress !== undefined) out.maxAllocationsPerAddress = perAddress;
+  const rate = optionalInt(options.allocationsPerMinutePerAddress);
+  if (rate !== undefined) out.allocationsPerMinutePerAddress = rate;
+  return out;
+}
+
 /** The relay secret from `--relay-secret` or `--relay-secret-file` (at least 32 characters). */
 async function relaySecret(options: Record<string, unknown>): Promise<Buffer | undefined> {
   const inline = optionalString(options.relaySecret);
@@ -835,6 +845,15 @@ export const unityRelayServer: ServerDefinition = {
       min: 1,
     },
     {
+      key: 'allocationsPerMinutePerAddress',
+      flag: '--unity-allocations-per-minute-per-address <n>',
+      description:
+        'unity-relay: allocations (allocate + join) per API client address per minute, burst 20 (0: off)',
+      type: 'int',
+      default: 120,
+      min: 0,
+    },
+    {
       key: 'maxAllocations',
       flag: '--unity-max-allocations <n>',
       description: 'unity-relay: most allocations held at once (a relay node announces it as its capacity)',
@@ -975,8 +994,7 @@ export const unityRelayServer: ServerDefinition = {
       if (apiKey !== undefined) a.apiKey = apiKey;
       const perMinute = optionalInt(options.apiRequestsPerMinute);
       if (perMinute !== undefined) a.apiRateLimitPerMinute = perMinute;
-      const perAddress = optionalInt(options.maxAllocationsPerAddress);
-      if (perAddress !== undefined) a.apiLimits = { maxAllocationsPerAddress: perAddress };
+      a.apiLimits = apiLimitsOf(options);
       return startUnityRelayAllocator(a);
     }
     const o: UnityRelayOptions = { log: ctx.log, metrics: ctx.metrics };
@@ -1015,8 +1033,7 @@ export const unityRelayServer: ServerDefinition = {
     set('maxMessageToWs', optionalInt(options.maxWsMessageBytes));
     set('wsMaxConnectionsPerIp', optionalInt(options.maxWsConnectionsPerIp));
     set('apiRateLimitPerMinute', optionalInt(options.apiRequestsPerMinute));
-    const perAddress = optionalInt(options.maxAllocationsPerAddress);
-    if (perAddress !== undefined) o.apiLimits = { maxAllocationsPerAddress: perAddress };
+    o.apiLimits = apiLimitsOf(options);
     // On the command line 0 disables a transport.
     const port = (v: unknown) => {
       const n = optionalInt(v);
