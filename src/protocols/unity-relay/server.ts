@@ -963,10 +963,11 @@ export const unityRelayServer: ServerDefinition = {
         dataDir: ctx.dataDir,
       });
     }
+    // `gamewire serve --redis URL` also reaches rmc, whose `all` uses Redis; unity-relay's `all`
+    // is one process with its state in memory, so it says so instead of refusing to start.
     if (role === 'all' && redisUrl !== undefined)
-      throw new ConfigError(
-        '--redis with --role all needs --workers N (or run --role allocator and --role relay processes)',
-        'unity-relay.redis',
+      ctx.log.warn(
+        'unity-relay --role all keeps its state in this process and does not use --redis; use --workers N, or --role allocator and --role relay processes, for a fleet',
       );
     if (role !== 'all') {
       if (redisUrl === undefined)

@@ -308,7 +308,7 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await chat(host, client);
   });
 
-  it('refuses a 0.0.0.0 advertisement, a missing secret or Redis, and --workers without --redis', async () => {
+  it('refuses a 0.0.0.0 advertisement, a missing secret or Redis, and --workers without --redis; --role all ignores --redis', async () => {
     await expect(
       startUnityRelay({
         host: '0.0.0.0',
@@ -334,8 +334,12 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await expect(unityRelayServer.start({ ...base, workers: 2 }, ctx)).rejects.toThrow(
       /--workers needs --redis/,
     );
-    await expect(unityRelayServer.start({ ...base, redis: 'redis://127.0.0.1:1' }, ctx)).rejects.toThrow(
-      /--redis with --role all needs --workers/,
-    );
+    // --role all with --redis (e.g. `serve --redis URL` for rmc's sake) stays one process.
+    const single = (await unityRelayServer.start(
+      { ...base, redis: 'redis://127.0.0.1:1', dtlsPort: 0, wsPort: 0, wssPort: 0 },
+      ctx,
+    )) as unknown as { role: string; close(): Promise<void> };
+    running.push(single);
+    expect(single.role).toBe('all');
   });
 });
