@@ -230,6 +230,17 @@ export async function startRmcFleet(
   };
   const gaugeTimer = setInterval(heartbeatAge, 1000);
   gaugeTimer.unref();
+  // Records of dead nodes go when a script meets them; this sweep catches the ones nobody meets
+  // (an account that never logs in again, a session nobody lists), every ten TTLs, with jitter.
+  const sweepMs = 10 * o.nodeTtlMs;
+  const sweepTimer = setInterval(
+    () => {
+      void store.sessions().catch(() => {});
+      void sessions.listSessions(Number.MAX_SAFE_INTEGER).catch(() => {});
+    },
+    sweepMs + Math.floor(Math.random() * (sweepMs / 2)),
+  );
+  sweepTimer.unref();
   heartbeatAge();
   publishLoad();
   log.info(
@@ -255,6 +266,7 @@ export async function startRmcFleet(
     close(graceMs?: number) {
       closed ??= (async () => {
         clearInterval(gaugeTimer);
+        clearInterval(sweepTimer);
         // The record goes first: other nodes stop counting on this one's players at once.
         await announcement!.stop();
         await listening.close(graceMs);
