@@ -6,6 +6,7 @@
  * while other calls on the same connection are answered.
  */
 import { randomBytes } from 'node:crypto';
+import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
@@ -523,4 +524,76 @@ describe('rmc fleet stores: what only Redis has', () => {
       memberCount: 1,
     });
   }, 60_000);
+});
+
+describe('rmc session stores agree (model check)', () => {
+  it('any sequence of create/join/leave/disconnect gives the same answers from SessionRegistry and RedisSessionStore', async () => {
+    if (redis === undefined) return;
+    // Small enough that every limit is met: 5 session ids for 3 sessions, 6 connections of 3
+    // accounts from 2 addresses.
+    const limits = {
+      maxMembers: 3,
+      maxSessions: 3,
+      maxSessionsPerConnection: 2,
+      maxSessionsPerIp: 4,
+      maxSessionsPerAccount: 3,
+    };
+    // Connection c: account c % 3, address c % 2.
+    const member = (c: number) => ({
+      connectionId: c,
+      pid: String(c % 3).repeat(32),
+      name: `p${c}`,
+      address: `10.0.0.${c % 2}`,
+    });
+    const op = fc.record({
+      kind: fc.constantFrom('create', 'join', 'leave', 'leaveAll'),
+      conn: fc.integer({ min: 1, max: 6 }),
+      session: fc.integer({ min: 1, max: 5 }),
+    });
+    const outcome = async (f: () => unknown): Promise<unknown> => {
+      try {
+        const r = (await f()) as { members?: string[] } | boolean | undefined;
+        if (typeof r === 'object' && r !== null && Array.isArray(r.members))
+          return { ...r, members: [...r.members].sort() };
+        return r ?? null;
+      } catch (err) {
+        return { error: (err as { code?: number }).code };
+      }
+    };
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(op, { minLength: 20, maxLength: 60 }), async (ops) => {
+        const node = await redisNode(`m${run++}${randomBytes(3).toString('hex')}:`, 'n1');
+        try {
+          const memory = new SessionRegistry(limits);
+          const inRedis = new RedisSessionStore(node.ctx, limits);
+          for (const o of ops) {
+            const id = String(o.session).repeat(32);
+            const spec = { id, type: 'T', key: 'k', reserved: Buffer.alloc(9) };
+            const m = member(o.conn);
+            const apply = (s: SessionStore) =>
+              o.kind === 'create'
+                ? s.create(spec, m)
+                : o.kind === 'join'
+                  ? s.join(id, m)
+                  : o.kind === 'leave'
+                    ? s.leave(id, m)
+                    : s.leaveAll(o.conn);
+            const a = await outcome(() => apply(memory));
+            const b = await outcome(() => apply(inRedis));
+            expect(b).toEqual(a);
+          }
+          const norm = (l: { id: string; members: { pid: string }[] }[]) =>
+            l
+              .map((s) => ({ id: s.id, members: s.members.map((x) => x.pid).sort() }))
+              .sort((x, y) => (x.id < y.id ? -1 : 1));
+          expect(norm(await inRedis.listSessions())).toEqual(norm(memory.listSessions()));
+        } finally {
+          await node.registry.close();
+          await node.conn.close();
+        }
+      }),
+      { numRuns: 50 },
+    );
+  }, 120_000);
 });
