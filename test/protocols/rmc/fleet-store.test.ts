@@ -597,3 +597,75 @@ describe('rmc session stores agree (model check)', () => {
     );
   }, 120_000);
 });
+
+describe('rmc account stores agree (model check)', () => {
+  it('any sequence of logins and login sessions gives the same answers from MemoryStore and RedisAccountStore', async () => {
+    if (redis === undefined) return;
+    const op = fc.record({
+      kind: fc.constantFrom('login', 'start', 'end'),
+      account: fc.integer({ min: 1, max: 5 }),
+      conn: fc.integer({ min: 1, max: 6 }),
+    });
+    const outcome = async (f: () => unknown): Promise<unknown> => {
+      try {
+        const r = (await f()) as { accountId?: string; name?: string } | undefined;
+        return r === undefined ? null : { accountId: r.accountId, name: r.name };
+      } catch (err) {
+        return { error: (err as { code?: number }).code };
+      }
+    };
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(op, { minLength: 10, maxLength: 50 }), async (ops) => {
+        const node = await redisNode(`a${run++}${randomBytes(3).toString('hex')}:`, 'n1');
+        try {
+          const memory = new MemoryStore(undefined, { maxAccounts: 3, maxSessionsPerAccount: 2 });
+          const inRedis = new RedisAccountStore(node.ctx, {
+            maxAccounts: 3,
+            maxSessionsPerAccount: 2,
+            registrationsPerIpPerHour: 0,
+            registrationsPerHour: 0,
+          });
+          const pids = [new Map<string, string>(), new Map<string, string>()];
+          for (const [step, o] of ops.entries()) {
+            const accountId = `acct-${o.account}`;
+            const results: unknown[] = [];
+            for (const [i, s] of [memory, inRedis].entries()) {
+              results.push(
+                await outcome(async () => {
+                  if (o.kind === 'login') {
+                    const a = await s.login(accountId, `name-${step}`);
+                    // A PID never changes once given.
+                    const before = pids[i]!.get(accountId);
+                    if (before !== undefined) expect(a.pid).toBe(before);
+                    pids[i]!.set(accountId, a.pid);
+                    return a;
+                  }
+                  if (o.kind === 'start') {
+                    const a = await s.account(accountId);
+                    if (a === undefined) return undefined;
+                    await s.startSession({ connectionId: o.conn, pid: a.pid, accountId, since: '' });
+                    return undefined;
+                  }
+                  await s.endSession(o.conn);
+                  return undefined;
+                }),
+              );
+            }
+            expect(results[1]).toEqual(results[0]);
+          }
+          expect(await inRedis.accountCount()).toBe(memory.accountCount());
+          const per = (l: { accountId: string; connectionId: number }[]) =>
+            l.map((x) => `${x.accountId}/${x.connectionId}`).sort();
+          expect(per(await inRedis.sessions())).toEqual(per(memory.sessions()));
+          // PIDs are unique in both.
+          for (const m of pids) expect(new Set(m.values()).size).toBe(m.size);
+        } finally {
+          await node.registry.close();
+          await node.conn.close();
+        }
+      }),
+      { numRuns: 40 },
+    );
+  }, 120_000);
+});
