@@ -23,16 +23,17 @@ import {
 import { fromResultCode, RmcError } from './errors.js';
 import {
   beginFrame,
+  ClassicEnvelope,
   DEFAULT_MAX_FRAME_BYTES,
   endFrame,
+  HyperscapeEnvelope,
+  NexVerboseEnvelope,
   type RmcVariant,
-  readProtocolId,
-  readVerboseHead,
-  writeProtocolId,
 } from './messages.js';
 import { PrudpClientConnection, PrudpClientError, type PrudpConnectOptions } from './prudp/client.js';
 import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
-import { qString } from './types.js';
+
+const NO_BYTES = Buffer.alloc(0);
 
 /** A transport-level client failure (timeout, closed connection, protocol violation). */
 export class RmcClientError extends GamewireError {
@@ -220,16 +221,27 @@ export class RmcClient {
     const callId = this.allocCallId();
     try {
       const at = beginFrame(w);
+      // The declared envelope with empty arguments, then the arguments written in place.
       if (classic) {
-        writeProtocolId(w, protocol as number, true);
-        w.u32le(callId);
-        w.u32le(method as number);
+        ClassicEnvelope.write(w, {
+          type: 'request',
+          protocolId: protocol as number,
+          isRequest: true,
+          callId,
+          methodId: method as number,
+          args: NO_BYTES,
+        });
       } else {
-        qString.write(w, protocol as string);
-        w.bool(true);
-        w.u32le(callId);
-        qString.write(w, method as string);
-        w.u32le(0); // List<ClassVersion>: empty (verbose structures carry no headers)
+        // List<ClassVersion> is empty: verbose structures carry no headers.
+        HyperscapeEnvelope.write(w, {
+          type: 'request',
+          protocol: protocol as string,
+          isRequest: true,
+          callId,
+          method: method as string,
+          classVersions: [],
+          args: NO_BYTES,
+        });
       }
       writeArgs(w);
       endFrame(w, at);
@@ -268,71 +280,46 @@ export class RmcClient {
     this.writer.reset();
   }
 
+  /** One packet from the server, decoded with the variant's declared envelope. */
   private onFrame(buf: Buffer, start: number, end: number): void {
     const r = this.reader.reset(buf, start + 4, end);
-    if (this.variant === 'classic') {
-      this.onClassicFrame(r, buf, end);
+    const envelope =
+      this.variant === 'classic'
+        ? ClassicEnvelope
+        : this.variant === 'hyperscape'
+          ? HyperscapeEnvelope
+          : NexVerboseEnvelope;
+    const m = envelope.read(r);
+    // Server-to-client calls are not supported; ignore them.
+    if (m.type === 'request') return;
+    if (m.type === 'error') {
+      r.expectEnd('error response');
+      const f = 'namespace' in m ? m : fromResultCode(m.errorCode);
+      this.take(m.callId)?.reject(new RmcError(f.namespace, f.code));
       return;
     }
-    const { isRequest } = readVerboseHead(r);
-    if (isRequest) return; // server-to-client calls are not supported; ignore them
-    const success = r.bool();
-    if (success) {
-      const callId = r.u32le();
-      const method = qString.read(r);
-      const p = this.take(callId);
-      if (p === undefined) return;
-      if (method !== `${p.method}*`) {
+    const p = this.take(m.callId);
+    if (p === undefined) return;
+    if ('methodId' in m) {
+      if (m.methodId !== p.methodId) {
         p.reject(
           new RmcClientError(
             'ERR_RMC_METHOD_MISMATCH',
-            `response to ${p.method} (call ${callId}) names ${JSON.stringify(method)}`,
+            `response to ${p.method} (call ${m.callId}) carries method id 0x${((m.methodId | 0x8000) >>> 0).toString(16)}`,
           ),
         );
         return;
       }
-      p.resolve(Buffer.from(buf.subarray(r.offset, end)));
+    } else if (m.method !== `${p.method}*`) {
+      p.reject(
+        new RmcClientError(
+          'ERR_RMC_METHOD_MISMATCH',
+          `response to ${p.method} (call ${m.callId}) names ${JSON.stringify(m.method)}`,
+        ),
+      );
       return;
     }
-    let err: RmcError;
-    if (this.variant === 'hyperscape') {
-      const ns = qString.read(r);
-      const code = r.u16le();
-      err = new RmcError(ns, code);
-    } else {
-      const f = fromResultCode(r.u32le());
-      err = new RmcError(f.namespace, f.code);
-    }
-    const callId = r.u32le();
-    r.expectEnd('error response');
-    const p = this.take(callId);
-    p?.reject(err);
-  }
-
-  private onClassicFrame(r: WireReader, buf: Buffer, end: number): void {
-    const { isRequest } = readProtocolId(r);
-    if (isRequest) return;
-    if (r.bool()) {
-      const callId = r.u32le();
-      const methodId = r.u32le();
-      const p = this.take(callId);
-      if (p === undefined) return;
-      if (methodId !== (p.methodId | 0x8000) >>> 0) {
-        p.reject(
-          new RmcClientError(
-            'ERR_RMC_METHOD_MISMATCH',
-            `response to ${p.method} (call ${callId}) carries method id 0x${methodId.toString(16)}`,
-          ),
-        );
-        return;
-      }
-      p.resolve(Buffer.from(buf.subarray(r.offset, end)));
-      return;
-    }
-    const f = fromResultCode(r.u32le());
-    const callId = r.u32le();
-    r.expectEnd('error response');
-    this.take(callId)?.reject(new RmcError(f.namespace, f.code));
+    p.resolve(Buffer.from(m.results));
   }
 
   private take(callId: number): Pending | undefined {

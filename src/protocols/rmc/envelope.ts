@@ -1,11 +1,18 @@
 /**
- * Byte-level helpers for the RMC envelope (the part of a frame before the arguments or
- * results): pre-encoded names matched without decoding, the class-version list, and the failure
- * frame in each variant.
+ * Helpers around the declared RMC envelope (messages.ts) for the server's hot path: pre-encoded
+ * names matched as bytes without decoding, the class-version list, and the failure frame in each
+ * variant (written with the declaration).
  */
 import { DecodeError, ErrorCode, type WireReader, WireWriter } from '../../wire/index.js';
 import { toResultCode } from './errors.js';
-import { beginFrame, endFrame, type RmcVariant, writeProtocolId } from './messages.js';
+import {
+  beginFrame,
+  ClassicEnvelope,
+  endFrame,
+  HyperscapeEnvelope,
+  NexVerboseEnvelope,
+  type RmcVariant,
+} from './messages.js';
 import { type ClassVersion, ClassVersion as ClassVersionCodec, qString } from './types.js';
 
 /** The fields of a call a failure answer echoes. */
@@ -57,7 +64,7 @@ export function readClassVersions(r: WireReader): ClassVersion[] {
   return out;
 }
 
-/** Appends one failure frame in `variant`; may throw EncodeError with a partial frame in `w`. */
+/** Appends one failure frame in `variant` (the declared envelope); may throw EncodeError with a partial frame in `w`. */
 export function writeFailure(
   w: WireWriter,
   variant: RmcVariant,
@@ -66,19 +73,35 @@ export function writeFailure(
   code: number,
 ): void {
   const at = beginFrame(w);
+  const errorCode = (): number => toResultCode(namespace, code) ?? (0x80000000 | code) >>> 0;
   if (call.protocolId !== undefined) {
-    writeProtocolId(w, call.protocolId, false);
+    ClassicEnvelope.write(w, {
+      type: 'error',
+      protocolId: call.protocolId,
+      isRequest: false,
+      success: false,
+      errorCode: errorCode(),
+      callId: call.callId,
+    });
+  } else if (variant === 'hyperscape') {
+    HyperscapeEnvelope.write(w, {
+      type: 'error',
+      protocol: call.protocol,
+      isRequest: false,
+      success: false,
+      namespace,
+      code,
+      callId: call.callId,
+    });
   } else {
-    qString.write(w, call.protocol);
-    w.bool(false);
+    NexVerboseEnvelope.write(w, {
+      type: 'error',
+      protocol: call.protocol,
+      isRequest: false,
+      success: false,
+      errorCode: errorCode(),
+      callId: call.callId,
+    });
   }
-  w.bool(false);
-  if (variant === 'hyperscape') {
-    qString.write(w, namespace);
-    w.u16le(code);
-  } else {
-    w.u32le(toResultCode(namespace, code) ?? (0x80000000 | code) >>> 0);
-  }
-  w.u32le(call.callId);
   endFrame(w, at);
 }

@@ -20,19 +20,25 @@
  *     ok:   u32 callId | u32 (methodId | 0x8000) | results…
  *     fail: u32 errorCode (MSB set) | u32 callId
  *
- * Bodies are declared structs; the envelope that picks a body from bytes in the middle of the
- * packet (isRequest, success) is a small custom codec around them. Args and results stay raw
- * bytes at this level: method signatures (signature.ts) give them their types.
+ * Each envelope is declared once with `select` (branch on isRequest, then on success); only the
+ * classic protocol byte (two fields in one byte) and the response method id's 0x8000 bit are
+ * small hand-written codecs. Args and results stay raw bytes at this level: method signatures
+ * (signature.ts) give them their types.
  */
 import {
   bytes,
   type Codec,
+  type CodecInfo,
   custom,
   DecodeError,
   EncodeError,
   ErrorCode,
+  type Fields,
   type Infer,
   type Json,
+  message,
+  ObjectCodec,
+  select,
   struct,
   t,
   type WireReader,
@@ -58,33 +64,152 @@ export const restBytes = custom<Buffer>({
   fromJson: (j, path) => hexRest.fromJson(j, path),
 });
 
-// ---- string-named (HyperScape / verbose) ----------------------------------------------------
+// ---- the envelope, declared once -------------------------------------------------------------
+//
+// Each variant's envelope is one declaration (`select` on `isRequest`, then on `success`). The
+// packet codecs below, the client, the server's failure frames and the inspector all use it; the
+// dissector reads the same bodies. The u32 length prefix around it is the framing.
 
-export const VerboseRequestBody = struct({
+const verboseRequestFields = {
   callId: t.u32le,
   method: qString,
   classVersions: list(ClassVersion),
   args: restBytes,
-});
-
-export const VerboseSuccessBody = struct({
-  callId: t.u32le,
-  method: qString,
-  results: restBytes,
-});
-
+};
+const verboseSuccessFields = { callId: t.u32le, method: qString, results: restBytes };
 /** HyperScape failure: the namespace written out as a String, then a u16 code. */
-export const HyperscapeFailureBody = struct({
-  namespace: qString,
-  code: t.u16le,
-  callId: t.u32le,
+const hyperscapeFailureFields = { namespace: qString, code: t.u16le, callId: t.u32le };
+/** nex-go verbose failure: a u32 result code (MSB set), then the call id. */
+const nexFailureFields = { errorCode: t.u32le, callId: t.u32le };
+
+export const VerboseRequestBody = struct(verboseRequestFields);
+export const VerboseSuccessBody = struct(verboseSuccessFields);
+export const HyperscapeFailureBody = struct(hyperscapeFailureFields);
+export const NexFailureBody = struct(nexFailureFields);
+
+/** What every verbose packet starts with (after the length): the protocol name and the request flag. */
+export const VerboseHead = struct({ protocol: qString, isRequest: t.bool });
+const SuccessFlag = struct({ success: t.bool });
+
+function verboseEnvelope<F extends Fields>(failure: F) {
+  return select(VerboseHead, 'isRequest', {
+    true: message('request', verboseRequestFields),
+    false: select(SuccessFlag, 'success', {
+      true: message('response', verboseSuccessFields),
+      false: message('error', failure),
+    }),
+  });
+}
+
+/** The HyperScape envelope (string-named protocol and method, String namespace + u16 on failure). */
+export const HyperscapeEnvelope = verboseEnvelope(hyperscapeFailureFields);
+/** The verbose envelope with nex-go's failure body (u32 result code). */
+export const NexVerboseEnvelope = verboseEnvelope(nexFailureFields);
+
+/**
+ * The classic protocol byte: the id in the low 7 bits, 0x80 on requests; id 0x7F means a u16
+ * extended id follows. One byte holds two fields, so it is a small hand-written head.
+ */
+class ClassicHeadCodec extends ObjectCodec<{ protocolId: number; isRequest: boolean }> {
+  readonly info: CodecInfo = {
+    kind: 'custom',
+    name: 'rmc.classicHead',
+    description: 'u8 protocol id | 0x80 on requests; id 0x7F: a u16 LE extended id follows',
+  };
+  readonly name = undefined;
+  readonly fieldNames: ReadonlySet<string> = new Set(['protocolId', 'isRequest']);
+  readonly outerFields: ReadonlySet<string> = new Set();
+
+  constructor() {
+    super();
+    this.minSize = 1;
+  }
+
+  read(r: WireReader): { protocolId: number; isRequest: boolean } {
+    return this.readInto(r, {});
+  }
+
+  readInto(r: WireReader, o: Record<string, unknown>): { protocolId: number; isRequest: boolean } {
+    try {
+      const b = r.u8();
+      const id = b & 0x7f;
+      o.protocolId = id === 0x7f ? r.u16le() : id;
+      o.isRequest = (b & 0x80) !== 0;
+    } catch (e) {
+      throw e instanceof DecodeError ? e.withPath('protocolId') : e;
+    }
+    return o as { protocolId: number; isRequest: boolean };
+  }
+
+  write(w: WireWriter, v: { protocolId: number; isRequest: boolean }): void {
+    writeProtocolId(w, v.protocolId, v.isRequest);
+  }
+
+  toJsonInto(v: { protocolId: number; isRequest: boolean }, out: Record<string, Json>): void {
+    out.protocolId = v.protocolId;
+    out.isRequest = v.isRequest;
+  }
+
+  fromJsonInto(
+    j: Record<string, unknown>,
+    path: string,
+    out: Record<string, unknown>,
+    known: Set<string>,
+  ): void {
+    known.add('protocolId');
+    known.add('isRequest');
+    out.protocolId = t.u16le.fromJson(j.protocolId, sub(path, 'protocolId'));
+    out.isRequest = t.bool.fromJson(j.isRequest, sub(path, 'isRequest'));
+  }
+}
+
+/** A response's method id: written with the 0x8000 response bit, which decoding checks and removes. */
+const responseMethodId = custom<number>({
+  name: 'rmc.responseMethodId',
+  description: 'u32 LE method id | 0x8000 (the response bit)',
+  fixedSize: 4,
+  read: (r) => {
+    const at = r.offset;
+    const m = r.u32le();
+    if ((m & 0x8000) === 0) {
+      throw new DecodeError(
+        ErrorCode.BAD_VALUE,
+        `response method id 0x${m.toString(16)} lacks the 0x8000 bit`,
+        at,
+      );
+    }
+    return (m & ~0x8000) >>> 0;
+  },
+  write: (w, v) => {
+    if (!Number.isInteger(v) || v < 0 || v > 0xffff_ffff)
+      throw new EncodeError(ErrorCode.BAD_INPUT, `method id ${v} is not a u32`);
+    if (v > 0x7fff && (v & 0x8000) !== 0)
+      throw new EncodeError(ErrorCode.BAD_INPUT, 'methodId must not carry the 0x8000 response bit');
+    w.u32le((v | 0x8000) >>> 0);
+  },
+  toJson: (v) => v,
+  fromJson: (j, path) => {
+    const v = t.u32le.fromJson(j, path);
+    if (v > 0x7fff) throw new EncodeError(ErrorCode.BAD_INPUT, 'methodId must be under 0x8000', path);
+    return v;
+  },
 });
 
-/** nex-go verbose failure: a u32 result code (MSB set), then the call id. */
-export const NexFailureBody = struct({
-  errorCode: t.u32le,
-  callId: t.u32le,
+export const ClassicHead = new ClassicHeadCodec();
+
+/** The classic packed envelope (protocol and method by number). */
+export const ClassicEnvelope = select(ClassicHead, 'isRequest', {
+  true: message('request', { callId: t.u32le, methodId: t.u32le, args: restBytes }),
+  false: select(SuccessFlag, 'success', {
+    true: message('response', { callId: t.u32le, methodId: responseMethodId, results: restBytes }),
+    false: message('error', { errorCode: t.u32le, callId: t.u32le }),
+  }),
 });
+
+export const ClassicRequestBody = struct({ callId: t.u32le, methodId: t.u32le, args: restBytes });
+export const ClassicFailureBody = struct({ errorCode: t.u32le, callId: t.u32le });
+
+// ---- messages: the envelope's values without its two flags (the type says them) -------------
 
 export interface VerboseRequestMessage {
   type: 'request';
@@ -117,27 +242,31 @@ export interface NexErrorMessage {
 export type HyperscapeMessage = VerboseRequestMessage | VerboseResponseMessage | HyperscapeErrorMessage;
 export type NexVerboseMessage = VerboseRequestMessage | VerboseResponseMessage | NexErrorMessage;
 
+export interface ClassicRequestMessage {
+  type: 'request';
+  protocolId: number;
+  callId: number;
+  methodId: number;
+  args: Buffer;
+}
+export interface ClassicResponseMessage {
+  type: 'response';
+  protocolId: number;
+  callId: number;
+  methodId: number;
+  results: Buffer;
+}
+export interface ClassicErrorMessage {
+  type: 'error';
+  protocolId: number;
+  errorCode: number;
+  callId: number;
+}
+export type ClassicMessage = ClassicRequestMessage | ClassicResponseMessage | ClassicErrorMessage;
+
 /** Reads the part of a verbose packet after the u32 length: protocol and isRequest. */
 export function readVerboseHead(r: WireReader): { protocol: string; isRequest: boolean } {
-  let protocol: string;
-  try {
-    protocol = qString.read(r);
-  } catch (e) {
-    throw e instanceof DecodeError ? e.withPath('protocol') : e;
-  }
-  try {
-    return { protocol, isRequest: r.bool() };
-  } catch (e) {
-    throw e instanceof DecodeError ? e.withPath('isRequest') : e;
-  }
-}
-
-function readSuccessFlag(r: WireReader): boolean {
-  try {
-    return r.bool();
-  } catch (e) {
-    throw e instanceof DecodeError ? e.withPath('success') : e;
-  }
+  return VerboseHead.read(r);
 }
 
 /** Reads the u32 length and narrows the reader to the packet; returns the previous bound. */
@@ -166,153 +295,88 @@ export function endFrame(w: WireWriter, at: number): void {
   w.patchU32le(at, w.offset - at - 4);
 }
 
-function verboseEnvelope<E extends { type: 'error'; protocol: string }>(
+/** The envelope's flags for a message type; an unknown type is an EncodeError at `path`. */
+function flagsOf(type: unknown, path: string): { isRequest: boolean; success: boolean | undefined } {
+  if (type === 'request') return { isRequest: true, success: undefined };
+  if (type === 'response') return { isRequest: false, success: true };
+  if (type === 'error') return { isRequest: false, success: false };
+  throw new EncodeError(
+    ErrorCode.BAD_INPUT,
+    path === 'type' ? `unknown RMC message type ${String(type)}` : 'expected type request, response or error',
+    path,
+  );
+}
+
+/** An envelope value → a message (type first, the two flags dropped). */
+function toMessage<M>(v: Record<string, unknown>): M {
+  const { type, isRequest: _r, success: _s, ...rest } = v;
+  return { type, ...rest } as M;
+}
+
+/** A message → the envelope value the declaration writes. */
+function toEnvelope(m: { type: unknown }): Record<string, unknown> {
+  const f = flagsOf(m.type, 'type');
+  const v: Record<string, unknown> = { ...m, isRequest: f.isRequest };
+  if (f.success !== undefined) v.success = f.success;
+  return v;
+}
+
+/** A packet codec: the u32 length, then `envelope`; values are messages (`type` says the flags). */
+function envelopePacket<M extends { type: string }>(
   name: string,
-  failure: Codec<Omit<E, 'type' | 'protocol'>>,
-  failureJsonKeys: readonly string[],
+  description: string,
+  envelope: ObjectCodec<any>,
+  minSize: number,
 ) {
-  return custom<VerboseRequestMessage | VerboseResponseMessage | E>({
+  return custom<M>({
     name,
-    description:
-      'u32 LE length, String protocol, bool isRequest; request: u32 callId, String method, List<ClassVersion>, args; ' +
-      'response: bool success, then (u32 callId, String method*, results) or the failure body',
-    minSize: 4 + 2 + 1,
+    description,
+    minSize,
     read: (r) => {
       const previous = enterFrame(r);
-      const { protocol, isRequest } = readVerboseHead(r);
-      let out: VerboseRequestMessage | VerboseResponseMessage | E;
-      if (isRequest) {
-        const b = VerboseRequestBody.read(r);
-        out = {
-          type: 'request',
-          protocol,
-          callId: b.callId,
-          method: b.method,
-          classVersions: b.classVersions,
-          args: b.args,
-        };
-      } else if (readSuccessFlag(r)) {
-        const b = VerboseSuccessBody.read(r);
-        out = { type: 'response', protocol, callId: b.callId, method: b.method, results: b.results };
-      } else {
-        out = { type: 'error', protocol, ...failure.read(r) } as unknown as E;
-      }
+      const v = envelope.read(r) as Record<string, unknown>;
       leaveFrame(r, previous);
-      return out;
+      return toMessage<M>(v);
     },
     write: (w, m) => {
       const at = beginFrame(w);
-      qString.write(w, m.protocol);
-      if (m.type === 'request') {
-        w.bool(true);
-        VerboseRequestBody.write(w, m);
-      } else if (m.type === 'response') {
-        w.bool(false);
-        w.bool(true);
-        VerboseSuccessBody.write(w, m);
-      } else if (m.type === 'error') {
-        w.bool(false);
-        w.bool(false);
-        failure.write(w, m as unknown as Omit<E, 'type' | 'protocol'>);
-      } else {
-        throw new EncodeError(
-          ErrorCode.BAD_INPUT,
-          `unknown RMC message type ${String((m as { type: unknown }).type)}`,
-          'type',
-        );
-      }
+      envelope.write(w, toEnvelope(m));
       endFrame(w, at);
     },
-    toJson: (m) => {
-      if (m.type === 'request') {
-        return {
-          type: 'request',
-          protocol: m.protocol,
-          callId: m.callId,
-          method: m.method,
-          classVersions: m.classVersions.map((c) => ({ name: c.name, version: c.version })),
-          args: m.args.toString('hex'),
-        };
-      }
-      if (m.type === 'response') {
-        return {
-          type: 'response',
-          protocol: m.protocol,
-          callId: m.callId,
-          method: m.method,
-          results: m.results.toString('hex'),
-        };
-      }
-      const out: Record<string, Json> = { type: 'error', protocol: m.protocol };
-      const f = failure.toJson(m as unknown as Omit<E, 'type' | 'protocol'>) as Record<string, Json>;
-      for (const k of failureJsonKeys) out[k] = f[k]!;
-      return out;
-    },
+    toJson: (m) => toMessage<Json>(envelope.toJson(toEnvelope(m)) as Record<string, Json>),
     fromJson: (j, path) => {
       const o = objectJson(j, path);
-      const type = o.type;
-      const protocol = qString.fromJson(o.protocol, sub(path, 'protocol'));
-      const { type: _t, protocol: _p, ...rest } = o;
-      if (type === 'request') {
-        return { type, protocol, ...VerboseRequestBody.fromJson(rest, path) };
-      }
-      if (type === 'response') return { type, protocol, ...VerboseSuccessBody.fromJson(rest, path) };
-      if (type === 'error') return { type, protocol, ...failure.fromJson(rest, path) } as unknown as E;
-      throw new EncodeError(
-        ErrorCode.BAD_INPUT,
-        'expected type request, response or error',
-        sub(path, 'type'),
-      );
+      const f = flagsOf(o.type, sub(path, 'type'));
+      const withFlags: Record<string, unknown> = { ...o, isRequest: f.isRequest };
+      if (f.success !== undefined) withFlags.success = f.success;
+      return toMessage<M>(envelope.fromJson(withFlags, path) as Record<string, unknown>);
     },
   });
 }
 
 /** A HyperScape RMC packet (the default variant). */
-export const hyperscapePacket = verboseEnvelope<HyperscapeErrorMessage>(
+export const hyperscapePacket = envelopePacket<HyperscapeMessage>(
   'rmc.hyperscape',
-  HyperscapeFailureBody,
-  ['namespace', 'code', 'callId'],
+  'u32 LE length, String protocol, bool isRequest; request: u32 callId, String method, List<ClassVersion>, args; ' +
+    'response: bool success, then (u32 callId, String method*, results) or (String namespace, u16 code, u32 callId)',
+  HyperscapeEnvelope,
+  4 + 2 + 1,
 );
 
 /** A verbose RMC packet with nex-go's failure body (u32 code, u32 callId). */
-export const nexVerbosePacket = verboseEnvelope<NexErrorMessage>('rmc.nex-verbose', NexFailureBody, [
-  'errorCode',
-  'callId',
-]);
+export const nexVerbosePacket = envelopePacket<NexVerboseMessage>(
+  'rmc.nex-verbose',
+  'u32 LE length, String protocol, bool isRequest; request: u32 callId, String method, List<ClassVersion>, args; ' +
+    'response: bool success, then (u32 callId, String method*, results) or (u32 errorCode, u32 callId)',
+  NexVerboseEnvelope,
+  4 + 2 + 1,
+);
 
 // ---- classic packed -------------------------------------------------------------------------
 
-export interface ClassicRequestMessage {
-  type: 'request';
-  protocolId: number;
-  callId: number;
-  methodId: number;
-  args: Buffer;
-}
-export interface ClassicResponseMessage {
-  type: 'response';
-  protocolId: number;
-  callId: number;
-  methodId: number;
-  results: Buffer;
-}
-export interface ClassicErrorMessage {
-  type: 'error';
-  protocolId: number;
-  errorCode: number;
-  callId: number;
-}
-export type ClassicMessage = ClassicRequestMessage | ClassicResponseMessage | ClassicErrorMessage;
-
-export const ClassicRequestBody = struct({ callId: t.u32le, methodId: t.u32le, args: restBytes });
-export const ClassicFailureBody = struct({ errorCode: t.u32le, callId: t.u32le });
-const ClassicSuccessHead = struct({ callId: t.u32le, methodId: t.u32le });
-
 /** Reads the classic protocol byte (and the extended u16 id after 0x7F). */
 export function readProtocolId(r: WireReader): { protocolId: number; isRequest: boolean } {
-  const b = r.u8();
-  const id = b & 0x7f;
-  return { protocolId: id === 0x7f ? r.u16le() : id, isRequest: (b & 0x80) !== 0 };
+  return ClassicHead.read(r);
 }
 
 /** Writes the classic protocol byte (0x80 on requests), extended form from id 0x7F. */
@@ -329,111 +393,13 @@ export function writeProtocolId(w: WireWriter, id: number, isRequest: boolean): 
 }
 
 /** A classic packed RMC packet (`--variant classic`). */
-export const classicPacket = custom<ClassicMessage>({
-  name: 'rmc.classic',
-  description:
-    'u32 LE size, u8 protocol id | 0x80 on requests (0x7F: u16 extended id); request: u32 callId, u32 methodId, args; ' +
+export const classicPacket = envelopePacket<ClassicMessage>(
+  'rmc.classic',
+  'u32 LE size, u8 protocol id | 0x80 on requests (0x7F: u16 extended id); request: u32 callId, u32 methodId, args; ' +
     'response: bool success, then (u32 callId, u32 methodId | 0x8000, results) or (u32 errorCode, u32 callId)',
-  minSize: 5,
-  read: (r) => {
-    const previous = enterFrame(r);
-    const { protocolId, isRequest } = readProtocolId(r);
-    let out: ClassicMessage;
-    if (isRequest) {
-      out = { type: 'request', protocolId, ...ClassicRequestBody.read(r) };
-    } else if (readSuccessFlag(r)) {
-      const callId = r.u32le();
-      const at = r.offset;
-      const m = r.u32le();
-      if ((m & 0x8000) === 0) {
-        throw new DecodeError(
-          ErrorCode.BAD_VALUE,
-          `response method id 0x${m.toString(16)} lacks the 0x8000 bit`,
-          at,
-          'methodId',
-        );
-      }
-      out = { type: 'response', protocolId, callId, methodId: (m & ~0x8000) >>> 0, results: r.rest() };
-    } else {
-      out = { type: 'error', protocolId, ...ClassicFailureBody.read(r) };
-    }
-    leaveFrame(r, previous);
-    return out;
-  },
-  write: (w, m) => {
-    const at = beginFrame(w);
-    if (m.type === 'request') {
-      writeProtocolId(w, m.protocolId, true);
-      ClassicRequestBody.write(w, m);
-    } else if (m.type === 'response') {
-      writeProtocolId(w, m.protocolId, false);
-      w.bool(true);
-      w.u32le(m.callId);
-      if (m.methodId > 0x7fff && (m.methodId & 0x8000) !== 0) {
-        throw new EncodeError(
-          ErrorCode.BAD_INPUT,
-          'methodId must not carry the 0x8000 response bit',
-          'methodId',
-        );
-      }
-      w.u32le((m.methodId | 0x8000) >>> 0);
-      w.bytes(m.results);
-    } else if (m.type === 'error') {
-      writeProtocolId(w, m.protocolId, false);
-      w.bool(false);
-      ClassicFailureBody.write(w, m);
-    } else {
-      throw new EncodeError(
-        ErrorCode.BAD_INPUT,
-        `unknown RMC message type ${String((m as { type: unknown }).type)}`,
-        'type',
-      );
-    }
-    endFrame(w, at);
-  },
-  toJson: (m): Json => {
-    if (m.type === 'request') {
-      return {
-        type: 'request',
-        protocolId: m.protocolId,
-        callId: m.callId,
-        methodId: m.methodId,
-        args: m.args.toString('hex'),
-      };
-    }
-    if (m.type === 'response') {
-      return {
-        type: 'response',
-        protocolId: m.protocolId,
-        callId: m.callId,
-        methodId: m.methodId,
-        results: m.results.toString('hex'),
-      };
-    }
-    return { type: 'error', protocolId: m.protocolId, errorCode: m.errorCode, callId: m.callId };
-  },
-  fromJson: (j, path) => {
-    const o = objectJson(j, path);
-    const { type, protocolId: pid, ...rest } = o;
-    const protocolId = t.u16le.fromJson(pid, sub(path, 'protocolId'));
-    if (type === 'request') return { type, protocolId, ...ClassicRequestBody.fromJson(rest, path) };
-    if (type === 'response') {
-      const { results, ...head } = rest;
-      const h = ClassicSuccessHead.fromJson(head, path);
-      if (h.methodId > 0x7fff)
-        throw new EncodeError(ErrorCode.BAD_INPUT, 'methodId must be under 0x8000', sub(path, 'methodId'));
-      return {
-        type,
-        protocolId,
-        callId: h.callId,
-        methodId: h.methodId,
-        results: restBytes.fromJson(results, sub(path, 'results')),
-      };
-    }
-    if (type === 'error') return { type, protocolId, ...ClassicFailureBody.fromJson(rest, path) };
-    throw new EncodeError(ErrorCode.BAD_INPUT, 'expected type request, response or error', sub(path, 'type'));
-  },
-});
+  ClassicEnvelope,
+  5,
+);
 
 export type ClassicRequestBodyValue = Infer<typeof ClassicRequestBody>;
 
