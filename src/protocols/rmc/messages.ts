@@ -422,3 +422,30 @@ export function packetCodec(
   if (variant === 'nex-verbose') return nexVerbosePacket as Codec<any>;
   return hyperscapePacket as Codec<any>;
 }
+
+/**
+ * The envelope's branches as rows, read from the declaration (docs/rmc.md's envelope table is
+ * checked against these): the path of flag values that leads to the branch, and the fields it
+ * reads in order, after the u32 length.
+ */
+export function envelopeRows(envelope: Codec<unknown>): { branch: string; type: string; fields: string[] }[] {
+  const rows: { branch: string; type: string; fields: string[] }[] = [];
+  const fieldsOf = (c: Codec<unknown>): string[] => {
+    const info = c.info;
+    if (info.kind === 'struct') return info.fields.map((f) => f.name);
+    if (c instanceof ObjectCodec) return [...c.fieldNames];
+    return [];
+  };
+  const walk = (c: Codec<unknown>, path: string[], before: string[]): void => {
+    const info = c.info;
+    if (info.kind === 'select') {
+      const head = [...before, ...fieldsOf(info.head)];
+      for (const k of info.cases) walk(k.codec, [...path, `${info.on}=${k.value}`], head);
+      return;
+    }
+    const name = info.kind === 'struct' ? (info.name ?? '') : '';
+    rows.push({ branch: path.join(', '), type: name, fields: [...before, ...fieldsOf(c)] });
+  };
+  walk(envelope, [], []);
+  return rows;
+}

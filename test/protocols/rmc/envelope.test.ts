@@ -167,6 +167,70 @@ describe('the declared RMC envelope', () => {
   });
 
   it('unknown types are EncodeErrors naming type', () => {
-    expect(() => encode(hyperscapePacket, { type: 'nope', protocol: 'P' })).toThrow(/type/);
+    expect(() => encode(hyperscapePacket as Codec<unknown>, { type: 'nope', protocol: 'P' })).toThrow(/type/);
+  });
+});
+
+describe('docs/rmc.md', () => {
+  it('lists every branch of every declared envelope, as the declaration has it', async () => {
+    const { readFileSync } = await import('node:fs');
+    const { envelopeRows } = await import('../../../src/protocols/rmc/messages.js');
+    const doc = readFileSync(new URL('../../../docs/rmc.md', import.meta.url), 'utf8');
+    for (const [variant, codec] of envelopes) {
+      for (const r of envelopeRows(codec)) {
+        const line = `| ${variant} | ${r.type} | ${r.branch} | ${r.fields.map((f) => `\`${f}\``).join(', ')} |`;
+        expect(doc).toContain(line);
+      }
+    }
+  });
+});
+
+describe("the server's fast envelope path writes the declaration's bytes", () => {
+  it('requests encoded by the declaration get replies that are the declaration, byte for byte', async () => {
+    const { silentLogger } = await import('../../../src/core/logger.js');
+    const { defineProtocol, method, qString, RmcServer, RmcError } = await import(
+      '../../../src/protocols/rmc/index.js'
+    );
+    const Echo = defineProtocol('EchoProtocol', 'test', {
+      Echo_V1: method({ args: { text: qString }, results: { text: qString }, layout: 'unknown', doc: '' }),
+    });
+    const server = new RmcServer({ log: silentLogger() });
+    server.register(Echo, {
+      Echo_V1: (_ctx, { text }) => {
+        if (text.startsWith('!')) throw new RmcError('Core', 0x0a);
+        return { text };
+      },
+    });
+    const writer = new WireWriter();
+    const conn = server.dispatcher.open(
+      { transport: 'memory', remoteAddress: '10.0.0.1', remotePort: 1 },
+      { writer, commit: () => {}, close: () => {} },
+    );
+    fc.assert(
+      fc.property(u32, name, (callId, text) => {
+        writer.reset();
+        const args = encode(Echo.methods.Echo_V1.args, { text });
+        const req = encode(hyperscapePacket, {
+          type: 'request',
+          protocol: 'EchoProtocol',
+          callId,
+          method: 'EchoProtocol::Echo_V1',
+          classVersions: [],
+          args,
+        });
+        server.dispatcher.handleFrame(conn, req, 0, req.length);
+        const expected = text.startsWith('!')
+          ? { type: 'error', protocol: 'EchoProtocol', namespace: 'Core', code: 0x0a, callId }
+          : {
+              type: 'response',
+              protocol: 'EchoProtocol',
+              callId,
+              method: 'EchoProtocol::Echo_V1*',
+              results: encode(Echo.methods.Echo_V1.results, { text }),
+            };
+        expect(writer.toBuffer().equals(encode(hyperscapePacket as Codec<unknown>, expected))).toBe(true);
+      }),
+      { numRuns: 200 },
+    );
   });
 });
