@@ -627,6 +627,8 @@ function apiLimitsOf(options: Record<string, unknown>): Omit<ApiLimitOptions, 'r
   if (perAddress !== undefined) out.maxAllocationsPerAddress = perAddress;
   const rate = optionalInt(options.allocationsPerMinutePerAddress);
   if (rate !== undefined) out.allocationsPerMinutePerAddress = rate;
+  const global = optionalInt(options.allocationsPerSecond);
+  if (global !== undefined) out.globalAllocationsPerSecond = global;
   return out;
 }
 
@@ -851,6 +853,15 @@ export const unityRelayServer: ServerDefinition = {
         'unity-relay: allocations (allocate + join) per API client address per minute, burst 20 (0: off)',
       type: 'int',
       default: 120,
+      min: 0,
+    },
+    {
+      key: 'allocationsPerSecond',
+      flag: '--unity-allocations-per-second <n>',
+      description:
+        'unity-relay: allocations per second from everyone together, burst twice that (0: off); per allocator in a fleet',
+      type: 'int',
+      default: 50,
       min: 0,
     },
     {
