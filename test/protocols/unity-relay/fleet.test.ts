@@ -308,6 +308,41 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await chat(host, client);
   });
 
+  it('regions come from live nodes; no room, an unknown region and a draining allocator are refused', async () => {
+    if (redis === undefined) return;
+    const a = await allocator();
+    const none = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
+    expect(none.status).toBe(503);
+    expect(none.json.detail).toMatch(/no live relay node with room/);
+    await node('eu-1', { region: 'eu-west' });
+    const us = await node('us-1', { region: 'us-east', maxAllocations: 1 });
+    const regions = (await (await fetch(`${a.apiUrl}/v1/regions`)).json()) as any;
+    expect(regions.data.regions.map((r: { id: string }) => r.id)).toEqual(['eu-west', 'us-east']);
+    const bad = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2, region: 'mars' });
+    expect(bad.status).toBe(400);
+    expect(bad.json.detail).toMatch(/unknown region "mars" \(regions: eu-west, us-east\)/);
+    // us-east holds one allocation: the first fills it (placed, not yet bound), the second finds no room.
+    const first = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2, region: 'us-east' });
+    expect(first.status).toBe(201);
+    expect(first.json.data.allocation.relayServer.port).toBe(us.udpPort);
+    expect(first.json.data.allocation.region).toBe('us-east');
+    const full = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2, region: 'us-east' });
+    expect(full.status).toBe(503);
+    expect(full.json.detail).toMatch(/in region "us-east"/);
+    expect(nodeOf((await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).json.data.allocation)).toBe(
+      'eu-1',
+    );
+    // The allocator's gauges cover every live node.
+    await until('the allocator gauges', async () =>
+      a.metrics.nodeGauges.get('node_load')?.size === 2 ? true : undefined,
+    );
+    await a.drain();
+    expect(a.draining).toBe(true);
+    const drained = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
+    expect(drained.status).toBe(503);
+    expect(drained.json.detail).toMatch(/draining/);
+  });
+
   it('refuses a 0.0.0.0 advertisement, a missing secret or Redis, and --workers without --redis; --role all ignores --redis', async () => {
     await expect(
       startUnityRelay({
