@@ -1,5 +1,9 @@
 import { defineConfig } from 'vitest/config';
 
+// Every `gamewire serve` a test spawns gets its admin endpoint on a free port, never 9100 (tests run
+// in parallel); a test that needs a given port sets GAMEWIRE_ADMIN_PORT itself.
+process.env.GAMEWIRE_ADMIN_PORT ??= '0';
+
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],

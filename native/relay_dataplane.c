@@ -51,6 +51,11 @@ typedef struct {
   uint32_t npeers;
   uint32_t cap_peers;
   uint8_t *peers; /* npeers * ID_LEN */
+  /* RELAYs forwarded here from (in) and to (out) this allocation, for the dashboard. */
+  uint64_t packets_in;
+  uint64_t bytes_in;
+  uint64_t packets_out;
+  uint64_t bytes_out;
 } entry_t;
 
 typedef struct {
@@ -175,6 +180,7 @@ enum {
   C_DROP_BACKLOG,
   C_DROP_SEND_FAILED,
   C_BATCHES,
+  C_BYTES_FORWARDED,
   C_COUNT
 };
 
@@ -232,6 +238,10 @@ static int fast_path(plane_t *p, const uint8_t *m, uint32_t len, const struct so
   entry_t *dst = table_find(&p->table, m + 20);
   if (dst == NULL || !dst->bound) return 0;
   src->last_seen_ms = now;
+  src->packets_in++;
+  src->bytes_in += len;
+  dst->packets_out++;
+  dst->bytes_out += len;
   memset(to, 0, sizeof(*to));
   to->sin_family = AF_INET;
   to->sin_addr.s_addr = dst->addr;
@@ -257,6 +267,7 @@ static void send_all(plane_t *p, uint32_t n) {
     /* This datagram cannot be sent (an unreachable peer, a full buffer): count it, go on. */
     __atomic_add_fetch(&p->counters[C_DROP_SEND_FAILED], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->counters[C_FORWARDED], 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&p->counters[C_BYTES_FORWARDED], p->siov[done].iov_len, __ATOMIC_RELAXED);
     done++;
   }
 }
@@ -325,7 +336,10 @@ static void *worker(void *arg) {
     }
     pthread_mutex_unlock(&p->lock);
     if (nsend > 0) {
+      uint64_t sent_bytes = 0;
+      for (uint32_t k = 0; k < nsend; k++) sent_bytes += p->siov[k].iov_len;
       __atomic_add_fetch(&p->counters[C_FORWARDED], nsend, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&p->counters[C_BYTES_FORWARDED], sent_bytes, __ATOMIC_RELAXED);
       send_all(p, nsend);
     }
     if (njs == 0) continue;
@@ -727,7 +741,41 @@ static napi_value js_now(napi_env env, napi_callback_info info) {
   return out;
 }
 
-/* stats(handle) → [received, forwarded, toJs, dropBadSource, dropBacklog, dropSendFailed, batches, tableSize] */
+/* counters(handle, id) → [packetsIn, bytesIn, packetsOut, bytesOut] forwarded here, or null. */
+static napi_value js_counters(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  plane_t *p = plane_arg(env, argv[0]);
+  const uint8_t *id;
+  if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
+  uint64_t c[4] = {0, 0, 0, 0};
+  int found = 0;
+  pthread_mutex_lock(&p->lock);
+  entry_t *e = table_find(&p->table, id);
+  if (e != NULL) {
+    found = 1;
+    c[0] = e->packets_in;
+    c[1] = e->bytes_in;
+    c[2] = e->packets_out;
+    c[3] = e->bytes_out;
+  }
+  pthread_mutex_unlock(&p->lock);
+  napi_value out;
+  if (!found) {
+    CHECK(napi_get_null(env, &out));
+    return out;
+  }
+  CHECK(napi_create_array_with_length(env, 4, &out));
+  for (uint32_t i = 0; i < 4; i++) {
+    napi_value v;
+    CHECK(napi_create_double(env, (double)c[i], &v));
+    CHECK(napi_set_element(env, out, i, v));
+  }
+  return out;
+}
+
+/* stats(handle) → [received, forwarded, toJs, dropBadSource, dropBacklog, dropSendFailed, batches, bytesForwarded, tableSize] */
 static napi_value js_stats(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
@@ -762,6 +810,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"lastSeen", NULL, js_last_seen, NULL, NULL, NULL, napi_default, NULL},
       {"now", NULL, js_now, NULL, NULL, NULL, napi_default, NULL},
       {"stats", NULL, js_stats, NULL, NULL, NULL, napi_default, NULL},
+      {"counters", NULL, js_counters, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props) != napi_ok) return NULL;
   return exports;

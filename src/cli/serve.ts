@@ -4,9 +4,18 @@
  * listens; stops cleanly on SIGINT/SIGTERM, at any moment, including during start-up.
  */
 import diagnosticsChannel from 'node:diagnostics_channel';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
 import type { Logger } from 'pino';
+import {
+  type AdminServer,
+  type AdminServerEntry,
+  type ReadyState,
+  startAdminServer,
+} from '../core/admin/server.js';
+import { packageRoot } from '../core/admin/static.js';
+import { codecDecoder } from '../core/admin/wire-json.js';
 import {
   checkConfigFile,
   checkValue,
@@ -19,7 +28,6 @@ import {
   valuesFromEnv,
 } from '../core/config.js';
 import { CommandError, ConfigError, UsageError } from '../core/errors.js';
-import { type OpsServer, type ReadyState, startOpsServer } from '../core/health.js';
 import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
@@ -128,6 +136,10 @@ export function addServeCommand(program: Command, protocols: readonly ProtocolMo
       o.default === undefined ? o.description : `${o.description} (default ${String(o.default)})`,
     );
   addOption(cmd, sectionOptions(0, [])[1]!, "the protocol's port (only when serving one protocol)");
+  // The admin endpoint's former names, still accepted; and the switch that turns it off.
+  cmd.addOption(new Option('--metrics-port <port>').hideHelp().argParser(flagParser(ADMIN_PORT)!));
+  cmd.addOption(new Option('--metrics-host <address>').hideHelp());
+  cmd.addOption(new Option('--no-admin', 'do not start the admin endpoint (dashboard, /api, /metrics)'));
   for (const o of protocolFlags(servers)) addOption(cmd, o);
   addRecordOptions(cmd);
   cmd.action(async (names: string[], flags: Record<string, unknown>) => {
@@ -152,6 +164,22 @@ export function addServeCommand(program: Command, protocols: readonly ProtocolMo
     }
     await runServers(protocols, selected, flags);
   });
+}
+
+const ADMIN_PORT = SERVE_OPTIONS.find((o) => o.key === 'adminPort')!;
+
+/** The package version, for `/api/session`. */
+function packageVersion(): string {
+  const root = packageRoot();
+  if (root === undefined) return '0.0.0';
+  try {
+    return (
+      (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { version?: string }).version ??
+      '0.0.0'
+    );
+  } catch {
+    return '0.0.0';
+  }
 }
 
 function isLoopback(host: string): boolean {
@@ -266,13 +294,13 @@ async function runServers(
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
 
-  const running: { name: string; server: RunningServer }[] = [];
+  const running: { name: string; server: RunningServer; startedAt: number; module: ProtocolModule }[] = [];
   const metrics: ProtocolMetrics[] = [];
-  let ops: OpsServer | undefined;
+  let admin: AdminServer | undefined;
   const recording = startRecording(flags);
   const stopAll = async () => {
     state = 'stopping';
-    await ops?.close().catch(() => {});
+    await admin?.close().catch(() => {});
     await Promise.allSettled(running.map((r) => r.server.close()));
     recording?.close();
   };
@@ -287,22 +315,28 @@ async function runServers(
     ...(checked?.values.get('serve') ?? {}),
     ...valuesFromEnv('serve', SERVE_OPTIONS),
   };
+  // The admin token's former environment variable.
+  const legacyToken = process.env.GAMEWIRE_SERVE_ADMIN_TOKEN;
+  if (serveValues.adminToken === undefined && legacyToken !== undefined && legacyToken !== '')
+    serveValues.adminToken = legacyToken;
   for (const o of SERVE_OPTIONS) {
     const v = flags[new Option(o.flag).attributeName()];
     if (v !== undefined) serveValues[o.key] = v;
   }
-  // The command-line contract's name for the same endpoint.
-  if (flags.metricsPort === undefined && flags.adminPort !== undefined)
-    serveValues.metricsPort = flags.adminPort;
-  const metricsHost = serveValues.metricsHost as string;
+  if (flags.adminPort === undefined && flags.metricsPort !== undefined)
+    serveValues.adminPort = flags.metricsPort;
+  if (flags.adminHost === undefined && flags.metricsHost !== undefined)
+    serveValues.adminHost = flags.metricsHost;
+  const adminOn = flags.admin !== false;
+  const adminHost = serveValues.adminHost as string;
   if (
-    serveValues.metricsPort !== undefined &&
-    !isLoopback(metricsHost) &&
-    serveValues.adminToken === undefined
+    adminOn &&
+    !isLoopback(adminHost) &&
+    (serveValues.adminToken === undefined || serveValues.adminToken === '')
   ) {
     throw new ConfigError(
-      `--metrics-host ${metricsHost} would expose the metrics endpoint beyond this machine: set --admin-token (or GAMEWIRE_SERVE_ADMIN_TOKEN), or bind 127.0.0.1`,
-      'serve.metricsHost',
+      `--admin-host ${adminHost} would expose the admin endpoint beyond this machine: set --admin-token (or GAMEWIRE_ADMIN_TOKEN), bind 127.0.0.1, or pass --no-admin`,
+      'serve.adminHost',
     );
   }
   // Values from flags were checked by their parsers; these re-checks cover config and environment.
@@ -346,35 +380,53 @@ async function runServers(
       } catch (err) {
         throw startFailure(p.name, err, options, p);
       }
-      running.push({ name: p.name, server });
+      running.push({ name: p.name, server, startedAt: Date.now(), module: p });
       plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {
         process.stdout.write(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
       }
     }
-    if (serveValues.metricsPort !== undefined && signalName === undefined) {
-      const host = serveValues.metricsHost as string;
+    if (adminOn && signalName === undefined) {
+      const port = serveValues.adminPort as number;
+      const entries = running.map((r, i): AdminServerEntry => {
+        const codec = r.module.codecs[0];
+        return {
+          protocol: r.name,
+          summary: r.module.summary,
+          startedAt: r.startedAt,
+          endpoints: r.server.endpoints,
+          metrics: metrics[i]!,
+          admin: r.server.admin,
+          decode: r.server.admin?.decode ?? (codec === undefined ? undefined : codecDecoder(codec)),
+        };
+      });
       try {
-        ops = await startOpsServer({
-          host,
+        admin = await startAdminServer({
+          host: adminHost,
+          port,
           token: serveValues.adminToken as string | undefined,
-          port: serveValues.metricsPort as number,
+          version: packageVersion(),
           metrics: () => metrics,
-          running: () => running.map((r) => r.name),
+          servers: () => (state === 'stopping' ? [] : entries),
           state: () => state,
         });
       } catch (err) {
         const e = err as NodeJS.ErrnoException;
         const why =
-          e.code === 'EADDRINUSE' ? `port ${String(serveValues.metricsPort)} is already in use` : e.message;
+          e.code === 'EADDRINUSE'
+            ? `port ${String(port)} is already in use`
+            : e.code === 'EADDRNOTAVAIL'
+              ? `address ${adminHost} is not available on this machine`
+              : e.message;
         throw new CommandError(
           'ERR_LISTEN',
-          `metrics endpoint ${host}:${String(serveValues.metricsPort)}: ${why}: choose another port with --metrics-port (config serve.metricsPort)`,
+          `admin endpoint ${adminHost}:${String(port)}: ${why}: choose another port with --admin-port (config serve.adminPort), or turn it off with --no-admin`,
           1,
           { cause: err },
         );
       }
-      process.stdout.write(`gamewire: metrics http ${host}:${ops.port} /metrics /health /ready\n`);
+      const shown = adminHost.includes(':') ? `[${adminHost}]` : adminHost;
+      process.stdout.write(`gamewire: admin http ${shown}:${admin.port} / /api /metrics /health /ready\n`);
     }
   } catch (err) {
     await stopAll();

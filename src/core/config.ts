@@ -324,28 +324,33 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     env: 'GAMEWIRE_LOG_LEVEL',
   },
   {
-    key: 'metricsPort',
-    flag: '--metrics-port <port>',
+    key: 'adminPort',
+    flag: '--admin-port <port>',
     description:
-      'serve /metrics, /health and /ready over HTTP on this port (off when unset); --admin-port is the same',
+      'admin endpoint: the dashboard, /api, /metrics, /health and /ready over HTTP (also GAMEWIRE_ADMIN_PORT; --metrics-port is the same; --no-admin turns it off)',
     type: 'int',
     unit: 'port',
-    aliases: ['adminPort'],
+    default: 9100,
+    env: 'GAMEWIRE_ADMIN_PORT',
+    aliases: ['metricsPort'],
   },
   {
-    key: 'metricsHost',
-    flag: '--metrics-host <address>',
-    description: 'bind address of the metrics endpoint; beyond loopback only with adminToken',
+    key: 'adminHost',
+    flag: '--admin-host <address>',
+    description:
+      'bind address of the admin endpoint; beyond loopback only with adminToken (--metrics-host is the same)',
     type: 'string',
     default: '127.0.0.1',
-    aliases: ['adminHost'],
+    aliases: ['metricsHost'],
   },
   {
     key: 'adminToken',
     flag: '--admin-token <token>',
-    description: 'require "Authorization: Bearer <token>" on /metrics (/health and /ready stay open)',
+    description:
+      'require this token on every admin request but /health and /ready (Bearer header, or once as /?token= in the browser; also GAMEWIRE_SERVE_ADMIN_TOKEN)',
     type: 'string',
     secret: true,
+    env: 'GAMEWIRE_ADMIN_TOKEN',
   },
 ];
 

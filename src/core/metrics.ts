@@ -8,6 +8,10 @@ export class ProtocolMetrics {
   received = 0;
   /** Datagrams or frames sent. */
   sent = 0;
+  /** Bytes of the datagrams or frames counted in `received` (as they arrived: headers included). */
+  bytesReceived = 0;
+  /** Bytes of the datagrams or frames counted in `sent`. */
+  bytesSent = 0;
   /** Connections currently open (TCP) or bindings currently live (UDP). */
   open = 0;
   /** Drops and closes by reason: `bad_hmac`, `malformed`, `rate_limited`, `idle_timeout`, … */
@@ -44,6 +48,8 @@ export class ProtocolMetrics {
     return {
       received: this.received,
       sent: this.sent,
+      bytesReceived: this.bytesReceived,
+      bytesSent: this.bytesSent,
       open: this.open,
       dropped: Object.fromEntries(this.dropped),
       closed: Object.fromEntries(this.closed),

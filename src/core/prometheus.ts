@@ -23,6 +23,18 @@ export const METRIC_DOCS: readonly { name: string; type: string; labels: string;
     help: 'Datagrams or frames sent',
   },
   {
+    name: 'gamewire_bytes_received_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Bytes of the datagrams or frames accepted',
+  },
+  {
+    name: 'gamewire_bytes_sent_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Bytes of the datagrams or frames sent',
+  },
+  {
     name: 'gamewire_dropped_total',
     type: 'counter',
     labels: 'protocol, reason',
@@ -91,6 +103,8 @@ export function createRegistry(
     });
   plain('gamewire_messages_received_total', 'Datagrams or frames accepted', (m) => m.received);
   plain('gamewire_messages_sent_total', 'Datagrams or frames sent', (m) => m.sent);
+  plain('gamewire_bytes_received_total', 'Bytes of the datagrams or frames accepted', (m) => m.bytesReceived);
+  plain('gamewire_bytes_sent_total', 'Bytes of the datagrams or frames sent', (m) => m.bytesSent);
   const fromMaps = (
     name: string,
     help: string,

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AdminSource } from './admin/source.js';
 import type { ProtocolMetrics } from './metrics.js';
 
 /**
@@ -54,6 +55,8 @@ export interface Endpoint {
 
 export interface RunningServer {
   endpoints: Endpoint[];
+  /** Live state, actions and wire tap for the admin endpoint (the dashboard), when the protocol offers them. */
+  admin?: AdminSource;
   /** Stops accepting, finishes in-flight writes, closes sockets. Idempotent. */
   close(): Promise<void>;
 }

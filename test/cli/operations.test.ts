@@ -69,7 +69,7 @@ function lastErrorLine(stderr: string): { code: string; message: string } {
 }
 
 describe('start-up failures stop everything and say what to do', () => {
-  it('a busy --metrics-port ends the process (no kill -9 needed), naming the flag and key', async () => {
+  it('a busy --admin-port ends the process (no kill -9 needed), naming the flag, the key and --no-admin', async () => {
     const r = await withBusyPort((busy) =>
       spawnCli([
         'serve',
@@ -78,7 +78,7 @@ describe('start-up failures stop everything and say what to do', () => {
         '127.0.0.1',
         '--port',
         '0',
-        '--metrics-port',
+        '--admin-port',
         String(busy),
         '--data-dir',
         dir,
@@ -91,7 +91,8 @@ describe('start-up failures stop everything and say what to do', () => {
     const e = lastErrorLine(r.stderr);
     expect(e.code).toBe('ERR_LISTEN');
     expect(e.message).toMatch(/already in use/);
-    expect(e.message).toMatch(/--metrics-port \(config serve\.metricsPort\)/);
+    expect(e.message).toMatch(/--admin-port \(config serve\.adminPort\)/);
+    expect(e.message).toMatch(/--no-admin/);
   });
 
   it('a game port in use is one line naming the port, the flag and the config key; no stack', async () => {
@@ -133,10 +134,15 @@ describe('start-up failures stop everything and say what to do', () => {
 
   it('logs start and stop at info, and the shutdown summary is one line', async () => {
     const file = config('all-ephemeral-2.json', ephemeralAll());
+    let interrupted = false;
     const r = await spawnCli(
       ['serve', '--config', file, '--data-dir', dir, '--log-level', 'info'],
       (out, child) => {
-        if (/gamewire: nox-relay/.test(out) && !child.killed) setTimeout(() => child.kill('SIGINT'), 200);
+        // Once: more output (the admin endpoint's line) must not send a second SIGINT.
+        if (/gamewire: admin http/.test(out) && !interrupted) {
+          interrupted = true;
+          setTimeout(() => child.kill('SIGINT'), 200);
+        }
       },
     );
     expect(r.code, r.stderr).toBe(0);
@@ -258,10 +264,15 @@ describe('usage errors exit 2 with the valid choices, never help text or a stack
     expect(errorOf(r).message).toMatch(/fatal, error, warn, info, debug, trace, silent/);
   });
 
-  it('a metrics endpoint beyond loopback needs an admin token', () => {
-    const r = runCli(['serve', 'rmc', '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--data-dir', dir]);
-    expect(r.code).toBe(2);
-    expect(errorOf(r).message).toMatch(/--admin-token \(or GAMEWIRE_SERVE_ADMIN_TOKEN\)/);
+  it('an admin endpoint beyond loopback needs an admin token (also under its former flag names)', () => {
+    for (const args of [
+      ['--admin-host', '0.0.0.0'],
+      ['--metrics-port', '0', '--metrics-host', '0.0.0.0'],
+    ]) {
+      const r = runCli(['serve', 'rmc', ...args, '--data-dir', dir]);
+      expect(r.code).toBe(2);
+      expect(errorOf(r).message).toMatch(/--admin-token \(or GAMEWIRE_ADMIN_TOKEN\)/);
+    }
   });
 
   it('--port 70000 is a usage error (exit 2)', () => {

@@ -13,6 +13,19 @@ export interface CliResult {
   stderr: string;
 }
 
+/**
+ * The environment for a spawned `gamewire`: the admin endpoint on a free port (never 9100: many
+ * `serve` processes run in parallel) unless the test set GAMEWIRE_ADMIN_PORT itself.
+ */
+export function cliEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    GAMEWIRE_ADMIN_PORT: process.env.GAMEWIRE_ADMIN_PORT ?? '0',
+    NO_COLOR: '1',
+    ...extra,
+  };
+}
+
 /** Runs `gamewire …` to completion with optional stdin (text or raw bytes). */
 export function runCli(args: readonly string[], input?: string | Buffer, timeoutMs = 60_000): CliResult {
   const r = spawnSync(process.execPath, [BIN, ...args], {
@@ -21,7 +34,7 @@ export function runCli(args: readonly string[], input?: string | Buffer, timeout
     input: typeof input === 'string' ? Buffer.from(input, 'utf8') : input,
     encoding: 'buffer',
     timeout: timeoutMs,
-    env: { ...process.env, NO_COLOR: '1' },
+    env: cliEnv(),
   });
   return { code: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
 }

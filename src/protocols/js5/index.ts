@@ -1,11 +1,13 @@
 /**
  * JS5: the RuneScape cache download protocol and on-disk cache. See docs/js5.md.
  */
+
 import fs from 'node:fs';
 import path from 'node:path';
 import { UsageError } from '../../core/errors.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { RunningServer, ServerContext } from '../../core/server.js';
+import { js5Admin } from './admin.js';
 import { createDemoCache, type DemoProfile } from './cache/demo.js';
 import { MASTER_INDEX_FORMATS } from './cache/master-index.js';
 import { openStore } from './cache/store.js';
@@ -110,10 +112,11 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
   }
   const missing = String(options.missingGroup ?? 'close');
   if (missing !== 'close' && missing !== 'drop') throw new UsageError('--missing-group takes close or drop');
+  const store = openStore(dir);
   const server = new Js5Server({
     host: String(options.host ?? '0.0.0.0'),
     port: Number(options.port ?? 43594),
-    store: openStore(dir),
+    store,
     profile,
     build,
     ...(opt(options, 'masterIndex') === undefined
@@ -145,6 +148,7 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
         description: `JS5 (profile ${profile}, build ${build}, ${server.responses.groups} groups)`,
       },
     ],
+    admin: js5Admin(server, store),
     close: () => server.close(),
   };
 }

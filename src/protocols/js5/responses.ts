@@ -40,6 +40,8 @@ export class ResponseSource {
   readonly stats = { hits: 0, misses: 0, evictions: 0, readErrors: 0 };
   /** Total bytes of every framed group listed by the indexes (known after start). */
   groups = 0;
+  /** The archives the master index lists, with their CRC, version and group count (the dashboard). */
+  readonly archives: { id: number; crc: number; version: number; groups: number }[] = [];
 
   constructor(store: Store, options: ResponseSourceOptions) {
     this.store = store;
@@ -54,11 +56,14 @@ export class ResponseSource {
       this.pinned.set(requestKey(255, archive), frameResponse(255, archive, stored));
       this.valid.add(requestKey(255, archive));
       const index = readIndex(decodeContainer(stored, 'none').data);
+      let groups = 0;
       for (const g of index.groups) {
         if (g.id > 0xffff) continue;
         this.valid.add(requestKey(archive, g.id));
         this.groups++;
+        groups++;
       }
+      this.archives.push({ id: archive, crc: entry.checksum, version: entry.version, groups });
     });
     if (options.preload) this.preloadAll();
   }

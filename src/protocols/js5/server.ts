@@ -28,6 +28,7 @@ import {
   listenFramedTcp,
 } from '../../core/framed-tcp.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import type { WireTap } from '../../core/wire-tap.js';
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
 import { type FrameMeasure, fixedFrames } from '../../wire/framing.js';
 import { WireReader } from '../../wire/reader.js';
@@ -109,7 +110,10 @@ export const DEFAULT_MAX_INPUT_BYTES_PER_IP = 1024 * 1024;
 const MODE_HANDSHAKE = 0;
 const MODE_JS5 = 1;
 
+let nextSessionId = 1;
+
 class Session {
+  readonly id = nextSessionId++;
   readonly conn: FramedConnection;
   readonly ip: string;
   readonly acceptedAt = Date.now();
@@ -125,6 +129,8 @@ class Session {
   currentOffset = 0;
   currentPrefetch = false;
   closed = false;
+  /** Response bytes written to this connection (the dashboard). */
+  bytesServed = 0;
 
   constructor(conn: FramedConnection) {
     this.conn = conn;
@@ -162,6 +168,8 @@ export class Js5Server {
   };
   private readonly options: Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
   private readonly sessions = new Set<Session>();
+  /** The admin endpoint's wire view; one boolean check per request and response otherwise. */
+  wireTap: WireTap | undefined;
   private tcp: FramedTcpServer | undefined;
   private closing = false;
   private readonly reader = new WireReader();
@@ -332,6 +340,39 @@ export class Js5Server {
     };
   }
 
+  /** The connections now, for the dashboard (built when asked). */
+  connectionList(): {
+    id: number;
+    remote: string;
+    js5: boolean;
+    urgentQueued: number;
+    prefetchQueued: number;
+    inFlight: number;
+    bytesServed: number;
+    since: number;
+  }[] {
+    return [...this.sessions].map((s) => ({
+      id: s.id,
+      remote: `${s.ip}:${s.conn.remotePort}`,
+      js5: s.mode === MODE_JS5,
+      urgentQueued: s.urgent.length,
+      prefetchQueued: s.prefetch.length,
+      inFlight: s.current === undefined ? 0 : 1,
+      bytesServed: s.bytesServed,
+      since: s.acceptedAt,
+    }));
+  }
+
+  /** Closes connection `id` (the dashboard's disconnect); false when there is none. */
+  disconnect(id: number): boolean {
+    for (const s of this.sessions)
+      if (s.id === id) {
+        this.drop(s, 'admin_disconnect');
+        return true;
+      }
+    return false;
+  }
+
   /** Closes `s` at once (what was queued for it is dropped). */
   private drop(s: Session, reason: string): void {
     if (s.closed) return;
@@ -357,9 +398,11 @@ export class Js5Server {
 
   private onFrame(s: Session, buf: Buffer, start: number, end: number): boolean {
     if (s.closed || s.draining) return false;
+    if (this.wireTap?.armed) this.wireTap.record('client', s.id, 'tcp', buf, start, end);
     if (s.mode === MODE_HANDSHAKE) return this.onHandshake(s, buf, start);
     const m = this.options.metrics;
     m.received++;
+    m.bytesReceived += end - start;
     const req = Js5Request.read(this.reader.reset(buf, start, end));
     switch (req.type) {
       case 'urgent': {
@@ -506,6 +549,8 @@ export class Js5Server {
       if (conn.queuedBytes < this.options.maxBufferedBytes) s.lastActivity = Date.now();
       this.stats.turns++;
       this.stats.bytesSent += sent;
+      s.bytesServed += sent;
+      this.options.metrics.bytesSent += sent;
       this.options.metrics.count('bytes_sent', sent);
     }
     return sent;
@@ -533,6 +578,8 @@ export class Js5Server {
       s.current = framed;
       s.currentOffset = 0;
       s.currentPrefetch = !urgent;
+      // The logical response, before the prefetch flag and XOR (docs/dashboard-api.md).
+      if (this.wireTap?.armed) this.wireTap.record('server', s.id, 'tcp', framed);
       return true;
     }
   }

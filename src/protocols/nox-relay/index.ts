@@ -2,9 +2,11 @@
  * NoxVR Relay v1 (`nox-relay`): codec, server (TCP+UDP on one port), client and bot swarm.
  * See docs/nox-relay.md.
  */
+
 import { readFileSync } from 'node:fs';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { ServeOption, ServerDefinition } from '../../core/server.js';
+import { noxRelayAdmin } from './admin.js';
 import { registerCommands } from './cli.js';
 import { noxRelayCodec } from './codec.js';
 import { DEFAULT_PORT } from './constants.js';
@@ -151,7 +153,8 @@ const server: ServerDefinition = {
       { port: relay.port, instances: relay.instances.size, offline: relay.offline },
       'nox-relay listening',
     );
-    return { endpoints, close: () => relay.close() };
+    const admin = noxRelayAdmin(relay);
+    return { endpoints, admin, close: () => relay.close().finally(() => admin.wire?.close()) };
   },
 };
 

@@ -4,6 +4,7 @@
  * address cookies), reassembly.ts (Segmentation), dispatch.ts (a packet to its handler) and
  * handlers/ (the messages), which see the server only through the RelayContext interface.
  */
+
 import type dgram from 'node:dgram';
 import type { Logger } from 'pino';
 import {
@@ -17,6 +18,7 @@ import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint } from '../../core/server.js';
 import { addressKey } from '../../core/tcp.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
+import type { WireTap } from '../../core/wire-tap.js';
 import { type FrameMeasure, WireReader, WireWriter } from '../../wire/index.js';
 import { type Authenticator, masterAuthenticator, offlineAuthenticator } from './auth.js';
 import { PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
@@ -46,6 +48,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   readonly clients = new Map<number, RelayClient>();
   readonly authenticate: Authenticator;
   readonly reassembly: Reassembly;
+  /** The admin endpoint's wire view (set before start); one boolean check per packet otherwise. */
+  wireTap: WireTap | undefined;
   /** Scratch writer for the transform fan-out (hot path). */
   readonly fanWriter = new WireWriter({ initialCapacity: 256 });
   private readonly admission: UdpAdmission;
@@ -297,6 +301,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   private register(client: RelayClient): void {
     this.clients.set(client.id, client);
+    client.wireTap = this.wireTap;
     let shared = this.addressBuckets.get(client.addressKey);
     if (shared === undefined) {
       const rate = this.options.maxRequestsPerSecondPerIp;
@@ -478,6 +483,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     this.register(client);
     this.metrics.received++;
+    this.metrics.bytesReceived += msg.length;
+    if (this.wireTap?.armed) this.wireTap.record('client', client.id, 'udp', msg);
     client.allowRequest(client.createdAt);
     try {
       dispatch(this, client, uid, hs, 0);
@@ -529,6 +536,9 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   onPacket(client: RelayClient, buf: Buffer, start: number, end: number, depth: number): void {
     if (client.closed) return;
     this.metrics.received++;
+    // Bytes once, as they arrived: inner packets (Reliable, reassembled segments) are already in.
+    if (depth === 0) this.metrics.bytesReceived += end - start;
+    if (this.wireTap?.armed) this.wireTap.record('client', client.id, client.transport, buf, start, end);
     const now = performance.now();
     if (!client.allowRequest(now)) {
       this.metrics.drop(DropReason.RateLimited);

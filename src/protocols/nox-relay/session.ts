@@ -2,9 +2,11 @@
  * One connected client (a TCP connection, or a UDP source address), its state, its send path
  * with per-connection priorities, and its segmentation sessions.
  */
+
 import type dgram from 'node:dgram';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { addressKey } from '../../core/tcp.js';
+import type { WireTap } from '../../core/wire-tap.js';
 import { Priority } from './constants.js';
 import type { Player } from './instances.js';
 import type { CongestionLimits } from './options.js';
@@ -116,6 +118,8 @@ export class RelayClient {
   udpBytesIn = 0;
   udpBytesOut = 0;
   closed = false;
+  /** The server's wire tap (the admin endpoint's wire view). */
+  wireTap: WireTap | undefined = undefined;
   /** This client's request budget. */
   private readonly requests: RateBucket;
   /** The request budget of every client of this address together (shared; set by the server). */
@@ -247,6 +251,8 @@ export class RelayClient {
         this.congestedSince = 0;
       }
       this.metrics.sent++;
+      this.metrics.bytesSent += bytes.length;
+      if (this.wireTap?.armed) this.wireTap.record('server', this.id, 'tcp', bytes);
       this.socket.write(bytes);
       return true;
     }
@@ -261,6 +267,8 @@ export class RelayClient {
     this.udpQueued = q + bytes.length;
     if (!this.addressProven) this.udpBytesOut += bytes.length;
     this.metrics.sent++;
+    this.metrics.bytesSent += bytes.length;
+    if (this.wireTap?.armed) this.wireTap.record('server', this.id, 'udp', bytes);
     this.udp!.send(bytes, this.port, this.ip);
     return true;
   }

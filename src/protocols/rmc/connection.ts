@@ -22,6 +22,8 @@ export interface RmcConnection {
   readonly transport: string;
   readonly remoteAddress: string;
   readonly remotePort: number;
+  /** When the transport opened it (ms since the epoch). */
+  readonly openedAt: number;
   /** Set by LoginProtocol (or your own protocol) once the client is authenticated. */
   user: RmcUser | undefined;
   /** The client's station URLs as registered with LoginProtocol::Register_V1. */
@@ -58,6 +60,8 @@ let nextConnectionId = 1;
 /** The dispatcher's connection state (handlers see it as `RmcConnection`). */
 export class Connection implements RmcConnection {
   readonly id = nextConnectionId++;
+  /** When the transport opened it (ms since the epoch), for the dashboard. */
+  readonly openedAt = Date.now();
   readonly transport: string;
   readonly remoteAddress: string;
   readonly remotePort: number;

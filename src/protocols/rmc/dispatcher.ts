@@ -16,11 +16,20 @@
  */
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
-import { DeclarationError, DecodeError, type DecodeLimits, ErrorCode, WireReader } from '../../wire/index.js';
+import type { WireTap } from '../../core/wire-tap.js';
+import {
+  DeclarationError,
+  DecodeError,
+  type DecodeLimits,
+  ErrorCode,
+  WireReader,
+  type WireWriter,
+} from '../../wire/index.js';
 import { Connection, type ConnectionInfo, type RmcConnection, type RmcSink } from './connection.js';
 import { encodeString, matchAt, readClassVersions, writeFailure } from './envelope.js';
 import { RmcError } from './errors.js';
 import { beginFrame, endFrame, type RmcVariant, readProtocolId, writeProtocolId } from './messages.js';
+import { RecentCalls } from './recent-calls.js';
 import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
 import { shortMethodName } from './signature.js';
 import { type ClassVersion, qString } from './types.js';
@@ -40,6 +49,8 @@ export interface CallContext {
   readonly protocolId: number | undefined;
   readonly methodId: number | undefined;
   readonly log: Logger;
+  /** `performance.now()` when the call arrived (the dashboard's call latency). */
+  readonly receivedAt: number;
 }
 
 export type Handler<M extends MethodDef> = (
@@ -107,6 +118,10 @@ export class RmcDispatcher {
   private readonly maxTracked: number;
   private readonly connections = new Set<Connection>();
   private lastProtocol: RegisteredProtocol | undefined = undefined;
+  /** The last calls answered (the dashboard's recent calls). */
+  readonly recentCalls = new RecentCalls(200);
+  /** The admin endpoint's wire view; one boolean check per frame while nobody watches. */
+  wireTap: WireTap | undefined;
 
   constructor(options: DispatcherOptions) {
     this.log = options.log;
@@ -165,6 +180,11 @@ export class RmcDispatcher {
     return new Map(this.unimplementedSeen);
   }
 
+  /** The connections open now (the dashboard's list). */
+  liveConnections(): IterableIterator<RmcConnection> {
+    return this.connections.values();
+  }
+
   /** Opens a connection for a transport. */
   open(info: ConnectionInfo, sink: RmcSink): RmcConnection {
     const c = new Connection(info, sink, this.log);
@@ -186,6 +206,7 @@ export class RmcDispatcher {
    */
   handleFrame(connection: RmcConnection, buf: Buffer, start: number, end: number): void {
     const conn = connection as Connection;
+    if (this.wireTap?.armed) this.wireTap.record('client', conn.id, conn.transport, buf, start, end);
     const r = this.reader;
     r.reset(buf, start, end);
     if (r.u32le() !== end - start - 4) {
@@ -256,6 +277,7 @@ export class RmcDispatcher {
       protocolId: undefined,
       methodId: undefined,
       log: this.log,
+      receivedAt: performance.now(),
     };
     this.call(conn, r, ctx, p, m);
   }
@@ -294,6 +316,7 @@ export class RmcDispatcher {
       protocolId,
       methodId,
       log: this.log,
+      receivedAt: performance.now(),
     };
     this.call(conn, r, ctx, p, m);
   }
@@ -413,7 +436,7 @@ export class RmcDispatcher {
       this.writeError(conn, ctx, new RmcError('Core', 0x05, 'results could not be encoded'));
       return;
     }
-    this.metrics.sent++;
+    this.answered(conn, ctx, w, frameStart, '', 0);
     conn.sink.commit();
   }
 
@@ -475,7 +498,23 @@ export class RmcDispatcher {
         return;
       }
     }
-    this.metrics.sent++;
+    this.answered(conn, ctx, w, frameStart, err.namespace, err.code);
     conn.sink.commit();
+  }
+
+  /** Counts an answer just written at `w[frameStart..]`, remembers the call, shows it to the wire view. */
+  private answered(
+    conn: Connection,
+    ctx: CallContext,
+    w: WireWriter,
+    frameStart: number,
+    errorNamespace: string,
+    errorCode: number,
+  ): void {
+    this.metrics.sent++;
+    this.metrics.bytesSent += w.offset - frameStart;
+    this.recentCalls.record(conn.id, ctx.protocol, ctx.method, ctx.receivedAt, errorNamespace, errorCode);
+    if (this.wireTap?.armed)
+      this.wireTap.record('server', conn.id, conn.transport, w.buf, frameStart, w.offset);
   }
 }

@@ -8,6 +8,7 @@ import { ConfigError, UsageError } from '../../core/errors.js';
 import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { ServeOption } from '../../core/server.js';
+import { rmcAdmin } from './admin.js';
 import { registerCommands } from './cli.js';
 import { rmcCodec } from './codec.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from './fleet/control-plane.js';
@@ -328,7 +329,14 @@ export const rmc: ProtocolModule = {
             ? {}
             : { secureUrl: stringOption(options, 'secureUrl', 'rmcSecureUrl')! }),
         });
-        return fleet;
+        return Object.assign(fleet, {
+          admin: rmcAdmin({
+            dispatcher: server.dispatcher,
+            variant: profileOf(options) === 'classic' ? 'classic' : 'hyperscape',
+            listSessions: () => fleet.listSessions(),
+            ...(role === 'auth' ? {} : { drain: () => fleet.drain() }),
+          }),
+        });
       }
       let draining = false;
       const store = new MemoryStore(stringOption(options, 'store', 'rmcStore'), {
@@ -369,9 +377,16 @@ export const rmc: ProtocolModule = {
         close: async (graceMs?: number) => {
           await listening.close(graceMs);
           await store.close();
+          admin.wire?.close();
         },
       };
-      return alone;
+      // Alone, draining steers nothing away: the dashboard's drain answers 409.
+      const admin = rmcAdmin({
+        dispatcher: server.dispatcher,
+        variant: profileOf(options) === 'classic' ? 'classic' : 'hyperscape',
+        listSessions: () => sessions.listSessions(),
+      });
+      return Object.assign(alone, { admin });
     },
   },
   registerCommands,

@@ -239,6 +239,7 @@ export class RmcServer {
     return {
       onFrame(buf, start, end) {
         metrics.received++;
+        metrics.bytesReceived += end - start;
         inFlight++;
         dispatcher.handleFrame(conn, buf, start, end);
         // Too many calls unanswered: hold delivery until half of them are.

@@ -192,6 +192,15 @@ export interface Allocation {
   joinCode: string | undefined;
   /** Who asked for it (the API client's address), for the per-address cap; '' when unknown. */
   readonly owner: string;
+  /**
+   * Messages and bytes the JavaScript relay handled from (`In`) and to (`Out`) this allocation,
+   * for the dashboard: plain integer adds. RELAYs the native data plane forwards are not in
+   * these (they never reach JavaScript); see docs/dashboard-api.md.
+   */
+  packetsIn: number;
+  bytesIn: number;
+  packetsOut: number;
+  bytesOut: number;
 }
 
 export interface JoinCode {
@@ -370,6 +379,12 @@ export class AllocationStore {
     this.joinCodes.set(code, jc);
     host.joinCode = code;
     return jc;
+  }
+
+  /** Join codes still valid (for the dashboard). */
+  *liveJoinCodes(): IterableIterator<JoinCode> {
+    const now = this.now();
+    for (const jc of this.joinCodes.values()) if (jc.expiresAt > now && jc.host.state !== 'expired') yield jc;
   }
 
   lookupJoinCode(code: string): JoinCode | undefined {
@@ -625,6 +640,10 @@ export class AllocationStore {
       peers: new Set(),
       joinCode: undefined,
       owner,
+      packetsIn: 0,
+      bytesIn: 0,
+      packetsOut: 0,
+      bytesOut: 0,
     };
     this.bySlot.set(slot, a);
     if (owner !== '') this.byOwner.set(owner, (this.byOwner.get(owner) ?? 0) + 1);

@@ -36,6 +36,7 @@ interface Addon {
   lastSeen(handle: unknown, id: Uint8Array): number;
   now(): number;
   stats(handle: unknown): number[];
+  counters(handle: unknown, id: Uint8Array): number[] | null;
 }
 
 /** Counters kept by the native side. */
@@ -54,6 +55,8 @@ export interface NativeDataplaneStats {
   dropSendFailed: number;
   /** recvmmsg calls that returned datagrams. */
   batches: number;
+  /** Bytes of the RELAY datagrams forwarded without entering JavaScript. */
+  bytesForwarded: number;
   /** Allocations in the native table. */
   tableSize: number;
 }
@@ -230,6 +233,15 @@ export class NativeRelaySocket extends EventEmitter {
     return t < 0 ? undefined : Math.max(0, this.addon.now() - t);
   }
 
+  /** RELAYs the native side forwarded from and to allocation `id` (none once closed or forgotten). */
+  counters(
+    id: Uint8Array,
+  ): { packetsIn: number; bytesIn: number; packetsOut: number; bytesOut: number } | undefined {
+    if (this.closed) return undefined;
+    const c = this.addon.counters(this.handle, id);
+    return c === null ? undefined : { packetsIn: c[0]!, bytesIn: c[1]!, packetsOut: c[2]!, bytesOut: c[3]! };
+  }
+
   stats(): NativeDataplaneStats {
     const s = this.finalStats ?? this.addon.stats(this.handle);
     return {
@@ -240,7 +252,8 @@ export class NativeRelaySocket extends EventEmitter {
       dropBacklog: s[4]!,
       dropSendFailed: s[5]!,
       batches: s[6]!,
-      tableSize: s[7]!,
+      bytesForwarded: s[7]!,
+      tableSize: s[8]!,
     };
   }
 
@@ -272,6 +285,8 @@ export class NativeRelaySocket extends EventEmitter {
 export class NativeDataplaneMirror implements AllocationObserver {
   readonly socket: NativeRelaySocket;
   private last: NativeDataplaneStats;
+  /** While true, no binding is forwarded natively: JavaScript sees every RELAY (the dashboard's wire view). */
+  private paused = false;
 
   constructor(socket: NativeRelaySocket) {
     this.socket = socket;
@@ -279,8 +294,19 @@ export class NativeDataplaneMirror implements AllocationObserver {
   }
 
   bound(a: Allocation): void {
-    if (a.link?.transport === 'udp' && isIPv4(a.address)) this.socket.bind(a.id, a.address, a.port);
+    if (!this.paused && a.link?.transport === 'udp' && isIPv4(a.address))
+      this.socket.bind(a.id, a.address, a.port);
     else this.socket.unbind(a.id);
+  }
+
+  /**
+   * Hands every binding to JavaScript (`paused`) or back to the native side. The links stay in
+   * the native table either way; only "bound here" changes.
+   */
+  setPaused(paused: boolean, store: AllocationStore): void {
+    if (paused === this.paused) return;
+    this.paused = paused;
+    for (const a of store.live()) if (a.state === 'bound') this.bound(a);
   }
 
   unbound(a: Allocation, expired: boolean): void {
@@ -318,6 +344,8 @@ export class NativeDataplaneMirror implements AllocationObserver {
     const forwarded = d('forwarded');
     metrics.received += forwarded + d('dropBadSource') + d('dropBacklog') + d('dropSendFailed');
     metrics.sent += forwarded;
+    metrics.bytesReceived += d('bytesForwarded');
+    metrics.bytesSent += d('bytesForwarded');
     addDrops(metrics, 'bad_source_address', d('dropBadSource'));
     addDrops(metrics, 'native_backlog', d('dropBacklog'));
     addDrops(metrics, 'send_failed', d('dropSendFailed'));

@@ -12,6 +12,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import type { WireTap } from '../../core/wire-tap.js';
 import { WireReader } from '../../wire/reader.js';
 import { type Allocation, type AllocationStore, nonceIsNewer } from './allocations.js';
 import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
@@ -98,6 +99,8 @@ export class RelayServer {
   private readonly nativeMirror: RelayOptions['nativeMirror'];
   /** The source of the UDP datagram being handled (reused; see links.ts). */
   private readonly udpSource: UdpSource;
+  /** The admin endpoint's wire view; one boolean check per message while nobody watches. */
+  wireTap: WireTap | undefined;
 
   constructor(
     socket: RelayUdpSocket,
@@ -141,6 +144,9 @@ export class RelayServer {
 
   private readonly onMessage = (msg: Buffer, rinfo: { address: string; port: number }): void => {
     this.metrics.received++;
+    this.metrics.bytesReceived += msg.length;
+    if (this.wireTap?.armed && this.wireTap.sample())
+      this.wireTap.keep('client', `${rinfo.address}:${rinfo.port}`, 'udp', msg);
     try {
       this.handle(msg, rinfo.address, rinfo.port);
     } catch (err) {
@@ -164,6 +170,9 @@ export class RelayServer {
    */
   handleFrom(msg: Buffer, link: RelayLink): void {
     this.metrics.received++;
+    this.metrics.bytesReceived += msg.length;
+    if (this.wireTap?.armed && this.wireTap.sample())
+      this.wireTap.keep('client', `${link.address}:${link.port}`, link.transport, msg);
     try {
       this.dispatch(msg, link);
     } catch (err) {
@@ -235,6 +244,8 @@ export class RelayServer {
       return undefined;
     }
     a.lastSeen = this.store.now();
+    a.packetsIn++;
+    a.bytesIn += msg.length;
     return a;
   }
 
@@ -261,6 +272,8 @@ export class RelayServer {
       this.metrics.drop('peer_not_bound');
       return;
     }
+    to.packetsOut++;
+    to.bytesOut += msg.length;
     this.forward(msg, link);
   }
 
@@ -278,7 +291,15 @@ export class RelayServer {
       return;
     }
     link.send(msg);
+    this.countSent(msg, link);
+  }
+
+  /** Counts a message sent on `link`, and shows it to the wire view when someone watches. */
+  private countSent(msg: Buffer, link: RelayLink): void {
     this.metrics.sent++;
+    this.metrics.bytesSent += msg.length;
+    if (this.wireTap?.armed && this.wireTap.sample())
+      this.wireTap.keep('server', `${link.address}:${link.port}`, link.transport, msg);
   }
 
   private onPing(msg: Buffer, src: RelayLink): void {
@@ -286,10 +307,13 @@ export class RelayServer {
       this.metrics.drop('bad_length');
       return;
     }
-    if (this.sender(msg, 4, src) === undefined) return;
+    const from = this.sender(msg, 4, src);
+    if (from === undefined) return;
     // Echo as received: UTP only needs some valid message back to stay "alive".
     src.send(msg);
-    this.metrics.sent++;
+    from.packetsOut++;
+    from.bytesOut += msg.length;
+    this.countSent(msg, src);
   }
 
   /** Per-source budget for messages that cost an HMAC; checked before computing any. */
@@ -364,7 +388,7 @@ export class RelayServer {
           : new UdpLink(this.socket, src.address, src.port, this.maxDatagram);
     this.store.bind(a, src.address, src.port, bind.nonce, link);
     src.send(BIND_RECEIVED_BYTES);
-    this.metrics.sent++;
+    this.countSent(BIND_RECEIVED_BYTES, src);
   }
 
   private onConnectRequest(msg: Buffer, src: RelayLink): void {
@@ -443,6 +467,19 @@ export class RelayServer {
     this.end(a, this.store.unbind(a), true, 'close');
   }
 
+  /** The dashboard's disconnect: unbinds `a` as its CLOSE would (its peers get a DISCONNECT). */
+  unbindNow(a: Allocation): void {
+    if (a.state !== 'bound') return;
+    this.end(a, this.store.unbind(a), true, 'admin_disconnect');
+  }
+
+  /** The dashboard's end: expires `a` now, as the idle timeout would. */
+  expireNow(a: Allocation): void {
+    if (a.state === 'expired') return;
+    const wasBound = a.state === 'bound';
+    this.end(a, this.store.expire(a), wasBound, 'admin_end');
+  }
+
   private sweep(): void {
     try {
       if (this.nativeMirror !== undefined) {
@@ -490,6 +527,6 @@ export class RelayServer {
       return;
     }
     src.send(bytes);
-    this.metrics.sent++;
+    this.countSent(bytes, src);
   }
 }

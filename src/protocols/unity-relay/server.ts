@@ -22,6 +22,7 @@ import { connectRedis, type RedisConnection } from '../../core/redis.js';
 import type { Endpoint, RunningServer, ServerContext, ServerDefinition } from '../../core/server.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { DtlsServerOptions } from '../../transports/dtls/index.js';
+import { allocatorAdmin, relayAdmin } from './admin.js';
 import { AllocationStore, checkNodeId, RelayCredentials, type StoreOptions } from './allocations.js';
 import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
 import { type DtlsEndpoint, startDtlsEndpoint } from './dtls.js';
@@ -437,7 +438,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       description: 'allocation API (/v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
     });
   const nodePresence = presence;
-  return {
+  const fleetAdmin: FleetAdmin = {
     role: fleet === undefined ? 'all' : 'relay',
     nodeId,
     get draining() {
@@ -449,6 +450,18 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       await nodePresence?.drain();
     },
     fleet: async () => (fleetNodes === undefined ? undefined : fleetNodes()),
+  };
+  const admin = relayAdmin({ relay, store, dataplane: plane.use, nativeMirror, fleet: fleetAdmin });
+  closers.push(async () => admin.wire?.close());
+  return {
+    admin,
+    role: fleetAdmin.role,
+    nodeId,
+    get draining() {
+      return draining;
+    },
+    drain: fleetAdmin.drain,
+    fleet: fleetAdmin.fleet,
     relay,
     dataplane: plane.use,
     dataplaneReason: plane.reason,
@@ -583,7 +596,7 @@ export async function startUnityRelayAllocator(
   const address = api.server.address();
   const apiPort = typeof address === 'object' && address !== null ? address.port : 0;
   let closing: Promise<void> | undefined;
-  return {
+  const instance: UnityRelayAllocatorInstance = {
     role: 'allocator',
     nodeId: undefined,
     get draining() {
@@ -618,6 +631,8 @@ export async function startUnityRelayAllocator(
       return closing;
     },
   };
+  instance.admin = allocatorAdmin(instance);
+  return instance;
 }
 
 /** The API limits set by `serve` options. */

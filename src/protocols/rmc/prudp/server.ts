@@ -197,6 +197,7 @@ export class PrudpServer {
     const s = this.socket;
     if (s === undefined) return;
     this.metrics.sent++;
+    this.metrics.bytesSent += datagram.length;
     try {
       s.send(datagram, peer.port, peer.address);
     } catch (err) {
@@ -219,8 +220,10 @@ export class PrudpServer {
     let off = 0;
     try {
       while (off < msg.length) {
+        const from = off;
         off = readPacket(msg, off, peer.checksum, p);
         this.metrics.received++;
+        this.metrics.bytesReceived += off - from;
         this.onPacket(peer, p);
         if (this.peers.get(key) !== peer) return;
         // Only a packet that states its size can be followed by another.
@@ -271,6 +274,7 @@ export class PrudpServer {
       return;
     }
     this.metrics.received++;
+    this.metrics.bytesReceived += msg.length;
     const o = this.o;
     if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen)) {
       this.metrics.drop('prudp_half_open_limit');

@@ -1,0 +1,38 @@
+/**
+ * What a running server gives the admin endpoint (docs/dashboard-api.md): its live state, built
+ * only when asked; the actions it supports; and its wire tap. Protocols fill this in; the admin
+ * HTTP server (src/core/admin/server.ts) never knows any protocol.
+ */
+import type { Json } from '../../wire/codec.js';
+import type { WireTap } from '../wire-tap.js';
+import type { WireDecoder } from './wire-json.js';
+
+/** What an action answers: done, or an HTTP status with a reason. */
+export type AdminActionResult = { ok: true } | { status: 400 | 404 | 409; error: string };
+
+/** One action on one object (`id` is the path's `:id`, absent for server-wide actions). */
+export type AdminAction = (id: string | undefined) => AdminActionResult | Promise<AdminActionResult>;
+
+export interface AdminActions {
+  /** `POST /api/servers/:protocol/connections/:id/disconnect` (unity-relay: an allocation id, unbound like a CLOSE). */
+  disconnect?: AdminAction;
+  /** `POST /api/servers/unity-relay/allocations/:id/end`. */
+  endAllocation?: AdminAction;
+  /** `POST /api/servers/nox-relay/instances/:id/end`. */
+  endInstance?: AdminAction;
+  /** `POST /api/servers/:protocol/drain`. */
+  drain?: AdminAction;
+}
+
+export interface AdminSource {
+  /** The protocol's state object (see the contract); built on each call, never kept up to date. */
+  state(): Json | Promise<Json>;
+  actions: AdminActions;
+  /** The server's wire tap, when it has one. */
+  wire?: WireTap;
+  /** Decodes its wire messages when the protocol's own codec with default options would not (a variant). */
+  decode?: WireDecoder;
+}
+
+export const notFound = (what: string): AdminActionResult => ({ status: 404, error: `no such ${what}` });
+export const done: AdminActionResult = { ok: true };

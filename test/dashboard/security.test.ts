@@ -1,0 +1,195 @@
+/**
+ * The admin endpoint of a real `gamewire serve`, over real HTTP: on by default on loopback, a
+ * token everywhere when bound beyond it (reached at 127.0.0.1 and at this machine's other
+ * address), the cookie login, POST-only actions with the action token, the DNS-rebinding guard,
+ * no CORS, and 401s that carry no data.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, cliEnv, ROOT } from '../helpers/cli.js';
+
+const TOKEN = 'admin-token-for-tests-0123456789';
+const children: ChildProcess[] = [];
+const dirs: string[] = [];
+
+afterAll(() => {
+  for (const c of children) c.kill('SIGKILL');
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+/** Starts `serve unity-relay` on free ports and resolves with its stdout lines once it is ready. */
+function serve(args: string[]): Promise<{ child: ChildProcess; lines: string[] }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'gw-admin-'));
+  dirs.push(dir);
+  const child = spawn(
+    process.execPath,
+    [
+      BIN,
+      'serve',
+      'unity-relay',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      '0',
+      '--api-port',
+      '0',
+      '--dtls-port',
+      '0',
+      '--ws-port',
+      '0',
+      '--wss-port',
+      '0',
+      '--data-dir',
+      dir,
+      '--log-level',
+      'warn',
+      ...args,
+    ],
+    { cwd: ROOT, env: cliEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  children.push(child);
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`serve did not start: ${out}${err}`)), 30_000);
+    child.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      // The admin line comes last; with --no-admin the relay's API line is the last one.
+      if (/gamewire: admin http|allocation API/.test(out) && out.endsWith('\n')) {
+        if (args.includes('--no-admin') || /gamewire: admin http/.test(out)) {
+          clearTimeout(timer);
+          resolve({ child, lines: out.trim().split('\n') });
+        }
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited ${code}: ${out}${err}`));
+    });
+  });
+}
+
+function adminPort(lines: string[]): number {
+  const line = lines.find((l) => l.startsWith('gamewire: admin http '));
+  if (line === undefined) throw new Error(`no admin line in ${lines.join('\n')}`);
+  return Number(/:(\d+) /.exec(line)![1]);
+}
+
+/** This machine's first non-loopback IPv4 address, when it has one. */
+function otherAddress(): string | undefined {
+  for (const list of Object.values(os.networkInterfaces()))
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  return undefined;
+}
+
+/** GET with a chosen Host header (fetch does not let one set it). */
+function getWithHost(port: number, p: string, host: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: p, headers: { host } }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => {
+        body += d.toString();
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+  });
+}
+
+function expectNoCors(r: Response): void {
+  for (const [k] of r.headers) expect(k.startsWith('access-control-')).toBe(false);
+}
+
+describe('the admin endpoint of gamewire serve', () => {
+  it('bound beyond loopback with a token: every data request needs it, at every address', async () => {
+    const { lines } = await serve(['--admin-host', '0.0.0.0', '--admin-token', TOKEN]);
+    const port = adminPort(lines);
+    expect(lines).toContain(`gamewire: admin http 0.0.0.0:${port} / /api /metrics /health /ready`);
+    const hosts = ['127.0.0.1', otherAddress()].filter((h): h is string => h !== undefined);
+    for (const host of hosts) {
+      const base = `http://${host}:${port}`;
+      for (const p of [
+        '/',
+        '/api/session',
+        '/api/servers',
+        '/api/servers/unity-relay',
+        '/api/wire/unity-relay',
+        '/api/stream',
+        '/metrics',
+        '/assets/vendor/uplot/uPlot.min.css',
+      ]) {
+        for (const headers of [
+          {},
+          { authorization: 'Bearer wrong' },
+          { cookie: 'gamewire_admin=wrong' },
+        ] as Record<string, string>[]) {
+          const r = await fetch(base + p, { headers: { ...headers, origin: 'http://evil.example' } });
+          expect(r.status, `${host} ${p}`).toBe(401);
+          expectNoCors(r);
+          const body = await r.text();
+          expect(Object.keys(JSON.parse(body))).toEqual(['error']);
+          expect(body).not.toMatch(/unity-relay|actionToken|gamewire_/);
+        }
+      }
+      expect((await fetch(`${base}/?token=wrong`)).status).toBe(401);
+      // Probes carry no data and stay open.
+      expect((await fetch(`${base}/health`)).status).toBe(200);
+      expect((await fetch(`${base}/ready`)).status).toBe(200);
+      // With the token: the data.
+      const auth = { authorization: `Bearer ${TOKEN}` };
+      const servers = await fetch(`${base}/api/servers`, {
+        headers: { ...auth, origin: 'http://evil.example' },
+      });
+      expect(servers.status).toBe(200);
+      expectNoCors(servers);
+      expect(((await servers.json()) as any).servers[0].protocol).toBe('unity-relay');
+      const session = (await (await fetch(`${base}/api/session`, { headers: auth })).json()) as any;
+      expect(session.actionToken).toBe(TOKEN);
+      expect((await fetch(`${base}/metrics`, { headers: auth })).status).toBe(200);
+      // The browser login: the token once in the URL becomes an HttpOnly cookie.
+      const login = await fetch(`${base}/?token=${TOKEN}`, { redirect: 'manual' });
+      expect(login.status).toBe(303);
+      expect(login.headers.get('location')).toBe('/');
+      const cookie = login.headers.get('set-cookie')!;
+      expect(cookie).toBe(`gamewire_admin=${TOKEN}; HttpOnly; SameSite=Strict; Path=/`);
+      const withCookie = await fetch(`${base}/api/servers`, { headers: { cookie: cookie.split(';')[0]! } });
+      expect(withCookie.status).toBe(200);
+      // Actions: POST only, with the action token.
+      const action = `${base}/api/servers/unity-relay/allocations/00000000-0000-4000-8000-000000000000/end`;
+      expect((await fetch(action, { headers: auth })).status).toBe(405);
+      expect((await fetch(action, { method: 'POST', headers: auth })).status).toBe(403);
+      expect((await fetch(action, { method: 'POST' })).status).toBe(401);
+      const acted = await fetch(action, { method: 'POST', headers: { ...auth, 'x-gamewire-action': TOKEN } });
+      expect(acted.status).toBe(404); // acted on: no such allocation
+    }
+  });
+
+  it('on loopback (the default): open, but only to requests naming this machine', async () => {
+    const [{ lines }, off] = await Promise.all([serve([]), serve(['--no-admin'])]);
+    const port = adminPort(lines);
+    expect(lines).toContain(`gamewire: admin http 127.0.0.1:${port} / /api /metrics /health /ready`);
+    const base = `http://127.0.0.1:${port}`;
+    expect((await fetch(`${base}/api/servers`)).status).toBe(200);
+    expect((await getWithHost(port, '/api/servers', `localhost:${port}`)).status).toBe(200);
+    const rebound = await getWithHost(port, '/api/servers', `evil.example:${port}`);
+    expect(rebound.status).toBe(403);
+    expect(Object.keys(JSON.parse(rebound.body) as object)).toEqual(['error']);
+    expect((await getWithHost(port, '/', 'evil.example')).status).toBe(403);
+    // The action token comes from /api/session; without it, no action.
+    const { actionToken } = (await (await fetch(`${base}/api/session`)).json()) as { actionToken: string };
+    expect(actionToken.length).toBeGreaterThanOrEqual(24);
+    const action = `${base}/api/servers/unity-relay/allocations/00000000-0000-4000-8000-000000000000/end`;
+    expect((await fetch(action, { method: 'POST' })).status).toBe(403);
+    expect(
+      (await fetch(action, { method: 'POST', headers: { 'x-gamewire-action': actionToken } })).status,
+    ).toBe(404);
+    expect(off.lines.some((l) => l.includes('admin http'))).toBe(false);
+  });
+});
