@@ -293,6 +293,9 @@ async function runServers(
   const onTerm = () => onSignal('SIGTERM');
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
+  // A supervisor's child (`unity-relay --workers`) stops when its supervisor goes, even on kill -9.
+  const onDisconnect = () => onSignal('SIGTERM');
+  process.once('disconnect', onDisconnect);
 
   const running: { name: string; server: RunningServer; startedAt: number; module: ProtocolModule }[] = [];
   const metrics: ProtocolMetrics[] = [];
@@ -433,6 +436,7 @@ async function runServers(
     unsubscribe();
     process.off('SIGINT', onInt);
     process.off('SIGTERM', onTerm);
+    process.off('disconnect', onDisconnect);
     log.flush?.();
     throw err;
   }
@@ -448,6 +452,7 @@ async function runServers(
   unsubscribe();
   process.off('SIGINT', onInt);
   process.off('SIGTERM', onTerm);
+  process.off('disconnect', onDisconnect);
   log.info(`stopped; ${metrics.map(summaryLine).join('; ') || 'nothing ran'}`);
   process.stdout.write('gamewire: stopped\n');
   // Everything is closed; if a stray handle still holds the event loop, do not hang on it.

@@ -275,4 +275,38 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
     // Every child is gone with it: the API no longer answers.
     await expect(fetch(`${apiBase}/v1/regions`)).rejects.toThrow();
   }, 120_000);
+
+  it('--workers children stop when their parent is killed with kill -9', async () => {
+    if (redis === undefined) return;
+    const parent = await serve(
+      [
+        '--workers',
+        '1',
+        '--port',
+        '0',
+        '--api-port',
+        '0',
+        '--dtls-port',
+        '0',
+        '--ws-port',
+        '0',
+        '--wss-port',
+        '0',
+      ],
+      4,
+    );
+    const api = parent.stdout.match(/^gamewire: unity-relay http [\d.]+:(\d+) \[allocator\]/m);
+    expect(api).not.toBeNull();
+    const regions = `http://127.0.0.1:${api![1]}/v1/regions`;
+    expect((await fetch(regions)).status).toBe(200);
+    parent.child.kill('SIGKILL');
+    await until('the orphaned allocator to stop', async () =>
+      (await fetch(regions).then(
+        () => false,
+        () => true,
+      ))
+        ? true
+        : undefined,
+    );
+  }, 90_000);
 });
