@@ -185,6 +185,8 @@ class Conn implements FramedConnection {
   pendingBytes = 0;
   held = false;
   waitingDrain = false;
+  /** The sink produces its own output (`produce`): output backpressure holds production only. */
+  producer = false;
   inRing = false;
   inTurn = false;
   turnLeft = 0;
@@ -234,7 +236,7 @@ class Conn implements FramedConnection {
 
   /** May frames be delivered now? */
   get eligible(): boolean {
-    return !this.held && !this.waitingDrain && !this.failed && !this.closed;
+    return !this.held && !(this.waitingDrain && !this.producer) && !this.failed && !this.closed;
   }
 
   commit(): void {
@@ -381,6 +383,7 @@ class FramedTcpServerImpl implements FramedTcpServer {
     this.live.add(c);
     socket.on('close', () => this.closed(c));
     c.sink = this.options.onConnection(c);
+    c.producer = c.sink.produce !== undefined;
     // Refused by the protocol (it closed the connection at once): nothing is ever read.
     if (c.failed) return;
     socket.on('data', (chunk: Buffer) => this.onData(c, chunk));
@@ -416,7 +419,9 @@ class FramedTcpServerImpl implements FramedTcpServer {
     c.turnLeft--;
     if (c.sink.onFrame(buf, start, end) === false) c.held = true;
     if (c.writer.offset > this.limits.maxQueuedBytes) this.flush(c);
-    if (c.held || c.waitingDrain || c.failed || c.queuedBytes > this.limits.maxQueuedBytes) return false;
+    if (c.held || c.failed) return false;
+    // A producer's input does not wait for its output (its own caps hold it instead).
+    if (!c.producer && (c.waitingDrain || c.queuedBytes > this.limits.maxQueuedBytes)) return false;
     return c.turnLeft > 0;
   }
 
