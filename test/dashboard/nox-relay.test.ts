@@ -61,6 +61,7 @@ describe('the admin API over nox-relay', () => {
     expect(pa.position).toEqual({ x: -5, y: 1.5, z: 2.5 });
     expect(pa.rotation.w).toBeCloseTo(Math.SQRT1_2, 3);
     expect(typeof pa.id).toBe('string');
+    expect(pa.bot).toBe(false);
     expect(typeof pa.connection).toBe('string');
     expect(pa.updatedAt).toBeGreaterThan(Date.now() - 60_000);
     expect(state.connections).toHaveLength(2);

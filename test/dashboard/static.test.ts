@@ -2,12 +2,14 @@
  * The dashboard's static files: the page and its assets from web/dashboard, uPlot from its npm
  * package, with content types and cache headers; nothing outside those folders, however asked.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dashboardDir, packageRoot, uplotDir } from '../../src/core/admin/static.js';
+import { ROOT } from '../helpers/cli.js';
 import { type Admin, eventually, openStream, startAdmin } from './helpers.js';
 
 let dir: string;
@@ -94,6 +96,23 @@ describe('static files of the admin endpoint', () => {
       expect(r.status, p).not.toBe(200);
       expect(r.body, p).not.toMatch(/OUTSIDE|hidden|"name": "uplot"|root:/);
     }
+  });
+
+  it('ships in the npm package: the page, the admin code, and uPlot as a runtime dependency', () => {
+    const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(r.status, r.stderr).toBe(0);
+    const files = (JSON.parse(r.stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path);
+    expect(files).toContain('web/dashboard/index.html');
+    expect(files).toContain('dist/src/core/admin/server.js');
+    expect(files).toContain('dist/src/core/admin/static.js');
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+    };
+    expect(pkg.dependencies.uplot).toBeDefined();
   });
 
   it('finds the page and uPlot from the package, wherever it is installed', () => {

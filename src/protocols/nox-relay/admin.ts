@@ -7,7 +7,7 @@
 import { type AdminSource, done, notFound } from '../../core/admin/source.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Json } from '../../wire/codec.js';
-import { QuitType } from './constants.js';
+import { PlayerFlags, QuitType } from './constants.js';
 import { removePlayer } from './handlers/membership.js';
 import type { Player, StoredTransform } from './instances.js';
 import type { NoxRelayServer } from './server.js';
@@ -50,7 +50,7 @@ export function noxRelayAdmin(server: NoxRelayServer, wireOptions: WireTapOption
             name: p.displayName,
             connection: String(p.client.id),
             userId: p.client.userId,
-            bot: (p.client.userFlags & 1) !== 0,
+            bot: (p.flags & PlayerFlags.IsBot) !== 0,
             position: t === undefined ? null : { x: t.px, y: t.py, z: t.pz },
             rotation: t === undefined ? null : { x: t.rx, y: t.ry, z: t.rz, w: t.rw },
             updatedAt: t === undefined ? null : epochOf(t.lastSent),
