@@ -155,7 +155,7 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
   const common = () => [
     '--redis',
     redis!.url,
-    '--rmc-node-ttl-ms',
+    '--heartbeat-ttl-ms',
     String(TTL_MS),
     '--prudp-access-key',
     'yl4NG7qZ',
@@ -167,9 +167,9 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
   beforeAll(async () => {
     if (redis === undefined) return;
     [auth, s1, s2] = await Promise.all([
-      serve(['--role', 'auth', '--rmc-node-id', 'auth-1', ...common()]),
-      serve(['--role', 'secure', '--rmc-node-id', 'secure-1', ...common()]),
-      serve(['--role', 'secure', '--rmc-node-id', 'secure-2', ...common()]),
+      serve(['--role', 'auth', '--node-id', 'auth-1', ...common()]),
+      serve(['--role', 'secure', '--node-id', 'secure-1', ...common()]),
+      serve(['--role', 'secure', '--node-id', 'secure-2', ...common()]),
     ]);
   }, 90_000);
 

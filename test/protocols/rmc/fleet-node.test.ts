@@ -126,6 +126,8 @@ describe('rmc fleet node', () => {
     const text = await createRegistry(() => [metrics]).metrics();
     expect(text).toMatch(/gamewire_gauge\{protocol="rmc",name="players"\} 1/);
     expect(text).toMatch(/gamewire_gauge\{protocol="rmc",name="heartbeat_age_ms"\} \d+/);
+    expect(text).toMatch(/gamewire_node_load\{protocol="rmc",node="sec-a"\} 1/);
+    expect(text).toMatch(/gamewire_node_heartbeat_age_seconds\{protocol="rmc",node="sec-a"\} [\d.]+/);
     expect((await server.loginSessions()).map((s) => s.node)).toEqual(['rmc-secure:sec-a']);
 
     await server.drain();

@@ -110,7 +110,7 @@ export async function startRmcFleet(
       .slice(0, 40)}-${process.pid}`;
   if (!NODE_ID_PATTERN.test(nodeId))
     throw new UsageError(
-      `rmc: --rmc-node-id must be 1 to 64 letters, digits, '.', '_' or '-', got ${JSON.stringify(nodeId)}`,
+      `rmc: --node-id must be 1 to 64 letters, digits, '.', '_' or '-', got ${JSON.stringify(nodeId)}`,
     );
   const kind = o.role === 'auth' ? AUTH_NODE_KIND : SECURE_NODE_KIND;
   const nodeRef = `${kind}:${nodeId}`;
@@ -145,6 +145,7 @@ export async function startRmcFleet(
   let announcement: NodeAnnouncement | undefined;
   const publishLoad = () => {
     ctx.metrics.gauges.set('players', players);
+    ctx.metrics.nodeGauges.set('node_load', new Map([[nodeId, players]]));
     announcement?.update({ load: players });
   };
   const countPlayer = (conn: RmcConnection) => {
@@ -226,7 +227,9 @@ export async function startRmcFleet(
     throw err;
   }
   const heartbeatAge = () => {
-    ctx.metrics.gauges.set('heartbeat_age_ms', Math.min(announcement!.heartbeatAgeMs(), 3_600_000));
+    const ageMs = Math.min(announcement!.heartbeatAgeMs(), 3_600_000);
+    ctx.metrics.gauges.set('heartbeat_age_ms', ageMs);
+    ctx.metrics.nodeGauges.set('node_heartbeat_age_seconds', new Map([[nodeId, ageMs / 1000]]));
   };
   const gaugeTimer = setInterval(heartbeatAge, 1000);
   gaugeTimer.unref();
