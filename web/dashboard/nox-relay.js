@@ -36,7 +36,10 @@ export function mountNoxRelay(main, ctx) {
         label: 'players',
         num: true,
         cell: (i) => ({
-          text: fmt.count(i.players.length),
+          text:
+            i.capacity === undefined
+              ? fmt.count(i.players.length)
+              : `${fmt.count(i.players.length)} / ${fmt.count(i.capacity)}`,
           value: i.players.length,
           testid: 'instance-players',
         }),
@@ -63,7 +66,7 @@ export function mountNoxRelay(main, ctx) {
     columns: [
       { label: 'instance', cell: (p) => p.instance },
       { label: 'player', cell: (p) => p.id },
-      { label: 'name', cell: (p) => p.name ?? '–' },
+      { label: 'name', cell: (p) => `${p.name ?? '–'}${p.bot ? ' (bot)' : ''}` },
       { label: 'connection', cell: (p) => p.connection ?? '–' },
       {
         label: 'position x, y, z',
@@ -95,6 +98,7 @@ export function mountNoxRelay(main, ctx) {
       { label: 'connection', cell: (c) => c.id },
       { label: 'remote', cell: (c) => ({ text: c.remote, class: 'mono' }) },
       { label: 'transport', cell: (c) => c.transport },
+      { label: 'user', cell: (c) => c.user ?? '–' },
       { label: 'player', cell: (c) => c.playerId ?? '–' },
       { label: 'connected', cell: (c) => fmt.ago(c.since) },
       {

@@ -1,0 +1,288 @@
+/**
+ * The dashboard in a real browser: headless Chromium (playwright-core) on the page served by a
+ * spawned `gamewire serve` (every port 0), with real clients: 20 nox-relay bots (the CLI), a Unity
+ * Relay chat (host and joiner through the client library), a NoxRelayClient. Checks what a
+ * person would look at: counts, the moving map, growing charts, the allocation's traffic, a just
+ * sent message decoded in the wire view, and a disconnect from the page reaching the client.
+ * GAMEWIRE_SCREENSHOTS=1 writes docs/images/dashboard-*.png.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NoxRelayClient } from '../../src/protocols/nox-relay/client.js';
+import { RelayApiClient, UnityRelayClient } from '../../src/protocols/unity-relay/client.js';
+import {
+  haveChromium,
+  launchBrowser,
+  type Serve,
+  screenshot,
+  spawnCli,
+  startServe,
+  watchPage,
+} from './browser-helpers.js';
+
+const POLL = { timeout: 45_000, interval: 250 };
+
+let browser: Awaited<ReturnType<typeof launchBrowser>> | undefined;
+let serve: Serve | undefined;
+let bots: ReturnType<typeof spawnCli> | undefined;
+let chat:
+  | {
+      host: UnityRelayClient;
+      joiner: UnityRelayClient;
+      say(text: string): void;
+      timer: NodeJS.Timeout;
+      allocationId: string;
+    }
+  | undefined;
+const noxClients: NoxRelayClient[] = [];
+
+beforeAll(async () => {
+  if (!haveChromium) return;
+  [browser, serve] = await Promise.all([launchBrowser(), startServe([])]);
+}, 120_000);
+
+afterAll(async () => {
+  if (chat !== undefined) {
+    clearInterval(chat.timer);
+    await Promise.allSettled([chat.host.close(), chat.joiner.close()]);
+  }
+  for (const c of noxClients) await c.disconnect().catch(() => {});
+  await bots?.stop();
+  await browser?.close();
+  await serve?.stop();
+}, 60_000);
+
+async function open(route: string): Promise<{ page: Page; problems: string[] }> {
+  if (serve!.child.exitCode !== null || serve!.child.signalCode !== null)
+    throw new Error(`gamewire serve has exited:\n${serve!.stderr()}`);
+  const page = await browser!.browser.newPage();
+  const problems = watchPage(page);
+  await page.goto(`${serve!.adminUrl}/#${route}`);
+  return { page, problems };
+}
+
+const numberAttr = async (page: Page, selector: string, attr: string) =>
+  Number((await page.locator(selector).first().getAttribute(attr)) ?? Number.NaN);
+
+describe.runIf(haveChromium)('the dashboard in headless Chromium', () => {
+  it('with 20 nox-relay bots: the overview counts them, the charts grow, the nox page lists 20 players that move on the map', async () => {
+    const nox = serve!.endpoint('nox-relay', 'udp');
+    bots = spawnCli([
+      'nox-relay',
+      'bots',
+      '--count',
+      '20',
+      '--instance',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(nox.port),
+      '--duration',
+      '600',
+    ]);
+    const { page, problems } = await open('/');
+    const card = '[data-testid="server-card"][data-protocol="nox-relay"]';
+    await expect.poll(() => numberAttr(page, `${card} [data-testid="open"]`, 'data-value'), POLL).toBe(20);
+    // Every running server has its card, with its endpoints.
+    for (const p of ['unity-relay', 'nox-relay', 'rmc', 'js5']) {
+      await expect
+        .poll(() => page.locator(`[data-testid="server-card"][data-protocol="${p}"]`).count(), POLL)
+        .toBe(1);
+    }
+    expect(await page.locator(`${card} [data-testid="endpoints"]`).innerText()).toContain(
+      `127.0.0.1:${nox.port}`,
+    );
+    // The charts are uPlot's and get a point per tick.
+    const chart = `${card} [data-testid="chart-messages"]`;
+    expect(await page.locator(`${chart} .uplot canvas`).count()).toBeGreaterThan(0);
+    const before = await numberAttr(page, chart, 'data-points');
+    await expect.poll(() => numberAttr(page, chart, 'data-points'), POLL).toBeGreaterThanOrEqual(before + 2);
+    // 20 bots at 20 transforms a second each: the relay fans them out; the rate shows it.
+    await expect
+      .poll(
+        async () => (await page.locator(`${card} [data-testid="msg-in"]`).innerText()).replace(/\D/g, ''),
+        POLL,
+      )
+      .not.toBe('0');
+    await screenshot(page, 'overview');
+
+    await page.goto(`${serve!.adminUrl}/#/nox-relay`);
+    await expect.poll(() => numberAttr(page, '[data-testid="nox-summary"]', 'data-players'), POLL).toBe(20);
+    await expect.poll(() => page.locator('[data-testid="player-row"]').count(), POLL).toBe(20);
+    await expect.poll(() => numberAttr(page, '[data-testid="nox-map"]', 'data-players'), POLL).toBe(20);
+    const drawn = () =>
+      page.evaluate(
+        () =>
+          (globalThis as any).gamewireDashboard.map.drawnPositions() as Record<
+            string,
+            { x: number; y: number }
+          >,
+      );
+    const first = await drawn();
+    expect(Object.keys(first)).toHaveLength(20);
+    await page.waitForTimeout(1500);
+    const second = await drawn();
+    expect(Object.keys(second)).toHaveLength(20);
+    const moved = Object.keys(first).filter(
+      (id) => second[id] !== undefined && (first[id]!.x !== second[id]!.x || first[id]!.y !== second[id]!.y),
+    );
+    expect(moved.length).toBeGreaterThan(10);
+    // Drawn inside the canvas.
+    const box = await page.locator('[data-testid="nox-map"]').boundingBox();
+    for (const p of Object.values(second)) {
+      expect(p.x).toBeGreaterThanOrEqual(0);
+      expect(p.x).toBeLessThanOrEqual(box!.width);
+      expect(p.y).toBeGreaterThanOrEqual(0);
+      expect(p.y).toBeLessThanOrEqual(box!.height);
+    }
+    await page.locator('[data-testid="map-panel"]').scrollIntoViewIfNeeded();
+    await screenshot(page, 'nox-map');
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 120_000);
+
+  it('a Unity Relay chat: its allocations appear with their transport, peers and rising traffic', async () => {
+    const api = new RelayApiClient(`http://127.0.0.1:${serve!.endpoint('unity-relay', 'http').port}`);
+    const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 4);
+    const joiner = await UnityRelayClient.join(api, joinCode);
+    host.on('message', (data: Buffer, from: Buffer) =>
+      host.send(Buffer.from(`[host] got ${data.toString()}`), from),
+    );
+    let n = 0;
+    // Once the test that ends the host's allocation has run, the joiner has no peer: sends then fail.
+    const say = (text: string) => {
+      try {
+        joiner.send(Buffer.from(text));
+      } catch {}
+    };
+    const timer = setInterval(() => say(`chat line ${++n}`), 200);
+    chat = { host, joiner, say, timer, allocationId: allocation.allocationId };
+    const { page, problems } = await open('/unity-relay');
+    const row = `[data-testid="allocation-row"][data-key="${allocation.allocationId}"]`;
+    await expect.poll(() => page.locator(row).count(), POLL).toBe(1);
+    await expect.poll(() => page.locator('[data-testid="allocation-row"]').count(), POLL).toBe(2);
+    await expect
+      .poll(() => page.locator(`${row} [data-testid="alloc-state"]`).innerText(), POLL)
+      .toBe('bound');
+    expect(await page.locator(`${row} [data-testid="alloc-transport"]`).innerText()).toBe('udp');
+    await expect
+      .poll(() => numberAttr(page, `${row} [data-testid="alloc-peers"]`, 'data-value'), POLL)
+      .toBe(1);
+    const bytesIn = () => numberAttr(page, `${row} [data-testid="alloc-bytes-in"]`, 'data-value');
+    await expect.poll(bytesIn, POLL).toBeGreaterThan(0);
+    const earlier = await bytesIn();
+    await expect.poll(bytesIn, POLL).toBeGreaterThan(earlier);
+    expect(await page.locator('[data-testid="join-code-row"]').allInnerTexts()).toEqual(
+      expect.arrayContaining([expect.stringContaining(joinCode)]),
+    );
+    await screenshot(page, 'unity-relay');
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 120_000);
+
+  it('the wire view shows a chat RELAY just sent, decoded, next to its bytes', async () => {
+    const { page, problems } = await open('/unity-relay/wire');
+    await expect.poll(() => page.locator('[data-testid="wire-info"]').innerText(), POLL).toContain('kept');
+    // The view is armed now: send a line nobody sent before and find it by its bytes.
+    const marker = `wire-check-${randomBytes(4).toString('hex')}`;
+    const markerHex = Buffer.from(marker).toString('hex');
+    const sendUntilSeen = setInterval(() => chat!.say(marker), 500);
+    try {
+      await page.locator('[data-testid="filter-text"]').fill(markerHex);
+      const row = page
+        .locator('[data-testid="wire-row"][data-name="RELAY"][data-direction="client"]')
+        .first();
+      await expect.poll(() => row.count(), POLL).toBe(1);
+      await row.click();
+      await expect.poll(() => page.locator('[data-testid="detail-name"]').innerText(), POLL).toBe('RELAY');
+      const tree = await page.locator('[data-testid="field-tree"]').innerText();
+      expect(tree).toContain(markerHex);
+      const dump = await page.locator('[data-testid="hex-dump"]').innerText();
+      expect(dump.replace(/\s+/g, '')).toContain(marker.slice(0, 8)); // the ASCII column
+      // Pause holds the list still while messages keep arriving.
+      await page.locator('[data-testid="filter-text"]').fill('');
+      await page.locator('[data-testid="wire-pause"]').click();
+      const frozen = await page.locator('[data-testid="wire-row"]').first().getAttribute('data-seq');
+      await page.waitForTimeout(2500);
+      expect(await page.locator('[data-testid="wire-row"]').first().getAttribute('data-seq')).toBe(frozen);
+      await expect
+        .poll(() => page.locator('[data-testid="wire-info"]').innerText(), POLL)
+        .toMatch(/paused: [1-9]\d* new/);
+      await page.locator('[data-testid="wire-pause"]').click();
+      await expect
+        .poll(
+          async () => Number(await page.locator('[data-testid="wire-row"]').first().getAttribute('data-seq')),
+          POLL,
+        )
+        .toBeGreaterThan(Number(frozen));
+      // Back on the message for the picture.
+      await page.locator('[data-testid="filter-text"]').fill(markerHex);
+      await page.locator('[data-testid="wire-row"]').first().click();
+      await screenshot(page, 'wire');
+    } finally {
+      clearInterval(sendUntilSeen);
+    }
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 120_000);
+
+  it('a disconnect from the page drops that client (the client sees the close)', async () => {
+    const tcp = serve!.endpoint('nox-relay', 'tcp');
+    // The bots are on UDP: this client is the one TCP connection.
+    const client = new NoxRelayClient({ host: '127.0.0.1', port: tcp.port, transport: 'tcp' });
+    noxClients.push(client);
+    await client.connect();
+    await client.handshake('node', 'dashboard-test');
+    const closed = new Promise<void>((resolve) => client.once('close', () => resolve()));
+    const { page, problems } = await open('/nox-relay');
+    const row = page
+      .locator('[data-testid="connection-row"]')
+      .filter({ has: page.locator('td', { hasText: /^tcp$/ }) });
+    await expect.poll(() => row.count(), POLL).toBe(1);
+    await row.locator('[data-testid="disconnect"]').click();
+    expect(await page.locator('[data-testid="confirm-dialog"]').isVisible()).toBe(true);
+    await page.locator('[data-testid="confirm-ok"]').click();
+    await closed;
+    expect(client.isClosed).toBe(true);
+    await expect.poll(() => row.count(), POLL).toBe(0);
+    // The bots were left alone.
+    await expect.poll(() => page.locator('[data-testid="player-row"]').count(), POLL).toBe(20);
+    expect(await page.locator('[data-testid="error"]').count()).toBe(0);
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 120_000);
+
+  it('ending an allocation from the page removes it; cancel does nothing; a refused action shows its error', async () => {
+    const { page, problems } = await open('/unity-relay');
+    const row = page.locator(`[data-testid="allocation-row"][data-key="${chat!.allocationId}"]`);
+    await expect.poll(() => row.count(), POLL).toBe(1);
+    // End it through the page: the host's allocation goes away.
+    await row.locator('[data-testid="end-allocation"]').click();
+    await page.locator('[data-testid="confirm-ok"]').click();
+    await expect.poll(() => row.count(), POLL).toBe(0);
+    // Cancel leaves things alone.
+    const other = page.locator('[data-testid="allocation-row"]').first();
+    if ((await other.count()) === 1) {
+      const key = await other.getAttribute('data-key');
+      await other.locator('[data-testid="end-allocation"]').click();
+      await page.locator('[data-testid="confirm-cancel"]').click();
+      await page.waitForTimeout(1500);
+      expect(await page.locator(`[data-testid="allocation-row"][data-key="${key}"]`).count()).toBe(1);
+    }
+    // The server refuses an action on something that is gone: the page says so.
+    // (A string, so the test's bundler leaves the browser's import() alone.)
+    const path = `/api/servers/unity-relay/allocations/${encodeURIComponent(chat!.allocationId)}/end`;
+    await page.evaluate(`import('/assets/actions.js').then(({ actionButton }) => {
+      const b = actionButton({ label: 'End', question: 'End it again?', path: ${JSON.stringify(path)}, testid: 'stale-end' });
+      document.getElementById('main').prepend(b);
+    })`);
+    await page.locator('[data-testid="stale-end"]').click();
+    await page.locator('[data-testid="confirm-ok"]').click();
+    await expect.poll(() => page.locator('[data-testid="error"]').count(), POLL).toBe(1);
+    expect(await page.locator('[data-testid="error"]').innerText()).toMatch(/End failed: .+/);
+    expect(problems).toEqual([]);
+    await page.close();
+  }, 120_000);
+});
