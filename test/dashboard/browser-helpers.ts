@@ -58,11 +58,11 @@ export function watchPage(page: Page): string[] {
   return problems;
 }
 
-export async function screenshot(page: Page, name: string): Promise<void> {
+export async function screenshot(page: Page, name: string, fullPage = false): Promise<void> {
   if (!SCREENSHOTS) return;
   const dir = path.join(ROOT, 'docs', 'images');
   mkdirSync(dir, { recursive: true });
-  await page.screenshot({ path: path.join(dir, `dashboard-${name}.png`) });
+  await page.screenshot({ path: path.join(dir, `dashboard-${name}.png`), fullPage });
 }
 
 export interface Endpoint {

@@ -67,6 +67,9 @@ describe.runIf(haveChromium)('the rmc page in headless Chromium', () => {
       expect(await page.locator('[data-testid="call-method"]').first().innerText()).toMatch(/Register/);
       expect(await page.locator('[data-testid="call-result"]').first().innerText()).toBe('ok');
       await expect.poll(() => page.locator('[data-testid="connection-row"]').count(), POLL).toBe(1);
+      await expect
+        .poll(() => page.locator('[data-testid="call-row"]').count(), POLL)
+        .toBeGreaterThanOrEqual(4);
       await screenshot(page, 'rmc');
     } finally {
       clearInterval(calling);

@@ -14,6 +14,7 @@ import { RelayApiClient, UnityRelayClient } from '../../src/protocols/unity-rela
 import {
   haveChromium,
   launchBrowser,
+  SCREENSHOTS,
   type Serve,
   screenshot,
   spawnCli,
@@ -106,7 +107,6 @@ describe.runIf(haveChromium)('the dashboard in headless Chromium', () => {
         POLL,
       )
       .not.toBe('0');
-    await screenshot(page, 'overview');
 
     await page.goto(`${serve!.adminUrl}/#/nox-relay`);
     await expect.poll(() => numberAttr(page, '[data-testid="nox-summary"]', 'data-players'), POLL).toBe(20);
@@ -177,7 +177,13 @@ describe.runIf(haveChromium)('the dashboard in headless Chromium', () => {
     expect(await page.locator('[data-testid="join-code-row"]').allInnerTexts()).toEqual(
       expect.arrayContaining([expect.stringContaining(joinCode)]),
     );
+    if (SCREENSHOTS) await page.waitForTimeout(6000); // a few more chart points for the picture
     await screenshot(page, 'unity-relay');
+    // The overview with both the bots and the chat running.
+    await page.goto(`${serve!.adminUrl}/#/`);
+    await expect.poll(() => page.locator('[data-testid="server-card"]').count(), POLL).toBe(4);
+    if (SCREENSHOTS) await page.waitForTimeout(6000);
+    await screenshot(page, 'overview', true);
     expect(problems).toEqual([]);
     await page.close();
   }, 120_000);

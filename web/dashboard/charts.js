@@ -17,8 +17,13 @@ function hms(seconds) {
 }
 
 const KINDS = {
-  messages: { title: 'Messages per second', keys: ['msgIn', 'msgOut'], value: (n) => fmt.count(n) },
-  bytes: { title: 'Bytes per second', keys: ['bytesIn', 'bytesOut'], value: (n) => fmt.bytes(n) },
+  messages: { title: 'Messages per second', keys: ['msgIn', 'msgOut'], value: (n) => fmt.count(n), floor: 1 },
+  bytes: {
+    title: 'Bytes per second',
+    keys: ['bytesIn', 'bytesOut'],
+    value: (n) => fmt.bytes(n),
+    floor: 1024,
+  },
 };
 
 const live = new Set();
@@ -41,7 +46,7 @@ export function rateChart(protocol, kind) {
     height: 150,
     legend: { show: true, live: false },
     cursor: { drag: { x: false, y: false } },
-    scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+    scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(k.floor, max * 1.1)] } },
     series: [
       {},
       {

@@ -143,7 +143,7 @@ export function mountUnityRelay(main, ctx) {
         rateOut: rates.rate(a.id, 'out', a.bytesOut, now),
       }));
       rates.commit();
-      info.textContent = `${list.length} allocation${list.length === 1 ? '' : 's'} · data plane: ${s.dataplane ?? 'js'}`;
+      info.textContent = `${list.length} allocation${list.length === 1 ? '' : 's'} · data plane: ${s.dataplane ?? 'js'}${s.wireServedBy && s.wireServedBy !== s.dataplane ? ` (${s.wireServedBy} while the wire view is open)` : ''}`;
       allocations.update(list);
       joinCodes.update(s.joinCodes ?? []);
       nodesPanel.hidden = s.nodes === null || s.nodes === undefined;

@@ -368,8 +368,23 @@ export function mountWire(main, ctx, protocol) {
       info.textContent = `wire view unavailable: ${err.message}`;
     });
 
+  // The sampling figures come with GET /api/wire only: refresh them now and then (this also
+  // keeps the server's tap armed, as the stream does).
+  const figures = setInterval(() => {
+    getJson(`/api/wire/${encodeURIComponent(protocol)}?after=${Math.max(0, lastSeq)}&limit=1`)
+      .then((r) => {
+        sampled = r.sampled;
+        seen = r.seen;
+        updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
+      })
+      .catch(() => {});
+  }, 5000);
+
   return {
     stream: { wire: protocol },
+    destroy() {
+      clearInterval(figures);
+    },
     onTick: frame.onTick,
     onWire(data) {
       add(data.messages);
