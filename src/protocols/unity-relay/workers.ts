@@ -106,7 +106,8 @@ export async function startWorkers(o: WorkersOptions): Promise<RunningServer> {
   // Flags and environment every child shares.
   const shared: string[] = ['--data-dir', o.dataDir, '--log-level', String(o.log.level ?? 'info')];
   const env: NodeJS.ProcessEnv = { ...process.env };
-  // Children serve no metrics endpoint of their own (the parent's port is the parent's).
+  // Each child serves its own admin endpoint on a free port (printed with its prefix): the
+  // parent's port is the parent's.
   env.GAMEWIRE_ADMIN_PORT = '0';
   if (typeof opts.host === 'string') shared.push('--host', opts.host);
   for (const d of o.definitions) {
@@ -137,7 +138,8 @@ export async function startWorkers(o: WorkersOptions): Promise<RunningServer> {
       name,
       child,
       stopping: false,
-      exited: new Promise((resolve) => child.once('exit', () => resolve())),
+      // 'close': after its output has been copied out, so its last lines are not lost.
+      exited: new Promise((resolve) => child.once('close', () => resolve())),
     };
     workers.push(worker);
     prefixLines(child.stdout!, process.stdout, name);
