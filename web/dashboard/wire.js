@@ -370,7 +370,7 @@ export function mountWire(main, ctx, protocol) {
 
   // The sampling figures come with GET /api/wire only: refresh them now and then (this also
   // keeps the server's tap armed, as the stream does).
-  const figures = setInterval(() => {
+  const refreshFigures = () => {
     getJson(`/api/wire/${encodeURIComponent(protocol)}?after=${Math.max(0, lastSeq)}&limit=1`)
       .then((r) => {
         sampled = r.sampled;
@@ -378,11 +378,15 @@ export function mountWire(main, ctx, protocol) {
         updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
       })
       .catch(() => {});
-  }, 5000);
+  };
+  // Soon after opening (the first read armed the tap), then every few seconds.
+  const firstFigures = setTimeout(refreshFigures, 1500);
+  const figures = setInterval(refreshFigures, 5000);
 
   return {
     stream: { wire: protocol },
     destroy() {
+      clearTimeout(firstFigures);
       clearInterval(figures);
     },
     onTick: frame.onTick,
