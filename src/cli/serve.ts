@@ -332,6 +332,13 @@ async function runServers(
     serveValues.adminHost = flags.metricsHost;
   const adminOn = flags.admin !== false;
   const adminHost = serveValues.adminHost as string;
+  const adminToken = serveValues.adminToken as string | undefined;
+  if (adminOn && adminToken !== undefined && adminToken !== '' && adminToken.length < 16) {
+    throw new ConfigError(
+      '--admin-token must be at least 16 characters (it guards the dashboard and its actions)',
+      'serve.adminToken',
+    );
+  }
   if (
     adminOn &&
     !isLoopback(adminHost) &&

@@ -10,7 +10,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, cliEnv, ROOT } from '../helpers/cli.js';
+import { BIN, cliEnv, errorOf, ROOT, runCli } from '../helpers/cli.js';
 
 const TOKEN = 'admin-token-for-tests-0123456789';
 const children: ChildProcess[] = [];
@@ -169,6 +169,22 @@ describe('the admin endpoint of gamewire serve', () => {
       const acted = await fetch(action, { method: 'POST', headers: { ...auth, 'x-gamewire-action': TOKEN } });
       expect(acted.status).toBe(404); // acted on: no such allocation
     }
+  });
+
+  it('refuses a short token (exit 2, naming the flag), and accepts any characters in a long one', async () => {
+    const r = runCli(['serve', 'unity-relay', '--admin-token', 'short', '--port', '0', '--api-port', '0']);
+    expect(r.code).toBe(2);
+    expect(errorOf(r).message).toMatch(/--admin-token must be at least 16 characters/);
+    const odd = 'odd token; with=signs & spaces';
+    const { lines } = await serve(['--admin-token', odd]);
+    const base = `http://127.0.0.1:${adminPort(lines)}`;
+    const login = await fetch(`${base}/?token=${encodeURIComponent(odd)}`, { redirect: 'manual' });
+    expect(login.status).toBe(303);
+    const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+    expect((await fetch(`${base}/api/servers`, { headers: { cookie } })).status).toBe(200);
+    expect((await fetch(`${base}/api/servers`, { headers: { authorization: `Bearer ${odd}` } })).status).toBe(
+      200,
+    );
   });
 
   it('on loopback (the default): open, but only to requests naming this machine', async () => {

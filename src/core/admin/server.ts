@@ -235,7 +235,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     if (token === undefined) return true;
     const auth = req.headers.authorization;
     if (auth?.startsWith('Bearer ') && sameSecret(auth.slice(7), token)) return true;
-    return sameSecret(cookieValue(req.headers.cookie, COOKIE), token);
+    return sameSecret(decodeCookie(cookieValue(req.headers.cookie, COOKIE)), token);
   };
 
   // ---- event stream --------------------------------------------------------------------------
@@ -438,7 +438,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
       res.writeHead(303, {
         ...baseHeaders,
         location: '/',
-        'set-cookie': `${COOKIE}=${options.token}; HttpOnly; SameSite=Strict; Path=/`,
+        'set-cookie': `${COOKIE}=${encodeURIComponent(options.token ?? '')}; HttpOnly; SameSite=Strict; Path=/`,
         'cache-control': 'no-store',
         'content-length': 0,
       });
@@ -596,6 +596,11 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
       return closing;
     },
   };
+}
+
+/** A cookie value as set (URI-encoded, so any token survives `;` and spaces). */
+function decodeCookie(v: string | undefined): string | undefined {
+  return v === undefined ? undefined : safeDecode(v);
 }
 
 function safeDecode(s: string): string | undefined {
