@@ -143,6 +143,34 @@ describe.runIf(haveChromium)('the dashboard in headless Chromium', () => {
     }
     await page.locator('[data-testid="map-panel"]').scrollIntoViewIfNeeded();
     await screenshot(page, 'nox-map');
+
+    // The nox wire view under the bots' load: the page keeps at most 500 messages, and the
+    // keyboard works the list (Enter selects, the arrow keys move).
+    await page.goto(`${serve!.adminUrl}/#/nox-relay/wire`);
+    const rows = page.locator('[data-testid="wire-row"]');
+    await expect
+      .poll(() => page.locator('[data-testid="wire-info"]').innerText(), POLL)
+      .toMatch(/ of 500 kept/);
+    expect(await rows.count()).toBe(500);
+    const firstSeq = await rows.first().getAttribute('data-seq');
+    await rows.first().focus();
+    // Focus survives the list's refreshes while new messages arrive.
+    await page.waitForTimeout(2500);
+    expect(await page.evaluate(() => (globalThis as any).document.activeElement?.dataset?.seq)).toBe(
+      firstSeq,
+    );
+    await page.keyboard.press('Enter');
+    await expect
+      .poll(() => page.locator('[data-testid="wire-detail"] h2').innerText(), POLL)
+      .toContain(`#${firstSeq}`);
+    await page.locator('[data-testid="wire-pause"]').click(); // hold the list still for the arrow key
+    const secondSeq = await rows.nth(1).getAttribute('data-seq');
+    await rows.first().focus();
+    await page.keyboard.press('ArrowDown');
+    await expect
+      .poll(() => page.locator('[data-testid="wire-detail"] h2').innerText(), POLL)
+      .toContain(`#${secondSeq}`);
+    expect(await rows.nth(1).getAttribute('aria-selected')).toBe('true');
     expect(problems).toEqual([]);
     await page.close();
   }, 120_000);

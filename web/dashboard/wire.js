@@ -227,6 +227,10 @@ export function mountWire(main, ctx, protocol) {
 
   const render = () => {
     const shown = messages.filter(matches);
+    // Rows are rebuilt: a keyboard user's focus stays on the same message if it is still listed.
+    const active = document.activeElement;
+    const focusedSeq =
+      active instanceof HTMLElement && tbody.contains(active) ? active.dataset.seq : undefined;
     fill(
       tbody,
       shown.length === 0
@@ -241,6 +245,8 @@ export function mountWire(main, ctx, protocol) {
           )
         : shown.map(rowOf),
     );
+    if (focusedSeq !== undefined)
+      tbody.querySelector(`tr[data-seq="${focusedSeq}"]`)?.focus({ preventScroll: true });
     updateInfo(shown.length);
   };
 
