@@ -66,7 +66,7 @@ function card(server) {
       'header',
       null,
       h('h2', { id: `card-${p}` }, h('a', { href: `#/${p}` }, p)),
-      h('a', { class: 'small-link', href: `#/${p}/wire` }, 'wire view'),
+      server.hasWire === false ? null : h('a', { class: 'small-link', href: `#/${p}/wire` }, 'wire view'),
     ),
     h('p', { class: 'muted' }, server.summary ?? ''),
     h(
