@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
 import type { Logger } from 'pino';
+import { isLoopbackName } from '../core/admin/hosts.js';
 import {
   type AdminServer,
   type AdminServerEntry,
@@ -182,10 +183,6 @@ function packageVersion(): string {
   }
 }
 
-function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || host.startsWith('127.');
-}
-
 interface ConnectionEvent {
   protocol: string;
   transport: string;
@@ -341,7 +338,7 @@ async function runServers(
   }
   if (
     adminOn &&
-    !isLoopback(adminHost) &&
+    !isLoopbackName(adminHost) &&
     (serveValues.adminToken === undefined || serveValues.adminToken === '')
   ) {
     throw new ConfigError(

@@ -89,6 +89,10 @@ describe.runIf(haveChromium)(`the dashboard off loopback (${address}), token req
     // The cookie is HttpOnly: the page's scripts never see the token.
     expect(await page.evaluate(() => (globalThis as any).document.cookie)).not.toContain(TOKEN);
     expect(await page.content()).not.toContain(TOKEN);
+    // Nor does the session answer, where the page gets its action token.
+    const session = await page.evaluate(async () => (await (globalThis as any).fetch('/api/session')).text());
+    expect(session).toContain('actionToken');
+    expect(session).not.toContain(TOKEN);
     expect(problems).toEqual([]);
     await page.close();
   }, 120_000);

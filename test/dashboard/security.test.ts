@@ -90,9 +90,14 @@ function otherAddress(): string | undefined {
 }
 
 /** GET with a chosen Host header (fetch does not let one set it). */
-function getWithHost(port: number, p: string, host: string): Promise<{ status: number; body: string }> {
+function getWithHost(
+  port: number,
+  p: string,
+  host: string,
+  extra: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: '127.0.0.1', port, path: p, headers: { host } }, (res) => {
+    const req = http.get({ host: '127.0.0.1', port, path: p, headers: { host, ...extra } }, (res) => {
       let body = '';
       res.on('data', (d: Buffer) => {
         body += d.toString();
@@ -151,7 +156,9 @@ describe('the admin endpoint of gamewire serve', () => {
       expectNoCors(servers);
       expect(((await servers.json()) as any).servers[0].protocol).toBe('unity-relay');
       const session = (await (await fetch(`${base}/api/session`, { headers: auth })).json()) as any;
-      expect(session.actionToken).toBe(TOKEN);
+      // The action token is its own random value: the page's scripts hold it, never the admin token.
+      expect(session.actionToken).not.toBe(TOKEN);
+      expect(JSON.stringify(session)).not.toContain(TOKEN);
       expect((await fetch(`${base}/metrics`, { headers: auth })).status).toBe(200);
       // The browser login: the token once in the URL becomes an HttpOnly cookie.
       const login = await fetch(`${base}/?token=${TOKEN}`, { redirect: 'manual' });
@@ -166,7 +173,13 @@ describe('the admin endpoint of gamewire serve', () => {
       expect((await fetch(action, { headers: auth })).status).toBe(405);
       expect((await fetch(action, { method: 'POST', headers: auth })).status).toBe(403);
       expect((await fetch(action, { method: 'POST' })).status).toBe(401);
-      const acted = await fetch(action, { method: 'POST', headers: { ...auth, 'x-gamewire-action': TOKEN } });
+      expect(
+        (await fetch(action, { method: 'POST', headers: { ...auth, 'x-gamewire-action': TOKEN } })).status,
+      ).toBe(403);
+      const acted = await fetch(action, {
+        method: 'POST',
+        headers: { ...auth, 'x-gamewire-action': session.actionToken },
+      });
       expect(acted.status).toBe(404); // acted on: no such allocation
     }
   });
@@ -198,6 +211,29 @@ describe('the admin endpoint of gamewire serve', () => {
     expect(rebound.status).toBe(403);
     expect(Object.keys(JSON.parse(rebound.body) as object)).toEqual(['error']);
     expect((await getWithHost(port, '/', 'evil.example')).status).toBe(403);
+    // Names that only start like a loopback address are somebody else's (DNS rebinding).
+    for (const host of [`127.0.0.1.evil.example:${port}`, `127.evil.example`, `localhost.evil.example`]) {
+      expect((await getWithHost(port, '/api/servers', host)).status, host).toBe(403);
+    }
+    for (const host of [`[::1]:${port}`, `127.8.9.10:${port}`, `LOCALHOST:${port}`]) {
+      expect((await getWithHost(port, '/api/servers', host)).status, host).toBe(200);
+    }
+    // Fetch metadata: another site's requests reach no API (reading the wire would arm the tap);
+    // a navigation to the page from a link elsewhere still works.
+    for (const p of ['/api/servers', '/api/wire/unity-relay', '/api/stream?wire=unity-relay', '/metrics']) {
+      for (const site of ['cross-site', 'same-site']) {
+        const r = await getWithHost(port, p, `127.0.0.1:${port}`, { 'sec-fetch-site': site });
+        expect(r.status, `${p} ${site}`).toBe(403);
+        expect(Object.keys(JSON.parse(r.body) as object)).toEqual(['error']);
+      }
+    }
+    expect(
+      (await getWithHost(port, '/', `127.0.0.1:${port}`, { 'sec-fetch-site': 'cross-site' })).status,
+    ).toBe(200);
+    expect(
+      (await getWithHost(port, '/api/servers', `127.0.0.1:${port}`, { 'sec-fetch-site': 'same-origin' }))
+        .status,
+    ).toBe(200);
     // The action token comes from /api/session; without it, no action.
     const { actionToken } = (await (await fetch(`${base}/api/session`)).json()) as { actionToken: string };
     expect(actionToken.length).toBeGreaterThanOrEqual(24);

@@ -32,7 +32,8 @@ export function redactFields(json: Json, found: Buffer[] = []): Json {
   return out;
 }
 
-function collect(v: Json, found: Buffer[]): void {
+/** The byte forms of a secret value (hex as bytes, strings as UTF-8, byte arrays), for blanking. */
+export function collect(v: Json, found: Buffer[]): void {
   if (typeof v === 'string') {
     if (v.length >= 8 && v.length % 2 === 0 && /^[0-9a-fA-F]+$/.test(v)) found.push(Buffer.from(v, 'hex'));
     if (v.length >= 4) found.push(Buffer.from(v, 'utf8'));

@@ -13,6 +13,7 @@ import http from 'node:http';
 import type { Registry } from 'prom-client';
 import type { ProtocolMetrics } from '../metrics.js';
 import type { Endpoint } from '../server.js';
+import { hostName, isLoopbackName } from './hosts.js';
 import type { AdminActionResult, AdminActions, AdminSource } from './source.js';
 import { dashboardDir, readStatic, uplotDir } from './static.js';
 import { type WireDecoder, type WireMessageJson, wireMessageJson } from './wire-json.js';
@@ -54,6 +55,8 @@ export interface AdminServerOptions {
   maxWireLimit?: number;
   /** Wire messages per stream event, at most. Default 500. */
   maxWirePerEvent?: number;
+  /** A stream whose client has read nothing for this long is closed (it holds a slot). Default 30 000 ms. */
+  stalledStreamMs?: number;
 }
 
 export interface AdminServer {
@@ -91,18 +94,6 @@ export function countersOf(m: ProtocolMetrics): Counters {
   };
 }
 
-function isLoopbackHost(host: string): boolean {
-  return host === 'localhost' || host === '::1' || host.startsWith('127.');
-}
-
-/** The host name of a Host header (`[::1]:9100` → `::1`, `example.com:80` → `example.com`). */
-function hostName(header: string): string {
-  const h = header.trim().toLowerCase();
-  if (h.startsWith('[')) return h.slice(1, h.indexOf(']') === -1 ? undefined : h.indexOf(']'));
-  const colon = h.lastIndexOf(':');
-  return colon === -1 ? h : h.slice(0, colon);
-}
-
 function sameSecret(got: string | undefined, expected: Buffer): boolean {
   if (got === undefined) return false;
   const g = Buffer.from(got);
@@ -126,6 +117,8 @@ interface Stream {
   wireAfter: number;
   /** Still writing the last event: skip this tick (at most one event of each kind per tick). */
   busy: boolean;
+  /** When it became busy (a client that never reads is closed after `stalledStreamMs`). */
+  busySince: number;
 }
 
 export async function startAdminServer(options: AdminServerOptions): Promise<AdminServer> {
@@ -140,9 +133,11 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     return registry;
   };
   const token = options.token === undefined || options.token === '' ? undefined : Buffer.from(options.token);
-  const actionToken = options.token ?? randomBytes(24).toString('base64url');
+  // Always its own random value, never the admin token: the page's scripts hold the action
+  // token, and the admin token stays in the HttpOnly cookie where no script can read it.
+  const actionToken = randomBytes(24).toString('base64url');
   const actionTokenBytes = Buffer.from(actionToken);
-  const loopback = isLoopbackHost(options.host);
+  const loopback = isLoopbackName(options.host);
   const startedAt = Date.now();
   const version = options.version ?? '0.0.0';
   const webDir = options.webDir ?? dashboardDir();
@@ -152,6 +147,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   const maxStreams = options.maxStreams ?? 32;
   const maxWireLimit = options.maxWireLimit ?? 500;
   const maxWirePerEvent = options.maxWirePerEvent ?? 500;
+  const stalledStreamMs = options.stalledStreamMs ?? 30_000;
   const streams = new Set<Stream>();
   let tickTimer: NodeJS.Timeout | undefined;
   let pingTimer: NodeJS.Timeout | undefined;
@@ -184,7 +180,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     const tap = s.admin?.wire;
     if (tap === undefined) return [];
     tap.arm();
-    return tap.since(after, limit).map((m) => wireMessageJson(m, s.decode));
+    return tap.since(after, limit).map((m) => wireMessageJson(m, s.decode, s.admin?.hideUndecoded === true));
   };
 
   // ---- responses ---------------------------------------------------------------------------
@@ -245,6 +241,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     const ok = st.res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     if (!ok && !st.busy) {
       st.busy = true;
+      st.busySince = Date.now();
       st.res.once('drain', () => {
         st.busy = false;
       });
@@ -273,7 +270,13 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     // State is built once per tick and protocol, whatever the number of clients watching it.
     const states = new Map<string, Promise<unknown>>();
     for (const st of [...streams]) {
-      if (st.busy) continue;
+      if (st.busy) {
+        if (t - st.busySince > stalledStreamMs) {
+          st.res.destroy();
+          removeStream(st);
+        }
+        continue;
+      }
       writeEvent(st, 'tick', overview);
       if (st.protocol !== undefined) {
         const s = servers.find((x) => x.protocol === st.protocol);
@@ -338,6 +341,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
       // A new wire client starts from now, not from the whole ring.
       wireAfter: wireServer?.admin?.wire !== undefined ? wireServer.admin.wire.next - 1 : 0,
       busy: false,
+      busySince: 0,
     };
     wireServer?.admin?.wire?.arm();
     streams.add(st);
@@ -424,10 +428,21 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     // DNS rebinding: on loopback, only requests naming this machine.
     if (loopback) {
       const name = hostName(req.headers.host ?? '');
-      if (name !== 'localhost' && name !== options.host && !isLoopbackHost(name)) {
+      if (name !== options.host.toLowerCase() && !isLoopbackName(name)) {
         error(res, 403, 'forbidden host');
         return;
       }
+    }
+    // Fetch metadata: a page on another site firing requests at this port (fetch in no-cors
+    // mode, an <img>) reaches nothing but the page itself by navigation. Reading the wire arms
+    // the tap, which costs the game servers work, so even "harmless" GETs are refused.
+    const site = headerValue(req.headers['sec-fetch-site']);
+    if (
+      (site === 'cross-site' || site === 'same-site') &&
+      !(method === 'GET' && (pathname === '/' || pathname === '/index.html'))
+    ) {
+      error(res, 403, 'cross-site request refused');
+      return;
     }
     // The token once in the page's URL: set the cookie and drop the token from the address bar.
     if (token !== undefined && method === 'GET' && pathname === '/' && url.searchParams.has('token')) {

@@ -32,6 +32,11 @@ export interface AdminSource {
   wire?: WireTap;
   /** Decodes its wire messages when the protocol's own codec with default options would not (a variant). */
   decode?: WireDecoder;
+  /**
+   * Its wire messages carry secrets that only decoding finds (field names, nested packets): a
+   * message that does not decode then shows no hex.
+   */
+  hideUndecoded?: boolean;
 }
 
 export const notFound = (what: string): AdminActionResult => ({ status: 404, error: `no such ${what}` });

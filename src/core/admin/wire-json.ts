@@ -22,8 +22,12 @@ export interface WireMessageJson {
   [key: string]: Json;
 }
 
-/** Decodes one message's bytes: what `gamewire decode <codec> --from <direction>` prints. */
-export type WireDecoder = (bytes: Buffer, direction: Direction, transport: string) => Json;
+/**
+ * Decodes one message's bytes: what `gamewire decode <codec> --from <direction>` prints. A
+ * protocol's own decoder may mask secrets that field names alone do not reveal: it replaces them
+ * with `REDACTED` and pushes their bytes to `secrets`, which are then blanked in the hex.
+ */
+export type WireDecoder = (bytes: Buffer, direction: Direction, transport: string, secrets: Buffer[]) => Json;
 
 /** A decoder over one codec (the protocol's own), as `gamewire decode <codec> --from <direction>`. */
 export function codecDecoder(codec: ProtocolCodec, options: Omit<CodecOptions, 'from'> = {}): WireDecoder {
@@ -52,14 +56,22 @@ export function messageName(fields: Json): string | null {
   return null;
 }
 
-export function wireMessageJson(m: TappedMessage, decode: WireDecoder | undefined): WireMessageJson {
+/**
+ * `hideUndecoded`: a message that does not decode shows no hex (its secrets could not be found),
+ * for protocols whose secrets are not masked in the bytes when copied.
+ */
+export function wireMessageJson(
+  m: TappedMessage,
+  decode: WireDecoder | undefined,
+  hideUndecoded = false,
+): WireMessageJson {
   let fields: Json | null = null;
   let error: string | null = null;
   const bytes = Buffer.from(m.bytes);
   if (decode !== undefined) {
     try {
       const found: Buffer[] = [];
-      fields = redactFields(decode(m.bytes, m.direction, m.transport), found);
+      fields = redactFields(decode(m.bytes, m.direction, m.transport, found), found);
       blankValues(bytes, found);
     } catch (err) {
       error = m.truncated
@@ -67,6 +79,8 @@ export function wireMessageJson(m: TappedMessage, decode: WireDecoder | undefine
         : (err as Error).message;
     }
   } else error = 'no decoder for this protocol';
+  const hidden = fields === null && hideUndecoded;
+  if (hidden) error = `${error} (bytes hidden: a message that does not decode could hold a secret)`;
   return {
     seq: m.seq,
     at: m.at,
@@ -75,7 +89,7 @@ export function wireMessageJson(m: TappedMessage, decode: WireDecoder | undefine
     transport: m.transport,
     name: fields === null ? null : messageName(fields),
     fields,
-    hex: bytes.toString('hex'),
+    hex: hidden ? '' : bytes.toString('hex'),
     length: m.length,
     truncated: m.truncated,
     error,

@@ -4,9 +4,13 @@
  * fan-out: nothing is added per update), connections, the map's bounds; the disconnect and end
  * instance actions; and the wire tap. State is built when asked.
  */
+import { collect, REDACTED } from '../../core/admin/redact.js';
 import { type AdminSource, done, notFound } from '../../core/admin/source.js';
+import type { WireDecoder } from '../../core/admin/wire-json.js';
+import type { Direction } from '../../core/protocol.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Json } from '../../wire/codec.js';
+import { decodePackets } from './codec.js';
 import { PlayerFlags, QuitType } from './constants.js';
 import { removePlayer } from './handlers/membership.js';
 import type { Player, StoredTransform } from './instances.js';
@@ -20,6 +24,48 @@ function mainTransform(p: Player): StoredTransform | undefined {
   return undefined;
 }
 
+/** Reliable entries inside Reliable entries, as deep as the view unpacks them. */
+const MAX_VIEW_NESTING = 4;
+
+function unpackForView(packet: Json, from: Direction, secrets: Buffer[], depth: number): Json {
+  const p = packet as Record<string, Json>;
+  if (p.type === 'Segmentation' && typeof p.segmentData === 'string' && p.segmentData !== '') {
+    // A piece of a larger message (an Authentification's token, say): the reassembled message
+    // is recorded and shown on its own, decoded and masked, so the piece is masked whole.
+    collect(p.segmentData, secrets);
+    return { ...p, segmentData: REDACTED };
+  }
+  if (p.type === 'Reliable' && Array.isArray(p.messages)) {
+    const messages = p.messages.map((entry): Json => {
+      if (typeof entry !== 'string') return entry;
+      if (depth < MAX_VIEW_NESTING) {
+        try {
+          const inner = decodePackets(Buffer.from(entry, 'hex'), { from });
+          const shown = inner.map((x) => unpackForView(x, from, secrets, depth + 1));
+          return shown.length === 1 ? shown[0]! : shown;
+        } catch {
+          // not a packet: masked whole below
+        }
+      }
+      collect(entry, secrets);
+      return REDACTED;
+    });
+    return { ...p, messages };
+  }
+  return p;
+}
+
+/**
+ * The wire view's decoder: `gamewire decode nox-relay`, with each Reliable entry decoded in
+ * place (so field names find an Authentification's token inside one) and segment data masked.
+ */
+export const noxWireDecoder: WireDecoder = (bytes, direction, _transport, secrets) => {
+  const packets = decodePackets(bytes, { from: direction }).map((p) =>
+    unpackForView(p, direction, secrets, 0),
+  );
+  return packets.length === 1 ? packets[0]! : packets;
+};
+
 /** performance.now() readings as ms since the epoch. */
 const epochOf = (perf: number) => Math.round(performance.timeOrigin + perf);
 
@@ -29,6 +75,8 @@ export function noxRelayAdmin(server: NoxRelayServer, wireOptions: WireTapOption
   for (const c of server.clients.values()) c.wireTap = wire;
   return {
     wire,
+    decode: noxWireDecoder,
+    hideUndecoded: true,
     state() {
       let minX = Number.POSITIVE_INFINITY;
       let maxX = Number.NEGATIVE_INFINITY;

@@ -3,15 +3,76 @@
  * PRUDP) with who is logged in, the SessionProtocol sessions, the last calls answered; the
  * disconnect action; and the wire tap (whole RMC frames, after PRUDP). Built when asked.
  */
+import { collect, REDACTED } from '../../core/admin/redact.js';
 import { type AdminSource, done, notFound } from '../../core/admin/source.js';
-import { codecDecoder } from '../../core/admin/wire-json.js';
+import type { WireDecoder } from '../../core/admin/wire-json.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Json } from '../../wire/codec.js';
-import { rmcCodec } from './codec.js';
+import { decodeStream, typedOrHex } from './codec.js';
 import type { RmcConnection } from './connection.js';
 import type { RmcDispatcher } from './dispatcher.js';
 import type { RmcVariant } from './messages.js';
+import { BUILTIN_PROTOCOLS } from './protocols/index.js';
+import { SecureConnectionProtocol } from './protocols/secure-connection.js';
 import type { SessionSummary } from './protocols/session.js';
+import { TicketGrantingProtocol } from './protocols/ticket-granting.js';
+import { type MethodDef, type ProtocolDef, shortMethodName } from './signature.js';
+
+/** The declarations the wire view knows: the HyperScape built-ins and the classic ones. */
+const VIEW_PROTOCOLS: readonly ProtocolDef<any>[] = [
+  ...BUILTIN_PROTOCOLS,
+  TicketGrantingProtocol,
+  SecureConnectionProtocol,
+];
+
+function viewMethod(p: Record<string, Json>): MethodDef | undefined {
+  if (typeof p.protocolId === 'number' && typeof p.methodId === 'number') {
+    return VIEW_PROTOCOLS.find((d) => d.id === p.protocolId)?.byId.get(p.methodId);
+  }
+  if (typeof p.protocol !== 'string' || typeof p.method !== 'string') return undefined;
+  const wireName = p.type === 'response' ? p.method.replace(/\*$/, '') : p.method;
+  for (const d of VIEW_PROTOCOLS) {
+    if (d.name !== p.protocol) continue;
+    const short = shortMethodName(d.name, wireName);
+    return short === undefined ? undefined : d.byName.get(short);
+  }
+  return undefined;
+}
+
+/**
+ * The wire view's RMC decoder: `gamewire decode rmc`, plus named fields for the classic
+ * protocols it knows (the CLI prints classic bodies as hex), and every field a method declares
+ * secret (Kerberos tickets, login tokens, session keys) masked. A secret-bearing body that does
+ * not decode to fields is masked whole.
+ */
+export function rmcWireDecoder(variant: RmcVariant): WireDecoder {
+  return (bytes, _direction, _transport, secrets) => {
+    const packets = decodeStream(bytes, variant).map((json) => {
+      const p = json as Record<string, Json>;
+      const side = p.type === 'request' ? 'args' : p.type === 'response' ? 'results' : undefined;
+      const def = side === undefined ? undefined : viewMethod(p);
+      if (side === undefined || def === undefined) return p;
+      let body = p[side];
+      if (typeof body === 'string') body = typedOrHex(def[side], Buffer.from(body, 'hex'));
+      if (def.secretFields.length > 0) {
+        if (typeof body === 'string') {
+          collect(body, secrets);
+          body = REDACTED;
+        } else if (body !== null && typeof body === 'object' && !Array.isArray(body)) {
+          body = { ...body };
+          for (const name of def.secretFields) {
+            const v = body[name];
+            if (v === undefined || v === '' || v === null) continue;
+            collect(v, secrets);
+            body[name] = REDACTED;
+          }
+        }
+      }
+      return { ...p, [side]: body };
+    });
+    return packets.length === 1 ? packets[0]! : packets;
+  };
+}
 
 /** A PID as the dashboard shows it: the number of a 4-byte (NEX) PID, the hex of a UUID one. */
 function pidJson(pid: Buffer): number | string {
@@ -44,7 +105,8 @@ export function rmcAdmin(parts: RmcAdminParts): AdminSource {
   };
   return {
     wire,
-    decode: codecDecoder(rmcCodec, { variant: parts.variant }),
+    decode: rmcWireDecoder(parts.variant),
+    hideUndecoded: true,
     async state() {
       const connections: Json[] = [];
       for (const c of dispatcher.liveConnections()) {

@@ -46,7 +46,7 @@ export function findBuiltinByFullName(fullName: string): MethodDef | undefined {
  * Typed JSON when the declaration reads `raw` exactly and writes it back to the same bytes
  * (a non-canonical form, such as an empty String written `00 00`, stays hex); hex otherwise.
  */
-function typedOrHex(codec: Codec<unknown> | undefined, raw: Buffer): Json {
+export function typedOrHex(codec: Codec<unknown> | undefined, raw: Buffer): Json {
   if (codec !== undefined) {
     try {
       const value = decode(codec, raw);

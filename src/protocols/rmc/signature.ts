@@ -29,6 +29,8 @@ export interface MethodSpec<A, R> {
   doc: string;
   /** Method id for the classic packed variant (string-named variants do not use it). */
   id: number | undefined;
+  /** Argument and result fields that hold a secret (a ticket, a token): masked in the wire view. */
+  secretFields: readonly string[];
 }
 
 export interface MethodDef<A = any, R = any> extends MethodSpec<A, R> {
@@ -47,6 +49,8 @@ export function method<AF extends Fields, RF extends Fields>(spec: {
   doc: string;
   /** Method id, for the classic packed variant. */
   id?: number;
+  /** Fields of args or results that hold a secret (the dashboard's wire view masks them). */
+  secretFields?: readonly (keyof AF | keyof RF)[];
 }): MethodSpec<StructValue<AF>, StructValue<RF>> {
   if (spec.id !== undefined && !(Number.isInteger(spec.id) && spec.id >= 0 && spec.id < 0x8000)) {
     throw new DeclarationError(`method id ${spec.id} must be an integer under 0x8000`);
@@ -57,6 +61,7 @@ export function method<AF extends Fields, RF extends Fields>(spec: {
     layout: spec.layout,
     doc: spec.doc,
     id: spec.id,
+    secretFields: (spec.secretFields ?? []) as readonly string[],
   };
 }
 

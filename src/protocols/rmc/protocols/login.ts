@@ -52,6 +52,7 @@ export const LoginProtocol = defineProtocol(
       results: { userPid: uuid, connectionData: RVConnectionData },
       layout: 'inferred',
       doc: 'token (documented), ClientVersionInfo and RVConnectionData (inferred from Driver SF V2) -> User PID UUID (documented), RVConnectionData (inferred)',
+      secretFields: ['token'],
     }),
     Register_V1: method({
       args: { vecMyURLs: list(stationUrl) },

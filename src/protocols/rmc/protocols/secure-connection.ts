@@ -37,6 +37,7 @@ export const SecureConnectionProtocol = defineProtocol(
       results: registerResults,
       layout: 'documented',
       doc: 'Register with custom data (an AnyDataHolder, not interpreted)',
+      secretFields: ['hCustomData'],
     }),
   },
   { id: 11 },

@@ -31,6 +31,7 @@ export const SessionProtocol = defineProtocol(
       results: { sessionId: uuid, memberCount: u32 },
       layout: 'inferred',
       doc: 'String type, 16-byte GUID, 9 unknown bytes, String key (documented) -> GUID, member count (gamewire choice)',
+      secretFields: ['sessionKey'],
     }),
     JoinSession_V1: method({
       args: { sessionId: uuid },

@@ -34,6 +34,7 @@ export const TicketGrantingProtocol = defineProtocol(
       results: loginResults,
       layout: 'documented',
       doc: 'user name -> Result, PID, Kerberos ticket (Buffer), RVConnectionData (secure server URL), message',
+      secretFields: ['pbufResponse'],
     }),
     LoginEx: method({
       id: 2,
@@ -41,6 +42,7 @@ export const TicketGrantingProtocol = defineProtocol(
       results: loginResults,
       layout: 'documented',
       doc: 'Login with extra data (an AnyDataHolder, not interpreted)',
+      secretFields: ['oExtraData', 'pbufResponse'],
     }),
     RequestTicket: method({
       id: 3,
@@ -48,6 +50,7 @@ export const TicketGrantingProtocol = defineProtocol(
       results: { retval: qResult, bufResponse: buffer32 },
       layout: 'documented',
       doc: 'a Kerberos ticket from the logged-in user (idSource) for a target PID (2 = the secure server)',
+      secretFields: ['bufResponse'],
     }),
   },
   { id: 10 },
