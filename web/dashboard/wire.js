@@ -300,7 +300,19 @@ export function mountWire(main, ctx, protocol) {
             ? h('p', { class: 'muted' }, 'not decoded')
             : h('ul', { class: 'tree', testid: 'field-tree' }, fieldTree(m.fields)),
         ),
-        h('section', { 'aria-label': 'Bytes' }, h('h3', null, 'Bytes'), hexDump(m.hex ?? '')),
+        h(
+          'section',
+          { 'aria-label': 'Bytes' },
+          h('h3', null, 'Bytes'),
+          // The server hides the bytes of a message it could not decode where they may hold a secret.
+          (m.hex ?? '') === '' && m.length > 0
+            ? h(
+                'p',
+                { class: 'muted', testid: 'hex-hidden' },
+                'hidden: not decoded, so secrets could not be masked',
+              )
+            : hexDump(m.hex ?? ''),
+        ),
       ),
     );
   };
