@@ -50,9 +50,9 @@ describe('pickLeastLoaded', () => {
 
 function registryContract(name: string, make: () => NodeRegistry | undefined) {
   describe(name, () => {
-    it('lists announced nodes by kind and region, and forgets a stopped one', async () => {
+    it('lists announced nodes by kind and region, and forgets a stopped one', async (ctx) => {
       const reg = make();
-      if (reg === undefined) return;
+      if (reg === undefined) return ctx.skip();
       const a = await reg.announce(node('a', 3));
       const b = await reg.announce(node('b', 1, { region: 'us' }));
       const s = await reg.announce(node('s', 0, { kind: 'rmc-secure' }));
@@ -73,9 +73,9 @@ function registryContract(name: string, make: () => NodeRegistry | undefined) {
       await reg.close();
     });
 
-    it('keeps a heartbeating node alive past its TTL, with a fresh heartbeat age', async () => {
+    it('keeps a heartbeating node alive past its TTL, with a fresh heartbeat age', async (ctx) => {
       const reg = make();
-      if (reg === undefined) return;
+      if (reg === undefined) return ctx.skip();
       const alive = await reg.announce(node('alive', 0));
       await sleep(1400); // the TTL in these tests is 1000 ms
       const rec = (await reg.live('unity-relay')).find((n) => n.id === 'alive');

@@ -188,9 +188,9 @@ for (const backend of backends) {
       return serve(await backend.build(l), l);
     };
 
-    it('creates an account on first login, keeps its PID, updates its name; PIDs differ', async () => {
+    it('creates an account on first login, keeps its PID, updates its name; PIDs differ', async (ctx) => {
       const s = await setup();
-      if (s === undefined) return;
+      if (s === undefined) return ctx.skip();
       const a = await s.client(jwt('ann', 'Ann'));
       const again = await s.client(jwt('ann', 'Annie'));
       const bob = await s.client(jwt('bob', 'Bob'));
@@ -200,9 +200,9 @@ for (const backend of backends) {
       expect(await s.built.store.accountCount()).toBe(2);
     });
 
-    it('maxAccounts: one more new account is RendezVous::LimitExceeded, existing ones still log in', async () => {
+    it('maxAccounts: one more new account is RendezVous::LimitExceeded, existing ones still log in', async (ctx) => {
       const s = await setup({ maxAccounts: 3 });
-      if (s === undefined) return;
+      if (s === undefined) return ctx.skip();
       for (let i = 0; i < 3; i++) await s.client(`acct-${i}`);
       const { c } = await s.client();
       await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('acct-3'))).rejects.toMatchObject({
@@ -215,9 +215,9 @@ for (const backend of backends) {
       expect(await s.built.store.accountCount()).toBe(3);
     });
 
-    it('registration limits: per address per hour, and per server per hour', async () => {
+    it('registration limits: per address per hour, and per server per hour', async (ctx) => {
       const s = await setup({ perIp: 2, perHour: 10 });
-      if (s === undefined) return;
+      if (s === undefined) return ctx.skip();
       const { c } = await s.client();
       for (let i = 0; i < 2; i++) await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(`ip-${i}`));
       await expect(c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('ip-2'))).rejects.toMatchObject({
@@ -226,7 +226,7 @@ for (const backend of backends) {
       // An existing account is not a registration.
       await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('ip-0'));
       const t = await setup({ perIp: 0, perHour: 3 });
-      if (t === undefined) return;
+      if (t === undefined) return ctx.skip();
       const d = (await t.client()).c;
       for (let i = 0; i < 3; i++) await d.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(`all-${i}`));
       await expect(d.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('all-3'))).rejects.toMatchObject({
@@ -235,9 +235,9 @@ for (const backend of backends) {
       expect(await t.built.store.accountCount()).toBe(3);
     });
 
-    it('login sessions per account: one more is ConcurrentLoginDenied, a disconnect frees one', async () => {
+    it('login sessions per account: one more is ConcurrentLoginDenied, a disconnect frees one', async (ctx) => {
       const s = await setup({ maxLogins: 2 });
-      if (s === undefined) return;
+      if (s === undefined) return ctx.skip();
       const first = await s.client('same');
       await s.client('same');
       const { c } = await s.client();
@@ -251,9 +251,9 @@ for (const backend of backends) {
       await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs('same'));
     });
 
-    it('sessions: create, duplicate, void, join (members with names), full, leave, cleanup on disconnect', async () => {
+    it('sessions: create, duplicate, void, join (members with names), full, leave, cleanup on disconnect', async (ctx) => {
       const s = await setup({ maxMembers: 2 });
-      if (s === undefined) return;
+      if (s === undefined) return ctx.skip();
       const a = await s.client(jwt('a', 'Alice'));
       const b = await s.client(jwt('b', 'Bob'));
       const c = await s.client(jwt('c', 'Carol'));
@@ -301,9 +301,9 @@ for (const backend of backends) {
       });
     });
 
-    it('session limits: most sessions, per connection, per address, per account (LimitExceeded)', async () => {
+    it('session limits: most sessions, per connection, per address, per account (LimitExceeded)', async (ctx) => {
       const s = await setup({ maxSessions: 3, perConnection: 2, sessionsPerIp: 4, sessionsPerAccount: 3 });
-      if (s === undefined) return;
+      if (s === undefined) return ctx.skip();
       const a = await s.client('p1');
       await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(1));
       await a.c.call(SessionProtocol, 'CreateSession_V1', createArgs(2));
@@ -337,8 +337,8 @@ for (const backend of backends) {
 }
 
 describe('rmc fleet stores: what only Redis has', () => {
-  it('two nodes share sessions; a dead node (record expired) loses its memberships', async () => {
-    if (redis === undefined) return;
+  it('two nodes share sessions; a dead node (record expired) loses its memberships', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const prefix = `t${randomBytes(4).toString('hex')}:`;
     const n1 = await redisNode(prefix, 'n1');
     const n2 = await redisNode(prefix, 'n2');
@@ -374,8 +374,8 @@ describe('rmc fleet stores: what only Redis has', () => {
     expect(listed[0]!.members.map((m) => m.node)).toEqual(['rmc-secure:n2', 'rmc-secure:n2']);
   });
 
-  it('a node restarted under the same id (new incarnation) neither inherits nor collides with its old records', async () => {
-    if (redis === undefined) return;
+  it('a node restarted under the same id (new incarnation) neither inherits nor collides with its old records', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const prefix = `t${randomBytes(4).toString('hex')}:`;
     const old = await redisNode(prefix, 'same');
     const spec = { id: 'cd'.repeat(16), type: 'PartySession', key: 'k', reserved: Buffer.alloc(9) };
@@ -407,12 +407,14 @@ describe('rmc fleet stores: what only Redis has', () => {
       await conn.close();
       await old.conn.close();
     });
-    const ctx = { redis: conn, nodeRef: 'rmc-secure:same', incarnation: 'i2', timeoutMs: 1000 };
-    const joined = await new RedisSessionStore(ctx).join(spec.id, { ...member, name: 'new' }).catch((e) => e);
+    const storeCtx = { redis: conn, nodeRef: 'rmc-secure:same', incarnation: 'i2', timeoutMs: 1000 };
+    const joined = await new RedisSessionStore(storeCtx)
+      .join(spec.id, { ...member, name: 'new' })
+      .catch((e) => e);
     // The old member was dropped with its session: the id is free again.
     expect(joined).toMatchObject({ code: 0x73 });
     // Its login session no longer holds the account's only slot.
-    await new RedisAccountStore(ctx, { maxSessionsPerAccount: 1 }).startSession({
+    await new RedisAccountStore(storeCtx, { maxSessionsPerAccount: 1 }).startSession({
       connectionId: 1,
       pid: member.pid,
       accountId: 'acct',
@@ -420,13 +422,13 @@ describe('rmc fleet stores: what only Redis has', () => {
     });
   });
 
-  it('a disconnect while Redis does not answer is cleaned up once it does', async () => {
-    if (redis === undefined) return;
+  it('a disconnect while Redis does not answer is cleaned up once it does', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const prefix = `t${randomBytes(4).toString('hex')}:`;
     const node = await redisNode(prefix, 'n1');
-    const ctx = { ...node.ctx, timeoutMs: 300 };
-    const sessions = new RedisSessionStore(ctx);
-    const store = new RedisAccountStore(ctx);
+    const storeCtx = { ...node.ctx, timeoutMs: 300 };
+    const sessions = new RedisSessionStore(storeCtx);
+    const store = new RedisAccountStore(storeCtx);
     const s = await serve(
       {
         store,
@@ -453,8 +455,8 @@ describe('rmc fleet stores: what only Redis has', () => {
     expect((await store.sessions()).map((x) => x.accountId)).toEqual(['stayer']);
   }, 30_000);
 
-  it('fleet connection ids: blocks from two processes never overlap', async () => {
-    if (redis === undefined) return;
+  it('fleet connection ids: blocks from two processes never overlap', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const prefix = `t${randomBytes(4).toString('hex')}:`;
     const n1 = await redisNode(prefix, 'n1');
     const n2 = await redisNode(prefix, 'n2');
@@ -471,11 +473,11 @@ describe('rmc fleet stores: what only Redis has', () => {
     expect(Math.min(...ids)).toBeGreaterThan(0);
   });
 
-  it('Redis down: logins and session calls fail with RendezVous::ConnectionFailure, other calls on the connection are answered; recovery', async () => {
-    if (redis === undefined) return;
+  it('Redis down: logins and session calls fail with RendezVous::ConnectionFailure, other calls on the connection are answered; recovery', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     // Its own redis-server, so stopping it does not disturb the other tests.
     const own = await startRedis();
-    if (own === undefined) return;
+    if (own === undefined) return ctx.skip();
     cleanup.push(() => own.dispose());
     const conn: RedisConnection = await connectRedis(own.url, { prefix: 'down:', maxBackoffMs: 200 });
     const registry = new RedisNodeRegistry(conn, { ttlMs: 2000 });
@@ -490,10 +492,10 @@ describe('rmc fleet stores: what only Redis has', () => {
       startedAt: Date.now(),
       meta: { incarnation: 'i1' },
     });
-    const ctx = { redis: conn, nodeRef: 'rmc-secure:n1', incarnation: 'i1', timeoutMs: 1000 };
+    const storeCtx = { redis: conn, nodeRef: 'rmc-secure:n1', incarnation: 'i1', timeoutMs: 1000 };
     const built: Built = {
-      store: new RedisAccountStore(ctx),
-      sessions: new RedisSessionStore(ctx),
+      store: new RedisAccountStore(storeCtx),
+      sessions: new RedisSessionStore(storeCtx),
       close: async () => {
         await announcement.stop();
         await conn.close();
@@ -527,8 +529,8 @@ describe('rmc fleet stores: what only Redis has', () => {
 });
 
 describe('rmc session stores agree (model check)', () => {
-  it('any sequence of create/join/leave/disconnect gives the same answers from SessionRegistry and RedisSessionStore', async () => {
-    if (redis === undefined) return;
+  it('any sequence of create/join/leave/disconnect gives the same answers from SessionRegistry and RedisSessionStore', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     // Small enough that every limit is met: 5 session ids for 3 sessions, 6 connections of 3
     // accounts from 2 addresses.
     const limits = {
@@ -599,8 +601,8 @@ describe('rmc session stores agree (model check)', () => {
 });
 
 describe('rmc account stores agree (model check)', () => {
-  it('any sequence of logins and login sessions gives the same answers from MemoryStore and RedisAccountStore', async () => {
-    if (redis === undefined) return;
+  it('any sequence of logins and login sessions gives the same answers from MemoryStore and RedisAccountStore', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const op = fc.record({
       kind: fc.constantFrom('login', 'start', 'end'),
       account: fc.integer({ min: 1, max: 5 }),
