@@ -161,6 +161,35 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     await own.dispose();
   });
 
+  it('a node heartbeats as soon as its connection is back, before the connection reports itself up', async () => {
+    const { RedisServer } = await import('../helpers/redis.js');
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const own = new RedisServer(await freePort(), fs.mkdtempSync(path.join(os.tmpdir(), 'gamewire-redis-')));
+    await own.start();
+    const conn = await connectRedis(own.url, { prefix: 'back:', maxBackoffMs: 100 });
+    connections.push(conn);
+    // The next tick is 20 s away: only a beat on reconnection can bring the record back sooner.
+    const reg = new RedisNodeRegistry(conn, { ttlMs: 60_000, heartbeatMs: 20_000 });
+    await reg.announce(node('n', 0));
+    await own.stop();
+    const deadline = Date.now() + 10_000;
+    while (conn.up && Date.now() < deadline) await sleep(5);
+    expect(conn.up).toBe(false);
+    // Restarted empty (no persistence): the record is back only if the node heartbeated.
+    await own.start();
+    const watching = await connectRedis(own.url, { prefix: 'back:' });
+    const watcher = new RedisNodeRegistry(watching, { ttlMs: 60_000 });
+    while (!conn.up && Date.now() < deadline) await sleep(2);
+    expect(conn.up).toBe(true);
+    // The moment the connection says it is up, its record is back.
+    expect((await watcher.live('unity-relay')).map((n) => n.id)).toEqual(['n']);
+    await reg.close();
+    await watching.close();
+    await own.dispose();
+  }, 20_000);
+
   it('start-up against no server fails with one line naming the URL and the flag', async () => {
     const port = await freePort();
     const err = await connectRedis(`redis://127.0.0.1:${port}`, {

@@ -528,6 +528,108 @@ describe('rmc fleet stores: what only Redis has', () => {
   }, 60_000);
 });
 
+describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
+  it("Redis keeps its data and comes back after more than a TTL: a live node keeps its login sessions and session members through another node's first login, join and sweep; a dead node loses its records after the grace", async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    const own = await startRedis({ persist: true });
+    if (own === undefined) return ctx.skip();
+    cleanup.push(() => own.dispose());
+    const TTL = 1000;
+    const prefix = `o${randomBytes(4).toString('hex')}:`;
+    const node = async (id: string) => {
+      const conn = await connectRedis(own.url, { prefix, maxBackoffMs: 100 });
+      const registry = new RedisNodeRegistry(conn, { ttlMs: TTL });
+      await registry.announce({
+        id,
+        kind: 'rmc-secure',
+        region: 'test',
+        endpoints: [],
+        capacity: 100,
+        load: 0,
+        draining: false,
+        startedAt: Date.now(),
+        meta: { incarnation: `inc-${id}` },
+      });
+      const fleetCtx = {
+        redis: conn,
+        nodeRef: `rmc-secure:${id}`,
+        incarnation: `inc-${id}`,
+        timeoutMs: 1000,
+      };
+      cleanup.push(async () => {
+        await registry.close();
+        await conn.close();
+      });
+      return {
+        conn,
+        registry,
+        store: new RedisAccountStore(fleetCtx),
+        sessions: new RedisSessionStore(fleetCtx),
+        ref: (connectionId: number) => `rmc-secure:${id}#inc-${id}#${connectionId}`,
+      };
+    };
+    const a = await node('a');
+    const b = await node('b');
+    const c = await node('c');
+    const pid = '55'.repeat(16);
+    const spec = { id: 'ef'.repeat(16), type: 'PartySession', key: 'k', reserved: Buffer.alloc(9) };
+    // A player on node a: logged in, in a session. One on node c, which will die in the outage.
+    await a.store.login('acct', 'Ann');
+    await a.store.startSession({ connectionId: 1, pid, accountId: 'acct', since: '' });
+    await a.sessions.create(spec, { connectionId: 1, pid, name: 'Ann', address: '10.0.0.1' });
+    await c.store.startSession({ connectionId: 3, pid: '66'.repeat(16), accountId: 'gone', since: '' });
+
+    // Redis stops for more than a TTL; c dies meanwhile.
+    await own.stop();
+    await until(() => !a.conn.up && !b.conn.up);
+    await c.registry.close();
+    c.conn.client.disconnect();
+    await new Promise((r) => setTimeout(r, TTL + 700));
+    // a is slow to come back (its reconnection backs off longer): b comes back first and acts.
+    a.conn.client.disconnect();
+    await own.start();
+    await until(() => b.conn.up, 15_000);
+    const admin = await connectRedis(own.url);
+    cleanup.push(() => admin.close());
+    const P = `${prefix}rmc:`;
+    // The records of a and c survived the restart, their node records did not.
+    expect(await admin.client.exists(`${prefix}node:rmc-secure:a`, `${prefix}node:rmc-secure:c`)).toBe(0);
+    const present = async (ref: string) => ({
+      login: await admin.client.hexists(`${P}logins`, ref),
+      account: await admin.client.sismember(`${P}logins:acct:acct`, ref),
+      member: await admin.client.hexists(`${P}session:${spec.id}:members`, ref),
+    });
+    const kept = { login: 1, account: 1, member: 1 };
+
+    // b's first login of the same account (its per-account count meets a's login session), a join
+    // of a's session, and a sweep.
+    await b.store.startSession({ connectionId: 2, pid, accountId: 'acct', since: '' });
+    const joined = await b.sessions.join(spec.id, {
+      connectionId: 2,
+      pid: '77'.repeat(16),
+      name: 'Bo',
+      address: '10.0.0.2',
+    });
+    expect(joined.members.sort()).toEqual([pid, '77'.repeat(16)].sort());
+    await b.store.sessions();
+    await b.sessions.listSessions(Number.MAX_SAFE_INTEGER);
+    expect(await present(a.ref(1))).toEqual(kept);
+    // c is not known to be dead yet either.
+    expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(1);
+
+    // a comes back: its record is there the moment its connection is up.
+    a.conn.client.connect().catch(() => {});
+    await until(() => a.conn.up, 15_000);
+    expect((await b.registry.live('rmc-secure')).map((n) => n.id).sort()).toEqual(['a', 'b']);
+    // Past the grace (two TTLs after beats resumed), a sweep drops c's records and keeps a's.
+    await new Promise((r) => setTimeout(r, 2 * TTL + 300));
+    await b.store.sessions();
+    await b.sessions.listSessions(Number.MAX_SAFE_INTEGER);
+    expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(0);
+    expect(await present(a.ref(1))).toEqual(kept);
+  }, 60_000);
+});
+
 describe('rmc session stores agree (model check)', () => {
   it('any sequence of create/join/leave/disconnect gives the same answers from SessionRegistry and RedisSessionStore', async (ctx) => {
     if (redis === undefined) return ctx.skip();

@@ -16,6 +16,8 @@
  * A login session belongs to the node (`<kind>:<id>`) that holds its connection. When that
  * node's record (node-registry.ts) has expired, the node is dead, and its sessions are dropped
  * the next time a script looks at them: a crashed server never keeps an account at its cap.
+ * Not while the fleet recovers from a Redis outage longer than the TTL, though (every record
+ * lapsed, the nodes alive): see `LUA_ALIVE` in control-plane.ts.
  */
 import { randomBytes } from 'node:crypto';
 import { RmcError } from '../errors.js';
@@ -108,10 +110,10 @@ local out = cjson.encode(a)
 redis.call('HSET', P .. 'accounts', ARGV[2], out)
 return { 'ok', out, 1 }`;
 
-// ARGV: rmc prefix, node prefix, ref, account id, session JSON, max per account.
+// ARGV: rmc prefix, fleet prefix, ref, account id, session JSON, max per account.
 // Returns 1 (started) or 0 (the account holds its most sessions).
 const START_SESSION_SCRIPT = `${LUA_ALIVE}
-local P, NP, ref, acct = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local P, F, ref, acct = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local old = redis.call('HGET', P .. 'logins', ref)
 if old then
   local o = cjson.decode(old)
@@ -120,7 +122,7 @@ if old then
 end
 local set = P .. 'logins:acct:' .. acct
 for _, r in ipairs(redis.call('SMEMBERS', set)) do
-  if not alive(NP, r) or redis.call('HEXISTS', P .. 'logins', r) == 0 then
+  if not alive(F, r) or redis.call('HEXISTS', P .. 'logins', r) == 0 then
     redis.call('SREM', set, r)
     redis.call('HDEL', P .. 'logins', r)
   end
@@ -141,14 +143,14 @@ redis.call('SREM', P .. 'logins:acct:' .. o.accountId, ref)
 redis.call('HDEL', P .. 'logins', ref)
 return 1`;
 
-// ARGV: rmc prefix, node prefix. Drops the sessions of dead nodes; returns {ref, json, …}.
+// ARGV: rmc prefix, fleet prefix. Drops the sessions of dead nodes; returns {ref, json, …}.
 const LIST_SESSIONS_SCRIPT = `${LUA_ALIVE}
-local P, NP = ARGV[1], ARGV[2]
+local P, F = ARGV[1], ARGV[2]
 local all = redis.call('HGETALL', P .. 'logins')
 local out = {}
 for i = 1, #all, 2 do
   local ref, raw = all[i], all[i + 1]
-  if alive(NP, ref) then
+  if alive(F, ref) then
     out[#out + 1] = ref
     out[#out + 1] = raw
   else
@@ -177,7 +179,7 @@ export class RedisAccountStore implements AccountStore {
   readonly registrationsPerIpPerHour: number;
   readonly registrationsPerHour: number;
   private readonly ctx: FleetStoreContext;
-  private readonly keys: { rmc: string; node: string };
+  private readonly keys: ReturnType<typeof keysOf>;
 
   constructor(ctx: FleetStoreContext, options: RedisAccountStoreOptions = {}) {
     this.ctx = ctx;
@@ -252,7 +254,7 @@ export class RedisAccountStore implements AccountStore {
         START_SESSION_SCRIPT,
         0,
         this.keys.rmc,
-        this.keys.node,
+        this.keys.fleet,
         this.ref(session.connectionId),
         session.accountId,
         JSON.stringify({ ...session, node: this.ctx.nodeRef }),
@@ -277,7 +279,7 @@ export class RedisAccountStore implements AccountStore {
 
   async sessions(): Promise<LoginSessionRecord[]> {
     const reply = (await controlPlane(this.ctx, 'login sessions', () =>
-      this.client.eval(LIST_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.node),
+      this.client.eval(LIST_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.fleet),
     )) as string[];
     const out: LoginSessionRecord[] = [];
     for (let i = 0; i < reply.length; i += 2) out.push(JSON.parse(reply[i + 1]!) as LoginSessionRecord);
