@@ -14,6 +14,7 @@ import { type NodeAnnouncement, RedisNodeRegistry } from '../../../src/core/node
 import { connectRedis, type RedisConnection } from '../../../src/core/redis.js';
 import { RedisSessionStore } from '../../../src/protocols/rmc/fleet/redis-sessions.js';
 import { FleetConnectionIds, RedisAccountStore } from '../../../src/protocols/rmc/fleet/redis-store.js';
+import { FleetSweeper, type SweepStep, sweepPass } from '../../../src/protocols/rmc/fleet/sweep.js';
 import {
   type AccountStore,
   CloudServersProtocol,
@@ -23,6 +24,7 @@ import {
   loginHandlers,
   MemoryStore,
   RmcClient,
+  RmcError,
   RmcServer,
   SessionProtocol,
   SessionRegistry,
@@ -528,6 +530,97 @@ describe('rmc fleet stores: what only Redis has', () => {
   }, 60_000);
 });
 
+describe('rmc fleet sweep', () => {
+  it("sweeps 5000 login sessions and 1000 sessions in bounded steps: dead nodes' records go, live ones stay, no step returns more than three numbers", async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    const prefix = `s${randomBytes(4).toString('hex')}:`;
+    const live = await redisNode(prefix, 'live');
+    const dead = await redisNode(prefix, 'dead');
+    cleanup.push(async () => {
+      await live.registry.close();
+      await live.conn.close();
+      await dead.conn.close();
+    });
+    const LOGINS = 5000;
+    const SESSIONS = 1000;
+    const stores = [new RedisAccountStore(live.ctx), new RedisAccountStore(dead.ctx)];
+    const sessionStores = [new RedisSessionStore(live.ctx), new RedisSessionStore(dead.ctx)];
+    const hex = (n: number) => n.toString(16).padStart(32, '0');
+    // Half of every kind of record on each node; the ids are unique so no limit is met.
+    await Promise.all(
+      Array.from({ length: LOGINS }, (_, i) =>
+        stores[i % 2]!.startSession({ connectionId: i, pid: hex(i), accountId: `acct-${i}`, since: '' }),
+      ),
+    );
+    await Promise.all(
+      Array.from({ length: SESSIONS }, (_, i) =>
+        sessionStores[i % 2]!.create(
+          { id: hex(i), type: 'T', key: 'k', reserved: Buffer.alloc(9) },
+          { connectionId: i, pid: hex(i), name: `p${i}`, address: `10.${i >> 8}.${i & 255}.1` },
+        ),
+      ),
+    );
+    // The dead node goes (its record with it).
+    await dead.registry.close();
+    const COUNT = 100;
+    const steps: SweepStep[] = [];
+    const onStep = (step: SweepStep) => {
+      // Each step answers a cursor and two counts, nothing else.
+      expect(Object.keys(step).sort()).toEqual(['cursor', 'dropped', 'scanned']);
+      steps.push(step);
+    };
+    const logins = await sweepPass(stores[0]!, { count: COUNT, pauseMs: 0, onStep });
+    // SCAN may hand an entry out twice (never a dropped one): scanned is at least the count.
+    expect(logins).toMatchObject({ complete: true, dropped: LOGINS / 2 });
+    expect(logins.scanned).toBeGreaterThanOrEqual(LOGINS);
+    // Bounded work per call: about COUNT entries (SCAN's COUNT is a hint; chained buckets add a few).
+    expect(logins.maxScanned).toBeLessThanOrEqual(2 * COUNT);
+    expect(logins.steps).toBeGreaterThanOrEqual(LOGINS / (2 * COUNT));
+    const sessions = await sweepPass(sessionStores[0]!, { count: COUNT, pauseMs: 0, onStep });
+    expect(sessions).toMatchObject({ complete: true, dropped: SESSIONS / 2 });
+    expect(sessions.scanned).toBeGreaterThanOrEqual(SESSIONS);
+    expect(sessions.maxScanned).toBeLessThanOrEqual(2 * COUNT);
+    expect(sessions.steps).toBeGreaterThanOrEqual(SESSIONS / (2 * COUNT));
+    expect(steps).toHaveLength(logins.steps + sessions.steps);
+    // What is left is the live node's, with its indexes.
+    const admin = live.conn.client;
+    const P = `${prefix}rmc:`;
+    expect(await admin.hlen(`${P}logins`)).toBe(LOGINS / 2);
+    expect(await admin.scard(`${P}sessions`)).toBe(SESSIONS / 2);
+    expect(await admin.exists(`${P}logins:acct:acct-1`, `${P}session:${hex(1)}`)).toBe(0);
+    expect(await admin.scard(`${P}logins:acct:acct-0`)).toBe(1);
+    expect((await stores[0]!.sessions()).every((x) => x.node === 'rmc-secure:live')).toBe(true);
+    // A second pass finds nothing more to drop.
+    expect((await sweepPass(stores[0]!, { count: COUNT, pauseMs: 0 })).dropped).toBe(0);
+  }, 120_000);
+});
+
+describe('rmc fleet sweeper', () => {
+  it('a pass that meets an outage stops and the next starts over; close() ends a pass between steps', async () => {
+    const seen: string[] = [];
+    let failAt: string | undefined = '2';
+    const target = {
+      async sweepStep(cursor: string) {
+        seen.push(cursor);
+        if (cursor === failAt) throw RmcError.of('RendezVous::ConnectionFailure', 'down');
+        const next = String((Number(cursor) + 1) % 4);
+        return { cursor: next, scanned: 1, dropped: 0 };
+      },
+    };
+    expect(await sweepPass(target, { pauseMs: 0 })).toMatchObject({ complete: false, steps: 2 });
+    failAt = undefined;
+    expect(await sweepPass(target, { pauseMs: 0 })).toMatchObject({ complete: true, steps: 4 });
+    expect(seen).toEqual(['0', '1', '2', '0', '1', '2', '3']);
+    seen.length = 0;
+    const sweeper = new FleetSweeper([target], 60_000, { pauseMs: 50 });
+    const pass = sweeper.runOnce();
+    await until(() => seen.length === 1);
+    await sweeper.close();
+    await pass;
+    expect(seen).toEqual(['0']);
+  });
+});
+
 describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
   it("Redis keeps its data and comes back after more than a TTL: a live node keeps its login sessions and session members through another node's first login, join and sweep; a dead node loses its records after the grace", async (ctx) => {
     if (redis === undefined) return ctx.skip();
@@ -611,8 +704,8 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
       address: '10.0.0.2',
     });
     expect(joined.members.sort()).toEqual([pid, '77'.repeat(16)].sort());
-    await b.store.sessions();
-    await b.sessions.listSessions(Number.MAX_SAFE_INTEGER);
+    await sweepPass(b.store, { pauseMs: 0 });
+    await sweepPass(b.sessions, { pauseMs: 0 });
     expect(await present(a.ref(1))).toEqual(kept);
     // c is not known to be dead yet either.
     expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(1);
@@ -623,8 +716,8 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     expect((await b.registry.live('rmc-secure')).map((n) => n.id).sort()).toEqual(['a', 'b']);
     // Past the grace (two TTLs after beats resumed), a sweep drops c's records and keeps a's.
     await new Promise((r) => setTimeout(r, 2 * TTL + 300));
-    await b.store.sessions();
-    await b.sessions.listSessions(Number.MAX_SAFE_INTEGER);
+    await sweepPass(b.store, { pauseMs: 0 });
+    await sweepPass(b.sessions, { pauseMs: 0 });
     expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(0);
     expect(await present(a.ref(1))).toEqual(kept);
   }, 60_000);

@@ -45,6 +45,7 @@ import {
   memberRef,
   parseMemberRef,
 } from './control-plane.js';
+import type { SweepStep } from './sweep.js';
 
 // Every script: ARGV[1] rmc prefix, ARGV[2] fleet prefix (`<prefix>`), then its own arguments.
 const PRELUDE = `${LUA_ALIVE}
@@ -189,6 +190,17 @@ for _, id in ipairs(redis.call('SMEMBERS', P .. 'sessions')) do
 end
 return cjson.encode(out)`;
 
+// ARGV[3..]: cursor, count. One bounded step of the sweep: looks at about count sessions from the
+// cursor, drops their dead nodes' members (and each session left empty). Returns {next cursor,
+// looked at, sessions dropped}: nothing large.
+const SWEEP_SCRIPT = `${PRELUDE}
+local r = redis.call('SSCAN', P .. 'sessions', ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local dropped = 0
+for _, id in ipairs(r[2]) do
+  if not purgeSession(id) then dropped = dropped + 1 end
+end
+return { r[1], #r[2], dropped }`;
+
 const REFUSALS: Record<string, () => RmcError> = {
   duplicate: () => RmcError.of('RendezVous::DuplicateEntry', 'that session already exists'),
   void: () => RmcError.of('RendezVous::SessionVoid'),
@@ -302,6 +314,18 @@ export class RedisSessionStore implements SessionStore {
     );
   }
 
+  /**
+   * One bounded step of the background sweep (sweep.ts): about `count` sessions from `cursor`,
+   * each checked for members of dead nodes (at most `maxMembers` each).
+   */
+  async sweepStep(cursor: string, count: number): Promise<SweepStep> {
+    const [next, scanned, dropped] = (await controlPlane(this.ctx, 'session sweep', () =>
+      this.ctx.redis.client.eval(SWEEP_SCRIPT, 0, this.keys.rmc, this.keys.fleet, cursor, String(count)),
+    )) as [string, number, number];
+    return { cursor: String(next), scanned: Number(scanned), dropped: Number(dropped) };
+  }
+
+  /** Sessions with their members (one script over up to `limit`: for listings, not sweeps). */
   async listSessions(limit = this.maxSessions): Promise<SessionSummary[]> {
     const raw = (await controlPlane(this.ctx, 'session list', () =>
       this.ctx.redis.client.eval(LIST_SCRIPT, 0, this.keys.rmc, this.keys.fleet, String(limit)),

@@ -42,6 +42,7 @@ import {
   LUA_ALIVE,
   memberRef,
 } from './control-plane.js';
+import type { SweepStep } from './sweep.js';
 
 export interface RedisAccountStoreOptions {
   /** Most accounts in the fleet (default 100 000). */
@@ -161,6 +162,27 @@ for i = 1, #all, 2 do
 end
 return out`;
 
+// ARGV: rmc prefix, fleet prefix, cursor, count. One bounded step of the sweep: looks at about
+// count login sessions from the cursor and drops those of dead nodes. Returns {next cursor,
+// looked at, dropped}: nothing large.
+const SWEEP_SESSIONS_SCRIPT = `${LUA_ALIVE}
+local P, F = ARGV[1], ARGV[2]
+local r = redis.call('HSCAN', P .. 'logins', ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local items = r[2]
+local dropped = 0
+for i = 1, #items, 2 do
+  local ref = items[i]
+  if not alive(F, ref) then
+    local ok, o = pcall(cjson.decode, items[i + 1])
+    if ok and type(o) == 'table' and o.accountId ~= nil then
+      redis.call('SREM', P .. 'logins:acct:' .. o.accountId, ref)
+    end
+    redis.call('HDEL', P .. 'logins', ref)
+    dropped = dropped + 1
+  end
+end
+return { r[1], math.floor(#items / 2), dropped }`;
+
 // ARGV: key, block size, the highest id this process has seen. The counter never goes back
 // below what a live node remembers (a Redis that lost its data restarts it at 0).
 const RESERVE_IDS_SCRIPT = `
@@ -277,6 +299,18 @@ export class RedisAccountStore implements AccountStore {
     );
   }
 
+  /**
+   * One bounded step of the background sweep (sweep.ts): about `count` login sessions from
+   * `cursor`, those of dead nodes dropped.
+   */
+  async sweepStep(cursor: string, count: number): Promise<SweepStep> {
+    const [next, scanned, dropped] = (await controlPlane(this.ctx, 'login session sweep', () =>
+      this.client.eval(SWEEP_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.fleet, cursor, String(count)),
+    )) as [string, number, number];
+    return { cursor: String(next), scanned: Number(scanned), dropped: Number(dropped) };
+  }
+
+  /** Every login session of the fleet (one script over all of them: for listings, not sweeps). */
   async sessions(): Promise<LoginSessionRecord[]> {
     const reply = (await controlPlane(this.ctx, 'login sessions', () =>
       this.client.eval(LIST_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.fleet),
