@@ -16,9 +16,12 @@
  * itself up), not only at its next tick. Every heartbeat also keeps two keys per fleet (per
  * prefix), so that code that treats "node record missing" as "node dead" can tell an outage from
  * a death (`fleetLivenessKeys`):
- * - `<prefix>fleet:beat-due`: the latest expiry of any node record written (ms, Redis's clock).
- *   Once Redis's clock is past it, no record is left: every node looks dead, which after an
- *   outage longer than the TTL (Redis kept its data, the records expired) is false;
+ * - `<prefix>fleet:beat-due` (ms, Redis's clock): by when the fleet's next heartbeat is overdue.
+ *   Each heartbeat pushes it to its node's next heartbeat plus a quarter of the time from there
+ *   to its record's expiry (the latest over all nodes; with the default heartbeat, half a TTL
+ *   after the beat): a record expires only well after it has passed. Redis's clock past it means no node has heartbeated for
+ *   that long: an outage (or a fleet all stopped), during which records expire although their
+ *   nodes are alive, as when a Redis that kept its data comes back;
  * - `<prefix>fleet:recovering`: set by the first heartbeat after such a gap, for two TTLs, the
  *   time every live node has to reconnect and heartbeat again.
  * While either says so, a missing record means "not heard from yet", not "dead".
@@ -219,14 +222,16 @@ export function fleetLivenessKeys(prefix: string): { beatDue: string; recovering
 }
 
 // KEYS[1] record key, KEYS[2] the kind's set, KEYS[3] fleet:beat-due, KEYS[4] fleet:recovering;
-// ARGV: id, json, ttl ms. Scores and stored beat times come from Redis's clock.
+// ARGV: id, json, ttl ms, heartbeat ms. Scores and stored beat times come from Redis's clock.
 const PUBLISH_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 local due = tonumber(redis.call('GET', KEYS[3]))
 if due and now > due then redis.call('SET', KEYS[4], tostring(due), 'PX', 2 * ttl) end
-if not due or now + ttl > due then redis.call('SET', KEYS[3], tostring(now + ttl)) end
+local hb = tonumber(ARGV[4])
+local nextDue = now + hb + math.floor((ttl - hb) / 4)
+if not due or nextDue > due then redis.call('SET', KEYS[3], tostring(nextDue)) end
 redis.call('SET', KEYS[1], now .. '|' .. ARGV[2], 'PX', ttl)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -278,6 +283,7 @@ export class RedisNodeRegistry extends HeartbeatingRegistry {
         info.id,
         JSON.stringify(info),
         String(this.ttlMs),
+        String(this.heartbeatMs),
       ),
     );
   }

@@ -190,6 +190,26 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     await own.dispose();
   }, 20_000);
 
+  it('a heartbeat after a fleet-wide silence sets fleet:recovering for two TTLs; steady heartbeats never do', async () => {
+    const conn = await connect('quiet:');
+    const admin = await connect('quiet:');
+    const reg = new RedisNodeRegistry(conn, { ttlMs: 1000, heartbeatMs: 200 });
+    await reg.announce(node('q', 0));
+    await sleep(700);
+    expect(await admin.client.exists('quiet:fleet:recovering')).toBe(0);
+    expect(Number(await admin.client.get('quiet:fleet:beat-due'))).toBeGreaterThan(0);
+    // No heartbeat reaches Redis for longer than one period plus a quarter of the rest of the TTL.
+    conn.client.disconnect();
+    await sleep(700);
+    conn.client.connect().catch(() => {});
+    const deadline = Date.now() + 10_000;
+    while (!conn.up && Date.now() < deadline) await sleep(5);
+    const pttl = await admin.client.pttl('quiet:fleet:recovering');
+    expect(pttl).toBeGreaterThan(1000);
+    expect(pttl).toBeLessThanOrEqual(2000);
+    await reg.close();
+  });
+
   it('start-up against no server fails with one line naming the URL and the flag', async () => {
     const port = await freePort();
     const err = await connectRedis(`redis://127.0.0.1:${port}`, {

@@ -101,12 +101,12 @@ export function parseMemberRef(ref: string): { node: string; connectionId: numbe
  *
  * - Its node record names another incarnation: dead (that process was replaced).
  * - Its node record names its incarnation: alive.
- * - Its node record is missing: dead, unless the fleet is recovering from an outage: no node
- *   record is left at all (Redis's clock is past `fleet:beat-due`, as when Redis comes back with
- *   its data after more than a TTL and nobody has heartbeated yet), or `fleet:recovering` is set
- *   (the first heartbeat after such a gap sets it for two TTLs, the time every live node has to
- *   reconnect and heartbeat). Then the member is kept: a node that is really dead loses its
- *   records once the window is over (docs/rmc.md, "Dead nodes").
+ * - Its node record is missing: dead, unless the fleet is recovering from an outage: no node has
+ *   heartbeated for a while (Redis's clock is past `fleet:beat-due`, as when Redis comes back
+ *   with its data after records expired and nobody has heartbeated yet), or `fleet:recovering`
+ *   is set (the first heartbeat after such a gap sets it for two TTLs, the time every live node
+ *   has to reconnect and heartbeat). Then the member is kept: a node that is really dead loses
+ *   its records once the window is over (docs/rmc.md, "Dead nodes"; node-registry.ts).
  *
  * Answers are cached per node and incarnation for the length of one script.
  */
