@@ -11,6 +11,20 @@
  * `RedisNodeRegistry` (a fleet). In Redis, a node is one string key holding its JSON, with a
  * TTL, plus its id in a sorted set per kind scored by its expiry in Redis's own clock (so clock
  * skew between machines does not matter). Listing reads the set by score, then the records.
+ *
+ * A node heartbeats at once when its Redis connection comes back (before the connection reports
+ * itself up), not only at its next tick. Every heartbeat also keeps two keys per fleet (per
+ * prefix), so that code that treats "node record missing" as "node dead" can tell an outage from
+ * a death (`fleetLivenessKeys`):
+ * - `<prefix>fleet:beat-due` (ms, Redis's clock): by when the fleet's next heartbeat is overdue.
+ *   Each heartbeat pushes it to its node's next heartbeat plus a quarter of the time from there
+ *   to its record's expiry (the latest over all nodes; with the default heartbeat, half a TTL
+ *   after the beat): a record expires only well after it has passed. Redis's clock past it means no node has heartbeated for
+ *   that long: an outage (or a fleet all stopped), during which records expire although their
+ *   nodes are alive, as when a Redis that kept its data comes back;
+ * - `<prefix>fleet:recovering`: set by the first heartbeat after such a gap, for two TTLs, the
+ *   time every live node has to reconnect and heartbeat again.
+ * While either says so, a missing record means "not heard from yet", not "dead".
  */
 import { ConfigError } from './errors.js';
 import type { RedisConnection } from './redis.js';
@@ -108,6 +122,10 @@ abstract class HeartbeatingRegistry implements NodeRegistry {
 
   protected abstract publish(info: NodeInfo): Promise<void>;
   protected abstract remove(info: NodeInfo): Promise<void>;
+  /** Calls `beat` when the store's connection is back after an outage; returns how to stop. */
+  protected watchReconnect(_beat: () => Promise<void>): () => void {
+    return () => {};
+  }
   abstract live(kind: string, region?: string): Promise<NodeRecord[]>;
 
   async pick(kind: string, region?: string): Promise<NodeRecord | undefined> {
@@ -134,6 +152,13 @@ abstract class HeartbeatingRegistry implements NodeRegistry {
         });
     }, this.heartbeatMs);
     timer.unref();
+    // Back from an outage: heartbeat now, before the connection reports itself up (a record that
+    // expired meanwhile is back before this process's own store calls resume).
+    const unwatch = this.watchReconnect(async () => {
+      if (stopped) return;
+      await inFlight;
+      if (!stopped) await beat().catch(() => {});
+    });
     const announcement: NodeAnnouncement = {
       info,
       heartbeatAgeMs: () => Date.now() - lastBeat,
@@ -145,6 +170,7 @@ abstract class HeartbeatingRegistry implements NodeRegistry {
         if (stopped) return;
         stopped = true;
         clearInterval(timer);
+        unwatch();
         this.announcements.delete(announcement);
         await inFlight;
         await this.remove(info).catch(() => {});
@@ -190,12 +216,22 @@ export class MemoryNodeRegistry extends HeartbeatingRegistry {
   }
 }
 
-// KEYS[1] record key, KEYS[2] the kind's set; ARGV: id, json, ttl ms. Scores and stored beat
-// times come from Redis's clock.
+/** The fleet-wide keys every heartbeat keeps (see the module comment), under `prefix`. */
+export function fleetLivenessKeys(prefix: string): { beatDue: string; recovering: string } {
+  return { beatDue: `${prefix}fleet:beat-due`, recovering: `${prefix}fleet:recovering` };
+}
+
+// KEYS[1] record key, KEYS[2] the kind's set, KEYS[3] fleet:beat-due, KEYS[4] fleet:recovering;
+// ARGV: id, json, ttl ms, heartbeat ms. Scores and stored beat times come from Redis's clock.
 const PUBLISH_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
+local due = tonumber(redis.call('GET', KEYS[3]))
+if due and now > due then redis.call('SET', KEYS[4], tostring(due), 'PX', 2 * ttl) end
+local hb = tonumber(ARGV[4])
+local nextDue = now + hb + math.floor((ttl - hb) / 4)
+if not due or nextDue > due then redis.call('SET', KEYS[3], tostring(nextDue)) end
 redis.call('SET', KEYS[1], now .. '|' .. ARGV[2], 'PX', ttl)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -230,16 +266,24 @@ export class RedisNodeRegistry extends HeartbeatingRegistry {
     return `${this.redis.prefix}node:${kind}:`;
   }
 
+  protected override watchReconnect(beat: () => Promise<void>): () => void {
+    return this.redis.onReconnect?.(beat) ?? (() => {});
+  }
+
   protected async publish(info: NodeInfo): Promise<void> {
+    const fleet = fleetLivenessKeys(this.redis.prefix);
     await storeCall('node heartbeat', () =>
       this.redis.client.eval(
         PUBLISH_SCRIPT,
-        2,
+        4,
         this.recordPrefix(info.kind) + info.id,
         this.setKey(info.kind),
+        fleet.beatDue,
+        fleet.recovering,
         info.id,
         JSON.stringify(info),
         String(this.ttlMs),
+        String(this.heartbeatMs),
       ),
     );
   }

@@ -10,6 +10,9 @@
  * - after that, an outage never ends the process: ioredis reconnects on its own (backoff up to
  *   `maxBackoffMs`), and commands fail at once while it is down (no offline queue, one try per
  *   command), so a caller can answer 503 instead of hanging;
+ * - when the connection is back, the `onReconnect` hooks run first (a node's heartbeat), and only
+ *   then does `up` turn true, so a store that waits for `up` never speaks before its node has
+ *   re-announced itself;
  * - every key is under `prefix` (default `gamewire:`), so several fleets can share one Redis.
  */
 import type { Redis, RedisOptions } from 'ioredis';
@@ -36,6 +39,13 @@ export interface RedisConnection {
   readonly up: boolean;
   /** A second connection for blocking or subscriber use (same options), closed with this one. */
   duplicate(): Redis;
+  /**
+   * Runs `hook` each time the connection is back after an outage, before `up` turns true (and
+   * before `onStatus(true)`); `up` waits for every hook to settle (each command is bounded by the
+   * command timeout). Returns a function that removes the hook. Optional, so other
+   * implementations of this interface stay valid.
+   */
+  onReconnect?(hook: () => Promise<unknown>): () => void;
   close(): Promise<void>;
 }
 
@@ -95,18 +105,43 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
   };
   const client = new RedisClass(url, redisOptions);
   const extra: Redis[] = [];
+  const reconnectHooks = new Set<() => Promise<unknown>>();
   let up = false;
   let closing = false;
+  let readyOnce = false;
+  // Bumped on every close, so a reconnection's hooks that outlive it do not mark a later one up.
+  let generation = 0;
   client.on('ready', () => {
-    if (!up) {
+    if (up) return;
+    const seen = generation;
+    const markUp = () => {
+      if (seen !== generation || up || closing) return;
       up = true;
       options.onStatus?.(true);
+    };
+    if (!readyOnce || reconnectHooks.size === 0) {
+      readyOnce = true;
+      markUp();
+      return;
     }
+    // Each hook's commands are bounded by the command timeout; the cap is for a hook that hangs.
+    let cap: NodeJS.Timeout | undefined;
+    void Promise.race([
+      Promise.allSettled([...reconnectHooks].map((hook) => Promise.resolve().then(hook))),
+      new Promise((resolve) => {
+        cap = setTimeout(resolve, 5000);
+        cap.unref();
+      }),
+    ]).then(() => {
+      clearTimeout(cap);
+      markUp();
+    });
   });
   client.on('error', () => {
     // Reported through 'close' below; without a listener ioredis would print to stderr.
   });
   client.on('close', () => {
+    generation++;
     if (up && !closing) {
       up = false;
       options.onStatus?.(false);
@@ -146,6 +181,12 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     prefix: options.prefix ?? 'gamewire:',
     get up() {
       return up;
+    },
+    onReconnect(hook) {
+      reconnectHooks.add(hook);
+      return () => {
+        reconnectHooks.delete(hook);
+      };
     },
     duplicate() {
       const d = client.duplicate();

@@ -16,6 +16,8 @@ export { SecureServerPicker } from '../protocols/rmc/fleet/node.js';
 export { RedisSessionStore } from '../protocols/rmc/fleet/redis-sessions.js';
 export { FleetConnectionIds, RedisAccountStore } from '../protocols/rmc/fleet/redis-store.js';
 export type { RmcFleetServer, RmcRole } from '../protocols/rmc/fleet/start.js';
+export type { Sweepable, SweepOptions, SweepResult, SweepStep } from '../protocols/rmc/fleet/sweep.js';
+export { FleetSweeper, sweepPass } from '../protocols/rmc/fleet/sweep.js';
 export type { RmcVariant } from '../protocols/rmc/messages.js';
 export { packetCodec, RMC_VARIANTS } from '../protocols/rmc/messages.js';
 export type { TokenValidator } from '../protocols/rmc/protocols/index.js';

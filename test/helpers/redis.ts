@@ -1,6 +1,9 @@
 /**
  * A real `redis-server` for tests: its own free port on 127.0.0.1, a throwaway directory, no
- * persistence. `stop()` and `start()` again on the same port model an outage; `kill()` is kill -9.
+ * persistence unless asked (`startRedis({ persist: true })`: an append-only file, fsynced on
+ * every write, in that directory, which `stop()` and `start()` keep, so a restarted server has
+ * its data back, as docs/rmc.md recommends for a fleet's Redis). `stop()` and `start()` again on
+ * the same port model an outage; `kill()` is kill -9.
  * Absent `redis-server`: `startRedis` returns undefined (tests skip), except under CI=true where
  * it throws, so CI never passes without the real thing.
  */
@@ -32,12 +35,15 @@ export function freePort(): Promise<number> {
 export class RedisServer {
   readonly port: number;
   readonly dir: string;
+  /** Keeps its data across stop() and start() (an append-only file in `dir`). */
+  readonly persist: boolean;
   private child: ChildProcess | undefined;
   private exited: Promise<void> = Promise.resolve();
 
-  constructor(port: number, dir: string) {
+  constructor(port: number, dir: string, options: { persist?: boolean } = {}) {
     this.port = port;
     this.dir = dir;
+    this.persist = options.persist ?? false;
   }
 
   get url(): string {
@@ -63,7 +69,9 @@ export class RedisServer {
         '--save',
         '',
         '--appendonly',
-        'no',
+        this.persist ? 'yes' : 'no',
+        '--appendfsync',
+        'always',
         '--protected-mode',
         'yes',
         '--loglevel',
@@ -133,10 +141,10 @@ export class RedisServer {
 }
 
 /** A started redis-server on a free port, or undefined when the program is absent (outside CI). */
-export async function startRedis(): Promise<RedisServer | undefined> {
+export async function startRedis(options: { persist?: boolean } = {}): Promise<RedisServer | undefined> {
   if (!haveRedisServer()) return undefined;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gamewire-redis-'));
-  const server = new RedisServer(await freePort(), dir);
+  const server = new RedisServer(await freePort(), dir, options);
   await server.start();
   return server;
 }

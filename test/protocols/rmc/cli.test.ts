@@ -1,5 +1,5 @@
 /**
- * The real command, as ../shared/cli-contract.md fixes it: `node bin/gamewire.js …` with the
+ * The real command, as the project's CLI contract fixes it: `node bin/gamewire.js …` with the
  * project's Node (process.execPath), against the compiled dist/ (`npm run build` first; `npm
  * test` does it).
  */

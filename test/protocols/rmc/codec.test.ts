@@ -29,11 +29,16 @@ function decodeError(fn: () => unknown): DecodeError {
 }
 
 describe('seed document', () => {
-  const seedDir = path.resolve('../shared/specs/seeds');
+  // The seed documents are not part of this repository: RMC_SEED_DIR names their folder when a
+  // copy is at hand, so the fixtures can be checked against the dumps printed there.
+  const seedDir = process.env.RMC_SEED_DIR;
   it('the fixtures are the dumps printed in the seed document', () => {
-    const file = existsSync(seedDir) ? readdirSync(seedDir).find((f) => f.startsWith('000_')) : undefined;
-    if (file === undefined) {
-      // Without ../shared, at least check the fixtures' own lengths (spec §1.7).
+    const file =
+      seedDir !== undefined && existsSync(seedDir)
+        ? readdirSync(seedDir).find((f) => f.startsWith('000_'))
+        : undefined;
+    if (seedDir === undefined || file === undefined) {
+      // Without the seed documents, at least check the fixtures' own lengths (spec §1.7).
       expect(seedRequest().length).toBe(253);
       expect(seedError().length).toBe(41);
       return;

@@ -1,4 +1,4 @@
-/** Byte fixtures from the seed document (../shared/specs/seeds/000_*.txt), spec §1.7. */
+/** Byte fixtures from the RMC seed document (its first capture, `000_*.txt`), spec §1.7. */
 
 /** LoginProtocol::Register_V1 request, call id 6, four StationURLs: all 253 bytes. */
 export const SEED_REGISTER_REQUEST_HEX =

@@ -173,8 +173,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
     ]);
   }, 90_000);
 
-  it('logins spread over both secure servers; the StationURL is the prudps form clients parse', async () => {
-    if (redis === undefined) return;
+  it('logins spread over both secure servers; the StationURL is the prudps form clients parse', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const ports = new Set<number>();
     for (let i = 0; i < 8; i++) {
       const r = await authLogin(auth.port, `spread-${i}`);
@@ -184,8 +184,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
     expect([...ports].sort()).toEqual([s1.port, s2.port].sort());
   });
 
-  it('two players on different secure servers create and join one session and see each other', async () => {
-    if (redis === undefined) return;
+  it('two players on different secure servers create and join one session and see each other', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const fromAuth = await authLogin(auth.port, jwt('alice', 'Alice'));
     const alice = await player(s1.port, jwt('alice', 'Alice'));
     const bob = await player(s2.port, jwt('bob', 'Bob'));
@@ -210,8 +210,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
     await alice.c.close();
   });
 
-  it('PIDs and connection ids are unique over the fleet', async () => {
-    if (redis === undefined) return;
+  it('PIDs and connection ids are unique over the fleet', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const pids = new Set<string>();
     const connectionIds = new Set<number>();
     for (let i = 0; i < 6; i++) pids.add((await authLogin(auth.port, `unique-a-${i}`)).pid);
@@ -225,8 +225,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
     expect(connectionIds.size).toBe(6);
   });
 
-  it('over PRUDP: login at the auth server, then two players on both secure servers join one session', async () => {
-    if (redis === undefined) return;
+  it('over PRUDP: login at the auth server, then two players on both secure servers join one session', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const ports = new Set<number>();
     for (let i = 0; i < 4; i++) ports.add((await authLogin(auth.port, `udp-${i}`, 'prudp')).port);
     expect([...ports].sort()).toEqual([s1.port, s2.port].sort());
@@ -239,8 +239,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
     await dave.c.close();
   }, 60_000);
 
-  it('Redis stopped: session calls and logins fail with RendezVous::ConnectionFailure, other calls work; then recovery', async () => {
-    if (redis === undefined) return;
+  it('Redis stopped: session calls and logins fail with RendezVous::ConnectionFailure, other calls work; then recovery', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const erin = await player(s1.port, 'erin');
     await erin.c.call(SessionProtocol, 'CreateSession_V1', createArgs(20));
     await redis.stop();
@@ -283,8 +283,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
     await erin.c.close();
   }, 90_000);
 
-  it('kill -9 of a secure server: once its TTL has run out, every login goes to the other', async () => {
-    if (redis === undefined) return;
+  it('kill -9 of a secure server: once its TTL has run out, every login goes to the other', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     await stop(s1.child, 'SIGKILL');
     await new Promise((r) => setTimeout(r, TTL_MS + 1500));
     for (let i = 0; i < 6; i++) expect((await authLogin(auth.port, `after-kill-${i}`)).port).toBe(s2.port);
@@ -296,8 +296,8 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
 });
 
 describe('rmc fleet from the CLI: two processes racing on one store', () => {
-  it('for the last account slots and for the same new account: exactly one wins each', async () => {
-    if (redis === undefined) return;
+  it('for the last account slots and for the same new account: exactly one wins each', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     if (!redis.running) await redis.start();
     const args = [
       '--role',

@@ -1,5 +1,5 @@
 /**
- * Byte-exact fixtures from ../shared/specs/vcmp-rpc.md §7 (annotated hex examples A–K and the
+ * Byte-exact fixtures from the VC:MP RPC specification, §7 (annotated hex examples A–K and the
  * malformed-input table), checked through the decoder, the encoder and the Squirrel-style builder.
  */
 import { describe, expect, it } from 'vitest';

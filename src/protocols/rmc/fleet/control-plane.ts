@@ -22,7 +22,8 @@ export interface FleetStoreContext {
   /**
    * This process as a node: `<kind>:<id>` (`rmc-secure:eu-1`), the suffix of its node record key.
    * Records a store writes for this process's connections carry it, so other processes can tell
-   * when they belong to a dead node (its record expired) and drop them.
+   * when they belong to a dead node (its record expired, outside an outage's recovery window;
+   * see `LUA_ALIVE`) and drop them.
    */
   nodeRef: string;
   /**
@@ -37,9 +38,13 @@ export interface FleetStoreContext {
   metrics?: ProtocolMetrics;
 }
 
-/** Key prefixes: `<prefix>rmc:` for RMC state, `<prefix>node:` for node records (node-registry.ts). */
-export function keysOf(ctx: FleetStoreContext): { rmc: string; node: string } {
-  return { rmc: `${ctx.redis.prefix}rmc:`, node: `${ctx.redis.prefix}node:` };
+/**
+ * Key prefixes: `<prefix>rmc:` for RMC state, `<prefix>node:` for node records (node-registry.ts),
+ * and the fleet's own `<prefix>` (what scripts get to find node records and the fleet's
+ * liveness keys, `fleet:beat-due` and `fleet:recovering`).
+ */
+export function keysOf(ctx: FleetStoreContext): { rmc: string; node: string; fleet: string } {
+  return { rmc: `${ctx.redis.prefix}rmc:`, node: `${ctx.redis.prefix}node:`, fleet: ctx.redis.prefix };
 }
 
 /**
@@ -91,15 +96,47 @@ export function parseMemberRef(ref: string): { node: string; connectionId: numbe
 }
 
 /**
- * A Lua helper every script starts with: is the process that owns `ref` alive? Its node record
- * must exist (not expired) and name the same incarnation.
+ * A Lua helper every script starts with: is the process that owns `ref` alive? `fleet` is the
+ * fleet's key prefix (`keysOf(ctx).fleet`).
+ *
+ * - Its node record names another incarnation: dead (that process was replaced).
+ * - Its node record names its incarnation: alive.
+ * - Its node record is missing: dead, unless the fleet is recovering from an outage: no node has
+ *   heartbeated for a while (Redis's clock is past `fleet:beat-due`, as when Redis comes back
+ *   with its data after records expired and nobody has heartbeated yet), or `fleet:recovering`
+ *   is set (the first heartbeat after such a gap sets it for two TTLs, the time every live node
+ *   has to reconnect and heartbeat). Then the member is kept: a node that is really dead loses
+ *   its records once the window is over (docs/rmc.md, "Dead nodes"; node-registry.ts).
+ *
+ * Answers are cached per node and incarnation for the length of one script.
  */
 export const LUA_ALIVE = `
-local function alive(nodePrefix, ref)
+local aliveCache = {}
+local recoveringNow = nil
+local function recovering(fleet)
+  if recoveringNow == nil then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local due = tonumber(redis.call('GET', fleet .. 'fleet:beat-due'))
+    recoveringNow = (due ~= nil and now > due) or redis.call('EXISTS', fleet .. 'fleet:recovering') == 1
+  end
+  return recoveringNow
+end
+local function alive(fleet, ref)
   local node, inc = string.match(ref, '^([^#]*)#([^#]*)#')
   if node == nil then return false end
-  local v = redis.call('GET', nodePrefix .. node)
-  return v and string.find(v, '"incarnation":"' .. inc .. '"', 1, true) ~= nil
+  local id = node .. '#' .. inc
+  local known = aliveCache[id]
+  if known ~= nil then return known end
+  local v = redis.call('GET', fleet .. 'node:' .. node)
+  local ok
+  if v then
+    ok = string.find(v, '"incarnation":"' .. inc .. '"', 1, true) ~= nil
+  else
+    ok = recovering(fleet)
+  end
+  aliveCache[id] = ok
+  return ok
 end
 `;
 

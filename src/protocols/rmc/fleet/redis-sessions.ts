@@ -15,7 +15,8 @@
  * connection and the connection's id there. When a server dies, its node record expires
  * (node-registry.ts); any script that meets one of its memberships then removes it (and the
  * session, once empty), so its players leave their sessions within the node TTL of the next
- * look, without anyone having to clean up after it.
+ * look, without anyone having to clean up after it (after a Redis outage longer than the TTL,
+ * only once the fleet's grace period is over: `LUA_ALIVE` in control-plane.ts).
  *
  * SessionProtocol has no notifications (no method the server calls on a member), so nothing is
  * pushed between servers: every Join answers the member list as Redis has it at that moment.
@@ -44,10 +45,11 @@ import {
   memberRef,
   parseMemberRef,
 } from './control-plane.js';
+import type { SweepStep } from './sweep.js';
 
-// Every script: ARGV[1] rmc prefix, ARGV[2] node prefix, then its own arguments.
+// Every script: ARGV[1] rmc prefix, ARGV[2] fleet prefix (`<prefix>`), then its own arguments.
 const PRELUDE = `${LUA_ALIVE}
-local P, NP = ARGV[1], ARGV[2]
+local P, F = ARGV[1], ARGV[2]
 local function membersKey(id) return P .. 'session:' .. id .. ':members' end
 local function removeMember(id, ref)
   local M = membersKey(id)
@@ -66,7 +68,7 @@ local function removeMember(id, ref)
 end
 local function purgeSession(id)
   for _, r in ipairs(redis.call('HKEYS', membersKey(id))) do
-    if not alive(NP, r) then removeMember(id, r) end
+    if not alive(F, r) then removeMember(id, r) end
   end
   if redis.call('EXISTS', P .. 'session:' .. id) == 0 then
     redis.call('SREM', P .. 'sessions', id)
@@ -80,7 +82,7 @@ local function purgeTokens(key)
     local id, ref = string.match(tok, '^([^|]*)|(.*)$')
     if id == nil or redis.call('HEXISTS', membersKey(id), ref) == 0 then
       redis.call('SREM', key, tok)
-    elseif not alive(NP, ref) then
+    elseif not alive(F, ref) then
       removeMember(id, ref)
       redis.call('SREM', key, tok)
     end
@@ -188,6 +190,17 @@ for _, id in ipairs(redis.call('SMEMBERS', P .. 'sessions')) do
 end
 return cjson.encode(out)`;
 
+// ARGV[3..]: cursor, count. One bounded step of the sweep: looks at about count sessions from the
+// cursor, drops their dead nodes' members (and each session left empty). Returns {next cursor,
+// looked at, sessions dropped}: nothing large.
+const SWEEP_SCRIPT = `${PRELUDE}
+local r = redis.call('SSCAN', P .. 'sessions', ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local dropped = 0
+for _, id in ipairs(r[2]) do
+  if not purgeSession(id) then dropped = dropped + 1 end
+end
+return { r[1], #r[2], dropped }`;
+
 const REFUSALS: Record<string, () => RmcError> = {
   duplicate: () => RmcError.of('RendezVous::DuplicateEntry', 'that session already exists'),
   void: () => RmcError.of('RendezVous::SessionVoid'),
@@ -202,7 +215,7 @@ export class RedisSessionStore implements SessionStore {
   readonly maxSessionsPerIp: number;
   readonly maxSessionsPerAccount: number;
   private readonly ctx: FleetStoreContext;
-  private readonly keys: { rmc: string; node: string };
+  private readonly keys: ReturnType<typeof keysOf>;
 
   constructor(ctx: FleetStoreContext, options: SessionOptions = {}) {
     this.ctx = ctx;
@@ -242,7 +255,7 @@ export class RedisSessionStore implements SessionStore {
         CREATE_SCRIPT,
         0,
         this.keys.rmc,
-        this.keys.node,
+        this.keys.fleet,
         spec.id,
         ...this.member(member),
         spec.type,
@@ -265,7 +278,7 @@ export class RedisSessionStore implements SessionStore {
         JOIN_SCRIPT,
         0,
         this.keys.rmc,
-        this.keys.node,
+        this.keys.fleet,
         id,
         ...this.member(member),
         String(this.maxMembers),
@@ -284,7 +297,7 @@ export class RedisSessionStore implements SessionStore {
         LEAVE_SCRIPT,
         0,
         this.keys.rmc,
-        this.keys.node,
+        this.keys.fleet,
         id,
         this.ref(member.connectionId),
       ),
@@ -297,13 +310,25 @@ export class RedisSessionStore implements SessionStore {
 
   async leaveAll(connectionId: number): Promise<void> {
     await this.cleanup.run('session leave', () =>
-      this.ctx.redis.client.eval(LEAVE_ALL_SCRIPT, 0, this.keys.rmc, this.keys.node, this.ref(connectionId)),
+      this.ctx.redis.client.eval(LEAVE_ALL_SCRIPT, 0, this.keys.rmc, this.keys.fleet, this.ref(connectionId)),
     );
   }
 
+  /**
+   * One bounded step of the background sweep (sweep.ts): about `count` sessions from `cursor`,
+   * each checked for members of dead nodes (at most `maxMembers` each).
+   */
+  async sweepStep(cursor: string, count: number): Promise<SweepStep> {
+    const [next, scanned, dropped] = (await controlPlane(this.ctx, 'session sweep', () =>
+      this.ctx.redis.client.eval(SWEEP_SCRIPT, 0, this.keys.rmc, this.keys.fleet, cursor, String(count)),
+    )) as [string, number, number];
+    return { cursor: String(next), scanned: Number(scanned), dropped: Number(dropped) };
+  }
+
+  /** Sessions with their members (one script over up to `limit`: for listings, not sweeps). */
   async listSessions(limit = this.maxSessions): Promise<SessionSummary[]> {
     const raw = (await controlPlane(this.ctx, 'session list', () =>
-      this.ctx.redis.client.eval(LIST_SCRIPT, 0, this.keys.rmc, this.keys.node, String(limit)),
+      this.ctx.redis.client.eval(LIST_SCRIPT, 0, this.keys.rmc, this.keys.fleet, String(limit)),
     )) as string;
     // cjson encodes an empty table as an object.
     const parsed = JSON.parse(raw) as unknown;

@@ -16,6 +16,8 @@
  * A login session belongs to the node (`<kind>:<id>`) that holds its connection. When that
  * node's record (node-registry.ts) has expired, the node is dead, and its sessions are dropped
  * the next time a script looks at them: a crashed server never keeps an account at its cap.
+ * Not while the fleet recovers from a Redis outage longer than the TTL, though (every record
+ * lapsed, the nodes alive): see `LUA_ALIVE` in control-plane.ts.
  */
 import { randomBytes } from 'node:crypto';
 import { RmcError } from '../errors.js';
@@ -40,6 +42,7 @@ import {
   LUA_ALIVE,
   memberRef,
 } from './control-plane.js';
+import type { SweepStep } from './sweep.js';
 
 export interface RedisAccountStoreOptions {
   /** Most accounts in the fleet (default 100 000). */
@@ -108,10 +111,10 @@ local out = cjson.encode(a)
 redis.call('HSET', P .. 'accounts', ARGV[2], out)
 return { 'ok', out, 1 }`;
 
-// ARGV: rmc prefix, node prefix, ref, account id, session JSON, max per account.
+// ARGV: rmc prefix, fleet prefix, ref, account id, session JSON, max per account.
 // Returns 1 (started) or 0 (the account holds its most sessions).
 const START_SESSION_SCRIPT = `${LUA_ALIVE}
-local P, NP, ref, acct = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local P, F, ref, acct = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local old = redis.call('HGET', P .. 'logins', ref)
 if old then
   local o = cjson.decode(old)
@@ -120,7 +123,7 @@ if old then
 end
 local set = P .. 'logins:acct:' .. acct
 for _, r in ipairs(redis.call('SMEMBERS', set)) do
-  if not alive(NP, r) or redis.call('HEXISTS', P .. 'logins', r) == 0 then
+  if not alive(F, r) or redis.call('HEXISTS', P .. 'logins', r) == 0 then
     redis.call('SREM', set, r)
     redis.call('HDEL', P .. 'logins', r)
   end
@@ -141,14 +144,14 @@ redis.call('SREM', P .. 'logins:acct:' .. o.accountId, ref)
 redis.call('HDEL', P .. 'logins', ref)
 return 1`;
 
-// ARGV: rmc prefix, node prefix. Drops the sessions of dead nodes; returns {ref, json, …}.
+// ARGV: rmc prefix, fleet prefix. Drops the sessions of dead nodes; returns {ref, json, …}.
 const LIST_SESSIONS_SCRIPT = `${LUA_ALIVE}
-local P, NP = ARGV[1], ARGV[2]
+local P, F = ARGV[1], ARGV[2]
 local all = redis.call('HGETALL', P .. 'logins')
 local out = {}
 for i = 1, #all, 2 do
   local ref, raw = all[i], all[i + 1]
-  if alive(NP, ref) then
+  if alive(F, ref) then
     out[#out + 1] = ref
     out[#out + 1] = raw
   else
@@ -158,6 +161,27 @@ for i = 1, #all, 2 do
   end
 end
 return out`;
+
+// ARGV: rmc prefix, fleet prefix, cursor, count. One bounded step of the sweep: looks at about
+// count login sessions from the cursor and drops those of dead nodes. Returns {next cursor,
+// looked at, dropped}: nothing large.
+const SWEEP_SESSIONS_SCRIPT = `${LUA_ALIVE}
+local P, F = ARGV[1], ARGV[2]
+local r = redis.call('HSCAN', P .. 'logins', ARGV[3], 'COUNT', tonumber(ARGV[4]))
+local items = r[2]
+local dropped = 0
+for i = 1, #items, 2 do
+  local ref = items[i]
+  if not alive(F, ref) then
+    local ok, o = pcall(cjson.decode, items[i + 1])
+    if ok and type(o) == 'table' and o.accountId ~= nil then
+      redis.call('SREM', P .. 'logins:acct:' .. o.accountId, ref)
+    end
+    redis.call('HDEL', P .. 'logins', ref)
+    dropped = dropped + 1
+  end
+end
+return { r[1], math.floor(#items / 2), dropped }`;
 
 // ARGV: key, block size, the highest id this process has seen. The counter never goes back
 // below what a live node remembers (a Redis that lost its data restarts it at 0).
@@ -177,7 +201,7 @@ export class RedisAccountStore implements AccountStore {
   readonly registrationsPerIpPerHour: number;
   readonly registrationsPerHour: number;
   private readonly ctx: FleetStoreContext;
-  private readonly keys: { rmc: string; node: string };
+  private readonly keys: ReturnType<typeof keysOf>;
 
   constructor(ctx: FleetStoreContext, options: RedisAccountStoreOptions = {}) {
     this.ctx = ctx;
@@ -252,7 +276,7 @@ export class RedisAccountStore implements AccountStore {
         START_SESSION_SCRIPT,
         0,
         this.keys.rmc,
-        this.keys.node,
+        this.keys.fleet,
         this.ref(session.connectionId),
         session.accountId,
         JSON.stringify({ ...session, node: this.ctx.nodeRef }),
@@ -275,9 +299,21 @@ export class RedisAccountStore implements AccountStore {
     );
   }
 
+  /**
+   * One bounded step of the background sweep (sweep.ts): about `count` login sessions from
+   * `cursor`, those of dead nodes dropped.
+   */
+  async sweepStep(cursor: string, count: number): Promise<SweepStep> {
+    const [next, scanned, dropped] = (await controlPlane(this.ctx, 'login session sweep', () =>
+      this.client.eval(SWEEP_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.fleet, cursor, String(count)),
+    )) as [string, number, number];
+    return { cursor: String(next), scanned: Number(scanned), dropped: Number(dropped) };
+  }
+
+  /** Every login session of the fleet (one script over all of them: for listings, not sweeps). */
   async sessions(): Promise<LoginSessionRecord[]> {
     const reply = (await controlPlane(this.ctx, 'login sessions', () =>
-      this.client.eval(LIST_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.node),
+      this.client.eval(LIST_SESSIONS_SCRIPT, 0, this.keys.rmc, this.keys.fleet),
     )) as string[];
     const out: LoginSessionRecord[] = [];
     for (let i = 0; i < reply.length; i += 2) out.push(JSON.parse(reply[i + 1]!) as LoginSessionRecord);

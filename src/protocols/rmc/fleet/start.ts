@@ -41,6 +41,7 @@ import { type FleetStoreContext, STORE_UNAVAILABLE_ERROR } from './control-plane
 import { AUTH_NODE_KIND, NODE_ID_PATTERN, SECURE_NODE_KIND, SecureServerPicker } from './node.js';
 import { RedisSessionStore } from './redis-sessions.js';
 import { FleetConnectionIds, RedisAccountStore, type RedisAccountStoreOptions } from './redis-store.js';
+import { FleetSweeper } from './sweep.js';
 
 export const RMC_ROLES = ['auth', 'secure', 'all'] as const;
 export type RmcRole = (typeof RMC_ROLES)[number];
@@ -234,16 +235,10 @@ export async function startRmcFleet(
   const gaugeTimer = setInterval(heartbeatAge, 1000);
   gaugeTimer.unref();
   // Records of dead nodes go when a script meets them; this sweep catches the ones nobody meets
-  // (an account that never logs in again, a session nobody lists), every ten TTLs, with jitter.
-  const sweepMs = 10 * o.nodeTtlMs;
-  const sweepTimer = setInterval(
-    () => {
-      void store.sessions().catch(() => {});
-      void sessions.listSessions(Number.MAX_SAFE_INTEGER).catch(() => {});
-    },
-    sweepMs + Math.floor(Math.random() * (sweepMs / 2)),
-  );
-  sweepTimer.unref();
+  // (an account that never logs in again, a session nobody joins), every ten TTLs with jitter,
+  // in small steps spread over time (sweep.ts), so it never holds Redis for long.
+  const sweeper = new FleetSweeper([store, sessions], 10 * o.nodeTtlMs);
+  sweeper.start();
   heartbeatAge();
   publishLoad();
   log.info(
@@ -269,7 +264,7 @@ export async function startRmcFleet(
     close(graceMs?: number) {
       closed ??= (async () => {
         clearInterval(gaugeTimer);
-        clearInterval(sweepTimer);
+        await sweeper.close();
         // The record goes first: other nodes stop counting on this one's players at once.
         await announcement!.stop();
         await listening.close(graceMs);
