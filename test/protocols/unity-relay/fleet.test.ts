@@ -3,6 +3,9 @@
  * nodes started with the library functions (the spawned-CLI "Done when" is fleet-cli.test.ts).
  */
 import dgram from 'node:dgram';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/core/logger.js';
@@ -13,18 +16,22 @@ import {
   bytesFromGuid,
   createBind,
   describeConnectionData,
+  RelayApiClient,
   RelayCredentials,
   readIssued,
+  relayServerData,
   startUnityRelay,
   startUnityRelayAllocator,
   type UnityRelayAllocatorInstance,
-  type UnityRelayClient,
+  UnityRelayClient,
   unityRelayServer,
 } from '../../../src/protocols/unity-relay/index.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
-import { chat, hostAndJoin, SECRET, until } from './fleet-helpers.js';
+import { chat, fast, hostAndJoin, SECRET, until } from './fleet-helpers.js';
 
 let redis: RedisServer | undefined;
+/** Where relay nodes with wss keep their self-signed certificate. */
+const dataDir = mkdtempSync(path.join(tmpdir(), 'gamewire-fleet-test-'));
 const running: { close(): Promise<void> }[] = [];
 const clients: UnityRelayClient[] = [];
 const secret = Buffer.from(SECRET);
@@ -35,6 +42,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await redis?.dispose();
+  rmSync(dataDir, { recursive: true, force: true });
 });
 
 afterEach(async () => {
@@ -52,12 +60,13 @@ afterEach(async () => {
 
 async function node(
   id: string,
-  extra: { heartbeatTtlMs?: number; region?: string; maxAllocations?: number } = {},
+  extra: { heartbeatTtlMs?: number; region?: string; maxAllocations?: number; transports?: boolean } = {},
 ) {
   const n = await startUnityRelay({
     host: '127.0.0.1',
     port: 0,
     dataplane: 'js',
+    ...(extra.transports === true ? { dtlsPort: 0, wsPort: 0, wssPort: 0, dataDir } : {}),
     ...(extra.maxAllocations !== undefined ? { maxAllocations: extra.maxAllocations } : {}),
     fleet: {
       redisUrl: redis!.url,
@@ -377,4 +386,41 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     running.push(single);
     expect(single.role).toBe('all');
   });
+});
+
+describe('unity-relay fleet: every transport on a relay node', () => {
+  for (const type of ['dtls', 'ws', 'wss'] as const) {
+    it(`a host and a joiner allocated through an allocator BIND and RELAY over ${type} on a relay node`, async (ctx) => {
+      if (redis === undefined) return ctx.skip();
+      const n = await node('relay-t', { transports: true });
+      const a = await allocator();
+      const options = { ...fast, connectionType: type, tls: { rejectUnauthorized: false } };
+      const api = new RelayApiClient(a.apiUrl);
+      const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 4, options);
+      clients.push(host);
+      const endpoint = allocation.serverEndpoints.find((e) => e.connectionType === type);
+      expect(endpoint?.port).toBe(type === 'dtls' ? n.dtls?.port : type === 'ws' ? n.ws?.port : n.wss?.port);
+      const client = await UnityRelayClient.join(api, joinCode, options);
+      clients.push(client);
+      expect(host.state).toBe('bound');
+      expect(client.state).toBe('bound');
+      await chat(host, client);
+      // Both were learnt from their first BIND on this node, through that transport.
+      expect(n.metrics.counters.get('allocations_adopted')).toBe(2);
+      if (type === 'dtls') {
+        expect(n.metrics.counters.get('dtls_associations')).toBe(2);
+        // A key the fleet did not derive for that id completes no handshake (so binds nothing).
+        const other = await api.allocate(2);
+        const data = relayServerData(other, 'dtls');
+        const forged = new UnityRelayClient(
+          { ...data, key: Buffer.alloc(64, 7) },
+          { ...options, maxAttempts: 2, dtlsTimeoutMs: 1000 },
+        );
+        clients.push(forged);
+        await expect(forged.bind()).rejects.toThrow();
+        expect(n.metrics.counters.get('dtls_associations')).toBe(2);
+        expect(n.metrics.counters.get('allocations_adopted')).toBe(2);
+      }
+    });
+  }
 });
