@@ -10,12 +10,15 @@ import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
+import { RedisNodeRegistry } from '../../../src/core/node-registry.js';
 import { createRegistry } from '../../../src/core/prometheus.js';
+import { connectRedis } from '../../../src/core/redis.js';
 import {
   AllocationStore,
   bytesFromGuid,
   createBind,
   describeConnectionData,
+  RedisAllocationService,
   RelayApiClient,
   RelayCredentials,
   readIssued,
@@ -23,6 +26,7 @@ import {
   startUnityRelay,
   startUnityRelayAllocator,
   type UnityRelayAllocatorInstance,
+  type UnityRelayAllocatorOptions,
   UnityRelayClient,
   unityRelayServer,
 } from '../../../src/protocols/unity-relay/index.js';
@@ -60,12 +64,19 @@ afterEach(async () => {
 
 async function node(
   id: string,
-  extra: { heartbeatTtlMs?: number; region?: string; maxAllocations?: number; transports?: boolean } = {},
+  extra: {
+    heartbeatTtlMs?: number;
+    region?: string;
+    maxAllocations?: number;
+    transports?: boolean;
+    timeouts?: { idleTimeoutMs: number; hostAloneTimeoutMs: number; bindTimeoutMs: number };
+  } = {},
 ) {
   const n = await startUnityRelay({
     host: '127.0.0.1',
     port: 0,
     dataplane: 'js',
+    ...extra.timeouts,
     ...(extra.transports === true ? { dtlsPort: 0, wsPort: 0, wssPort: 0, dataDir } : {}),
     ...(extra.maxAllocations !== undefined ? { maxAllocations: extra.maxAllocations } : {}),
     fleet: {
@@ -80,14 +91,21 @@ async function node(
   return n;
 }
 
-async function allocator(extra: { heartbeatTtlMs?: number } = {}): Promise<UnityRelayAllocatorInstance> {
+async function allocator(
+  extra: Partial<Omit<UnityRelayAllocatorOptions, 'apiLimits'>> & { maxAllocationsPerAddress?: number } = {},
+): Promise<UnityRelayAllocatorInstance> {
+  const { maxAllocationsPerAddress, ...rest } = extra;
   const a = await startUnityRelayAllocator({
     redisUrl: redis!.url,
     secret,
     apiPort: 0,
     apiRateLimitPerMinute: 0,
-    apiLimits: { allocationsPerMinutePerAddress: 0, globalAllocationsPerSecond: 0 },
-    ...extra,
+    apiLimits: {
+      allocationsPerMinutePerAddress: 0,
+      globalAllocationsPerSecond: 0,
+      ...(maxAllocationsPerAddress !== undefined ? { maxAllocationsPerAddress } : {}),
+    },
+    ...rest,
   });
   running.push(a);
   return a;
@@ -423,4 +441,163 @@ describe('unity-relay fleet: every transport on a relay node', () => {
       }
     });
   }
+});
+
+describe('unity-relay fleet: records, caps and join codes in Redis', () => {
+  const api = (a: { apiUrl: string }) => new RelayApiClient(a.apiUrl);
+  async function redisClient() {
+    const { Redis } = await import('ioredis');
+    const c = new Redis(redis!.url);
+    running.push({ close: async () => void c.disconnect() });
+    return c;
+  }
+  const redisNow = async (c: { time(): Promise<[string, string] | unknown> }) => {
+    const [sec, usec] = (await c.time()) as [string, string];
+    return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+  };
+
+  it("a live host's record and join code outlive the record TTL; a gone host's record, code and address count expire", async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    // Records live 1 s past their node's last refresh (2 s when new); the node refreshes every 200 ms.
+    const n = await node('relay-1', {
+      heartbeatTtlMs: 600,
+      timeouts: { idleTimeoutMs: 1500, hostAloneTimeoutMs: 1500, bindTimeoutMs: 300 },
+    });
+    const a = await allocator({ recordTtlMs: 1000, bindTimeoutMs: 1000, joinCodeTtlMs: 60_000 });
+    const options = { retryMs: 100, pingIntervalMs: 300 };
+    const { client: host, joinCode, allocation } = await UnityRelayClient.host(api(a), 4, options);
+    clients.push(host);
+    const c = await redisClient();
+    const recordKey = `gamewire:ur:alloc:${allocation.allocationId}`;
+    await new Promise((r) => setTimeout(r, 3000));
+    // Past its first life (bind window + record TTL): kept alive by the node's heartbeats.
+    expect(await c.exists(recordKey)).toBe(1);
+    expect(await c.pttl(recordKey)).toBeLessThanOrEqual(1000);
+    expect(
+      (await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).json.data.joinCode,
+    ).toBe(joinCode);
+    const client = await UnityRelayClient.join(api(a), joinCode, options);
+    clients.push(client);
+    await chat(host, client);
+    expect(await a.service.liveOf('127.0.0.1')).toBe(2);
+    await new Promise((r) => setTimeout(r, 1500));
+    await chat(host, client);
+    expect(await a.service.liveOf('127.0.0.1')).toBe(2);
+    expect((await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).status).toBe(
+      201,
+    );
+
+    // Both leave: the node forgets them (CLOSE, then its 300 ms bind timeout) and stops refreshing them.
+    await host.close();
+    await client.close();
+    await until('the node to forget both', async () =>
+      n.store.size > 0 && [...n.store.live()].length === 0 ? true : undefined,
+    );
+    const gone = Date.now();
+    const keys = [
+      recordKey,
+      `gamewire:ur:code:${joinCode}`,
+      `gamewire:ur:hostcode:${allocation.allocationId}`,
+    ];
+    await until('the records, code and address count to expire', async () =>
+      (await c.exists(...keys)) === 0 && (await a.service.liveOf('127.0.0.1')) === 0 ? true : undefined,
+    );
+    // Within the record TTL (1 s) and a heartbeat of the node's last refresh.
+    expect(Date.now() - gone).toBeLessThan(2500);
+    expect((await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).status).toBe(
+      404,
+    );
+    expect((await post(a.apiUrl, '/v1/join', { joinCode })).status).toBe(404);
+  });
+
+  it('concurrent allocations from one address through two allocators stop at its cap exactly', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    await node('relay-2');
+    const a1 = await allocator({ maxAllocationsPerAddress: 5 });
+    const a2 = await allocator({ maxAllocationsPerAddress: 5 });
+    const replies = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        post((i % 2 === 0 ? a1 : a2).apiUrl, '/v1/allocate', { maxConnections: 2 }),
+      ),
+    );
+    const statuses = replies.map((r) => r.status);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(5);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(25);
+    expect(replies.find((r) => r.status === 429)?.json.detail).toMatch(/at most 5 live allocations/);
+    expect(await a1.service.liveOf('127.0.0.1')).toBe(5);
+    // Joins count against the same cap.
+    const code = (
+      await post(a1.apiUrl, '/v1/joincode', {
+        allocationId: replies.find((r) => r.status === 201)!.json.data.allocation.allocationId,
+      })
+    ).json.data.joinCode;
+    expect((await post(a2.apiUrl, '/v1/join', { joinCode: code })).status).toBe(429);
+  });
+
+  it('concurrent join code requests through two allocators agree on one code', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    const a1 = await allocator();
+    const a2 = await allocator();
+    for (let round = 0; round < 3; round++) {
+      const host = (await post(a1.apiUrl, '/v1/allocate', { maxConnections: 2 })).json.data.allocation;
+      const codes = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          post((i % 2 === 0 ? a1 : a2).apiUrl, '/v1/joincode', { allocationId: host.allocationId }),
+        ),
+      );
+      expect(codes.map((r) => r.status)).toEqual(Array(16).fill(201));
+      expect(new Set(codes.map((r) => r.json.data.joinCode)).size).toBe(1);
+    }
+    const c = await redisClient();
+    expect(await c.keys('gamewire:ur:code:*')).toHaveLength(3);
+  });
+
+  it('an adopted allocation leaves its pending set, so a bound allocation counts once against capacity', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1', { maxAllocations: 3, heartbeatTtlMs: 600 });
+    const a = await allocator();
+    for (let i = 0; i < 2; i++) {
+      const { client } = await UnityRelayClient.host(api(a), 2, fast);
+      clients.push(client);
+    }
+    const c = await redisClient();
+    await until('the pending set to empty and the load to show', async () =>
+      (await c.zcard('gamewire:ur:pending:relay-1')) === 0 && (await a.fleet())?.[0]?.load === 2
+        ? true
+        : undefined,
+    );
+    // Two bound, none pending: room for one more, then none.
+    expect((await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).status).toBe(201);
+    expect((await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).status).toBe(503);
+  });
+
+  it("placements and address entries are scored in Redis's clock, whatever the allocator's clock says", async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    const conn = await connectRedis(redis.url);
+    running.push(conn);
+    // An allocator whose clock is ten minutes slow.
+    const service = new RedisAllocationService({
+      redis: conn,
+      registry: new RedisNodeRegistry(conn),
+      credentials: new RelayCredentials(secret),
+      now: () => Date.now() - 600_000,
+    });
+    const requester = { address: '192.0.2.1', maxLive: 10 };
+    const host = await service.allocate(2, undefined, requester, async () => {});
+    const code = await service.joinCode(host.allocationId);
+    const joiner = await service.join(code, requester, async () => {});
+    const c = await redisClient();
+    const now = await redisNow(c);
+    for (const guid of [joiner.allocationId, host.allocationId]) {
+      const pending = Number(await c.zscore('gamewire:ur:pending:relay-1', guid));
+      expect(pending).toBeGreaterThan(now + 55_000);
+      expect(pending).toBeLessThanOrEqual(now + 60_000);
+    }
+    for (const guid of [joiner.allocationId, host.allocationId])
+      expect(Number(await c.zscore('gamewire:ur:owner:192.0.2.1', guid))).toBeGreaterThan(now + 60_000);
+    expect(await service.liveOf('192.0.2.1')).toBe(2);
+  });
 });
