@@ -921,6 +921,14 @@ export const unityRelayServer: ServerDefinition = {
       secret: true,
     },
     {
+      key: 'redisPrefix',
+      flag: '--unity-redis-prefix <prefix>',
+      description:
+        'unity-relay: prefix of every Redis key of this fleet (several fleets can share one Redis); every allocator and relay node of a fleet needs the same',
+      type: 'string',
+      default: 'gamewire:',
+    },
+    {
       key: 'relaySecret',
       flag: '--relay-secret <secret>',
       description:
@@ -983,6 +991,7 @@ export const unityRelayServer: ServerDefinition = {
     const workers = optionalInt(options.workers) ?? 0;
     const secret = await relaySecret(options);
     const heartbeatTtlMs = optionalInt(options.heartbeatTtlMs);
+    const redisPrefix = optionalString(options.redisPrefix);
     if (workers > 0) {
       if (role !== 'all')
         throw new ConfigError(
@@ -1028,6 +1037,7 @@ export const unityRelayServer: ServerDefinition = {
         metrics: ctx.metrics,
         drain: options.drain === true,
         ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
+        ...(redisPrefix !== undefined ? { redisPrefix } : {}),
       };
       const apiPort = optionalInt(options.apiPort);
       if (apiPort !== undefined) a.apiPort = apiPort;
@@ -1046,6 +1056,7 @@ export const unityRelayServer: ServerDefinition = {
         redisUrl: redisUrl!,
         secret: secret!,
         ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
+        ...(redisPrefix !== undefined ? { redisPrefix } : {}),
       };
       const nodeId = optionalString(options.nodeId);
       if (nodeId !== undefined) o.fleet.nodeId = nodeId;

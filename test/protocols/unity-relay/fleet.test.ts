@@ -601,3 +601,48 @@ describe('unity-relay fleet: records, caps and join codes in Redis', () => {
     expect(await service.liveOf('192.0.2.1')).toBe(2);
   });
 });
+
+describe('unity-relay fleet: --unity-redis-prefix', () => {
+  it('two fleets with their own prefix share one Redis without seeing each other', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    const context = { log: silentLogger(), metrics: new ProtocolMetrics('unity-relay'), dataDir };
+    const common = { host: '127.0.0.1', port: 0, apiPort: 0, dtlsPort: 0, wsPort: 0, wssPort: 0 };
+    const fleetOf = async (prefix: string) => {
+      const base = {
+        ...common,
+        redis: redis!.url,
+        relaySecret: SECRET,
+        redisPrefix: prefix,
+        dataplane: 'js',
+      };
+      const relay = (await unityRelayServer.start(
+        { ...base, role: 'relay', nodeId: `${prefix.slice(0, -1)}-node` },
+        context,
+      )) as unknown as { udpPort: number; close(): Promise<void> };
+      running.push(relay);
+      const alloc = (await unityRelayServer.start(
+        { ...base, role: 'allocator' },
+        context,
+      )) as unknown as UnityRelayAllocatorInstance;
+      running.push(alloc);
+      return { relay, alloc };
+    };
+    const a = await fleetOf('fleet-a:');
+    const b = await fleetOf('fleet-b:');
+    expect((await a.alloc.fleet())?.map((n) => n.id)).toEqual(['fleet-a-node']);
+    expect((await b.alloc.fleet())?.map((n) => n.id)).toEqual(['fleet-b-node']);
+    const { host, client, hostAllocation } = await hostAndJoin(a.alloc.apiUrl, a.alloc.apiUrl, clients);
+    expect(hostAllocation.relayServer.port).toBe(a.relay.udpPort);
+    await chat(host, client);
+    // fleet-a's codes and allocations are not fleet-b's.
+    const code = (await post(a.alloc.apiUrl, '/v1/joincode', { allocationId: hostAllocation.allocationId }))
+      .json.data.joinCode;
+    expect((await post(b.alloc.apiUrl, '/v1/join', { joinCode: code })).status).toBe(404);
+    const { Redis } = await import('ioredis');
+    const c = new Redis(redis.url);
+    const keys = await c.keys('*');
+    c.disconnect();
+    expect(keys.filter((k) => k.startsWith('fleet-a:ur:alloc:'))).toHaveLength(2);
+    expect(keys.filter((k) => !k.startsWith('fleet-a:') && !k.startsWith('fleet-b:'))).toEqual([]);
+  });
+});
