@@ -200,8 +200,8 @@ describe('relay credentials (connection data format 2)', () => {
 });
 
 describe('unity-relay fleet on Redis (in-process)', () => {
-  it('spreads a burst of 20 allocations over both nodes, sends joiners to their host, relays on each node', async () => {
-    if (redis === undefined) return;
+  it('spreads a burst of 20 allocations over both nodes, sends joiners to their host, relays on each node', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n1 = await node('relay-1');
     const n2 = await node('relay-2');
     const a = await allocator();
@@ -242,8 +242,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     expect(text).toMatch(/gamewire_node_allocations\{protocol="unity-relay",node="relay-1"\}/);
   });
 
-  it('a node refuses a BIND placed on another node with ERROR 4', async () => {
-    if (redis === undefined) return;
+  it('a node refuses a BIND placed on another node with ERROR 4', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n1 = await node('relay-1');
     const n2 = await node('relay-2');
     const a = await allocator();
@@ -265,8 +265,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     expect(wrong.metrics.dropped.get('placed_on_other_node')).toBe(1);
   });
 
-  it('two allocators share join codes: made on one, joined on the other', async () => {
-    if (redis === undefined) return;
+  it('two allocators share join codes: made on one, joined on the other', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     await node('relay-1');
     await node('relay-2');
     const a1 = await allocator();
@@ -286,8 +286,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     ).toBe(400);
   });
 
-  it('drain: a draining node gets no new allocations, its bound peers keep relaying', async () => {
-    if (redis === undefined) return;
+  it('drain: a draining node gets no new allocations, its bound peers keep relaying', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     await node('relay-1');
     const n2 = await node('relay-2');
     const a = await allocator();
@@ -310,8 +310,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await chat(pair!.host, pair!.client);
   });
 
-  it('Redis down: bound peers keep relaying, the allocator answers 503 with Retry-After, then 200 once it is back', async () => {
-    if (redis === undefined) return;
+  it('Redis down: bound peers keep relaying, the allocator answers 503 with Retry-After, then 200 once it is back', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n = await node('relay-1');
     const a = await allocator();
     const { host, client } = await hostAndJoin(a.apiUrl, a.apiUrl, clients);
@@ -335,8 +335,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await chat(host, client);
   });
 
-  it('regions come from live nodes; no room, an unknown region and a draining allocator are refused', async () => {
-    if (redis === undefined) return;
+  it('regions come from live nodes; no room, an unknown region and a draining allocator are refused', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const a = await allocator();
     const none = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
     expect(none.status).toBe(503);
