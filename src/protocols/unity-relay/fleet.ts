@@ -519,7 +519,8 @@ for i = 4, #ARGV do
       extend(key, ttl)
       if type(a.owner) == 'string' and a.owner ~= '' then
         local ownerKey = p .. 'owner:' .. a.owner
-        redis.call('ZADD', ownerKey, 'GT', now + ttl, id)
+        local score = tonumber(redis.call('ZSCORE', ownerKey, id))
+        if not score or score < now + ttl then redis.call('ZADD', ownerKey, now + ttl, id) end
         extend(ownerKey, ttl)
       end
       if a.role == 'host' then
