@@ -113,23 +113,36 @@ export interface ApiOptions {
   draining?: () => boolean;
 }
 
+/** Who asks for an allocation: the API client's address and how many live ones it may hold. */
+export interface Requester {
+  address: string;
+  /** The per-address cap (`maxAllocationsPerAddress`). */
+  maxLive: number;
+}
+
+/** The answer to a requester at its live-allocation cap. */
+export function liveCapError(maxLive: number): ApiError {
+  return new ApiError(429, 'Too Many Requests', `at most ${maxLive} live allocations per client address`);
+}
+
 /**
  * Where the API's allocations come from: the in-memory store of one process
  * (`LocalAllocationService`), or Redis and the fleet's relay nodes (fleet.ts). Each method may
  * throw `ApiError` (answered as is), `StoreFullError` or `StoreUnavailableError` (503).
- * `admit` runs the caller's admission checks (rates, per-address cap) once the request is known
- * to be valid and before anything is created.
+ * `admit` runs the caller's admission checks (draining, rates) once the request is known to be
+ * valid and before anything is created. The requester's live cap is the service's to enforce,
+ * in the same step that creates the allocation (so concurrent requests cannot exceed it).
  */
 export interface AllocationService {
   regions(): Promise<readonly Region[]>;
   allocate(
     maxConnections: number,
     region: string | undefined,
-    owner: string,
+    requester: Requester,
     admit: () => Promise<void>,
   ): Promise<AllocationJson>;
   joinCode(allocationGuid: string): Promise<string>;
-  join(code: string, owner: string, admit: () => Promise<void>): Promise<AllocationJson>;
+  join(code: string, requester: Requester, admit: () => Promise<void>): Promise<AllocationJson>;
   /** Live allocations `owner` (an API client address) holds. */
   liveOf(owner: string): Promise<number>;
 }
@@ -151,7 +164,7 @@ export class LocalAllocationService implements AllocationService {
   async allocate(
     maxConnections: number,
     asked: string | undefined,
-    owner: string,
+    requester: Requester,
     admit: () => Promise<void>,
   ): Promise<AllocationJson> {
     // The SDK sends "default" when its QoS region lookup fails: that is our first region.
@@ -162,7 +175,9 @@ export class LocalAllocationService implements AllocationService {
       ]);
     }
     await admit();
-    return this.respond(this.store.allocateHost(maxConnections, region, owner));
+    // Checked and created with no await in between: one process, so nothing interleaves.
+    if (this.store.liveOf(requester.address) >= requester.maxLive) throw liveCapError(requester.maxLive);
+    return this.respond(this.store.allocateHost(maxConnections, region, requester.address));
   }
 
   async joinCode(guid: string): Promise<string> {
@@ -173,11 +188,12 @@ export class LocalAllocationService implements AllocationService {
     return this.store.joinCodeFor(a).code;
   }
 
-  async join(code: string, owner: string, admit: () => Promise<void>): Promise<AllocationJson> {
+  async join(code: string, requester: Requester, admit: () => Promise<void>): Promise<AllocationJson> {
     if (this.store.lookupJoinCode(code) === undefined)
       throw new ApiError(404, 'Not Found', 'join code not found or expired');
     await admit();
-    const a = this.store.join(code, owner);
+    if (this.store.liveOf(requester.address) >= requester.maxLive) throw liveCapError(requester.maxLive);
+    const a = this.store.join(code, requester.address);
     if (a === undefined) throw new ApiError(404, 'Not Found', 'join code not found or expired');
     return this.respond(a);
   }
@@ -328,20 +344,19 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
     return undefined;
   });
 
-  /** Allocation admission: draining, per-address live cap, per-address rate, global rate. */
+  /**
+   * Allocation admission: draining, per-address live cap, per-address rate, global rate. The cap
+   * is looked at first so that an address at its cap spends no rate tokens; the service checks
+   * it again, atomically, as it creates the allocation (concurrent requests pass this together).
+   */
   const admitAllocation = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (options.draining?.() === true) {
       reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
       throw new ApiError(503, 'Service Unavailable', 'this relay is draining: it takes no new allocations');
     }
     const ip = req.ip;
-    if ((await service.liveOf(ip)) >= limits.maxAllocationsPerAddress) {
-      throw new ApiError(
-        429,
-        'Too Many Requests',
-        `at most ${limits.maxAllocationsPerAddress} live allocations per client address`,
-      );
-    }
+    if ((await service.liveOf(ip)) >= limits.maxAllocationsPerAddress)
+      throw liveCapError(limits.maxAllocationsPerAddress);
     const t = now();
     if (limits.allocations !== undefined && !limits.allocations.take(ip, t)) {
       reply.header('retry-after', String(Math.max(1, limits.allocations.waitSeconds(ip, t))));
@@ -386,8 +401,11 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       },
     },
     async (req, reply) => {
-      const allocation = await service.allocate(req.body.maxConnections, req.body.region, req.ip, () =>
-        admitAllocation(req, reply),
+      const allocation = await service.allocate(
+        req.body.maxConnections,
+        req.body.region,
+        { address: req.ip, maxLive: limits.maxAllocationsPerAddress },
+        () => admitAllocation(req, reply),
       );
       return { meta: meta(reply, 201), links: {}, data: { allocation } };
     },
@@ -422,7 +440,11 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       },
     },
     async (req, reply) => {
-      const allocation = await service.join(req.body.joinCode, req.ip, () => admitAllocation(req, reply));
+      const allocation = await service.join(
+        req.body.joinCode,
+        { address: req.ip, maxLive: limits.maxAllocationsPerAddress },
+        () => admitAllocation(req, reply),
+      );
       return { meta: meta(reply, 200), data: { allocation } };
     },
   );

@@ -2,7 +2,9 @@
  * The DTLS endpoint of the relay (`connectionType: "dtls"`): the project's DTLS 1.2 PSK server
  * (src/transports/dtls) on its own UDP port, wired to the relay the way Unity Transport uses it:
  * - PSK identity = the allocation id, as its 16 raw bytes (what UTP sends) or its GUID string (what
- *   Unity's docs say); PSK = that allocation's 64-byte key. Unknown or expired: alert 115.
+ *   Unity's docs say); PSK = that allocation's 64-byte key. Unknown or expired: alert 115. A
+ *   relay node of a fleet (which learns an allocation at its first BIND, sent after the handshake)
+ *   derives the key of an id it has not seen from the fleet secret instead.
  * - Each association is a `DtlsLink` that may speak only for the allocation named by its identity
  *   (BIND, PING, RELAY… for another allocation id are dropped).
  * - One relay message per record, one record per datagram, both ways (the DTLS module's `send`).
@@ -13,7 +15,7 @@
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
-import { type AllocationStore, bytesFromGuid } from './allocations.js';
+import { type AllocationStore, bytesFromGuid, guidFromBytes } from './allocations.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
 
@@ -90,8 +92,14 @@ export async function startDtlsEndpoint(
     ...dtlsOptions,
     pskFor(identity: Buffer): Buffer | undefined {
       const id = allocationIdFromIdentity(identity);
-      const a = id === undefined ? undefined : store.find(id, 0);
-      return a === undefined || a.state === 'expired' ? undefined : a.key;
+      if (id === undefined) return undefined;
+      const a = store.find(id, 0);
+      if (a !== undefined) return a.state === 'expired' ? undefined : a.key;
+      // A relay node learns an allocation at its first BIND, which a DTLS client sends after the
+      // handshake: the key of an id it has not seen comes from the fleet secret, as for a UDP
+      // BIND. Only a client given that key by an allocator completes the handshake; the BIND
+      // that follows is then checked (connection data, node, deadline) like any other.
+      return store.adoptFromConnectionData ? store.credentials.keyFor(id) : undefined;
     },
   });
   const byAssociation = new WeakMap<DtlsAssociation, DtlsLink>();
@@ -99,15 +107,21 @@ export async function startDtlsEndpoint(
   server.on('association', (assoc) => {
     const id = allocationIdFromIdentity(assoc.identity);
     const a = id === undefined ? undefined : store.find(id, 0);
-    if (id === undefined || a === undefined) {
+    // Unknown ids are accepted only by a relay node (pskFor derived their key): the BIND that
+    // follows adopts the allocation.
+    if (id === undefined || (a === undefined && !store.adoptFromConnectionData)) {
       assoc.close();
       return;
     }
-    const link = new DtlsLink(assoc, Buffer.from(a.id), relay.maxMessageToDtls);
+    const link = new DtlsLink(assoc, Buffer.from(id), relay.maxMessageToDtls);
     byAssociation.set(assoc, link);
     links.add(link);
     metrics.count('dtls_associations');
-    log.debug({ remote: `${link.address}:${link.port}`, allocation: a.guid }, 'dtls association');
+    log.debug(
+      { remote: `${link.address}:${link.port}`, allocation: a?.guid ?? guidFromBytes(id) },
+      'dtls association',
+    );
+    if (a === undefined) return;
     // A new session from the address and port the allocation is bound through (UTP's probe after
     // silence, RFC 6347 §4.2.8): the binding moves to it, no re-BIND needed.
     const old = a.link;

@@ -30,6 +30,8 @@ import {
   type FleetAdmin,
   type FleetNodeView,
   fleetView,
+  HeldAllocationRecords,
+  type NodeSample,
   RELAY_NODE_KIND,
   RedisAllocationService,
   RelayNodePresence,
@@ -413,7 +415,13 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
         startedAt: Date.now(),
         meta: { allocations: '0' },
       });
-      presence = new RelayNodePresence(announcement, registry.heartbeatMs, () => sampleLoad(store), metrics);
+      presence = new RelayNodePresence(
+        announcement,
+        registry.heartbeatMs,
+        (withHeld) => sampleLoad(store, withHeld),
+        metrics,
+        new HeldAllocationRecords(r, nodeId!, registry.ttlMs),
+      );
       const p = presence;
       closers.push(async () => {
         await p.stop();
@@ -485,15 +493,20 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   };
 }
 
-/** A node's load (bound allocations) and the allocations it holds (bound or waiting to bind). */
-function sampleLoad(store: AllocationStore): { load: number; allocations: number } {
+/**
+ * A node's load (bound allocations) and the allocations it holds (bound or waiting to bind),
+ * with their ids when `withHeld` (its heartbeat refreshes their records in Redis).
+ */
+function sampleLoad(store: AllocationStore, withHeld: boolean): NodeSample {
   let load = 0;
   let allocations = 0;
+  const held: string[] = [];
   for (const a of store.live()) {
     allocations++;
     if (a.state === 'bound') load++;
+    if (withHeld) held.push(a.guid);
   }
-  return { load, allocations };
+  return { load, allocations, held };
 }
 
 export interface UnityRelayAllocatorOptions extends FleetCommonOptions {
@@ -509,6 +522,8 @@ export interface UnityRelayAllocatorOptions extends FleetCommonOptions {
   bindTimeoutMs?: number;
   /** Join code lifetime. Default 15 min. */
   joinCodeTtlMs?: number;
+  /** How long an allocation's record outlives its node's last refresh. Default 30 s (`RedisAllocationServiceOptions`). */
+  recordTtlMs?: number;
   /** Start draining (answer 503 to new allocations, e.g. before taking it out of a load balancer). */
   drain?: boolean;
   metrics?: ProtocolMetrics;
@@ -558,6 +573,7 @@ export async function startUnityRelayAllocator(
     credentials: new RelayCredentials(options.secret),
     ...(options.bindTimeoutMs !== undefined ? { bindTimeoutMs: options.bindTimeoutMs } : {}),
     ...(options.joinCodeTtlMs !== undefined ? { joinCodeTtlMs: options.joinCodeTtlMs } : {}),
+    ...(options.recordTtlMs !== undefined ? { recordTtlMs: options.recordTtlMs } : {}),
   });
   const apiLimits = new ApiLimits({
     ...options.apiLimits,
@@ -905,6 +921,14 @@ export const unityRelayServer: ServerDefinition = {
       secret: true,
     },
     {
+      key: 'redisPrefix',
+      flag: '--unity-redis-prefix <prefix>',
+      description:
+        'unity-relay: prefix of every Redis key of this fleet (several fleets can share one Redis); every allocator and relay node of a fleet needs the same',
+      type: 'string',
+      default: 'gamewire:',
+    },
+    {
       key: 'relaySecret',
       flag: '--relay-secret <secret>',
       description:
@@ -967,6 +991,7 @@ export const unityRelayServer: ServerDefinition = {
     const workers = optionalInt(options.workers) ?? 0;
     const secret = await relaySecret(options);
     const heartbeatTtlMs = optionalInt(options.heartbeatTtlMs);
+    const redisPrefix = optionalString(options.redisPrefix);
     if (workers > 0) {
       if (role !== 'all')
         throw new ConfigError(
@@ -1012,6 +1037,7 @@ export const unityRelayServer: ServerDefinition = {
         metrics: ctx.metrics,
         drain: options.drain === true,
         ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
+        ...(redisPrefix !== undefined ? { redisPrefix } : {}),
       };
       const apiPort = optionalInt(options.apiPort);
       if (apiPort !== undefined) a.apiPort = apiPort;
@@ -1030,6 +1056,7 @@ export const unityRelayServer: ServerDefinition = {
         redisUrl: redisUrl!,
         secret: secret!,
         ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
+        ...(redisPrefix !== undefined ? { redisPrefix } : {}),
       };
       const nodeId = optionalString(options.nodeId);
       if (nodeId !== undefined) o.fleet.nodeId = nodeId;

@@ -142,8 +142,8 @@ async function allocate(api: string): Promise<{ status: number; json: any }> {
 }
 
 describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-server)', () => {
-  it('two allocators and two relay nodes: spread, shared join codes, relaying on both, kill -9, Redis outage', async () => {
-    if (redis === undefined) return;
+  it('two allocators and two relay nodes: spread, shared join codes, relaying on both, kill -9, Redis outage', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const ttl = '3000';
     const n1 = await serve(relayArgs('node-a', ttl), 1);
     const n2 = await serve(relayArgs('node-b', ttl), 1);
@@ -215,8 +215,8 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
     for (const p of [n1, a1, a2]) expect(await stop(p)).toBe(0);
   }, 120_000);
 
-  it('at the default TTL, a killed node gets no new allocation 15 s later', async () => {
-    if (redis === undefined) return;
+  it('at the default TTL, a killed node gets no new allocation 15 s later', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n1 = await serve(relayArgs('node-a', '10000'), 1);
     const n2 = await serve(relayArgs('node-b', '10000'), 1);
     const a = await serve(allocatorArgs, 1);
@@ -230,8 +230,8 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
     void n1;
   }, 90_000);
 
-  it('--workers 2 serves allocations on both workers, prefixes their output, and stops them all on SIGTERM', async () => {
-    if (redis === undefined) return;
+  it('--workers 2 serves allocations on both workers, prefixes their output, and stops them all on SIGTERM', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     // One allocator line and one UDP line per relay, as the parent prints them.
     const parent = await serve(
       [
@@ -276,8 +276,8 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
     await expect(fetch(`${apiBase}/v1/regions`)).rejects.toThrow();
   }, 120_000);
 
-  it('--workers children stop when their parent is killed with kill -9', async () => {
-    if (redis === undefined) return;
+  it('--workers children stop when their parent is killed with kill -9', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const parent = await serve(
       [
         '--workers',

@@ -3,28 +3,39 @@
  * nodes started with the library functions (the spawned-CLI "Done when" is fleet-cli.test.ts).
  */
 import dgram from 'node:dgram';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
+import { RedisNodeRegistry } from '../../../src/core/node-registry.js';
 import { createRegistry } from '../../../src/core/prometheus.js';
+import { connectRedis } from '../../../src/core/redis.js';
 import {
   AllocationStore,
   bytesFromGuid,
   createBind,
   describeConnectionData,
+  RedisAllocationService,
+  RelayApiClient,
   RelayCredentials,
   readIssued,
+  relayServerData,
   startUnityRelay,
   startUnityRelayAllocator,
   type UnityRelayAllocatorInstance,
-  type UnityRelayClient,
+  type UnityRelayAllocatorOptions,
+  UnityRelayClient,
   unityRelayServer,
 } from '../../../src/protocols/unity-relay/index.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
-import { chat, hostAndJoin, SECRET, until } from './fleet-helpers.js';
+import { chat, fast, hostAndJoin, SECRET, until } from './fleet-helpers.js';
 
 let redis: RedisServer | undefined;
+/** Where relay nodes with wss keep their self-signed certificate. */
+const dataDir = mkdtempSync(path.join(tmpdir(), 'gamewire-fleet-test-'));
 const running: { close(): Promise<void> }[] = [];
 const clients: UnityRelayClient[] = [];
 const secret = Buffer.from(SECRET);
@@ -35,6 +46,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await redis?.dispose();
+  rmSync(dataDir, { recursive: true, force: true });
 });
 
 afterEach(async () => {
@@ -52,12 +64,20 @@ afterEach(async () => {
 
 async function node(
   id: string,
-  extra: { heartbeatTtlMs?: number; region?: string; maxAllocations?: number } = {},
+  extra: {
+    heartbeatTtlMs?: number;
+    region?: string;
+    maxAllocations?: number;
+    transports?: boolean;
+    timeouts?: { idleTimeoutMs: number; hostAloneTimeoutMs: number; bindTimeoutMs: number };
+  } = {},
 ) {
   const n = await startUnityRelay({
     host: '127.0.0.1',
     port: 0,
     dataplane: 'js',
+    ...extra.timeouts,
+    ...(extra.transports === true ? { dtlsPort: 0, wsPort: 0, wssPort: 0, dataDir } : {}),
     ...(extra.maxAllocations !== undefined ? { maxAllocations: extra.maxAllocations } : {}),
     fleet: {
       redisUrl: redis!.url,
@@ -71,14 +91,21 @@ async function node(
   return n;
 }
 
-async function allocator(extra: { heartbeatTtlMs?: number } = {}): Promise<UnityRelayAllocatorInstance> {
+async function allocator(
+  extra: Partial<Omit<UnityRelayAllocatorOptions, 'apiLimits'>> & { maxAllocationsPerAddress?: number } = {},
+): Promise<UnityRelayAllocatorInstance> {
+  const { maxAllocationsPerAddress, ...rest } = extra;
   const a = await startUnityRelayAllocator({
     redisUrl: redis!.url,
     secret,
     apiPort: 0,
     apiRateLimitPerMinute: 0,
-    apiLimits: { allocationsPerMinutePerAddress: 0, globalAllocationsPerSecond: 0 },
-    ...extra,
+    apiLimits: {
+      allocationsPerMinutePerAddress: 0,
+      globalAllocationsPerSecond: 0,
+      ...(maxAllocationsPerAddress !== undefined ? { maxAllocationsPerAddress } : {}),
+    },
+    ...rest,
   });
   running.push(a);
   return a;
@@ -173,8 +200,8 @@ describe('relay credentials (connection data format 2)', () => {
 });
 
 describe('unity-relay fleet on Redis (in-process)', () => {
-  it('spreads a burst of 20 allocations over both nodes, sends joiners to their host, relays on each node', async () => {
-    if (redis === undefined) return;
+  it('spreads a burst of 20 allocations over both nodes, sends joiners to their host, relays on each node', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n1 = await node('relay-1');
     const n2 = await node('relay-2');
     const a = await allocator();
@@ -215,8 +242,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     expect(text).toMatch(/gamewire_node_allocations\{protocol="unity-relay",node="relay-1"\}/);
   });
 
-  it('a node refuses a BIND placed on another node with ERROR 4', async () => {
-    if (redis === undefined) return;
+  it('a node refuses a BIND placed on another node with ERROR 4', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n1 = await node('relay-1');
     const n2 = await node('relay-2');
     const a = await allocator();
@@ -238,8 +265,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     expect(wrong.metrics.dropped.get('placed_on_other_node')).toBe(1);
   });
 
-  it('two allocators share join codes: made on one, joined on the other', async () => {
-    if (redis === undefined) return;
+  it('two allocators share join codes: made on one, joined on the other', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     await node('relay-1');
     await node('relay-2');
     const a1 = await allocator();
@@ -259,8 +286,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     ).toBe(400);
   });
 
-  it('drain: a draining node gets no new allocations, its bound peers keep relaying', async () => {
-    if (redis === undefined) return;
+  it('drain: a draining node gets no new allocations, its bound peers keep relaying', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     await node('relay-1');
     const n2 = await node('relay-2');
     const a = await allocator();
@@ -283,8 +310,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await chat(pair!.host, pair!.client);
   });
 
-  it('Redis down: bound peers keep relaying, the allocator answers 503 with Retry-After, then 200 once it is back', async () => {
-    if (redis === undefined) return;
+  it('Redis down: bound peers keep relaying, the allocator answers 503 with Retry-After, then 200 once it is back', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const n = await node('relay-1');
     const a = await allocator();
     const { host, client } = await hostAndJoin(a.apiUrl, a.apiUrl, clients);
@@ -308,8 +335,8 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     await chat(host, client);
   });
 
-  it('regions come from live nodes; no room, an unknown region and a draining allocator are refused', async () => {
-    if (redis === undefined) return;
+  it('regions come from live nodes; no room, an unknown region and a draining allocator are refused', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
     const a = await allocator();
     const none = await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 });
     expect(none.status).toBe(503);
@@ -376,5 +403,246 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     )) as unknown as { role: string; close(): Promise<void> };
     running.push(single);
     expect(single.role).toBe('all');
+  });
+});
+
+describe('unity-relay fleet: every transport on a relay node', () => {
+  for (const type of ['dtls', 'ws', 'wss'] as const) {
+    it(`a host and a joiner allocated through an allocator BIND and RELAY over ${type} on a relay node`, async (ctx) => {
+      if (redis === undefined) return ctx.skip();
+      const n = await node('relay-t', { transports: true });
+      const a = await allocator();
+      const options = { ...fast, connectionType: type, tls: { rejectUnauthorized: false } };
+      const api = new RelayApiClient(a.apiUrl);
+      const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 4, options);
+      clients.push(host);
+      const endpoint = allocation.serverEndpoints.find((e) => e.connectionType === type);
+      expect(endpoint?.port).toBe(type === 'dtls' ? n.dtls?.port : type === 'ws' ? n.ws?.port : n.wss?.port);
+      const client = await UnityRelayClient.join(api, joinCode, options);
+      clients.push(client);
+      expect(host.state).toBe('bound');
+      expect(client.state).toBe('bound');
+      await chat(host, client);
+      // Both were learnt from their first BIND on this node, through that transport.
+      expect(n.metrics.counters.get('allocations_adopted')).toBe(2);
+      if (type === 'dtls') {
+        expect(n.metrics.counters.get('dtls_associations')).toBe(2);
+        // A key the fleet did not derive for that id completes no handshake (so binds nothing).
+        const other = await api.allocate(2);
+        const data = relayServerData(other, 'dtls');
+        const forged = new UnityRelayClient(
+          { ...data, key: Buffer.alloc(64, 7) },
+          { ...options, maxAttempts: 2, dtlsTimeoutMs: 1000 },
+        );
+        clients.push(forged);
+        await expect(forged.bind()).rejects.toThrow();
+        expect(n.metrics.counters.get('dtls_associations')).toBe(2);
+        expect(n.metrics.counters.get('allocations_adopted')).toBe(2);
+      }
+    });
+  }
+});
+
+describe('unity-relay fleet: records, caps and join codes in Redis', () => {
+  const api = (a: { apiUrl: string }) => new RelayApiClient(a.apiUrl);
+  async function redisClient() {
+    const { Redis } = await import('ioredis');
+    const c = new Redis(redis!.url);
+    running.push({ close: async () => void c.disconnect() });
+    return c;
+  }
+  const redisNow = async (c: { time(): Promise<[string, string] | unknown> }) => {
+    const [sec, usec] = (await c.time()) as [string, string];
+    return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+  };
+
+  it("a live host's record and join code outlive the record TTL; a gone host's record, code and address count expire", async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    // Records live 1 s past their node's last refresh (2 s when new); the node refreshes every 200 ms.
+    const n = await node('relay-1', {
+      heartbeatTtlMs: 600,
+      timeouts: { idleTimeoutMs: 1500, hostAloneTimeoutMs: 1500, bindTimeoutMs: 300 },
+    });
+    const a = await allocator({ recordTtlMs: 1000, bindTimeoutMs: 1000, joinCodeTtlMs: 60_000 });
+    const options = { retryMs: 100, pingIntervalMs: 300 };
+    const { client: host, joinCode, allocation } = await UnityRelayClient.host(api(a), 4, options);
+    clients.push(host);
+    const c = await redisClient();
+    const recordKey = `gamewire:ur:alloc:${allocation.allocationId}`;
+    await new Promise((r) => setTimeout(r, 3000));
+    // Past its first life (bind window + record TTL): kept alive by the node's heartbeats.
+    expect(await c.exists(recordKey)).toBe(1);
+    expect(await c.pttl(recordKey)).toBeLessThanOrEqual(1000);
+    expect(
+      (await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).json.data.joinCode,
+    ).toBe(joinCode);
+    const client = await UnityRelayClient.join(api(a), joinCode, options);
+    clients.push(client);
+    await chat(host, client);
+    expect(await a.service.liveOf('127.0.0.1')).toBe(2);
+    await new Promise((r) => setTimeout(r, 1500));
+    await chat(host, client);
+    expect(await a.service.liveOf('127.0.0.1')).toBe(2);
+    expect((await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).status).toBe(
+      201,
+    );
+
+    // Both leave: the node forgets them (CLOSE, then its 300 ms bind timeout) and stops refreshing them.
+    await host.close();
+    await client.close();
+    await until('the node to forget both', async () =>
+      n.store.size > 0 && [...n.store.live()].length === 0 ? true : undefined,
+    );
+    const gone = Date.now();
+    const keys = [
+      recordKey,
+      `gamewire:ur:code:${joinCode}`,
+      `gamewire:ur:hostcode:${allocation.allocationId}`,
+    ];
+    await until('the records, code and address count to expire', async () =>
+      (await c.exists(...keys)) === 0 && (await a.service.liveOf('127.0.0.1')) === 0 ? true : undefined,
+    );
+    // Within the record TTL (1 s) and a heartbeat of the node's last refresh.
+    expect(Date.now() - gone).toBeLessThan(4000);
+    expect((await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).status).toBe(
+      404,
+    );
+    expect((await post(a.apiUrl, '/v1/join', { joinCode })).status).toBe(404);
+  });
+
+  it('concurrent allocations from one address through two allocators stop at its cap exactly', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    await node('relay-2');
+    const a1 = await allocator({ maxAllocationsPerAddress: 5 });
+    const a2 = await allocator({ maxAllocationsPerAddress: 5 });
+    const replies = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        post((i % 2 === 0 ? a1 : a2).apiUrl, '/v1/allocate', { maxConnections: 2 }),
+      ),
+    );
+    const statuses = replies.map((r) => r.status);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(5);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(25);
+    expect(replies.find((r) => r.status === 429)?.json.detail).toMatch(/at most 5 live allocations/);
+    expect(await a1.service.liveOf('127.0.0.1')).toBe(5);
+    // Joins count against the same cap.
+    const code = (
+      await post(a1.apiUrl, '/v1/joincode', {
+        allocationId: replies.find((r) => r.status === 201)!.json.data.allocation.allocationId,
+      })
+    ).json.data.joinCode;
+    expect((await post(a2.apiUrl, '/v1/join', { joinCode: code })).status).toBe(429);
+  });
+
+  it('concurrent join code requests through two allocators agree on one code', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    const a1 = await allocator();
+    const a2 = await allocator();
+    for (let round = 0; round < 3; round++) {
+      const host = (await post(a1.apiUrl, '/v1/allocate', { maxConnections: 2 })).json.data.allocation;
+      const codes = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          post((i % 2 === 0 ? a1 : a2).apiUrl, '/v1/joincode', { allocationId: host.allocationId }),
+        ),
+      );
+      expect(codes.map((r) => r.status)).toEqual(Array(16).fill(201));
+      expect(new Set(codes.map((r) => r.json.data.joinCode)).size).toBe(1);
+    }
+    const c = await redisClient();
+    expect(await c.keys('gamewire:ur:code:*')).toHaveLength(3);
+  });
+
+  it('an adopted allocation leaves its pending set, so a bound allocation counts once against capacity', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1', { maxAllocations: 3, heartbeatTtlMs: 600 });
+    const a = await allocator();
+    for (let i = 0; i < 2; i++) {
+      const { client } = await UnityRelayClient.host(api(a), 2, fast);
+      clients.push(client);
+    }
+    const c = await redisClient();
+    await until('the pending set to empty and the load to show', async () =>
+      (await c.zcard('gamewire:ur:pending:relay-1')) === 0 && (await a.fleet())?.[0]?.load === 2
+        ? true
+        : undefined,
+    );
+    // Two bound, none pending: room for one more, then none.
+    expect((await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).status).toBe(201);
+    expect((await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).status).toBe(503);
+  });
+
+  it("placements and address entries are scored in Redis's clock, whatever the allocator's clock says", async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    const conn = await connectRedis(redis.url);
+    running.push(conn);
+    // An allocator whose clock is ten minutes slow.
+    const service = new RedisAllocationService({
+      redis: conn,
+      registry: new RedisNodeRegistry(conn),
+      credentials: new RelayCredentials(secret),
+      now: () => Date.now() - 600_000,
+    });
+    const requester = { address: '192.0.2.1', maxLive: 10 };
+    const host = await service.allocate(2, undefined, requester, async () => {});
+    const code = await service.joinCode(host.allocationId);
+    const joiner = await service.join(code, requester, async () => {});
+    const c = await redisClient();
+    const now = await redisNow(c);
+    for (const guid of [joiner.allocationId, host.allocationId]) {
+      const pending = Number(await c.zscore('gamewire:ur:pending:relay-1', guid));
+      expect(pending).toBeGreaterThan(now + 55_000);
+      expect(pending).toBeLessThanOrEqual(now + 60_000);
+    }
+    for (const guid of [joiner.allocationId, host.allocationId])
+      expect(Number(await c.zscore('gamewire:ur:owner:192.0.2.1', guid))).toBeGreaterThan(now + 60_000);
+    expect(await service.liveOf('192.0.2.1')).toBe(2);
+  });
+});
+
+describe('unity-relay fleet: --unity-redis-prefix', () => {
+  it('two fleets with their own prefix share one Redis without seeing each other', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    const context = { log: silentLogger(), metrics: new ProtocolMetrics('unity-relay'), dataDir };
+    const common = { host: '127.0.0.1', port: 0, apiPort: 0, dtlsPort: 0, wsPort: 0, wssPort: 0 };
+    const fleetOf = async (prefix: string) => {
+      const base = {
+        ...common,
+        redis: redis!.url,
+        relaySecret: SECRET,
+        redisPrefix: prefix,
+        dataplane: 'js',
+      };
+      const relay = (await unityRelayServer.start(
+        { ...base, role: 'relay', nodeId: `${prefix.slice(0, -1)}-node` },
+        context,
+      )) as unknown as { udpPort: number; close(): Promise<void> };
+      running.push(relay);
+      const alloc = (await unityRelayServer.start(
+        { ...base, role: 'allocator' },
+        context,
+      )) as unknown as UnityRelayAllocatorInstance;
+      running.push(alloc);
+      return { relay, alloc };
+    };
+    const a = await fleetOf('fleet-a:');
+    const b = await fleetOf('fleet-b:');
+    expect((await a.alloc.fleet())?.map((n) => n.id)).toEqual(['fleet-a-node']);
+    expect((await b.alloc.fleet())?.map((n) => n.id)).toEqual(['fleet-b-node']);
+    const { host, client, hostAllocation } = await hostAndJoin(a.alloc.apiUrl, a.alloc.apiUrl, clients);
+    expect(hostAllocation.relayServer.port).toBe(a.relay.udpPort);
+    await chat(host, client);
+    // fleet-a's codes and allocations are not fleet-b's.
+    const code = (await post(a.alloc.apiUrl, '/v1/joincode', { allocationId: hostAllocation.allocationId }))
+      .json.data.joinCode;
+    expect((await post(b.alloc.apiUrl, '/v1/join', { joinCode: code })).status).toBe(404);
+    const { Redis } = await import('ioredis');
+    const c = new Redis(redis.url);
+    const keys = await c.keys('*');
+    c.disconnect();
+    expect(keys.filter((k) => k.startsWith('fleet-a:ur:alloc:'))).toHaveLength(2);
+    expect(keys.filter((k) => !k.startsWith('fleet-a:') && !k.startsWith('fleet-b:'))).toEqual([]);
   });
 });
