@@ -26,7 +26,14 @@ import {
   RelayApiClient,
   relayServerData,
 } from '../src/protocols/unity-relay/index.js';
-import type { BenchResult, BenchRow, BenchSuite } from './harness.js';
+import {
+  type BenchResult,
+  type BenchRow,
+  type BenchSuite,
+  onForwarderCpu,
+  PINNED,
+  pinSelf,
+} from './harness.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** bin/gamewire.js from dist/bench (npm run bench) or bench/ (tsx). */
@@ -55,36 +62,34 @@ interface Served {
 }
 
 function serve(dataplane: 'js' | 'native', admin: boolean): Promise<Served> {
-  const child = spawn(
-    process.execPath,
-    [
-      BIN,
-      'serve',
-      'unity-relay',
-      '--host',
-      '127.0.0.1',
-      '--port',
-      '0',
-      '--api-port',
-      '0',
-      '--dtls-port',
-      '0',
-      '--ws-port',
-      '0',
-      '--wss-port',
-      '0',
-      '--dataplane',
-      dataplane,
-      '--unity-api-requests-per-minute',
-      '0',
-      '--data-dir',
-      os.tmpdir(),
-      '--log-level',
-      'warn',
-      ...(admin ? ['--admin-port', '0'] : ['--no-admin']),
-    ],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
+  const [command, args] = onForwarderCpu(process.execPath, [
+    BIN,
+    'serve',
+    'unity-relay',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    '0',
+    '--api-port',
+    '0',
+    '--dtls-port',
+    '0',
+    '--ws-port',
+    '0',
+    '--wss-port',
+    '0',
+    '--dataplane',
+    dataplane,
+    '--unity-api-requests-per-minute',
+    '0',
+    '--data-dir',
+    os.tmpdir(),
+    '--log-level',
+    'warn',
+    ...(admin ? ['--admin-port', '0'] : ['--no-admin']),
+  ]);
+  // `taskset -c` execs the command: the child's pid is the relay's.
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let out = '';
     child.once('exit', (code) => reject(new Error(`serve exited ${code}: ${out}`)));
@@ -287,6 +292,7 @@ async function run(): Promise<BenchResult> {
   const rows: BenchRow[] = [];
   const notes: string[] = [];
   const modes: Mode[] = ['off', 'idle', 'overview', 'wire'];
+  pinSelf('0');
   for (const dataplane of ['js', 'native'] as const) {
     // Interleaved repeats, medians: the machine's other load hits every mode alike.
     const results = new Map<Mode, Awaited<ReturnType<typeof runCase>>[]>(modes.map((m) => [m, []]));
@@ -319,8 +325,9 @@ async function run(): Promise<BenchResult> {
       });
     }
   }
+  pinSelf('0-255');
   notes.push(
-    `${PAIRS} UDP pairs, ${RATE} RELAY/s offered (100-byte payload) for ${SECONDS} s after a warm-up run; relay CPU from each thread's /proc schedstat (ns); one event-stream client where named; median of ${REPEATS} interleaved runs`,
+    `${PINNED ? 'relay pinned to CPU 1, load generator and event-stream client to CPU 0 (taskset); ' : ''}${PAIRS} UDP pairs, ${RATE} RELAY/s offered (100-byte payload) for ${SECONDS} s after a warm-up run; relay CPU from each thread's /proc schedstat (ns); one event-stream client where named; median of ${REPEATS} interleaved runs`,
   );
   return { suite: 'dashboard', rows, notes };
 }

@@ -2,6 +2,7 @@
  * Bench helpers shared by every suite. A suite compares gamewire against a baseline measured in
  * the same run (a minimal hand-written loop doing the same job) and reports the ratio.
  */
+import { execFileSync } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 
 export interface BenchRow {
@@ -90,4 +91,31 @@ export function formatNumber(n: number): string {
   if (Math.abs(n) >= 1e6) return `${(n / 1e6).toFixed(2)}M`;
   if (Math.abs(n) >= 1e3) return `${(n / 1e3).toFixed(1)}k`;
   return n.toFixed(2);
+}
+
+/**
+ * "One pinned core" for relay benches: the process under test runs pinned to CPU 1 and the load
+ * generator (this process) to CPU 0, when `taskset` exists and there are two CPUs, so that the
+ * two never take turns on one core. GAMEWIRE_BENCH_PIN=0 turns it off.
+ */
+export const FORWARDER_CPU = 1;
+function canPin(): boolean {
+  if (process.env.GAMEWIRE_BENCH_PIN === '0' || process.platform !== 'linux') return false;
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
+    return Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) >= 2;
+  } catch {
+    return false;
+  }
+}
+export const PINNED = canPin();
+
+/** Pins this process (the load generator) to `cpus` ("0", "0-255"), when pinning is on. */
+export function pinSelf(cpus: string): void {
+  if (PINNED) execFileSync('taskset', ['-p', '-c', cpus, String(process.pid)], { stdio: 'ignore' });
+}
+
+/** The command and arguments that run `args` on the forwarder's CPU when pinning is on. */
+export function onForwarderCpu(command: string, args: string[]): [string, string[]] {
+  return PINNED ? ['taskset', ['-c', String(FORWARDER_CPU), command, ...args]] : [command, args];
 }

@@ -9,7 +9,7 @@
  * Figures: forwarded packets per second of server CPU, wall pps, loss, and one-way latency added
  * by the hop (p50/p99, relative to sending straight to the peer on loopback).
  */
-import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -23,7 +23,15 @@ import {
 } from '../src/protocols/unity-relay/index.js';
 import { DtlsClient } from '../src/transports/dtls/index.js';
 import { channelData, coturnAvailable, cpuSecondsOf, relayPid, startCoturn, turnChannel } from './coturn.js';
-import { type BenchResult, type BenchRow, type BenchSuite, percentile } from './harness.js';
+import {
+  type BenchResult,
+  type BenchRow,
+  type BenchSuite,
+  FORWARDER_CPU,
+  PINNED,
+  percentile,
+  pinSelf,
+} from './harness.js';
 
 const CHILD_ENV = 'GAMEWIRE_BENCH_UNITY_RELAY';
 const PAIRS = 4;
@@ -141,27 +149,6 @@ if (childRole === 'relay' || childRole === 'relay-native' || childRole === 'base
 
 function nextMessage<T>(child: ChildProcess): Promise<T> {
   return new Promise((resolve) => child.once('message', (m) => resolve(m as T)));
-}
-
-/**
- * "One pinned core": every forwarding process (relay, baseline, coturn) runs pinned to CPU 1 and
- * the load generator (this process) to CPU 0, when `taskset` exists and there are two CPUs.
- * GAMEWIRE_BENCH_PIN=0 turns it off.
- */
-const FORWARDER_CPU = 1;
-function canPin(): boolean {
-  if (process.env.GAMEWIRE_BENCH_PIN === '0' || process.platform !== 'linux') return false;
-  try {
-    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
-    return Number(execFileSync('nproc', { encoding: 'utf8' }).trim()) >= 2;
-  } catch {
-    return false;
-  }
-}
-const PINNED = canPin();
-
-function pinSelf(cpus: string): void {
-  if (PINNED) execFileSync('taskset', ['-p', '-c', cpus, String(process.pid)], { stdio: 'ignore' });
 }
 
 async function spawnChild(role: Role): Promise<{ child: ChildProcess; ready: ChildReady }> {
