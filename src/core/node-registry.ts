@@ -13,17 +13,21 @@
  * skew between machines does not matter). Listing reads the set by score, then the records.
  *
  * A node heartbeats at once when its Redis connection comes back (before the connection reports
- * itself up), not only at its next tick. Every heartbeat also keeps two keys per fleet (per
- * prefix), so that code that treats "node record missing" as "node dead" can tell an outage from
- * a death (`fleetLivenessKeys`):
- * - `<prefix>fleet:beat-due` (ms, Redis's clock): by when the fleet's next heartbeat is overdue.
+ * itself up), not only at its next tick. Every heartbeat also keeps two keys per fleet and node
+ * kind (per prefix; kinds are kept apart because their TTLs may differ: a relay node's long TTL
+ * must not hide an outage from RMC nodes with a short one), so that code that treats "node
+ * record missing" as "node dead" can tell an outage from a death (`fleetLivenessKeys`):
+ * - `<prefix>fleet:beat-due:<kind>` (ms, Redis's clock): by when the kind's next heartbeat is overdue.
  *   Each heartbeat pushes it to its node's next heartbeat plus a quarter of the time from there
  *   to its record's expiry (the latest over all nodes; with the default heartbeat, half a TTL
  *   after the beat): a record expires only well after it has passed. Redis's clock past it means no node has heartbeated for
  *   that long: an outage (or a fleet all stopped), during which records expire although their
  *   nodes are alive, as when a Redis that kept its data comes back;
- * - `<prefix>fleet:recovering`: set by the first heartbeat after such a gap, for two TTLs, the
- *   time every live node has to reconnect and heartbeat again.
+ * - `<prefix>fleet:recovering:<kind>`: set by the first heartbeat after such a gap, for two TTLs
+ *   (at least the TTL plus 8 s: a reconnection's backoff and its hooks), the time every live
+ *   node has to reconnect and heartbeat again.
+ * Nodes of one kind should share one TTL: while a rolling change of `--heartbeat-ttl-ms` runs,
+ * the longer TTL sets `beat-due`.
  * While either says so, a missing record means "not heard from yet", not "dead".
  */
 import { ConfigError } from './errors.js';
@@ -216,9 +220,9 @@ export class MemoryNodeRegistry extends HeartbeatingRegistry {
   }
 }
 
-/** The fleet-wide keys every heartbeat keeps (see the module comment), under `prefix`. */
-export function fleetLivenessKeys(prefix: string): { beatDue: string; recovering: string } {
-  return { beatDue: `${prefix}fleet:beat-due`, recovering: `${prefix}fleet:recovering` };
+/** The fleet-wide keys every heartbeat of `kind` keeps (see the module comment), under `prefix`. */
+export function fleetLivenessKeys(prefix: string, kind: string): { beatDue: string; recovering: string } {
+  return { beatDue: `${prefix}fleet:beat-due:${kind}`, recovering: `${prefix}fleet:recovering:${kind}` };
 }
 
 // KEYS[1] record key, KEYS[2] the kind's set, KEYS[3] fleet:beat-due, KEYS[4] fleet:recovering;
@@ -228,7 +232,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 local due = tonumber(redis.call('GET', KEYS[3]))
-if due and now > due then redis.call('SET', KEYS[4], tostring(due), 'PX', 2 * ttl) end
+if due and now > due then redis.call('SET', KEYS[4], tostring(due), 'PX', math.max(2 * ttl, ttl + 8000)) end
 local hb = tonumber(ARGV[4])
 local nextDue = now + hb + math.floor((ttl - hb) / 4)
 if not due or nextDue > due then redis.call('SET', KEYS[3], tostring(nextDue)) end
@@ -271,7 +275,7 @@ export class RedisNodeRegistry extends HeartbeatingRegistry {
   }
 
   protected async publish(info: NodeInfo): Promise<void> {
-    const fleet = fleetLivenessKeys(this.redis.prefix);
+    const fleet = fleetLivenessKeys(this.redis.prefix, info.kind);
     await storeCall('node heartbeat', () =>
       this.redis.client.eval(
         PUBLISH_SCRIPT,

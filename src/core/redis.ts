@@ -132,10 +132,14 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
         cap = setTimeout(resolve, 5000);
         cap.unref();
       }),
-    ]).then(() => {
-      clearTimeout(cap);
-      markUp();
-    });
+    ])
+      .then(() => {
+        clearTimeout(cap);
+        markUp();
+      })
+      .catch(() => {
+        // an onStatus listener threw: not ours to crash on
+      });
   });
   client.on('error', () => {
     // Reported through 'close' below; without a listener ioredis would print to stderr.

@@ -196,17 +196,20 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     const reg = new RedisNodeRegistry(conn, { ttlMs: 1000, heartbeatMs: 200 });
     await reg.announce(node('q', 0));
     await sleep(700);
-    expect(await admin.client.exists('quiet:fleet:recovering')).toBe(0);
-    expect(Number(await admin.client.get('quiet:fleet:beat-due'))).toBeGreaterThan(0);
+    expect(await admin.client.exists('quiet:fleet:recovering:unity-relay')).toBe(0);
+    expect(Number(await admin.client.get('quiet:fleet:beat-due:unity-relay'))).toBeGreaterThan(0);
     // No heartbeat reaches Redis for longer than one period plus a quarter of the rest of the TTL.
     conn.client.disconnect();
     await sleep(700);
     conn.client.connect().catch(() => {});
     const deadline = Date.now() + 10_000;
     while (!conn.up && Date.now() < deadline) await sleep(5);
-    const pttl = await admin.client.pttl('quiet:fleet:recovering');
-    expect(pttl).toBeGreaterThan(1000);
-    expect(pttl).toBeLessThanOrEqual(2000);
+    const pttl = await admin.client.pttl('quiet:fleet:recovering:unity-relay');
+    // Two TTLs, but at least a TTL plus 8 s (the reconnection's backoff and hooks).
+    expect(pttl).toBeGreaterThan(8000);
+    expect(pttl).toBeLessThanOrEqual(9000);
+    // Another kind is not recovering: its own keys say nothing of this one's silence.
+    expect(await admin.client.exists('quiet:fleet:recovering:rmc-secure')).toBe(0);
     await reg.close();
   });
 

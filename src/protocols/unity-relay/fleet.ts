@@ -505,7 +505,8 @@ local pending = p .. 'pending:' .. node
 local refreshed = 0
 local function extend(key, ttl)
   local left = redis.call('PTTL', key)
-  if left >= 0 and left < ttl then redis.call('PEXPIRE', key, ttl) end
+  -- -1: no expiry yet (an owner set the ZADD above just made): every key here must expire.
+  if left == -1 or (left >= 0 and left < ttl) then redis.call('PEXPIRE', key, ttl) end
 end
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -671,8 +672,8 @@ export class RelayNodePresence {
 
   /** Publishes the node's load, then refreshes what it holds; quietly skipped while Redis is down. */
   private async beat(): Promise<void> {
-    const { held } = this.refresh(true);
     try {
+      const { held } = this.refresh(true);
       await this.announcement.flush();
       await this.records?.refresh(held);
     } catch {

@@ -714,8 +714,9 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     a.conn.client.connect().catch(() => {});
     await until(() => a.conn.up, 15_000);
     expect((await b.registry.live('rmc-secure')).map((n) => n.id).sort()).toEqual(['a', 'b']);
-    // Past the grace (two TTLs after beats resumed), a sweep drops c's records and keeps a's.
-    await new Promise((r) => setTimeout(r, 2 * TTL + 300));
+    // Past the grace (two TTLs, and at least a TTL plus 8 s, after beats resumed), a sweep drops
+    // c's records and keeps a's.
+    await new Promise((r) => setTimeout(r, Math.max(2 * TTL, TTL + 8000) + 300));
     await sweepPass(b.store, { pauseMs: 0 });
     await sweepPass(b.sessions, { pauseMs: 0 });
     expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(0);

@@ -480,6 +480,17 @@ describe('unity-relay fleet: records, caps and join codes in Redis', () => {
     clients.push(client);
     await chat(host, client);
     expect(await a.service.liveOf('127.0.0.1')).toBe(2);
+    // An owner set that the refresh has to make again (emptied by a trim, or evicted) expires too.
+    const owners = await c.keys('gamewire:ur:owner:*');
+    expect(owners).toHaveLength(1);
+    await c.del(owners[0]!);
+    await until('the owner set made again', async () =>
+      (await c.exists(owners[0]!)) === 1 ? true : undefined,
+    );
+    expect(await c.pttl(owners[0]!)).toBeGreaterThan(0);
+    await until('both counted again', async () =>
+      (await a.service.liveOf('127.0.0.1')) === 2 ? true : undefined,
+    );
     await new Promise((r) => setTimeout(r, 1500));
     await chat(host, client);
     expect(await a.service.liveOf('127.0.0.1')).toBe(2);

@@ -112,15 +112,15 @@ export function parseMemberRef(ref: string): { node: string; connectionId: numbe
  */
 export const LUA_ALIVE = `
 local aliveCache = {}
-local recoveringNow = nil
-local function recovering(fleet)
-  if recoveringNow == nil then
+local recoveringNow = {}
+local function recovering(fleet, kind)
+  if recoveringNow[kind] == nil then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local due = tonumber(redis.call('GET', fleet .. 'fleet:beat-due'))
-    recoveringNow = (due ~= nil and now > due) or redis.call('EXISTS', fleet .. 'fleet:recovering') == 1
+    local due = tonumber(redis.call('GET', fleet .. 'fleet:beat-due:' .. kind))
+    recoveringNow[kind] = (due ~= nil and now > due) or redis.call('EXISTS', fleet .. 'fleet:recovering:' .. kind) == 1
   end
-  return recoveringNow
+  return recoveringNow[kind]
 end
 local function alive(fleet, ref)
   local node, inc = string.match(ref, '^([^#]*)#([^#]*)#')
@@ -133,7 +133,7 @@ local function alive(fleet, ref)
   if v then
     ok = string.find(v, '"incarnation":"' .. inc .. '"', 1, true) ~= nil
   else
-    ok = recovering(fleet)
+    ok = recovering(fleet, string.match(node, '^([^:]*):') or '')
   end
   aliveCache[id] = ok
   return ok
