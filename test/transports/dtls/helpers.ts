@@ -21,10 +21,15 @@ export function hasProgram(name: string): boolean {
   }
 }
 
-/** A PSK identity without 0x00 bytes (it travels through argv), like a 16-byte Unity allocation id. */
+/**
+ * A PSK identity like a 16-byte Unity allocation id, without 0x00 bytes (it travels through
+ * argv) and without 0x0a: the gnutls-cli tests pass it through the shell's `$(printf …)`, which
+ * strips trailing newlines, so an id ending in 0x0a reached the server one byte short (unknown
+ * PSK identity, about one test in 255).
+ */
 export function testIdentity(): Buffer {
   const id = randomBytes(16);
-  for (let i = 0; i < id.length; i++) if (id[i] === 0) id[i] = 1;
+  for (let i = 0; i < id.length; i++) if (id[i] === 0 || id[i] === 0x0a) id[i] = 1;
   return id;
 }
 
