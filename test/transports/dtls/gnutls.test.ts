@@ -42,7 +42,8 @@ describe.runIf(haveGnutls)('gnutls-cli --udp against DtlsServer', () => {
         try {
           await waitFor(
             () => srv.associations.length === 1,
-            () => `a handshake (${client.stderr()}; server drops: ${srv.drops.join(',')}; closes: ${srv.closes.join(',')})`,
+            () =>
+              `a handshake (${client.stderr()}; server drops: ${srv.drops.join(',')}; closes: ${srv.closes.join(',')})`,
           );
           const a = srv.associations[0]!;
           expect(a.cipherSuite).toBe(id);
