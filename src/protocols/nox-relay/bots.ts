@@ -1,7 +1,7 @@
 /**
  * `gamewire nox-relay bots`: a swarm of NoxRelayClients that enter one instance and stream
  * transforms, to load a server and watch it. Prints one JSON line of figures per second and a
- * summary at the end; stops after `durationS` or on SIGINT/SIGTERM.
+ * summary at the end; stops after `durationS` (0: never) or on SIGINT/SIGTERM.
  */
 import { NoxRelayClient } from './client.js';
 import { NoxRelayClientError } from './errors.js';
@@ -111,7 +111,8 @@ export async function runBots(o: BotOptions): Promise<BotStats> {
     last = { ...stats };
   }, 1000);
   await new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, o.durationS * 1000);
+    // 0: until the signal (Ctrl-C).
+    const timer = o.durationS > 0 ? setTimeout(resolve, o.durationS * 1000) : undefined;
     o.signal?.addEventListener('abort', () => {
       clearTimeout(timer);
       resolve();

@@ -18,7 +18,8 @@ export function registerCommands(program: Command): void {
     .option('--instance <id>', 'instance to enter', parseIntOption, 0)
     .option('--transport <tcp|udp>', 'transport', 'udp')
     .option('--rate <hz>', 'transforms per second per bot', parseIntOption, 20)
-    .option('--duration <s>', 'stop after this many seconds', parseIntOption, 10)
+    // Until Ctrl-C by default: the swarm is what a person watches a server (or its dashboard) with.
+    .option('--duration <s>', 'stop after this many seconds (0: run until Ctrl-C)', parseIntOption, 0)
     .option('--token-prefix <text>', 'offline token prefix (token = prefix + index)', 'bot-')
     .option('--no-as-bot', 'enter as ordinary players instead of bots')
     .action(async (opts: Record<string, unknown>) => {
