@@ -67,6 +67,18 @@ export interface NoxRelayOptions {
   addressCookies?: boolean;
   /** A cookie verifies for between one and two of these periods. Default 120 000 ms. */
   addressCookieLifetimeMs?: number;
+  /**
+   * Instance aliases, the address proof of clients that do not know the cookie (docs/security.md):
+   * an unproven UDP client's Sessions reply lists each public instance under a random id of its
+   * own, and a client that then addresses an instance by that id has shown it receives at its
+   * address. Offered only while the relay has at most this many public instances (a blind guess
+   * hits one of K aliases with probability K / (256 − K)); 0 turns aliases off. Default 4.
+   */
+  aliasMaxInstances?: number;
+  /** Wrong alias guesses one address may make per `aliasGuessWindowMs` (token bucket); past them no alias is checked. Default 2. */
+  aliasGuessesPerIp?: number;
+  /** The refill period of `aliasGuessesPerIp`. Default 600 000 ms (10 minutes). */
+  aliasGuessWindowMs?: number;
   /** Packets (inner packets of Reliable and Segmentation included) one client may send per second. Default 2000. */
   maxRequestsPerSecond?: number;
   /** Burst allowance of that rate, packets. Default 2 × maxRequestsPerSecond. */
@@ -121,6 +133,9 @@ export interface ResolvedOptions {
   udpReplyFactor: number;
   addressCookies: boolean;
   addressCookieLifetimeMs: number;
+  aliasMaxInstances: number;
+  aliasGuessesPerIp: number;
+  aliasGuessWindowMs: number;
   maxRequestsPerSecond: number;
   maxRequestBurst: number;
   maxRequestsPerSecondPerIp: number;
@@ -215,6 +230,9 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
       options.addressCookieLifetimeMs ?? 120_000,
       1000,
     ),
+    aliasMaxInstances: checked('aliasMaxInstances', options.aliasMaxInstances ?? 4, 0, 128),
+    aliasGuessesPerIp: checked('aliasGuessesPerIp', options.aliasGuessesPerIp ?? 2, 1),
+    aliasGuessWindowMs: checked('aliasGuessWindowMs', options.aliasGuessWindowMs ?? 600_000, 1),
     maxRequestsPerSecond,
     maxRequestBurst: checked('maxRequestBurst', options.maxRequestBurst ?? maxRequestsPerSecond * 2, 1),
     maxRequestsPerSecondPerIp: checked(

@@ -18,6 +18,10 @@ export const DropReason = {
   UdpAmplification: 'udp_amplification',
   /** A UDP Handshake whose address cookie does not verify (forged, expired or from elsewhere). */
   BadCookie: 'bad_cookie',
+  /** An unproven UDP client named an instance by an id that is neither real nor its alias (a blind guess). */
+  AliasWrong: 'alias_wrong',
+  /** An alias proof not checked: the source address has spent its wrong guesses (the client stays unproven). */
+  AliasUnchecked: 'alias_unchecked',
   /** The client sent more packets per second than its request budget allows. */
   RateLimited: 'rate_limited',
   /** Reliable or Segmentation nested deeper than allowed. */
@@ -97,6 +101,8 @@ export const Counter = {
   TransformFanout: 'transform_fanout',
   ServerConfigRefused: 'server_config_refused',
   ServerConfigChanged: 'server_config_changed',
-  /** A UDP source proved its address with a valid cookie. */
+  /** A UDP source proved its address (a valid cookie, or an instance alias sent back). */
   AddressProven: 'address_proven',
+  /** Of those, proven by sending back an instance alias (a client that does not know the cookie). */
+  AddressProvenByAlias: 'address_proven_alias',
 } as const;

@@ -21,7 +21,7 @@ import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { type FrameMeasure, WireReader, WireWriter } from '../../wire/index.js';
 import { type Authenticator, masterAuthenticator, offlineAuthenticator } from './auth.js';
-import { PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
+import { InstanceFlags, PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
 import type { RelayContext } from './context.js';
 import { type DispatchContext, dispatch } from './dispatch.js';
 import { handshakeReply } from './handlers/connection.js';
@@ -33,7 +33,7 @@ import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
 import { RateBucket, RelayClient, type SendLimits, type TcpPeer, udpKey } from './session.js';
-import { handshakeEnd, UdpAdmission } from './udp-admission.js';
+import { AliasGuessBudget, handshakeEnd, InstanceAliases, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
 
@@ -53,6 +53,9 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   /** Scratch writer for the transform fan-out (hot path). */
   readonly fanWriter = new WireWriter({ initialCapacity: 256 });
   private readonly admission: UdpAdmission;
+  private readonly aliasGuesses: AliasGuessBudget;
+  /** The real instance ids (fixed at start): aliases never take one of them. */
+  private readonly realIds: ReadonlySet<number>;
   private readonly udpClients = new Map<string, RelayClient>();
   private readonly udpPerIp = new Map<string, number>();
   private readonly tcpPerIp = new Map<string, number>();
@@ -88,6 +91,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       maxRequestBurst: o.maxRequestBurst,
     };
     this.admission = new UdpAdmission(o);
+    this.aliasGuesses = new AliasGuessBudget(o);
     this.reassembly = new Reassembly(o, this.metrics);
     this.measure = packetMeasure(o.maxPacketSize);
     const list =
@@ -95,6 +99,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
         ? [DEFAULT_INSTANCE]
         : options.instances;
     for (const c of list) this.instances.set(c.id, new Instance(c));
+    this.realIds = new Set(this.instances.keys());
   }
 
   get offline(): boolean {
@@ -233,6 +238,42 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.metrics.count(Counter.AddressProven);
     }
     return true;
+  }
+
+  instanceAliases(client: RelayClient): InstanceAliases | undefined {
+    if (client.aliases !== undefined) return client.aliases;
+    if (client.transport !== 'udp' || client.addressProven) return undefined;
+    const listed: number[] = [];
+    for (const inst of this.instances.values())
+      if ((inst.flags & InstanceFlags.IsPublic) !== 0) listed.push(inst.id);
+    // Beyond a few instances a blind guess hits some alias too often to count as proof.
+    if (listed.length === 0 || listed.length > this.options.aliasMaxInstances) return undefined;
+    client.aliases = new InstanceAliases(listed, this.realIds);
+    return client.aliases;
+  }
+
+  judgeAlias(client: RelayClient, correct: boolean): void {
+    if (client.addressProven) return;
+    const now = performance.now();
+    if (!this.aliasGuesses.open(client.addressKey, now)) {
+      // This address has spent its guesses: neither right nor wrong ids are checked now.
+      this.metrics.drop(DropReason.AliasUnchecked);
+      return;
+    }
+    if (!correct) {
+      this.aliasGuesses.spend(client.addressKey, now);
+      this.metrics.drop(DropReason.AliasWrong);
+      return;
+    }
+    if (client.halfOpen && !this.promote(client)) return;
+    client.addressProven = true;
+    this.metrics.count(Counter.AddressProven);
+    this.metrics.count(Counter.AddressProvenByAlias);
+  }
+
+  /** Addresses remembered for their wrong alias guesses (bounded). */
+  get aliasGuessEntries(): number {
+    return this.aliasGuesses.size;
   }
 
   // ---- clients and capacity -----------------------------------------------------------------

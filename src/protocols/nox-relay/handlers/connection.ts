@@ -232,6 +232,12 @@ export function handleSessions(
   const per = sessionsPerPage(ctx.options.maxPacketSize);
   const total = Math.min(255, Math.ceil(listed.length / per));
   const page = m.page < total ? listed.slice(m.page * per, (m.page + 1) * per) : [];
+  // An unproven UDP client sees its own aliases (docs/security.md, instance aliases).
+  const aliases = ctx.instanceAliases(client);
+  const wireId = (id: number) => {
+    const alias = aliases?.aliasOf[id] ?? -1;
+    return alias >= 0 ? alias : id;
+  };
   ctx.send(
     client,
     uid,
@@ -239,7 +245,7 @@ export function handleSessions(
       type: 'Sessions',
       instances: page.map((i) => ({
         flags: i.flags >>> 0,
-        internalId: i.id,
+        internalId: wireId(i.id),
         masterId: i.masterId,
         currentPlayers: Math.min(0xffff, i.players.size),
         capacity: i.capacity,
