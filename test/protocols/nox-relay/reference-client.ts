@@ -206,7 +206,10 @@ export class ReferenceV1Client {
   /** Sends a transform every `1000 / hz` ms (the player keeps moving). */
   startMoving(hz: number): void {
     let x = 0;
-    this.ticker = setInterval(() => this.sendTransform((x += 0.05)), 1000 / hz);
+    this.ticker = setInterval(() => {
+      x += 0.05;
+      this.sendTransform(x);
+    }, 1000 / hz);
   }
 
   stopMoving(): void {
