@@ -45,9 +45,9 @@ export interface NoxRelayOptions {
   segmentationTimeoutMs?: number;
   /** Most clients, TCP and UDP together (half-open UDP sessions not counted). Default 4096. */
   maxClients?: number;
-  /** Most UDP sessions (half-open or not) from one IP address. Default 64. */
+  /** Most UDP sessions (half-open or not) from one IP address. Default max(64, maxClients / 4): 1024. */
   maxUdpPerIp?: number;
-  /** Most TCP connections from one IP address. Default 64. */
+  /** Most TCP connections from one IP address. Default max(64, maxClients / 4): 1024. */
   maxTcpPerIp?: number;
   /**
    * Anti-amplification: until a UDP source proves its address, everything sent to it is at most
@@ -56,10 +56,10 @@ export interface NoxRelayOptions {
   udpReplyFactor?: number;
   /**
    * Most half-open UDP sessions (a Handshake answered, nothing else yet), server-wide. They do
-   * not count against `maxClients`; a new one evicts the oldest. Default min(256, max(1, maxClients / 4)).
+   * not count against `maxClients`; a new one evicts the oldest. Default min(1024, max(1, maxClients / 4)).
    */
   maxHalfOpenUdp?: number;
-  /** Most half-open UDP sessions from one IP address; a new one evicts that address's oldest. Default max(1, min(8, maxHalfOpenUdp / 8)). */
+  /** Most half-open UDP sessions from one IP address; a new one evicts that address's oldest. Default max(1, min(128, maxHalfOpenUdp / 8)). */
   maxHalfOpenUdpPerIp?: number;
   /** A half-open UDP session is forgotten silently after this long. Default min(5000, connection timeout). */
   halfOpenTimeoutMs?: number;
@@ -177,10 +177,11 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
   );
   const maxHalfOpenUdp = checked(
     'maxHalfOpenUdp',
-    options.maxHalfOpenUdp ?? Math.min(256, Math.max(1, Math.floor(maxClients / 4))),
+    options.maxHalfOpenUdp ?? Math.min(1024, Math.max(1, Math.floor(maxClients / 4))),
     1,
   );
   const maxRequestsPerSecond = checked('maxRequestsPerSecond', options.maxRequestsPerSecond ?? 2000, 1);
+  const perAddress = Math.max(64, Math.floor(maxClients / 4));
   const maxReassemblyBudget = checked(
     'maxReassemblyBudget',
     options.maxReassemblyBudget ?? 64 * 1024 * 1024,
@@ -210,12 +211,13 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
       1,
     ),
     maxClients,
-    maxUdpPerIp: checked('maxUdpPerIp', options.maxUdpPerIp ?? 64, 1),
-    maxTcpPerIp: checked('maxTcpPerIp', options.maxTcpPerIp ?? 64, 1),
+    // A quarter of the relay per address: a campus or carrier NAT fits, one host cannot take it all.
+    maxUdpPerIp: checked('maxUdpPerIp', options.maxUdpPerIp ?? perAddress, 1),
+    maxTcpPerIp: checked('maxTcpPerIp', options.maxTcpPerIp ?? perAddress, 1),
     maxHalfOpenUdp,
     maxHalfOpenUdpPerIp: checked(
       'maxHalfOpenUdpPerIp',
-      options.maxHalfOpenUdpPerIp ?? Math.max(1, Math.min(8, Math.floor(maxHalfOpenUdp / 8))),
+      options.maxHalfOpenUdpPerIp ?? Math.max(1, Math.min(128, Math.floor(maxHalfOpenUdp / 8))),
       1,
     ),
     halfOpenTimeoutMs: checked(

@@ -82,6 +82,8 @@ export const CloseReason = {
   OverCapacity: 'over_capacity',
   /** The source address holds its most TCP connections. */
   OverCapacityIp: 'over_capacity_ip',
+  /** The server was full: an unproven UDP session or a TCP connection without a Handshake made room for a newcomer. */
+  Evicted: 'evicted',
 } as const;
 export type CloseReason = (typeof CloseReason)[keyof typeof CloseReason];
 

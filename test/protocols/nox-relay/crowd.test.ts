@@ -5,6 +5,7 @@
  */
 import dgram from 'node:dgram';
 import { describe, expect, it } from 'vitest';
+import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { readServerPacket } from '../../../src/protocols/nox-relay/packet.js';
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
 import { AliasGuessBudget } from '../../../src/protocols/nox-relay/udp-admission.js';
@@ -177,5 +178,124 @@ describe('instance aliases: the address proof of clients without the cookie', ()
     expect(b.size).toBe(2);
     expect(b.open('a', 700)).toBe(true);
     expect(b.open('b', 600)).toBe(true);
+  });
+});
+
+describe('issue 24 item 4: a crowd behind one address', () => {
+  it('65 reference clients over UDP and 65 players over TCP from one address all get in (defaults)', async () => {
+    const s = await server({ instances: [{ id: 0, capacity: 0 }] });
+    const udp = await Promise.all(Array.from({ length: 65 }, (_, i) => referenceClient(s, i, '127.0.0.40')));
+    // All at once, as a venue's players join when the match starts.
+    await Promise.all(udp.map((c) => c.join(0)));
+    expect(s.metrics.counters.get('address_proven_alias')).toBe(65);
+    const tcp = await Promise.all(
+      Array.from({ length: 65 }, async (_, i) => {
+        const c = new NoxRelayClient({
+          port: s.port,
+          transport: 'tcp',
+          localAddress: '127.0.0.41',
+          keepAliveMs: 0,
+        });
+        cleanup.push(() => c.close());
+        await c.connect();
+        await c.handshake();
+        expect((await c.authenticate(`${100 + i}`)).result).toBe(0);
+        return c;
+      }),
+    );
+    expect(tcp.length).toBe(65);
+    expect(s.establishedClients).toBe(130);
+    expect(s.metrics.closed.get('over_capacity_ip')).toBeUndefined();
+    expect(s.metrics.closed.get('half_open_evicted')).toBeUndefined();
+  });
+});
+
+describe('issue 24 item 5: a full server protects proven sessions first', () => {
+  /** Unproven UDP sessions (Handshake + Authentification, never listed or proven) from `address`. */
+  async function unproven(s: NoxRelayServer, address: string, n: number) {
+    const list = [];
+    for (let i = 0; i < n; i++) {
+      const x = await rawSession(s, address);
+      x.send(
+        packet(0, {
+          type: 'Handshake',
+          protocol: 1,
+          engine: 'unity',
+          platform: 'windows',
+          addressCookie: null,
+        }),
+      );
+      await x.reply('Handshake');
+      x.send(packet(1, { type: 'Authentification', flags: 0, accessToken: `${i + 50}` }));
+      await x.reply('Authentification');
+      list.push(x);
+    }
+    return list;
+  }
+
+  it('at maxClients, a proven newcomer (cookie, TCP or alias) evicts the oldest unproven session, never a proven one', async () => {
+    const s = await server({ maxClients: 4 });
+    const proven = await referenceClient(s, 1, '127.0.0.50');
+    await proven.join(0);
+    await unproven(s, '127.0.0.51', 3);
+    expect(s.establishedClients).toBe(4);
+    // A gamewire client (cookie), a TCP player and a reference client each get in by evicting one.
+    const c = new NoxRelayClient({
+      port: s.port,
+      transport: 'udp',
+      localAddress: '127.0.0.52',
+      keepAliveMs: 0,
+    });
+    cleanup.push(() => c.close());
+    await c.connect();
+    await c.handshake();
+    expect((await c.authenticate('7')).result).toBe(0);
+    const t = new NoxRelayClient({
+      port: s.port,
+      transport: 'tcp',
+      localAddress: '127.0.0.52',
+      keepAliveMs: 0,
+    });
+    cleanup.push(() => t.close());
+    await t.connect();
+    await t.handshake();
+    expect((await t.authenticate('8')).result).toBe(0);
+    const r = await referenceClient(s, 9, '127.0.0.53');
+    await r.join(0);
+    expect(s.metrics.closed.get('evicted')).toBe(3);
+    expect(s.establishedClients).toBe(4);
+    // Now every session is proven: a newcomer is refused and nobody is evicted.
+    const late = new NoxRelayClient({
+      port: s.port,
+      transport: 'tcp',
+      localAddress: '127.0.0.54',
+      keepAliveMs: 0,
+    });
+    cleanup.push(() => late.close());
+    await late.connect();
+    await until(() => late.isClosed, 3000, 'the refusal');
+    expect(s.metrics.closed.get('over_capacity')).toBe(1);
+    expect(s.metrics.closed.get('evicted')).toBe(3);
+    expect((await proven.latencyNow()).type).toBe('Latency');
+  });
+
+  it('an unproven newcomer may take an unproven slot, not a TCP one', async () => {
+    const s = await server({ maxClients: 2 });
+    const t = new NoxRelayClient({
+      port: s.port,
+      transport: 'tcp',
+      localAddress: '127.0.0.55',
+      keepAliveMs: 0,
+    });
+    cleanup.push(() => t.close());
+    await t.connect();
+    const [first] = await unproven(s, '127.0.0.56', 1);
+    // Full: one TCP connection without a Handshake and one unproven UDP session.
+    const [second] = await unproven(s, '127.0.0.57', 1);
+    expect(s.metrics.closed.get('evicted')).toBe(1);
+    await sleep(50);
+    expect(first!.peer.replies.some((m) => m.type === 'Disconnect')).toBe(true);
+    expect(second!.peer.replies.some((m) => m.type === 'Authentification')).toBe(true);
+    expect(t.isClosed).toBe(false);
   });
 });

@@ -189,6 +189,11 @@ export class ReferenceV1Client {
     if ((ready.result & 0x10) === 0) throw new Error(`not ready: ${ready.result}`);
   }
 
+  /** A Latency request, as its keep-alive loop sends one, awaited. */
+  latencyNow(): Promise<Reply<'Latency'>> {
+    return this.request({ type: 'Latency', timestamp: BigInt(Date.now()) }, 'Latency');
+  }
+
   /** One Head-rig transform of its own player (id 0xFFFF = self), as LocalPlayer sends a moved part. */
   sendTransform(x: number): void {
     this.transformsSent++;
