@@ -28,7 +28,7 @@ export { NoxRelayServer } from './server.js';
 const limitOptions: [key: keyof NoxRelayOptions, what: string][] = [
   ['maxUdpPerIp', 'most UDP sessions from one address (default max(64, max-clients/4))'],
   ['maxTcpPerIp', 'most TCP connections from one address (default max(64, max-clients/4))'],
-  ['maxHalfOpenUdp', 'most half-open UDP sessions; the oldest is evicted (default min(1024, max-clients/4))'],
+  ['maxHalfOpenUdp', 'most half-open UDP sessions; the oldest is evicted (default min(4096, max-clients))'],
   [
     'maxHalfOpenUdpPerIp',
     'most half-open UDP sessions from one address (default max(1, min(128, max-half-open-udp/8)))',

@@ -56,7 +56,7 @@ export interface NoxRelayOptions {
   udpReplyFactor?: number;
   /**
    * Most half-open UDP sessions (a Handshake answered, nothing else yet), server-wide. They do
-   * not count against `maxClients`; a new one evicts the oldest. Default min(1024, max(1, maxClients / 4)).
+   * not count against `maxClients`; a new one evicts the oldest. Default min(4096, maxClients) (about 1 KB each).
    */
   maxHalfOpenUdp?: number;
   /** Most half-open UDP sessions from one IP address; a new one evicts that address's oldest. Default max(1, min(128, maxHalfOpenUdp / 8)). */
@@ -177,7 +177,7 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
   );
   const maxHalfOpenUdp = checked(
     'maxHalfOpenUdp',
-    options.maxHalfOpenUdp ?? Math.min(1024, Math.max(1, Math.floor(maxClients / 4))),
+    options.maxHalfOpenUdp ?? Math.min(4096, Math.max(1, maxClients)),
     1,
   );
   const maxRequestsPerSecond = checked('maxRequestsPerSecond', options.maxRequestsPerSecond ?? 2000, 1);

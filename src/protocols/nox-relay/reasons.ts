@@ -40,6 +40,8 @@ export const DropReason = {
   ReassemblyBudgetIp: 'reassembly_budget_ip',
   /** A second Authentification while one is pending or done. */
   AuthRepeated: 'auth_repeated',
+  /** A Handshake beyond the few a session is answered (a source repeating it is flooding). */
+  HandshakeRepeated: 'handshake_repeated',
   CongestionLow: 'congestion_low',
   CongestionNormal: 'congestion_normal',
   CongestionHigh: 'congestion_high',

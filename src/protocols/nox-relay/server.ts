@@ -69,6 +69,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   /** Request budget per address, shared by its clients; forgotten with its last client. */
   private readonly addressBuckets = new Map<string, { bucket: RateBucket; clients: number }>();
   private tcpClients = 0;
+  private nextClientId = 0;
   private readonly limits: SendLimits;
   private readonly measure: FrameMeasure;
   private readonly reader = new WireReader();
@@ -291,9 +292,14 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   // ---- clients and capacity -----------------------------------------------------------------
 
+  /**
+   * The next free client id (u16 on the wire), counting on from the last one given: O(1) however
+   * many clients a flood of sessions brings (the lowest free id meant a scan from 0 per session).
+   */
   private freeClientId(): number {
-    let id = 0;
-    while (this.clients.has(id)) id++;
+    let id = this.nextClientId;
+    while (this.clients.has(id)) id = (id + 1) & 0xffff;
+    this.nextClientId = (id + 1) & 0xffff;
     return id;
   }
 

@@ -99,6 +99,8 @@ export class RelayClient {
   readonly addressKey: string;
   readonly key: string;
   handshaked = false;
+  /** Handshakes received on this session (only the first few are answered). */
+  handshakes = 0;
   engine = '';
   platform = '';
   auth: AuthState = 'none';

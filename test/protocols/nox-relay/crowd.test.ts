@@ -165,6 +165,23 @@ describe('instance aliases: the address proof of clients without the cookie', ()
     expect(new Set(ids).size).toBe(4);
   });
 
+  it('a source that keeps repeating its Handshake is answered three times, then no more', async () => {
+    const s = await server();
+    const x = await rawSession(s, '127.0.0.35');
+    const hs = packet(0, {
+      type: 'Handshake',
+      protocol: 1,
+      engine: 'unity',
+      platform: 'windows',
+      addressCookie: null,
+    });
+    for (let i = 0; i < 10; i++) x.send(hs);
+    await until(() => (s.metrics.dropped.get('handshake_repeated') ?? 0) === 7);
+    await until(() => x.peer.replies.length >= 3);
+    await sleep(100);
+    expect(x.peer.replies.filter((r) => r.type === 'Handshake').length).toBe(3);
+  });
+
   it('the guess budget refills over its window and forgets the least recently used address first', () => {
     const b = new AliasGuessBudget({ aliasGuessesPerIp: 2, aliasGuessWindowMs: 1000 }, 2);
     expect(b.open('a', 0)).toBe(true);

@@ -79,6 +79,9 @@ export class ReferenceV1Client {
 
   async connect(): Promise<void> {
     await new Promise<void>((resolve) => this.socket.bind(0, this.options.localAddress, () => resolve()));
+    // The test process hosts a whole crowd: room for a few seconds of its traffic while it waits
+    // for a busy machine, so that losses measured are the server's, not the harness's.
+    this.socket.setRecvBufferSize(1 << 20);
     await new Promise<void>((resolve) =>
       this.socket.connect(this.options.port, this.options.host ?? '127.0.0.1', () => resolve()),
     );
@@ -194,26 +197,31 @@ export class ReferenceV1Client {
     return this.request({ type: 'Latency', timestamp: BigInt(Date.now()) }, 'Latency');
   }
 
-  /** One Head-rig transform of its own player (id 0xFFFF = self), as LocalPlayer sends a moved part. */
-  sendTransform(x: number): void {
+  /** One transform of a part (rig 5: the head) of its own player (id 0xFFFF = self), as LocalPlayer sends a moved part. */
+  sendTransform(x: number, rig = 5): void {
     this.transformsSent++;
     this.emit({
       type: 'Transform',
       instanceId: this.roomId,
       transformType: TransformType.OnPlayer,
       playerId: 0xffff,
-      rig: 5,
+      rig,
       flags: 0x01,
       position: { x, y: 1.7, z: 0 },
     });
   }
 
-  /** Sends a transform every `1000 / hz` ms (the player keeps moving). */
-  startMoving(hz: number): void {
+  /**
+   * Sends a transform every `1000 / hz` ms (the player keeps moving). With `rigs` > 1 each one
+   * moves another part in turn, so that no two updates of one part fall in one TPS window (the
+   * relay would merge them) and every update sent is one relayed.
+   */
+  startMoving(hz: number, rigs = 1): void {
     let x = 0;
+    let n = 0;
     this.ticker = setInterval(() => {
       x += 0.05;
-      this.sendTransform(x);
+      this.sendTransform(x, rigs === 1 ? 5 : 1 + (n++ % rigs));
     }, 1000 / hz);
   }
 

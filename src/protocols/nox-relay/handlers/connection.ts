@@ -17,6 +17,9 @@ import { ipv4Bytes, type RelayClient } from '../session.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
 
+/** Handshakes answered per session (the first, the cookie's, a retry). */
+export const MAX_HANDSHAKES = 3;
+
 /** Seconds for the Handshake's u16 fields (at least 1, so a client never sees 0). */
 function seconds(ms: number): number {
   return Math.min(0xffff, Math.max(1, Math.ceil(ms / 1000)));
@@ -78,6 +81,12 @@ export function handleHandshake(
   if (bytes.length > client.sendBudget) {
     // Never answer an (unproven, spoofable) UDP source with much more than it sent.
     ctx.metrics.drop(DropReason.UdpAmplification);
+    return;
+  }
+  // A client handshakes once, twice with gamewire's cookie, maybe once more after a lost reply;
+  // a source that keeps repeating it is flooding, and is not answered again.
+  if (++client.handshakes > MAX_HANDSHAKES) {
+    ctx.metrics.drop(DropReason.HandshakeRepeated);
     return;
   }
   client.handshaked = true;
