@@ -191,7 +191,10 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
       provenAttackers,
       aliasWrong: await metric('dropped', 'alias_wrong'),
       aliasUnchecked: await metric('dropped', 'alias_unchecked'),
-      evicted: await served.metric('gamewire_connections_closed_total', { protocol: 'nox-relay', reason: 'evicted' }),
+      evicted: await served.metric('gamewire_connections_closed_total', {
+        protocol: 'nox-relay',
+        reason: 'evicted',
+      }),
       attack: { ...attack, perAddress: undefined },
     };
     // One line of figures for the record (docs/security.md quotes them).
