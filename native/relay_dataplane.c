@@ -614,6 +614,7 @@ static void send_all(plane_t *p, int fd, tx_t *tx) {
 static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
   uint32_t njs = 0;
   uint32_t js_bytes = 0;
+  uint32_t notices = 0; /* drop notices: already counted as drops */
   for (int i = 0; i < n; i++) {
     if (rx->disp[i] == DISP_JS) {
       njs++;
@@ -623,6 +624,7 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
       js_bytes += rx->js_len[i];
     } else if (rx->disp[i] == DISP_JS_DROP) {
       njs++;
+      notices++;
     }
   }
   if (njs == 0) return;
@@ -630,7 +632,7 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
   uint32_t cost = js_bytes + JS_DATAGRAM_COST * njs;
   if (__atomic_load_n(&p->js_pending, __ATOMIC_RELAXED) + cost > MAX_JS_PENDING) {
     /* JavaScript is this far behind: drop, as a full receive buffer would, and count. */
-    count(p, C_DROP_BACKLOG, njs);
+    count(p, C_DROP_BACKLOG, njs - notices);
     return;
   }
   js_batch_t *b = malloc(sizeof(js_batch_t));
@@ -640,7 +642,7 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
     free(b);
     free(data);
     free(meta);
-    count(p, C_DROP_BACKLOG, njs);
+    count(p, C_DROP_BACKLOG, njs - notices);
     return;
   }
   uint32_t off = 0;
@@ -687,7 +689,7 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
   if (st != napi_ok) {
     /* Closing: drop, count. */
     __atomic_sub_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
-    count(p, C_DROP_BACKLOG, njs);
+    count(p, C_DROP_BACKLOG, njs - notices);
     free(data);
     free(meta);
     free(b);
