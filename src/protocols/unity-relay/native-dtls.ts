@@ -19,7 +19,7 @@ import type {
   DtlsRecordState,
   OffloadSendResult,
 } from '../../transports/dtls/offload.js';
-import type { NativeDtlsBindings, NativeRelaySocket } from './native-dataplane.js';
+import { NativeDataplaneError, type NativeDtlsBindings, type NativeRelaySocket } from './native-dataplane.js';
 
 export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings {
   readonly socket: NativeRelaySocket;
@@ -31,7 +31,8 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
   #paused = false;
 
   constructor(socket: NativeRelaySocket) {
-    if (socket.dtlsPort === undefined) throw new TypeError('the native socket has no DTLS port');
+    if (socket.dtlsPort === undefined)
+      throw new NativeDataplaneError('ERR_NATIVE_DATAPLANE', 'the native socket has no DTLS port');
     this.socket = socket;
   }
 
