@@ -23,6 +23,7 @@ import {
 } from '../../../src/protocols/unity-relay/native-dataplane.js';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { CIPHER_SUITES, RecordProtection } from '../../../src/transports/dtls/suites.js';
+import { mbedtlsClient, startMbedtls } from '../../helpers/mbedtls.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest, utpRelay } from './utp.js';
 
 const loaded = loadNativeDataplane();
@@ -366,6 +367,42 @@ describe('unity-relay RELAYs over DTLS on the native data plane', () => {
       expect(d.dtlsForwardedIn).toBe(20);
       expect(d.dtlsSealedOut).toBe(20);
       expect(d.dtlsDecryptedToJs).toBe(0);
+      expect(seen()).toBe(0);
+    },
+    60_000,
+  );
+
+  const mbedtls = mbedtlsClient();
+  it.runIf(mbedtls !== undefined)(
+    "mbedTLS (UnityTLS's library) on both ends, 64-byte keys: RELAYs forwarded natively, the relay's JavaScript sees none",
+    async () => {
+      const s = await start();
+      const { host, joins } = await allocations(s, 1);
+      const peers: DtlsPeer[] = [];
+      for (const a of [host, joins[0]!]) {
+        const k = keys(a);
+        const m = startMbedtls(mbedtls!, s.dtls!.port, k.id, k.key);
+        cleanup.push(() => m.stop());
+        peers.push({ id: k.id, send: (b) => m.send(b), next: inboxNext(() => m.records()), inbox: [] });
+      }
+      const [h, c] = peers as [DtlsPeer, DtlsPeer];
+      await bindAndConnect(h, host);
+      await bindAndConnect(c, joins[0]!, host);
+      const seen = relaysSeenByJs(s);
+      const before = native(s).stats();
+      for (let i = 0; i < 20; i++) {
+        const up = utpRelay(c.id, h.id, randomBytes(1 + i * 60));
+        c.send(up);
+        expect((await h.next(10)).equals(up)).toBe(true);
+        const down = utpRelay(h.id, c.id, Buffer.from(`from the host ${i}`));
+        h.send(down);
+        expect((await c.next(10)).equals(down)).toBe(true);
+      }
+      const d = delta(before, native(s).stats());
+      expect(d.dtlsForwardedIn).toBe(40);
+      expect(d.dtlsSealedOut).toBe(40);
+      expect(d.dtlsDecryptedToJs).toBe(0);
+      expect(d.dtlsToJs).toBe(0);
       expect(seen()).toBe(0);
     },
     60_000,
