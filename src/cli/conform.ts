@@ -13,6 +13,7 @@ import {
   type CheckResult,
   type ConformOptionValues,
   type ConformTarget,
+  checksMarkdown,
   type Evidence,
   formatSource,
   runChecks,
@@ -24,6 +25,26 @@ import { type ProtocolEntry, registry } from '../protocols/registry.js';
 /** Bytes of evidence shown per field in the text report (the JSON report carries up to 64 KiB). */
 const TEXT_EVIDENCE_BYTES = 96;
 const JSON_EVIDENCE_BYTES = 64 * 1024;
+
+/**
+ * The generated part of docs/conform.md: for each protocol with checks, its check list as
+ * Markdown with the default options (`npm run docs:conform` writes it; a test compares).
+ */
+export async function conformSections(): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  for (const entry of registry) {
+    if (!entry.hasConform) continue;
+    const suite = await loadSuite(entry);
+    const ctx = await suite.prepare(undefined, defaultValues(suite));
+    out.push([entry.name, checksMarkdown(suite, ctx)]);
+    await suite.close?.(ctx);
+  }
+  return out;
+}
+
+function defaultValues(suite: AnyConformSuite): ConformOptionValues {
+  return Object.fromEntries(suite.options.map((o) => [o.key, o.defaultValue]));
+}
 
 /** Parses `HOST:PORT`, `[v6]:PORT`. */
 export function parseTarget(value: string): ConformTarget {
@@ -44,6 +65,7 @@ interface CommonFlags {
   target?: string;
   json?: boolean;
   list?: boolean;
+  markdown?: boolean;
   check?: string;
   timeoutMs?: string;
 }
@@ -70,6 +92,7 @@ export async function addConformCommand(program: Command, argv?: readonly string
       .option('--target <host:port>', 'the server to check')
       .option('--json', 'print one JSON object (for CI) instead of the report')
       .option('--list', 'list the checks, their rules and sources, without running them')
+      .option('--markdown', 'with --list: print the list as Markdown (the reference in docs/conform.md)')
       .option(
         '--check <ids>',
         'run only these checks (comma-separated ids or id prefixes) and what they need',
@@ -111,7 +134,8 @@ async function conform(suite: AnyConformSuite, opts: CommonFlags & Record<string
   if (opts.list === true) {
     const ctx = await suite.prepare(undefined, values);
     try {
-      listChecks(suite, ctx, only, opts.json === true);
+      if (opts.markdown === true) process.stdout.write(checksMarkdown(suite, ctx));
+      else listChecks(suite, ctx, only, opts.json === true);
     } finally {
       await suite.close?.(ctx);
     }

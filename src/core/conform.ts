@@ -17,6 +17,8 @@ export interface CheckSource {
   path: string;
   /** The class, function or section that shows the behaviour. */
   symbol?: string;
+  /** Where to read it, when it is not a file on GitHub (a documentation page). */
+  url?: string;
 }
 
 /** What a failing check shows: the exchange that went wrong. */
@@ -344,4 +346,33 @@ function elapsed(started: number): number {
 /** Formats a citation as `owner/repo path (symbol)`. */
 export function formatSource(s: CheckSource): string {
   return `${s.repo} ${s.path}${s.symbol === undefined ? '' : ` (${s.symbol})`}`;
+}
+
+/** A link to the cited file (GitHub, at the default branch) or page. */
+export function sourceUrl(s: CheckSource): string {
+  return s.url ?? `https://github.com/${s.repo}/blob/HEAD/${s.path}`;
+}
+
+/**
+ * The checks of a suite as Markdown (the reference in docs/conform.md is this, for each
+ * protocol): id and title, rule, what a real client does otherwise, sources, requirements.
+ */
+export function checksMarkdown<C>(suite: ConformSuite<C>, ctx: C): string {
+  let out = '';
+  for (const c of suite.checks) {
+    out += `#### \`${c.id}\`: ${c.title}\n\n`;
+    out += `- **Rule.** ${c.rule}\n`;
+    out += `- **Otherwise.** ${c.clientReaction}\n`;
+    const links = c.sources.map(
+      (s) =>
+        `[${s.repo} \`${s.path}\`](${sourceUrl(s)})${s.symbol === undefined ? '' : ` (\`${s.symbol}\`)`}`,
+    );
+    out += `- **Sources.** ${links.join('; ')}\n`;
+    if (c.requires !== undefined && c.requires.length > 0)
+      out += `- **Needs.** ${c.requires.map((r) => `\`${r}\``).join(', ')} (skipped when one did not pass)\n`;
+    const na = c.applies?.(ctx);
+    if (na !== undefined) out += `- **Skipped by default:** ${na}\n`;
+    out += '\n';
+  }
+  return out;
 }

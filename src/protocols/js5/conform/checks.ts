@@ -7,7 +7,7 @@ import type { CheckRun, CheckSource, ConformCheck } from '../../../core/conform.
 import { CheckFailure } from '../../../core/conform.js';
 import { crc32 } from '../cache/master-index.js';
 import { containerCrc, type Js5ConformContext } from './context.js';
-import { Js5Peer, key, requestBytes, type WireResponse } from './peer.js';
+import { Js5Peer, key, markerFailure, requestBytes, type WireResponse } from './peer.js';
 
 type Check = ConformCheck<Js5ConformContext>;
 
@@ -24,6 +24,11 @@ const client435: CheckSource = {
 const osrs = (symbol: string): CheckSource => ({
   repo: 'runelite/runelite',
   path: 'runescape-client/src/main/java/NetCache.java',
+  symbol,
+});
+const osrsClient = (symbol: string): CheckSource => ({
+  repo: 'runelite/runelite',
+  path: 'runescape-client/src/main/java/Client.java',
   symbol,
 });
 const openrs2 = (file: string, symbol: string): CheckSource => ({
@@ -44,7 +49,7 @@ const handshakeOk: Check = {
   id: 'handshake.ok',
   title: 'the handshake of the right build is answered with exactly one byte 00',
   rule: 'The client sends 0f + its build as an int32 (Old School from revision 223 adds a 16-byte seed); the server answers one byte, 00, and nothing else until the client asks.',
-  sources: [rt4('client.java', 'js5Connect'), osrs('Client.doCycleJs5Connect')],
+  sources: [rt4('client.java', 'js5Connect'), osrsClient('doCycleJs5Connect')],
   clientReaction:
     'Any other reply counts as a connection error: the client switches ports, waits longer each time and gives up after 4 errors (js5connect); extra bytes are read as the start of a response and desynchronise the stream.',
   run: async (ctx: Js5ConformContext, t: CheckRun) => {
@@ -57,7 +62,7 @@ const handshakeOk: Check = {
         expected: Buffer.from([0]),
         received: Buffer.from([reply]),
       });
-    if (!(await peer.probe.quietFor(300)))
+    if (peer.probe.available > 0 || !(await peer.probe.quietFor(300)))
       t.fail('the server sent more than the one-byte reply before any request', {
         sent,
         expected: '00, then nothing until a request',
@@ -73,8 +78,12 @@ const handshakeOutOfDate: Check = {
   rule: 'A client whose build is not the one served gets the one-byte reply 06, so it can tell its player to update.',
   sources: [
     rt4('client.java', 'js5Connect'),
-    osrs('Client.js5Error'),
-    openrs2('../login/LoginChannelHandler.kt', 'handleInitJs5RemoteConnection'),
+    osrsClient('js5Error'),
+    {
+      repo: 'openrs2/openrs2',
+      path: 'game/src/main/kotlin/org/openrs2/game/net/login/LoginChannelHandler.kt',
+      symbol: 'handleInitJs5RemoteConnection',
+    },
   ],
   clientReaction:
     'On 06 the clients stop after 2 tries with "js5connect_outofdate". A server that accepts the wrong build hands out a cache whose CRCs the client cannot use; one that just closes makes the client retry for ever as a network error.',
@@ -111,7 +120,7 @@ const handshakeFull: Check = {
   rule: 'When the server refuses a client for capacity it says so with the one-byte reply 07 (server full) or 09 (address limit) before closing.',
   sources: [
     rt4('client.java', 'js5Connect'),
-    osrs('Client.js5Error'),
+    osrsClient('js5Error'),
     { repo: 'blurite/rsprot', path: 'README.md', symbol: 'JS5 address validation (reply 9)' },
   ],
   clientReaction:
@@ -119,35 +128,60 @@ const handshakeFull: Check = {
   requires: ['handshake.ok'],
   timeoutMs: 20_000,
   run: async (ctx: Js5ConformContext, t: CheckRun) => {
-    for (let i = 1; i <= ctx.probeConnections; i++) {
-      const peer = await Js5Peer.open(ctx.target!, t);
-      const sent = Js5Peer.handshake(ctx.build, ctx.seeded);
-      let reply: number;
-      try {
-        reply = await peer.handshake(ctx.build, ctx.seeded);
-      } catch (err) {
-        if (err instanceof CheckFailure && peer.probe.closed)
-          t.fail(`connection ${i} was closed without a reply`, {
-            sent,
-            expected: '07 or 09 before the close',
-            received: Buffer.alloc(0),
-            note: `${i - 1} connections from this address were open`,
-          });
-        throw err;
-      }
-      if (reply === 7 || reply === 9) return `connection ${i} refused with 0${reply}`;
-      if (reply !== 0)
-        t.fail(`connection ${i} was answered ${reply}`, {
-          sent,
-          expected: '00, 07 or 09',
-          received: Buffer.from([reply]),
-        });
+    const peers: Js5Peer[] = [];
+    try {
+      return await probeFull(ctx, t, peers);
+    } finally {
+      // Give the slots back before the next check connects: close ours, then wait until a new
+      // connection is accepted again (the server may take a moment to see the closes).
+      for (const p of peers) p.probe.destroy();
+      if (peers.length > 0) await waitUntilAccepted(ctx, t);
     }
-    t.skip(
-      `no refusal within ${ctx.probeConnections} connections from this address (--probe-connections N to go further than the server's per-address cap)`,
-    );
   },
 };
+
+async function probeFull(ctx: Js5ConformContext, t: CheckRun, peers: Js5Peer[]): Promise<string> {
+  for (let i = 1; i <= ctx.probeConnections; i++) {
+    const peer = await Js5Peer.open(ctx.target!, t);
+    peers.push(peer);
+    const sent = Js5Peer.handshake(ctx.build, ctx.seeded);
+    let reply: number;
+    try {
+      reply = await peer.handshake(ctx.build, ctx.seeded);
+    } catch (err) {
+      if (err instanceof CheckFailure && peer.probe.closed)
+        t.fail(`connection ${i} was closed without a reply`, {
+          sent,
+          expected: '07 or 09 before the close',
+          received: Buffer.alloc(0),
+          note: `${i - 1} connections from this address were open`,
+        });
+      throw err;
+    }
+    if (reply === 7 || reply === 9) return `connection ${i} refused with 0${reply}`;
+    if (reply !== 0)
+      t.fail(`connection ${i} was answered ${reply}`, {
+        sent,
+        expected: '00, 07 or 09',
+        received: Buffer.from([reply]),
+      });
+  }
+  t.skip(
+    `no refusal within ${ctx.probeConnections} connections from this address (--probe-connections N to go further than the server's per-address cap)`,
+  );
+}
+
+/** Connects until the handshake is answered 00 again (at most 5 s). */
+async function waitUntilAccepted(ctx: Js5ConformContext, t: CheckRun): Promise<void> {
+  const until = performance.now() + Math.min(5000, t.remainingMs());
+  while (performance.now() < until) {
+    const peer = await Js5Peer.open(ctx.target!, t).catch(() => undefined);
+    const reply = await peer?.handshake(ctx.build, ctx.seeded).catch(() => undefined);
+    peer?.probe.destroy();
+    if (reply === 0) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 const masterIndex: Check = {
   id: 'master-index',
@@ -208,20 +242,7 @@ const blockMarkers: Check = {
       responses = (await ctx.shared.groupSample(t)).map((g) => g.response);
     const long = responses.filter((r) => r.framed.length > 512);
     if (long.length === 0) t.skip('no index or sampled group is longer than 512 bytes');
-    for (const r of long) {
-      const bad = r.badMarkers[0];
-      if (bad !== undefined) {
-        const from = Math.max(0, bad.offset - 8);
-        t.fail(
-          `response ${key(r.archive, r.group)} has 0x${bad.byte.toString(16).padStart(2, '0')} at offset ${bad.offset}`,
-          {
-            expected: `ff at response offset ${bad.offset}`,
-            received: r.framed.subarray(from, bad.offset + 8),
-            note: `bytes ${from}..${bad.offset + 8} of a ${r.framed.length}-byte response; ${r.badMarkers.length} bad boundaries in it`,
-          },
-        );
-      }
-    }
+    for (const r of long) if (r.badMarkers.length > 0) throw markerFailure(r);
     return `${long.length} responses over 512 bytes, every marker in place`;
   },
 };
@@ -266,7 +287,11 @@ const groupCrcs: Check = {
   id: 'groups.crc',
   title: "every group's CRC matches its index, and no version trailer is sent",
   rule: 'A group is sent as its stored container without the 2-byte version trailer; the CRC32 of what is sent equals the CRC in the archive index (the client writes the trailer itself, from the index).',
-  sources: [rt4('Js5CachedResourceProvider.java', 'method536'), rt4('Js5NetQueue.java', 'loop')],
+  sources: [
+    rt4('Js5CachedResourceProvider.java', 'method536'),
+    rt4('Js5NetQueue.java', 'loop'),
+    openrs2('Js5Service.kt', 'serve (VersionTrailer.strip)'),
+  ],
   clientReaction:
     'The client checks the CRC of every group it downloads; on a mismatch it rekeys, reconnects and asks again, and after 4 failures in a row stops with "js5crc".',
   requires: ['index-crcs', 'block-markers'],
@@ -284,7 +309,7 @@ const groupCrcs: Check = {
       const got = containerCrc(g.response);
       if (got === g.expectedCrc) continue;
       const c = g.response.container;
-      const trailer = c.length > 2 && crc32(c.subarray(0, c.length - 2)) === g.expectedCrc;
+      const trailer = c.length > 7 && crc32(withoutLastTwo(c)) === g.expectedCrc;
       t.fail(
         trailer
           ? `group ${key(g.archive, g.group)} carries its version trailer (${hex(c.subarray(c.length - 2))}) inside the container`
@@ -529,14 +554,7 @@ const xorRekey: Check = {
         },
       );
     }
-    const rest = await peer.readAll(wanted);
-    for (const r of rest)
-      if (r.badMarkers.length > 0)
-        t.fail(`response ${key(r.archive, r.group)}: a block marker is not 0xFF after XOR`, {
-          sent,
-          expected: `ff ^ ${k.toString(16)} = ${(0xff ^ k).toString(16)} on the wire at offset ${r.badMarkers[0]!.offset}`,
-          received: r.framed.subarray(Math.max(0, r.badMarkers[0]!.offset - 4), r.badMarkers[0]!.offset + 4),
-        });
+    await peer.readAll(wanted);
     return `key ${k.toString(16)}: ${wanted.join(', ')} read correctly`;
   },
 };
@@ -566,7 +584,21 @@ const missingGroup: Check = {
     const peer = await handshaken(ctx, t);
     const sent = Buffer.concat([requestBytes(1, d.archive, present), requestBytes(1, d.archive, missing)]);
     peer.send(sent);
-    await peer.readAll([key(d.archive, present)]);
+    // Responses may come in any order: read until the present group's has come whole.
+    for (;;) {
+      const r = await peer.readResponse(5000);
+      const k = key(r.archive, r.group);
+      if (k === key(d.archive, missing))
+        t.fail(`group ${k} (not in its index) was answered`, {
+          sent,
+          expected: 'a close, or nothing',
+          received: r.framed.subarray(0, 64),
+        });
+      if (k !== key(d.archive, present))
+        t.fail(`response ${k} matches no request in flight`, { sent, received: r.framed.subarray(0, 64) });
+      if (r.badMarkers.length > 0) throw markerFailure(r, sent);
+      break;
+    }
     const before = peer.probe.receivedBytes;
     const closed = await peer.probe.closesWithin(2000);
     if (peer.probe.available > 0 || peer.probe.receivedBytes !== before)
@@ -642,6 +674,13 @@ const fairness: Check = {
     return `answered while another client held ${Math.round(backlog / 1024 / 1024)} MiB unread`;
   },
 };
+
+/** A container with its last 2 bytes dropped and its length field corrected. */
+function withoutLastTwo(c: Buffer): Buffer {
+  const out = Buffer.from(c.subarray(0, c.length - 2));
+  out.writeInt32BE(out.readInt32BE(1) - 2, 1);
+  return out;
+}
 
 function u32(n: number): string {
   return `0x${(n >>> 0).toString(16).padStart(8, '0')}`;

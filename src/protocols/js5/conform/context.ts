@@ -9,7 +9,7 @@ import { decodeContainer } from '../cache/container.js';
 import { type Js5Index, readIndex } from '../cache/js5-index.js';
 import { crc32, type MasterIndexEntry, readMasterIndex } from '../cache/master-index.js';
 import type { ProfileSpec } from '../profiles.js';
-import { Js5Peer, key, requestBytes, type WireResponse } from './peer.js';
+import { Js5Peer, key, markerFailure, requestBytes, type WireResponse } from './peer.js';
 
 export interface Js5ConformContext {
   target: ConformTarget | undefined;
@@ -84,6 +84,7 @@ export async function pipelined(
         expected: `one of ${inFlight.slice(0, 6).join(', ')}`,
         received: r.framed.subarray(0, 64),
       });
+    if (r.badMarkers.length > 0) throw markerFailure(r, peer.probe.sent);
     inFlight.splice(i, 1);
     out.set(k, r);
     if (onResponse !== undefined && !onResponse(r)) more = false;

@@ -159,11 +159,30 @@ export class Js5Peer {
           expected: `one of ${summarize(left)}`,
           received: r.framed.subarray(0, 64),
         });
+      if (r.badMarkers.length > 0) throw markerFailure(r, this.probe.sent);
       left.splice(i, 1);
       got.push(r);
     }
     return got;
   }
+}
+
+/**
+ * The failure for a response with a wrong block marker: the client abandons the response there,
+ * so nothing after it on the connection can be trusted either.
+ */
+export function markerFailure(r: WireResponse, sent?: Buffer): CheckFailure {
+  const bad = r.badMarkers[0]!;
+  const from = Math.max(0, bad.offset - 8);
+  return new CheckFailure(
+    `response ${key(r.archive, r.group)} has 0x${bad.byte.toString(16).padStart(2, '0')} at offset ${bad.offset}, not the 0xff block marker`,
+    {
+      ...(sent === undefined ? {} : { sent }),
+      expected: `ff at response offset ${bad.offset}`,
+      received: r.framed.subarray(from, bad.offset + 8),
+      note: `bytes ${from}..${bad.offset + 8} of a ${r.framed.length}-byte response; ${r.badMarkers.length} bad boundaries in it`,
+    },
+  );
 }
 
 function summarize(keys: readonly string[]): string {
