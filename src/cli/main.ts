@@ -16,6 +16,7 @@ import { codecFlags, codecNames, loadCodec, loadProtocols, registry } from '../p
 import { DecodeError, EncodeError, GamewireError } from '../wire/errors.js';
 import { parseHex } from '../wire/hex.js';
 import { printError } from './errors.js';
+import { guardProcess } from './stdio.js';
 
 export const VERSION = '0.1.0';
 
@@ -293,17 +294,9 @@ export function reportError(err: unknown): number {
   return 1;
 }
 
-/** A reader of our output went away (`gamewire decode … | head`): stop quietly, like other tools. */
-function exitQuietlyOnEpipe(): void {
-  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
-    if (err.code === 'EPIPE') process.exit(141);
-    throw err;
-  });
-}
-
 /** Runs the CLI and returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  exitQuietlyOnEpipe();
+  guardProcess();
   try {
     const program = await buildProgram(argv);
     await program.parseAsync(argv as string[], { from: 'user' });
