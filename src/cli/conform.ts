@@ -286,6 +286,7 @@ function evidenceJson(e: Evidence): Record<string, unknown> {
 function resultJson(r: CheckResult): Record<string, unknown> {
   const out: Record<string, unknown> = { id: r.id, title: r.title, status: r.status, ms: r.ms };
   if (r.message !== undefined) out.message = r.message;
+  if (r.notApplicable === true) out.notApplicable = true;
   if (r.evidence !== undefined) out.evidence = evidenceJson(r.evidence);
   if (r.clientReaction !== undefined) out.clientReaction = r.clientReaction;
   out.sources = r.sources.map(formatSource);

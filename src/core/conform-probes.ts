@@ -217,6 +217,77 @@ export class TcpProbe {
   }
 }
 
+/**
+ * Messages (datagrams, DTLS records, WebSocket frames) waiting to be taken by a check: `next`
+ * takes the first one a predicate accepts, leaving the others for later waits.
+ */
+export class MessageInbox {
+  private readonly run: CheckRun;
+  private queue: Buffer[] = [];
+  /** Every message received (evidence), newest last, at most 64 kept. */
+  readonly history: Buffer[] = [];
+  private wake: (() => void) | undefined;
+  /** Set when the transport closed (no message will come any more). */
+  closedReason: string | undefined;
+
+  constructor(run: CheckRun) {
+    this.run = run;
+  }
+
+  push(message: Buffer): void {
+    this.queue.push(message);
+    this.history.push(message);
+    if (this.history.length > 64) this.history.shift();
+    this.notify();
+  }
+
+  /** The transport closed: waits end at once. */
+  close(reason: string): void {
+    this.closedReason ??= reason;
+    this.notify();
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = undefined;
+    w?.();
+  }
+
+  /** The first message `match` accepts within `timeoutMs`, or undefined (taken from the inbox). */
+  async poll(match: (m: Buffer) => boolean = () => true, timeoutMs = 3000): Promise<Buffer | undefined> {
+    const limit = Math.min(timeoutMs, this.run.remainingMs());
+    const started = performance.now();
+    for (;;) {
+      const i = this.queue.findIndex(match);
+      if (i >= 0) return this.queue.splice(i, 1)[0]!;
+      const left = limit - (performance.now() - started);
+      if (left <= 0 || this.run.signal.aborted || this.closedReason !== undefined) return undefined;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        const onAbort = (): void => resolve();
+        this.run.signal.addEventListener('abort', onAbort, { once: true });
+        this.wake = () => {
+          clearTimeout(timer);
+          this.run.signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+      });
+    }
+  }
+
+  /** Everything not taken yet (emptied). */
+  drain(): Buffer[] {
+    const out = this.queue;
+    this.queue = [];
+    return out;
+  }
+
+  /** The newest messages received, concatenated (evidence). */
+  tail(count = 4): Buffer {
+    return Buffer.concat(this.history.slice(-count));
+  }
+}
+
 /** A received datagram and where it came from. */
 export interface Datagram {
   data: Buffer;

@@ -149,6 +149,8 @@ export interface CheckResult {
   /** With a failure: what a real client does about it. */
   clientReaction?: string;
   sources: readonly CheckSource[];
+  /** A skip because the check does not apply here (its `applies`): it blocks no other check. */
+  notApplicable?: boolean;
 }
 
 export interface RunOptions {
@@ -217,7 +219,8 @@ export async function runChecks<C>(
   const blockedBy = (c: ConformCheck<C>): string | undefined => {
     for (const r of c.requires ?? []) {
       const done = results.get(r);
-      if (done !== undefined && done.status !== 'pass') return `needs ${r}, which ${statusVerb(done.status)}`;
+      if (done !== undefined && done.status !== 'pass' && done.notApplicable !== true)
+        return `needs ${r}, which ${statusVerb(done.status)}`;
     }
     return undefined;
   };
@@ -229,10 +232,13 @@ export async function runChecks<C>(
     for (let i = 0; i < pending.length; i++) {
       const c = pending[i]!;
       if (!ready(c)) continue;
-      const blocked = options.signal?.aborted ? 'the run was stopped' : (blockedBy(c) ?? c.applies?.(ctx));
-      if (blocked !== undefined) {
+      const blocked = options.signal?.aborted ? 'the run was stopped' : blockedBy(c);
+      const notApplicable = blocked === undefined ? c.applies?.(ctx) : undefined;
+      if (blocked !== undefined || notApplicable !== undefined) {
         pending.splice(i--, 1);
-        results.set(c.id, skipResult(c, blocked));
+        const r = skipResult(c, (blocked ?? notApplicable)!);
+        if (notApplicable !== undefined) r.notApplicable = true;
+        results.set(c.id, r);
         started = true;
         continue;
       }

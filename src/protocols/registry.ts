@@ -71,7 +71,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['unity-relay'],
     hasServer: true,
     hasCommands: true,
-    hasConform: false,
+    hasConform: true,
     loadCodecs: async () => [(await import('./unity-relay/codec.js')).unityRelayCodec],
     load: async () => (await import('./unity-relay/index.js')).unityRelay,
   },

@@ -41,7 +41,7 @@ function check(
 }
 
 describe('runChecks', () => {
-  test('passes, fails with evidence, skips what needs a failed or skipped check, in list order', async () => {
+  test('passes, fails with evidence, skips what needs a failed or skipped check (not an inapplicable one), in list order', async () => {
     const s = suite([
       check('a', async () => 'fine'),
       check('b', async (_c, t) => t.fail('broken', { sent: Buffer.from([1]), received: Buffer.alloc(0) })),
@@ -49,6 +49,7 @@ describe('runChecks', () => {
       check('d', async (_c, t) => t.skip('not here')),
       check('e', async () => 'never', { requires: ['d'] }),
       check('f', async () => 'n/a', { applies: () => 'not for this profile' }),
+      check('g', async () => 'runs', { requires: ['f'] }),
     ]);
     const seen: string[] = [];
     const rs = await runChecks(s, { log: [] }, { onResult: (r) => seen.push(r.id) });
@@ -59,14 +60,18 @@ describe('runChecks', () => {
       ['d', 'skip'],
       ['e', 'skip'],
       ['f', 'skip'],
+      ['g', 'pass'],
     ]);
-    expect(seen).toEqual(['a', 'b', 'c', 'd', 'e', 'f']);
+    expect(seen).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'g']);
     expect(rs[0]!.message).toBe('fine');
     expect(rs[1]!.evidence?.sent).toEqual(Buffer.from([1]));
     expect(rs[1]!.clientReaction).toBe('x');
     expect(rs[2]!.message).toBe('needs b, which failed');
     expect(rs[4]!.message).toBe('needs d, which was skipped');
     expect(rs[5]!.message).toBe('not for this profile');
+    // A check that does not apply (here) blocks nothing: it is not a failed prerequisite.
+    expect(rs[5]!.notApplicable).toBe(true);
+    expect(rs[6]!.message).toBe('runs');
   });
 
   test('a check past its deadline fails, its cleanups run, and the run goes on', async () => {
