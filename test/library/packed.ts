@@ -8,7 +8,7 @@
  * The first test file to ask does the work under a lock (a directory only one process can
  * create); the others wait for its result file. global-setup.ts provides the run's folder.
  */
-import { execFile, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFile, spawnSync } from 'node:child_process';
 import {
   cpSync,
   existsSync,
@@ -68,6 +68,24 @@ export function needProgram(name: string): boolean {
   const found = spawnSync('sh', ['-c', `command -v ${name}`], { stdio: 'ignore' }).status === 0;
   if (!found && process.env.CI === 'true') throw new Error(`${name} is required in CI but is not installed`);
   return found;
+}
+
+/** SIGTERM (to its process group when it leads one), then waits for the exit; SIGKILL after 20 s. */
+export async function stopChild(child: ChildProcess, group = false): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const signal = (s: NodeJS.Signals) => {
+    try {
+      if (group && child.pid !== undefined) process.kill(-child.pid, s);
+      else child.kill(s);
+    } catch {
+      // already gone
+    }
+  };
+  signal('SIGTERM');
+  const timer = setTimeout(() => signal('SIGKILL'), 20_000);
+  await exited;
+  clearTimeout(timer);
 }
 
 async function trackedFiles(): Promise<string[]> {
