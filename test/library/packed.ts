@@ -8,7 +8,7 @@
  * The first test file to ask does the work under a lock (a directory only one process can
  * create); the others wait for its result file. global-setup.ts provides the run's folder.
  */
-import { type ChildProcess, execFile, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import {
   cpSync,
   existsSync,
@@ -21,11 +21,47 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { inject } from 'vitest';
 import { ROOT } from '../helpers/cli.js';
 
-const run = promisify(execFile);
+/**
+ * Runs a command to its end (stdin closed, output collected); rejects on a non-zero exit with
+ * what it printed. Used instead of execFile so no pipe to the child outlives it.
+ */
+export function runCommand(
+  cmd: string,
+  args: string[],
+  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 600_000);
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve({ stdout, stderr });
+      else
+        reject(
+          Object.assign(new Error(`${cmd} ${args.join(' ')} exited ${code ?? signal}`), { stdout, stderr }),
+        );
+    });
+  });
+}
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -89,10 +125,13 @@ export async function stopChild(child: ChildProcess, group = false): Promise<voi
 }
 
 async function trackedFiles(): Promise<string[]> {
-  const { stdout } = await run('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
-    cwd: ROOT,
-    maxBuffer: 64 * 1024 * 1024,
-  });
+  const { stdout } = await runCommand(
+    'git',
+    ['ls-files', '-z', '--cached', '--others', '--exclude-standard'],
+    {
+      cwd: ROOT,
+    },
+  );
   return stdout.split('\0').filter((f) => f !== '' && existsSync(path.join(ROOT, f)));
 }
 
@@ -108,11 +147,9 @@ async function build(base: string): Promise<Packed> {
   // 2. npm pack: prepack builds dist/ and the prebuilt addons, postpack cleans up.
   const out = path.join(base, 'tarball');
   mkdirSync(out);
-  const pack = await run('npm', ['pack', '--json', '--pack-destination', out], {
+  const pack = await runCommand('npm', ['pack', '--json', '--pack-destination', out], {
     cwd: clone,
     env: userEnv(),
-    maxBuffer: 64 * 1024 * 1024,
-    timeout: 600_000,
   });
   const [info] = JSON.parse(pack.stdout) as { filename: string; files: { path: string }[] }[];
   const tarball = path.join(out, info!.filename);
@@ -124,12 +161,14 @@ async function build(base: string): Promise<Packed> {
     path.join(app, 'package.json'),
     '{ "name": "gamewire-user", "private": true, "type": "module" }\n',
   );
-  await run('npm', ['install', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund', tarball], {
-    cwd: app,
-    env: userEnv(),
-    maxBuffer: 64 * 1024 * 1024,
-    timeout: 600_000,
-  });
+  await runCommand(
+    'npm',
+    ['install', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund', tarball],
+    {
+      cwd: app,
+      env: userEnv(),
+    },
+  );
   return {
     tarball,
     files: info!.files.map((f) => f.path).sort(),
