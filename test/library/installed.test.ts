@@ -211,7 +211,8 @@ describe('the installed package: library', () => {
       'const bad = [];',
       'for (const [name, from] of checks) {',
       '  const cls = (await import(from))[name];',
-      "  if (typeof cls !== 'function' || !(cls.prototype instanceof GamewireError || cls === GamewireError)) bad.push(`${name} from ${from}`);",
+      "  if (typeof cls !== 'function' || !(cls.prototype instanceof GamewireError || cls === GamewireError))",
+      "    bad.push(name + ' from ' + from);",
       '}',
       'console.log(JSON.stringify(bad));',
     ].join('\n');
