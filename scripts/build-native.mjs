@@ -10,6 +10,8 @@
  *                                                 the relay uses its JavaScript data plane.
  *   node scripts/build-native.mjs --sanitize      native/build-sanitize/relay_dataplane.node with
  *                                                 AddressSanitizer and UBSan (for the tests)
+ *   node scripts/build-native.mjs --thread        native/build-tsan/relay_dataplane.node with
+ *                                                 ThreadSanitizer (for the tests)
  *   node scripts/build-native.mjs --prebuild linux-x64 [linux-arm64 …] [--out DIR]
  *                                                 the addons shipped in the package (pack time):
  *                                                 DIR/<platform>-<arch>/relay_dataplane.node, DIR
@@ -132,6 +134,11 @@ export function gypTarget(vars, file = join(native, 'binding.gyp')) {
   const target = (gyp.targets ?? []).find((t) => t.target_name === TARGET);
   if (target === undefined) throw new Error(`binding.gyp has no target ${TARGET}`);
   return merge({ type: 'loadable_module' }, target, vars);
+}
+
+/** The C sources binding.gyp lists, as absolute paths. */
+export function nativeSources() {
+  return (gypTarget({ OS: 'linux', target_arch: process.arch }).sources ?? []).map((s) => resolve(native, s));
 }
 
 // ---- compiling --------------------------------------------------------------------------------
@@ -337,32 +344,34 @@ function sourceBuild() {
   return 0;
 }
 
-function sanitizeBuild() {
+/** The sanitizer builds (tests only): a direct compile of the same sources and flags, at -O1. */
+function sanitizeBuild(thread) {
   const nodedir = nodeHeadersDir();
   if (process.platform !== 'linux' || nodedir === undefined) {
-    say('sanitizer build needs Linux and the pinned Node headers (npm ci)');
+    say('sanitizer builds need Linux and the pinned Node headers (npm ci)');
     return 1;
   }
-  const out = join(native, 'build-sanitize');
+  const out = join(native, thread ? 'build-tsan' : 'build-sanitize');
   mkdirSync(out, { recursive: true });
   const target = gypTarget({ OS: 'linux', target_arch: process.arch });
-  const args = compileArgs(target, nodedir, join(out, `${TARGET}.node`), [
-    '-g',
-    '-fsanitize=address,undefined',
-    '-fno-sanitize-recover=undefined',
-  ]);
+  const sanitizers = thread
+    ? ['-fsanitize=thread']
+    : ['-fsanitize=address,undefined', '-fno-sanitize-recover=undefined'];
+  const args = compileArgs(target, nodedir, join(out, `${TARGET}.node`), ['-g', ...sanitizers]);
   // Every optimisation flag (the target's own come later and would win) gives way to -O1.
   const r = spawnSync('cc', [...args.filter((a) => !/^-O[0-3s]?$/.test(a)), '-O1'], { stdio: 'inherit' });
+  const what = thread ? 'ThreadSanitizer' : 'AddressSanitizer and UBSan';
   if (r.status !== 0) {
-    say('sanitizer build failed');
+    say(`build with ${what} failed`);
     return 1;
   }
-  say(`built with AddressSanitizer and UBSan: ${join(out, `${TARGET}.node`)}`);
+  say(`built with ${what}: ${join(out, `${TARGET}.node`)}`);
   return 0;
 }
 
 function main(argv) {
-  if (argv.includes('--sanitize')) return sanitizeBuild();
+  if (argv.includes('--sanitize')) return sanitizeBuild(false);
+  if (argv.includes('--thread')) return sanitizeBuild(true);
   const at = argv.indexOf('--prebuild');
   if (at === -1) return sourceBuild();
   const outAt = argv.indexOf('--out');

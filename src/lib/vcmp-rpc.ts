@@ -14,10 +14,11 @@ export {
   decodeServerData,
   encodePacket,
   encodeServerData,
-  readServerDataStreaming,
+  runServerDataLive,
   vcmpRpcCodec,
 } from '../protocols/vcmp-rpc/codec.js';
 export { SquirrelError, squirrelDelegates } from '../protocols/vcmp-rpc/delegates.js';
 export type { ExecutorOptions, RpcErrorCode, RunContext, RunResult } from '../protocols/vcmp-rpc/executor.js';
 export { RpcExecutionError, RpcExecutor } from '../protocols/vcmp-rpc/executor.js';
+export type { LiveHooks, ReadMode } from '../protocols/vcmp-rpc/lenient.js';
 export type { RpcCall, RpcValue, ServerData, TopItem } from '../protocols/vcmp-rpc/messages.js';
