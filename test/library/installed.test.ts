@@ -7,6 +7,7 @@
  * error line instead of a crash.
  */
 import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
+import { createSocket } from 'node:dgram';
 import {
   existsSync,
   mkdirSync,
@@ -27,6 +28,15 @@ import { ROOT } from '../helpers/cli.js';
 import { needProgram, type Packed, packedInstall, stopChild, userEnv } from './packed.js';
 
 const run = promisify(execFile);
+
+/** A UDP port free right now (the CLI's `--dtls-port 0` turns DTLS off rather than picking one). */
+async function freeUdpPort(): Promise<number> {
+  const socket = createSocket('udp4');
+  await new Promise<void>((resolve) => socket.bind(0, '0.0.0.0', resolve));
+  const { port } = socket.address();
+  await new Promise<void>((resolve) => socket.close(() => resolve()));
+  return port;
+}
 const POLL = { timeout: 30_000, interval: 200 };
 const rootPkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
   version: string;
@@ -88,6 +98,7 @@ describe('the installed package: command line', () => {
   });
 
   it('npx gamewire serve unity-relay runs the native data plane and serves the dashboard', async () => {
+    const dtlsPort = await freeUdpPort();
     const serve = start(
       'npx',
       [
@@ -99,7 +110,7 @@ describe('the installed package: command line', () => {
         '--api-port',
         '0',
         '--dtls-port',
-        '0',
+        String(dtlsPort),
         '--ws-port',
         '0',
         '--wss-port',
@@ -108,8 +119,14 @@ describe('the installed package: command line', () => {
       packed.app,
       userEnv({ GAMEWIRE_ADMIN_PORT: '0', GAMEWIRE_DATAPLANE: undefined }),
     );
-    const relay = await serve.waitFor(/^gamewire: unity-relay udp \S+:\d+ (.*)$/m, 60_000);
+    const relay = await serve.waitFor(/^gamewire: unity-relay udp \S+:\d+ Unity Relay \((.*)\)$/m, 60_000);
     expect(relay[1]).toContain('native data plane');
+    // The prebuilt addon also takes DTLS records over, with the OpenSSL inside this Node.
+    const dtls = await serve.waitFor(
+      new RegExp(`^gamewire: unity-relay udp \\S+:${dtlsPort} (.*)$`, 'm'),
+      60_000,
+    );
+    expect(dtls[1]).toContain('native record layer');
     // The admin endpoint's line names its address (whatever else the line says).
     const admin = await serve.waitFor(/^gamewire: (?:admin|dashboard)\b.*?(127\.0\.0\.1:\d+)/m, 60_000);
     const base = `http://${admin[1]}`;
@@ -294,6 +311,7 @@ describe('the linux-arm64 addon under qemu-user', () => {
     expect(existsSync(path.join(SYSROOT, 'lib', 'ld-linux-aarch64.so.1')), 'libc6-arm64-cross').toBe(true);
     const node = await arm64Node();
     const data = mkdtempSync(path.join(tmpdir(), 'gamewire-arm64-'));
+    const dtlsPort = await freeUdpPort();
     const serve = start(
       'qemu-aarch64',
       [
@@ -310,7 +328,7 @@ describe('the linux-arm64 addon under qemu-user', () => {
         '--api-port',
         '0',
         '--dtls-port',
-        '0',
+        String(dtlsPort),
         '--ws-port',
         '0',
         '--wss-port',
@@ -325,8 +343,14 @@ describe('the linux-arm64 addon under qemu-user', () => {
       userEnv({ GAMEWIRE_DATAPLANE: undefined }),
     );
     try {
-      const relay = await serve.waitFor(/^gamewire: unity-relay udp \S+:\d+ (.*)$/m, 120_000);
+      const relay = await serve.waitFor(/^gamewire: unity-relay udp \S+:\d+ Unity Relay \((.*)\)$/m, 120_000);
       expect(relay[1]).toContain('native data plane');
+      // The arm64 addon finds the OpenSSL inside the arm64 Node for the DTLS record layer.
+      const dtls = await serve.waitFor(
+        new RegExp(`^gamewire: unity-relay udp \\S+:${dtlsPort} (.*)$`, 'm'),
+        60_000,
+      );
+      expect(dtls[1]).toContain('native record layer');
       const api = await serve.waitFor(/^gamewire: unity-relay http (127\.0\.0\.1:\d+) /m, 60_000);
       const arch = spawnSync('qemu-aarch64', ['-L', SYSROOT, node, '-p', 'process.arch'], {
         encoding: 'utf8',
