@@ -113,7 +113,8 @@ function commandWord(argv: readonly string[]): string | undefined {
 /** Commands that need every protocol module loaded (servers, clients, their dependencies). */
 function needsProtocolModules(word: string | undefined): boolean {
   if (word === undefined) return false;
-  if (word === 'serve' || word === 'config' || word === 'protocols' || word === 'help') return true;
+  if (word === 'serve' || word === 'config' || word === 'protocols' || word === 'load' || word === 'help')
+    return true;
   return registry.some((p) => p.name === word && p.hasCommands);
 }
 
@@ -198,12 +199,14 @@ export async function buildProgram(argv?: readonly string[]): Promise<Command> {
     });
 
   if (modules !== undefined) {
-    const [{ addServeCommand }, { addConfigCommand }] = await Promise.all([
+    const [{ addServeCommand }, { addConfigCommand }, { addLoadCommand }] = await Promise.all([
       import('./serve.js'),
       import('./config.js'),
+      import('./load.js'),
     ]);
     addServeCommand(program, modules);
     addConfigCommand(program, modules);
+    addLoadCommand(program, modules);
     for (const p of modules) p.registerCommands?.(program);
   }
   const word = argv === undefined ? undefined : commandWord(argv);
@@ -215,6 +218,7 @@ export async function buildProgram(argv?: readonly string[]): Promise<Command> {
     // Light placeholders so `gamewire --help` lists every command without loading any protocol.
     program.command('serve').description('start servers (all of them when no protocol is named)');
     program.command('config').description('print an example config file, the reference, or check a file');
+    program.command('load').description('drive a server with a crowd of clients and measure it');
     for (const p of registry) if (p.hasCommands) program.command(p.name).description(p.summary);
   }
   requireSubcommands(program);

@@ -5,6 +5,7 @@
  */
 import type { Command } from 'commander';
 import type { Json } from '../wire/codec.js';
+import type { LoadDefinition } from './load/types.js';
 import type { ServerDefinition } from './server.js';
 
 /** Who sent the bytes: `client` (upstream: client, NPC, requester) or `server` (downstream). */
@@ -56,4 +57,6 @@ export interface ProtocolModule {
   server?: ServerDefinition;
   /** Adds protocol-specific subcommands (`gamewire js5 cache …`, `gamewire rmc call …`). */
   registerCommands?(program: Command): void;
+  /** Present when `gamewire load <name>` can load its server (src/protocols/<name>/load.ts). */
+  load?: LoadDefinition;
 }
