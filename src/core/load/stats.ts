@@ -115,7 +115,7 @@ export class LoadStats {
 
   latencySummaries(): Record<string, LatencySummary> {
     const out: Record<string, LatencySummary> = {};
-    for (const [name, l] of this.latencies) out[name] = l.total.summary();
+    for (const [name, l] of this.latencies) if (l.total.count > 0) out[name] = l.total.summary();
     return out;
   }
 

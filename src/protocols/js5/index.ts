@@ -13,6 +13,7 @@ import { MASTER_INDEX_FORMATS } from './cache/master-index.js';
 import { openStore } from './cache/store.js';
 import { masterFormat, registerCommands } from './cli.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
+import { js5Load } from './load.js';
 import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
 import {
   DEFAULT_MAX_INPUT_BYTES,
@@ -306,4 +307,5 @@ export const js5: ProtocolModule = {
     start,
   },
   registerCommands,
+  load: js5Load,
 };

@@ -11,6 +11,8 @@
 import dgram from 'node:dgram';
 import { lookup } from 'node:dns/promises';
 import { EventEmitter } from 'node:events';
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { WebSocket } from 'ws';
 import { DtlsClient } from '../../transports/dtls/index.js';
@@ -119,10 +121,19 @@ export class RelayApiError extends GamewireError {
 export class RelayApiClient {
   readonly baseUrl: string;
   private readonly apiKey: string | undefined;
+  private readonly localAddress: string | undefined;
 
-  constructor(baseUrl: string, options: { apiKey?: string | undefined } = {}) {
+  /**
+   * `localAddress`: send the requests from this address (a load generator spreading its players
+   * over several addresses); they then go through node:http rather than fetch.
+   */
+  constructor(
+    baseUrl: string,
+    options: { apiKey?: string | undefined; localAddress?: string | undefined } = {},
+  ) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.apiKey = options.apiKey;
+    this.localAddress = options.localAddress;
   }
 
   async allocate(maxConnections: number, region?: string): Promise<AllocationJson> {
@@ -155,21 +166,69 @@ export class RelayApiClient {
     const headers: Record<string, string> = { accept: 'application/json, application/problem+json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
-    const res = await fetch(`${this.baseUrl}${path}`, {
-      method,
-      headers,
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    let status: number;
+    let text: string;
+    if (this.localAddress === undefined) {
+      const res = await fetch(`${this.baseUrl}${path}`, {
+        method,
+        headers,
+        ...(payload !== undefined ? { body: payload } : {}),
+      });
+      status = res.status;
+      text = await res.text();
+    } else {
+      ({ status, text } = await requestFrom(
+        this.localAddress,
+        method,
+        `${this.baseUrl}${path}`,
+        headers,
+        payload,
+      ));
+    }
     let json: unknown;
     try {
       json = JSON.parse(text);
     } catch {
       json = text;
     }
-    if (!res.ok) throw new RelayApiError(res.status, json);
+    if (status < 200 || status > 299) throw new RelayApiError(status, json);
     return json;
   }
+}
+
+/** One HTTP request sent from `localAddress` (what fetch cannot do without another dependency). */
+function requestFrom(
+  localAddress: string,
+  method: string,
+  url: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const lib = u.protocol === 'https:' ? https : http;
+    const req = lib.request(
+      u,
+      {
+        method,
+        localAddress,
+        headers:
+          body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.setTimeout(30_000, () => req.destroy(new Error(`no answer from ${u.host} within 30 s`)));
+    req.on('error', reject);
+    req.end(body);
+  });
 }
 
 export interface UnityRelayClientOptions {
@@ -539,6 +598,7 @@ export class UnityRelayClient extends EventEmitter {
       identity: this.data.allocationId,
       psk: this.data.key,
       timeoutMs: this.dtlsTimeoutMs,
+      ...(this.localAddress !== undefined ? { localAddress: this.localAddress } : {}),
     });
     client.on('message', onMessage);
     const link: ClientLink = {

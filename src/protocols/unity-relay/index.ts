@@ -6,6 +6,7 @@
 import type { ProtocolModule } from '../../core/protocol.js';
 import { registerCommands } from './cli.js';
 import { unityRelayCodec } from './codec.js';
+import { unityRelayLoad } from './load.js';
 import { unityRelayServer } from './server.js';
 
 export * from './allocations.js';
@@ -27,4 +28,5 @@ export const unityRelay: ProtocolModule = {
   codecs: [unityRelayCodec],
   server: unityRelayServer,
   registerCommands,
+  load: unityRelayLoad,
 };
