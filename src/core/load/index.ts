@@ -21,4 +21,5 @@ export {
   type LoadSettings,
   LoadUnfinished,
   type StopReason,
+  withLoadDefaults,
 } from './types.js';

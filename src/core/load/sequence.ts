@@ -53,6 +53,7 @@ export class SequenceTracker {
       if (seq < this.first) {
         // Earlier than anything seen: a late packet from before the first one; widen the range.
         this.first = seq;
+        this.setBit(back);
         this.received++;
         this.reordered++;
         return true;

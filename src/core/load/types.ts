@@ -115,3 +115,14 @@ export class LoadUnfinished extends Error {
     return 'LoadUnfinished';
   }
 }
+
+/** A generator's options with every declared default filled in (for callers other than the CLI). */
+export function withLoadDefaults(
+  def: LoadDefinition,
+  given: Record<string, unknown> = {},
+): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const o of def.options) out[o.key] = given[o.key] ?? o.default;
+  for (const [k, v] of Object.entries(given)) if (!(k in out)) out[k] = v;
+  return out;
+}

@@ -248,9 +248,10 @@ async function prepare(run: LoadRun) {
         } catch (err) {
           if (client.signal.aborted) throw new LoadUnfinished();
           errors++;
+          // The last error fails the session (the runner counts it); earlier ones are steps it survived.
+          if (errors >= o.maxErrors) throw err;
           stats.error(codeOf(err), (err as Error).message);
           if (err instanceof CrcMismatch) xorKey = randomInt(1, 256);
-          if (errors >= o.maxErrors) throw err;
           reconnects.add();
           // 0.5 s, 1 s, 2 s, … at most 8 s between tries.
           await pause(Math.min(8000, 500 * 2 ** (errors - 1)), client.signal);

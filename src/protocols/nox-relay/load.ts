@@ -12,7 +12,6 @@
 
 import { UsageError } from '../../core/errors.js';
 import {
-  codeOf,
   type LoadClient,
   type LoadDefinition,
   type LoadRun,
@@ -220,9 +219,6 @@ async function prepare(run: LoadRun) {
         fail = reject;
         if (failedEarly !== undefined) reject(failedEarly);
       });
-    } catch (err) {
-      if (!client.signal.aborted) stats.error(codeOf(err), (err as Error).message);
-      throw err;
     } finally {
       clearTimeout(ticker);
       clearInterval(ticker);

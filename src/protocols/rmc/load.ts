@@ -15,13 +15,7 @@
  * the same accounts instead of registering new ones.
  */
 import { UsageError } from '../../core/errors.js';
-import {
-  codeOf,
-  type LoadClient,
-  type LoadDefinition,
-  type LoadRun,
-  untilStopped,
-} from '../../core/load/index.js';
+import { type LoadClient, type LoadDefinition, type LoadRun, untilStopped } from '../../core/load/index.js';
 import { RmcClient, type RmcClientOptions } from './client.js';
 import { LoginProtocol } from './protocols/login.js';
 import { SecureConnectionProtocol } from './protocols/secure-connection.js';
@@ -222,9 +216,6 @@ async function prepare(run: LoadRun) {
           timer = setInterval(call, period);
         }, Math.random() * period);
       });
-    } catch (err) {
-      if (!client.signal.aborted) stats.error(codeOf(err), (err as Error).message);
-      throw err;
     } finally {
       clearTimeout(timer);
       clearInterval(timer);

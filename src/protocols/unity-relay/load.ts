@@ -13,7 +13,6 @@
 import { readFileSync } from 'node:fs';
 import { UsageError } from '../../core/errors.js';
 import {
-  codeOf,
   type LoadClient,
   type LoadDefinition,
   type LoadRun,
@@ -245,9 +244,6 @@ async function prepare(run: LoadRun) {
         fail = reject;
         if (failedEarly !== undefined) reject(failedEarly);
       });
-    } catch (err) {
-      if (!client.signal.aborted) stats.error(codeOf(err), (err as Error).message);
-      throw err;
     } finally {
       client.signal.removeEventListener('abort', stopAll);
       for (const t of timers) {
