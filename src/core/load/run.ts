@@ -39,6 +39,8 @@ export interface LoadProgress {
   /** p99 (ms) over the last interval, for the definition's `progress.latencies` series. */
   p99: Record<string, number>;
   bytesInPerS: number;
+  /** Every counter so far. */
+  counters: Record<string, number>;
   failures: number;
   violations: number;
 }
@@ -213,6 +215,7 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
             rates,
             p99,
             bytesInPerS: (snap.bytesIn - lastBytesIn) / dt,
+            counters: snap.counters,
             failures,
             violations: stats.violationCount,
           });

@@ -12,6 +12,7 @@
 
 import { UsageError } from '../../core/errors.js';
 import {
+  codeOf,
   type LoadClient,
   type LoadDefinition,
   type LoadRun,
@@ -21,7 +22,7 @@ import {
 } from '../../core/load/index.js';
 import { WireWriter } from '../../wire/index.js';
 import { NoxRelayClient } from './client.js';
-import { DEFAULT_PORT, TransformType } from './constants.js';
+import { DEFAULT_PORT, EnterResult, TransformType } from './constants.js';
 import { NoxRelayClientError } from './errors.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
 import { writeClientPacket } from './packet.js';
@@ -44,6 +45,16 @@ const RIG = 5;
 /** The check value of transform `seq` from session `sender` (below 2^16: exact in a float32). */
 export function transformCheck(seq: number, sender: number): number {
   return (((seq * 31 + sender * 17) ^ 0x5a5a) >>> 0) & 0xffff;
+}
+
+/** The position's check value (the send time is in x and y). */
+export function positionCheck(x: number, y: number): number {
+  return (x * 7 + y) % 65_521;
+}
+
+/** The avatar turns a little each tick; receivers recompute the rotation from the number. */
+function angle(seq: number): number {
+  return (seq / 16) % (2 * Math.PI);
 }
 
 function parseOptions(raw: Record<string, unknown>): NoxLoadOptions {
@@ -77,6 +88,7 @@ async function prepare(run: LoadRun) {
   const expected = stats.counter('expected');
   const duplicates = stats.counter('duplicates');
   const reordered = stats.counter('reordered');
+  const retries = stats.counter('retries');
   const origin = performance.now();
   const period = 1000 / o.tickRate;
   const segmentWriter = new WireWriter({ initialCapacity: 256 });
@@ -89,6 +101,7 @@ async function prepare(run: LoadRun) {
       host: target.host,
       port: target.port,
       transport,
+      requestTimeoutMs: transport === 'udp' ? 2000 : 5000,
       proveAddress: o.proveAddress,
       ...(client.localAddress === undefined ? {} : { localAddress: client.localAddress }),
     });
@@ -120,8 +133,24 @@ async function prepare(run: LoadRun) {
       }
       const seq = v.x;
       const sender = v.z;
-      if (!Number.isInteger(seq) || !Number.isInteger(sender) || v.y !== transformCheck(seq, sender)) {
-        stats.violation('corrupt_transform', `player ${m.playerId}: velocity ${v.x},${v.y},${v.z}`);
+      const r = m.rotation;
+      // Every field is checked: the velocity's check value, the position's own check, and the
+      // rotation recomputed from the sequence number (float32 values, exact both ways).
+      if (
+        !Number.isInteger(seq) ||
+        !Number.isInteger(sender) ||
+        v.y !== transformCheck(seq, sender) ||
+        p.z !== positionCheck(p.x, p.y) ||
+        r === undefined ||
+        r.x !== 0 ||
+        r.z !== 0 ||
+        r.y !== Math.fround(Math.sin(angle(seq) / 2)) ||
+        r.w !== Math.fround(Math.cos(angle(seq) / 2))
+      ) {
+        stats.violation(
+          'corrupt_transform',
+          `player ${m.playerId}: position ${p.x},${p.y},${p.z} velocity ${v.x},${v.y},${v.z}`,
+        );
         return;
       }
       received.add();
@@ -153,18 +182,37 @@ async function prepare(run: LoadRun) {
       countedOut = c.bytesSent;
     };
     try {
+      // Over UDP a request or its reply can be lost: a step unanswered within 2 s is asked again,
+      // up to five times, as a player would retry (TCP delivers or fails the connection).
+      const attempts = transport === 'udp' ? 5 : 1;
+      let attempt = 0;
+      const retry = async <T>(step: () => Promise<T>): Promise<T> => {
+        for (attempt = 1; ; attempt++) {
+          try {
+            return await step();
+          } catch (err) {
+            if (attempt >= attempts || codeOf(err) !== 'ERR_NOX_TIMEOUT' || client.signal.aborted) throw err;
+            retries.add();
+          }
+        }
+      };
       await c.connect();
-      await c.handshake('node', 'gamewire-load');
-      const auth = await c.authenticate(`${o.tokenPrefix}${client.index}`);
+      await retry(() => c.handshake('node', 'gamewire-load'));
+      const auth = await retry(() => c.authenticate(`${o.tokenPrefix}${client.index}`));
       if (auth.result !== 0)
         throw new NoxRelayClientError('ERR_NOX_AUTH', `authentification answered result ${auth.result}`);
-      const enter = await c.enter(instanceId, { asBot: o.asBot });
-      if (enter.result !== 0)
+      const enter = await retry(() => c.enter(instanceId, { asBot: o.asBot }));
+      // Enter answered Unknown "already in an instance" after a retry, or to a copy the network
+      // delivered twice: this client had entered nowhere, so an earlier copy of this same Enter
+      // got in and only its reply was lost or overtaken.
+      const enteredBefore =
+        enter.result === EnterResult.Unknown && (attempt > 1 || /already in/i.test(enter.reason ?? ''));
+      if (enter.result !== EnterResult.Success && !enteredBefore)
         throw new NoxRelayClientError(
           'ERR_NOX_ENTER',
           `enter instance ${instanceId} answered result ${enter.result} ${enter.reason ?? ''}`.trim(),
         );
-      await c.travel(instanceId);
+      await retry(() => c.travel(instanceId));
       client.signal.removeEventListener('abort', leaveEarly);
       if (client.signal.aborted) return;
       join.record(performance.now() - started);
@@ -175,7 +223,7 @@ async function prepare(run: LoadRun) {
         countBytes();
         const us = Math.round((performance.now() - origin) * 1000);
         const secs = Math.floor(us / 1_000_000);
-        const a = (seq / o.tickRate) % (2 * Math.PI);
+        const a = angle(seq);
         const message: Extract<ClientMessage, { type: 'Transform' }> = {
           type: 'Transform',
           instanceId,
@@ -183,7 +231,7 @@ async function prepare(run: LoadRun) {
           playerId: 0xffff,
           rig: RIG,
           flags: FLAGS,
-          position: { x: secs, y: us - secs * 1_000_000, z: 0 },
+          position: { x: secs, y: us - secs * 1_000_000, z: positionCheck(secs, us - secs * 1_000_000) },
           rotation: { x: 0, y: Math.sin(a / 2), z: 0, w: Math.cos(a / 2) },
           velocity: { x: seq, y: transformCheck(seq, client.index), z: client.index },
         };

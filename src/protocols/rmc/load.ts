@@ -182,13 +182,14 @@ async function prepare(run: LoadRun) {
       logins.add();
       client.joined();
       unmatchedBefore = connection.unmatched;
+      const inFlight = new Set<Promise<void>>();
       await untilStopped(client.signal, (reject) => {
         if (o.callRate <= 0) return;
         const call = () => {
           const mine = seq++;
           const sentAt = performance.now();
           calls.add();
-          register([stationUrlFor(client.index, mine)]).then(
+          const p = register([stationUrlFor(client.index, mine)]).then(
             (url) => {
               callLatency.record(performance.now() - sentAt);
               answered.add();
@@ -207,8 +208,11 @@ async function prepare(run: LoadRun) {
             },
             (err: Error) => {
               if (!client.signal.aborted) reject(err);
+              else stats.violation('lost_call', `call #${mine} of session ${client.index}: ${err.message}`);
             },
           );
+          inFlight.add(p);
+          void p.finally(() => inFlight.delete(p));
         };
         const period = 1000 / o.callRate;
         timer = setTimeout(() => {
@@ -216,6 +220,11 @@ async function prepare(run: LoadRun) {
           timer = setInterval(call, period);
         }, Math.random() * period);
       });
+      // Leaving: no new calls; the ones under way get their answers first (a client logs out
+      // after its last call), so an unanswered call is one the server or the path lost.
+      clearTimeout(timer);
+      clearInterval(timer);
+      await Promise.allSettled(inFlight);
     } finally {
       clearTimeout(timer);
       clearInterval(timer);
