@@ -19,7 +19,7 @@ import {
   runLoad,
   TargetPolicy,
 } from '../core/load/index.js';
-import type { ProtocolModule } from '../core/protocol.js';
+import { registry } from '../protocols/registry.js';
 
 /** Longest run (a day): the generator always stops by itself. */
 const MAX_DURATION_S = 86_400;
@@ -253,16 +253,31 @@ async function runLoadCommand(
   }
 }
 
-export function addLoadCommand(program: Command, modules: readonly ProtocolModule[]): void {
+/**
+ * Adds `gamewire load <protocol>` for every protocol whose registry entry has a generator. Only
+ * the protocol named in `argv` is loaded (its module and generator); the others are listed by
+ * name, so `gamewire load js5 …` starts without loading the four other protocols.
+ */
+export async function addLoadCommand(program: Command, argv?: readonly string[]): Promise<void> {
   const load = program
     .command('load')
     .description('drive a server with a crowd of clients and measure it (loopback only by default)');
-  for (const m of modules) {
-    const def = m.load;
-    if (def === undefined) continue;
-    const cmd = load.command(m.name).description(def.summary);
+  // The protocol right after `load`; anything else there (an option first, `--help`): load them all.
+  const word = argv === undefined ? undefined : argv[argv.indexOf('load') + 1];
+  const named = registry.some((e) => e.hasLoad && e.name === word) ? word : undefined;
+  for (const entry of registry) {
+    if (!entry.hasLoad) continue;
+    const cmd = load.command(entry.name);
+    if (named !== undefined && named !== entry.name) {
+      cmd.description(`load a ${entry.name} server`);
+      continue;
+    }
+    const module = await entry.load();
+    if (module.load === undefined) throw new UsageError(`${entry.name} has no load generator`);
+    const def = await module.load();
+    cmd.description(def.summary);
     addCommonOptions(cmd, def);
     for (const opt of def.options) cmd.addOption(protocolOption(opt));
-    cmd.action((opts: Record<string, unknown>) => runLoadCommand(m.name, def, opts));
+    cmd.action((opts: Record<string, unknown>) => runLoadCommand(entry.name, def, opts));
   }
 }

@@ -16,6 +16,7 @@ import { codecFlags, codecNames, loadCodec, loadProtocols, registry } from '../p
 import { DecodeError, EncodeError, GamewireError } from '../wire/errors.js';
 import { parseHex } from '../wire/hex.js';
 import { printError } from './errors.js';
+import { guardProcess } from './stdio.js';
 
 export const VERSION = '0.1.0';
 
@@ -86,24 +87,39 @@ function printJson(value: unknown): void {
  * `--help` shows them without loading them; a module is imported only when its command runs
  * (or for `help`). Add a command by adding a line.
  */
-const LAZY_COMMANDS: readonly { name: string; summary: string; register(program: Command): Promise<void> }[] =
-  [
-    {
-      name: 'inspect',
-      summary: 'decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol',
-      register: async (program) => (await import('./inspect.js')).addInspectCommand(program),
-    },
-    {
-      name: 'dissector',
-      summary: 'write Wireshark Lua dissectors for every protocol, generated from the message declarations',
-      register: async (program) => (await import('./inspect.js')).addDissectorCommand(program),
-    },
-    {
-      name: 'replay',
-      summary: "play a recording's client side back to a server and report where its replies differ",
-      register: async (program) => (await import('./record.js')).addReplayCommand(program),
-    },
-  ];
+const LAZY_COMMANDS: readonly {
+  name: string;
+  summary: string;
+  register(program: Command, argv?: readonly string[]): Promise<void>;
+}[] = [
+  {
+    name: 'inspect',
+    summary: 'decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol',
+    register: async (program) => (await import('./inspect.js')).addInspectCommand(program),
+  },
+  {
+    name: 'dissector',
+    summary: 'write Wireshark Lua dissectors for every protocol, generated from the message declarations',
+    register: async (program) => (await import('./inspect.js')).addDissectorCommand(program),
+  },
+  {
+    name: 'replay',
+    summary: "play a recording's client side back to a server and report where its replies differ",
+    register: async (program) => (await import('./record.js')).addReplayCommand(program),
+  },
+  {
+    name: 'conform',
+    summary:
+      'check a server against what the real clients do (gamewire conform <protocol> --target HOST:PORT)',
+    register: async (program, argv) => (await import('./conform.js')).addConformCommand(program, argv),
+  },
+  {
+    name: 'load',
+    summary:
+      'drive a server with a crowd of clients and measure it (gamewire load <protocol> --target HOST:PORT)',
+    register: async (program, argv) => (await import('./load.js')).addLoadCommand(program, argv),
+  },
+];
 
 /** The first word that is not an option: the command to run (`serve`, `js5`, `decode`, …). */
 function commandWord(argv: readonly string[]): string | undefined {
@@ -113,21 +129,8 @@ function commandWord(argv: readonly string[]): string | undefined {
 /** Commands that need every protocol module loaded (servers, clients, their dependencies). */
 function needsProtocolModules(word: string | undefined): boolean {
   if (word === undefined) return false;
-  if (word === 'serve' || word === 'config' || word === 'protocols' || word === 'load' || word === 'help')
-    return true;
+  if (word === 'serve' || word === 'config' || word === 'protocols' || word === 'help') return true;
   return registry.some((p) => p.name === word && p.hasCommands);
-}
-
-/**
- * `gamewire load <protocol> …` needs that protocol's module only (its generator): loading one
- * instead of all five saves most of the start-up on a busy machine. Undefined otherwise.
- */
-async function loadOneForLoad(argv: readonly string[] | undefined): Promise<ProtocolModule[] | undefined> {
-  if (argv === undefined || commandWord(argv) !== 'load' || argv.includes('--help') || argv.includes('-h'))
-    return undefined;
-  const words = argv.filter((a) => !a.startsWith('-'));
-  const entry = registry.find((p) => p.name === words[1]);
-  return entry === undefined ? undefined : [await entry.load()];
 }
 
 /**
@@ -136,9 +139,7 @@ async function loadOneForLoad(argv: readonly string[] | undefined): Promise<Prot
  */
 export async function buildProgram(argv?: readonly string[]): Promise<Command> {
   const modules: ProtocolModule[] | undefined =
-    argv === undefined || needsProtocolModules(commandWord(argv))
-      ? ((await loadOneForLoad(argv)) ?? (await loadProtocols()))
-      : undefined;
+    argv === undefined || needsProtocolModules(commandWord(argv)) ? await loadProtocols() : undefined;
   const program = new Command('gamewire');
   program
     .description('Codecs, servers and clients for five game network protocols')
@@ -213,26 +214,23 @@ export async function buildProgram(argv?: readonly string[]): Promise<Command> {
     });
 
   if (modules !== undefined) {
-    const [{ addServeCommand }, { addConfigCommand }, { addLoadCommand }] = await Promise.all([
+    const [{ addServeCommand }, { addConfigCommand }] = await Promise.all([
       import('./serve.js'),
       import('./config.js'),
-      import('./load.js'),
     ]);
     addServeCommand(program, modules);
     addConfigCommand(program, modules);
-    addLoadCommand(program, modules);
     for (const p of modules) p.registerCommands?.(program);
   }
   const word = argv === undefined ? undefined : commandWord(argv);
   for (const c of LAZY_COMMANDS) {
-    if (argv === undefined || word === c.name || word === 'help') await c.register(program);
+    if (argv === undefined || word === c.name || word === 'help') await c.register(program, argv);
     else program.command(c.name).description(c.summary);
   }
   if (modules === undefined) {
     // Light placeholders so `gamewire --help` lists every command without loading any protocol.
     program.command('serve').description('start servers (all of them when no protocol is named)');
     program.command('config').description('print an example config file, the reference, or check a file');
-    program.command('load').description('drive a server with a crowd of clients and measure it');
     for (const p of registry) if (p.hasCommands) program.command(p.name).description(p.summary);
   }
   requireSubcommands(program);
@@ -302,17 +300,9 @@ export function reportError(err: unknown): number {
   return 1;
 }
 
-/** A reader of our output went away (`gamewire decode … | head`): stop quietly, like other tools. */
-function exitQuietlyOnEpipe(): void {
-  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
-    if (err.code === 'EPIPE') process.exit(141);
-    throw err;
-  });
-}
-
 /** Runs the CLI and returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  exitQuietlyOnEpipe();
+  guardProcess();
   try {
     const program = await buildProgram(argv);
     await program.parseAsync(argv as string[], { from: 'user' });

@@ -33,7 +33,9 @@ import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
 import type { RunningServer, ServeOption } from '../core/server.js';
+import { printError } from './errors.js';
 import { addRecordOptions, startRecording } from './record.js';
+import { keepRunningWithoutStdout, writeOut } from './stdio.js';
 
 /**
  * Every protocol option, once per flag (several protocols share `--port`, `--cache`, `--role`, …).
@@ -268,6 +270,9 @@ export function startFailure(
   );
 }
 
+const SHUTDOWN_TIMEOUT_OPTION = SERVE_OPTIONS.find((o) => o.key === 'shutdownTimeoutMs')!;
+const SHUTDOWN_TIMEOUT_DEFAULT_MS = SHUTDOWN_TIMEOUT_OPTION.default as number;
+
 async function runServers(
   protocols: readonly ProtocolModule[],
   selected: readonly ProtocolModule[],
@@ -280,11 +285,24 @@ async function runServers(
     wake = resolve;
   });
   let signalName: string | undefined;
+  // The listen lines are information: a reader that went away (`serve | head -5`) does not stop
+  // the servers; stdout lines are dropped from then on.
+  keepRunningWithoutStdout();
+  // The backstop after a signal (until the config is read, its default).
+  let shutdownTimeoutMs = SHUTDOWN_TIMEOUT_DEFAULT_MS;
   const onSignal = (signal: string) => {
     if (signalName !== undefined) process.exit(130); // a second signal: stop waiting for a clean close
     signalName = signal;
     state = 'stopping';
     wake();
+    // Whatever a close waits for (a peer that never closes, a stuck child), the process ends.
+    setTimeout(() => {
+      printError(
+        'ERR_SHUTDOWN_TIMEOUT',
+        `the servers did not stop within ${shutdownTimeoutMs} ms of ${signal}: exiting without waiting further (--shutdown-timeout-ms, config serve.shutdownTimeoutMs)`,
+      );
+      process.exit(1);
+    }, shutdownTimeoutMs).unref();
   };
   const onInt = () => onSignal('SIGINT');
   const onTerm = () => onSignal('SIGTERM');
@@ -351,6 +369,10 @@ async function runServers(
     kind: 'flag',
     flag: '--log-level',
   }) as string;
+  shutdownTimeoutMs = checkValue(SHUTDOWN_TIMEOUT_OPTION, serveValues.shutdownTimeoutMs, {
+    kind: 'flag',
+    flag: '--shutdown-timeout-ms',
+  }) as number;
   const log = createLogger(logLevel);
   for (const w of checked?.warnings ?? []) log.warn(w);
   const dataDir = path.resolve(serveValues.dataDir as string);
@@ -390,7 +412,7 @@ async function runServers(
       running.push({ name: p.name, server, startedAt: Date.now(), module: p });
       plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {
-        process.stdout.write(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
+        writeOut(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
       }
     }
     if (adminOn && signalName === undefined) {
@@ -433,7 +455,7 @@ async function runServers(
         );
       }
       const shown = adminHost.includes(':') ? `[${adminHost}]` : adminHost;
-      process.stdout.write(`gamewire: admin http ${shown}:${admin.port} / /api /metrics /health /ready\n`);
+      writeOut(`gamewire: admin http ${shown}:${admin.port} / /api /metrics /health /ready\n`);
     }
   } catch (err) {
     await stopAll();
@@ -458,7 +480,7 @@ async function runServers(
   process.off('SIGTERM', onTerm);
   process.off('disconnect', onDisconnect);
   log.info(`stopped; ${metrics.map(summaryLine).join('; ') || 'nothing ran'}`);
-  process.stdout.write('gamewire: stopped\n');
+  writeOut('gamewire: stopped\n');
   // Everything is closed; if a stray handle still holds the event loop, do not hang on it.
   setTimeout(process.exit, 1000, 0).unref();
 }

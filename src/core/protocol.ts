@@ -5,6 +5,7 @@
  */
 import type { Command } from 'commander';
 import type { Json } from '../wire/codec.js';
+import type { AnyConformSuite } from './conform.js';
 import type { LoadDefinition } from './load/types.js';
 import type { ServerDefinition } from './server.js';
 
@@ -57,6 +58,15 @@ export interface ProtocolModule {
   server?: ServerDefinition;
   /** Adds protocol-specific subcommands (`gamewire js5 cache …`, `gamewire rmc call …`). */
   registerCommands?(program: Command): void;
-  /** Present when `gamewire load <name>` can load its server (src/protocols/<name>/load.ts). */
-  load?: LoadDefinition;
+  /**
+   * Loads the protocol's conformance checks (`gamewire conform <name>`): rules read from the real
+   * clients, run against any server. A loader, so the module does not import them until asked.
+   */
+  conform?(): Promise<AnyConformSuite>;
+  /**
+   * Loads the protocol's load generator (`gamewire load <name>`): how one client of this protocol
+   * joins, plays and leaves, driven by the generic runner. A loader, like `conform`, so the module
+   * does not import it until asked.
+   */
+  load?(): Promise<LoadDefinition>;
 }

@@ -19,6 +19,10 @@ export interface ProtocolEntry {
   hasServer: boolean;
   /** True when it adds subcommands (`gamewire js5 cache …`). */
   hasCommands: boolean;
+  /** True when `gamewire conform <name>` has checks for it (its module's `conform` loader). */
+  hasConform: boolean;
+  /** True when `gamewire load <name>` has a load generator for it (its module's `load` loader). */
+  hasLoad: boolean;
   /** Loads the codecs alone: wire declarations, no server, client or CLI code. */
   loadCodecs(): Promise<readonly ProtocolCodec[]>;
   /** Loads the whole module (server, commands). */
@@ -33,6 +37,8 @@ export const registry: readonly ProtocolEntry[] = [
     codecFlags: PRUDP_CODEC_FLAGS,
     hasServer: true,
     hasCommands: true,
+    hasConform: false,
+    hasLoad: true,
     loadCodecs: async () => [
       (await import('./rmc/codec.js')).rmcCodec,
       (await import('./rmc/prudp/codec.js')).prudpCodec,
@@ -45,6 +51,8 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['js5', 'js5-container', 'js5-index', 'js5-master-index'],
     hasServer: true,
     hasCommands: true,
+    hasConform: true,
+    hasLoad: true,
     loadCodecs: async () => {
       const m = await import('./js5/codec.js');
       return [m.js5Codec, m.js5ContainerCodec, m.js5IndexCodec, m.js5MasterIndexCodec];
@@ -57,6 +65,8 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['vcmp-rpc'],
     hasServer: false,
     hasCommands: true,
+    hasConform: false,
+    hasLoad: false,
     loadCodecs: async () => [(await import('./vcmp-rpc/codec.js')).vcmpRpcCodec],
     load: async () => (await import('./vcmp-rpc/index.js')).vcmpRpc,
   },
@@ -66,6 +76,8 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['unity-relay'],
     hasServer: true,
     hasCommands: true,
+    hasConform: true,
+    hasLoad: true,
     loadCodecs: async () => [(await import('./unity-relay/codec.js')).unityRelayCodec],
     load: async () => (await import('./unity-relay/index.js')).unityRelay,
   },
@@ -75,6 +87,8 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['nox-relay'],
     hasServer: true,
     hasCommands: true,
+    hasConform: false,
+    hasLoad: true,
     loadCodecs: async () => [(await import('./nox-relay/codec.js')).noxRelayCodec],
     load: async () => (await import('./nox-relay/index.js')).noxRelay,
   },

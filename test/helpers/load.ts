@@ -22,8 +22,9 @@ export async function runProtocolLoad(
   } = {},
 ): Promise<LoadSummary> {
   const entry = registry.find((p) => p.name === protocol);
-  const def = (await entry?.load())?.load;
-  if (def === undefined) throw new Error(`${protocol} has no load generator`);
+  const loader = (await entry?.load())?.load;
+  if (loader === undefined) throw new Error(`${protocol} has no load generator`);
+  const def = await loader();
   const stop = new AbortController();
   run.signal?.addEventListener('abort', () => stop.abort(), { once: true });
   return runLoad({

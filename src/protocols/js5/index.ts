@@ -13,7 +13,6 @@ import { MASTER_INDEX_FORMATS } from './cache/master-index.js';
 import { openStore } from './cache/store.js';
 import { masterFormat, registerCommands } from './cli.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
-import { js5Load } from './load.js';
 import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
 import {
   DEFAULT_MAX_INPUT_BYTES,
@@ -158,6 +157,7 @@ export const js5: ProtocolModule = {
   name: 'js5',
   summary: 'RuneScape JS5 cache download protocol (435, 530, OSRS) and on-disk cache',
   codecs: [js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec],
+  conform: async () => (await import('./conform/index.js')).js5Conform,
   server: {
     summary: 'serves a dat2/idx or flat-file cache with fair, sliced scheduling',
     defaultPort: 43594,
@@ -307,5 +307,5 @@ export const js5: ProtocolModule = {
     start,
   },
   registerCommands,
-  load: js5Load,
+  load: async () => (await import('./load.js')).js5Load,
 };

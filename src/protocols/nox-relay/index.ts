@@ -12,7 +12,6 @@ import { noxRelayCodec } from './codec.js';
 import { DEFAULT_PORT } from './constants.js';
 import { NoxRelayConfigError } from './errors.js';
 import { type InstanceConfig, parseInstances } from './instances.js';
-import { noxRelayLoad } from './load.js';
 import type { NoxRelayOptions } from './options.js';
 import { NoxRelayServer } from './server.js';
 
@@ -165,5 +164,5 @@ export const noxRelay: ProtocolModule = {
   codecs: [noxRelayCodec],
   server,
   registerCommands,
-  load: noxRelayLoad,
+  load: async () => (await import('./load.js')).noxRelayLoad,
 };

@@ -13,7 +13,6 @@ import { registerCommands } from './cli.js';
 import { rmcCodec } from './codec.js';
 import { DEFAULT_STORE_TIMEOUT_MS } from './fleet/control-plane.js';
 import { RMC_ROLES, type RmcFleetServer, roleOf, startRmcFleet } from './fleet/start.js';
-import { rmcLoad } from './load.js';
 import { DEFAULT_MAX_FRAME_BYTES } from './messages.js';
 import {
   DEFAULT_MAX_SESSIONS_PER_ACCOUNT,
@@ -404,5 +403,5 @@ export const rmc: ProtocolModule = {
     },
   },
   registerCommands,
-  load: rmcLoad,
+  load: async () => (await import('./load.js')).rmcLoad,
 };

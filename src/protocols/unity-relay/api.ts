@@ -41,15 +41,23 @@ export function serverEndpoint(
   };
 }
 
+/**
+ * The API's limits. A request with the valid API key (`ApiOptions.apiKey`) comes from a trusted
+ * backend that allocates for many players: the per-address limits (request rate, allocation rate,
+ * live cap) do not apply to it, and its allocations count against `keyedAllocationsPerSecond`
+ * instead of `globalAllocationsPerSecond`. The store's capacity applies to everyone.
+ */
 export interface ApiLimitOptions {
-  /** Requests per minute per client address and route template; 0 turns it off. Default 120 (burst the same). */
+  /** Requests per minute per client address and route template; 0 turns it off. Default 120 (burst the same). Not for keyed callers. */
   rateLimitPerMinute?: number;
-  /** Allocations (allocate + join) per minute per client address; 0 turns it off. Default 120 (burst 20). */
+  /** Allocations (allocate + join) per minute per client address; 0 turns it off. Default 120 (burst 20). Not for keyed callers. */
   allocationsPerMinutePerAddress?: number;
-  /** Live allocations one client address may hold. Default 100. */
+  /** Live allocations one client address may hold. Default 100. Not for keyed callers. */
   maxAllocationsPerAddress?: number;
-  /** Allocations per second from everyone together; 0 turns it off. Default 50 (burst 100). */
+  /** Allocations per second from every caller without the API key together; 0 turns it off. Default 50 (burst 100). */
   globalAllocationsPerSecond?: number;
+  /** Allocations per second from every caller with the API key together; 0 turns it off. Default 1000 (burst 2000). */
+  keyedAllocationsPerSecond?: number;
   /** Requests with a wrong API key per minute per address before the address is refused outright; 0 turns it off. Default 10. */
   authFailuresPerMinute?: number;
   /** Longest request URL (bytes); longer gets 414 before anything else runs. Default 1024. */
@@ -57,6 +65,9 @@ export interface ApiLimitOptions {
   /** Most keys each limiter table remembers (least recently used evicted, never a global clear). Default 100 000. */
   limiterKeys?: number;
 }
+
+/** Default `keyedAllocationsPerSecond`: a game backend can open a thousand lobbies in a burst. */
+export const DEFAULT_KEYED_ALLOCATIONS_PER_SECOND = 1000;
 
 /** The API's limiter tables, exposed for tests and metrics. */
 export class ApiLimits {
@@ -67,8 +78,10 @@ export class ApiLimits {
   readonly requests: TokenBuckets;
   /** Allocations per address (undefined: off). */
   readonly allocations: TokenBuckets | undefined;
-  /** Allocations from everyone, one key (undefined: off). */
+  /** Allocations from every caller without the API key, one key (undefined: off). */
   readonly global: TokenBuckets | undefined;
+  /** Allocations from every caller with the API key, one key (undefined: off). */
+  readonly keyed: TokenBuckets | undefined;
   /** Wrong API keys per address (undefined: off). */
   readonly authFailures: TokenBuckets | undefined;
 
@@ -82,6 +95,8 @@ export class ApiLimits {
     this.allocations = allocs > 0 ? new TokenBuckets(allocs / 60, Math.min(20, allocs), keys) : undefined;
     const global = o.globalAllocationsPerSecond ?? 50;
     this.global = global > 0 ? new TokenBuckets(global, global * 2, 1) : undefined;
+    const keyed = o.keyedAllocationsPerSecond ?? DEFAULT_KEYED_ALLOCATIONS_PER_SECOND;
+    this.keyed = keyed > 0 ? new TokenBuckets(keyed, keyed * 2, 1) : undefined;
     const auth = o.authFailuresPerMinute ?? 10;
     this.authFailures = auth > 0 ? new TokenBuckets(auth / 60, auth, keys) : undefined;
   }
@@ -113,11 +128,15 @@ export interface ApiOptions {
   draining?: () => boolean;
 }
 
-/** Who asks for an allocation: the API client's address and how many live ones it may hold. */
-export interface Requester {
-  address: string;
-  /** The per-address cap (`maxAllocationsPerAddress`). */
-  maxLive: number;
+/**
+ * Who asks for an allocation: the API client's address and how many live ones it may hold, or a
+ * caller with the API key (a backend), whose allocations are neither capped nor counted per address.
+ */
+export type Requester = { keyed: false; address: string; maxLive: number } | { keyed: true };
+
+/** The address an allocation counts against ('' for a keyed caller: not counted). */
+export function ownerOf(requester: Requester): string {
+  return requester.keyed ? '' : requester.address;
 }
 
 /** The answer to a requester at its live-allocation cap. */
@@ -176,8 +195,8 @@ export class LocalAllocationService implements AllocationService {
     }
     await admit();
     // Checked and created with no await in between: one process, so nothing interleaves.
-    if (this.store.liveOf(requester.address) >= requester.maxLive) throw liveCapError(requester.maxLive);
-    return this.respond(this.store.allocateHost(maxConnections, region, requester.address));
+    this.checkLive(requester);
+    return this.respond(this.store.allocateHost(maxConnections, region, ownerOf(requester)));
   }
 
   async joinCode(guid: string): Promise<string> {
@@ -192,14 +211,19 @@ export class LocalAllocationService implements AllocationService {
     if (this.store.lookupJoinCode(code) === undefined)
       throw new ApiError(404, 'Not Found', 'join code not found or expired');
     await admit();
-    if (this.store.liveOf(requester.address) >= requester.maxLive) throw liveCapError(requester.maxLive);
-    const a = this.store.join(code, requester.address);
+    this.checkLive(requester);
+    const a = this.store.join(code, ownerOf(requester));
     if (a === undefined) throw new ApiError(404, 'Not Found', 'join code not found or expired');
     return this.respond(a);
   }
 
   async liveOf(owner: string): Promise<number> {
     return this.store.liveOf(owner);
+  }
+
+  private checkLive(requester: Requester): void {
+    if (!requester.keyed && this.store.liveOf(requester.address) >= requester.maxLive)
+      throw liveCapError(requester.maxLive);
   }
 }
 
@@ -311,6 +335,13 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
         )
       : source;
 
+  // Requests that presented the valid API key (the hook below adds them).
+  const keyed = new WeakSet<FastifyRequest>();
+  const requester = (req: FastifyRequest): Requester =>
+    keyed.has(req)
+      ? { keyed: true }
+      : { keyed: false, address: req.ip, maxLive: limits.maxAllocationsPerAddress };
+
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     // Cheap refusals first: nothing below looks at a long URL.
     if (req.url.length > limits.maxUrlLength) {
@@ -331,6 +362,9 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
         limits.authFailures?.take(ip, t);
         return sendError(reply, 401, 'a valid "Authorization: Bearer <api key>" header is required');
       }
+      // The key holder is a backend allocating for many players: no per-address limits.
+      keyed.add(req);
+      return undefined;
     }
     if (limits.perMinute > 0) {
       // Keyed by route template: every unknown URL of one address shares one bucket.
@@ -348,11 +382,24 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
    * Allocation admission: draining, per-address live cap, per-address rate, global rate. The cap
    * is looked at first so that an address at its cap spends no rate tokens; the service checks
    * it again, atomically, as it creates the allocation (concurrent requests pass this together).
+   * A keyed caller passes draining and its own global rate only.
    */
   const admitAllocation = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (options.draining?.() === true) {
       reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
       throw new ApiError(503, 'Service Unavailable', 'this relay is draining: it takes no new allocations');
+    }
+    if (keyed.has(req)) {
+      const t = now();
+      if (limits.keyed !== undefined && !limits.keyed.take('all', t)) {
+        reply.header('retry-after', String(Math.max(1, limits.keyed.waitSeconds('all', t))));
+        throw new ApiError(
+          503,
+          'Service Unavailable',
+          'API key holders are allocating at their limit; retry shortly',
+        );
+      }
+      return;
     }
     const ip = req.ip;
     if ((await service.liveOf(ip)) >= limits.maxAllocationsPerAddress)
@@ -404,7 +451,7 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       const allocation = await service.allocate(
         req.body.maxConnections,
         req.body.region,
-        { address: req.ip, maxLive: limits.maxAllocationsPerAddress },
+        requester(req),
         () => admitAllocation(req, reply),
       );
       return { meta: meta(reply, 201), links: {}, data: { allocation } };
@@ -440,10 +487,8 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       },
     },
     async (req, reply) => {
-      const allocation = await service.join(
-        req.body.joinCode,
-        { address: req.ip, maxLive: limits.maxAllocationsPerAddress },
-        () => admitAllocation(req, reply),
+      const allocation = await service.join(req.body.joinCode, requester(req), () =>
+        admitAllocation(req, reply),
       );
       return { meta: meta(reply, 200), data: { allocation } };
     },

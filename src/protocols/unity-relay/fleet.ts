@@ -17,7 +17,7 @@
  * | `ur:code:<CODE>` | string | JSON `StoredJoinCode` | `joinCodeTtlMs` after it was made, earlier when its host's record goes |
  * | `ur:hostcode:<guid>` | string | the host's current join code | with the code |
  * | `ur:pending:<node>` | sorted set | allocation ids placed on a node and not adopted yet, scored by bind deadline | entries at their deadline, or when the node reports it adopted them |
- * | `ur:owner:<address>` | sorted set | allocation ids per API client address, scored by their record's expiry | entries with their record |
+ * | `ur:owner:<address>` | sorted set | allocation ids per API client address (callers without the API key), scored by their record's expiry | entries with their record |
  *
  * Every time in these keys is Redis's own clock (`TIME` in the scripts), never an allocator's or
  * a node's. A relay node writes to Redis only from its heartbeat (`RelayNodePresence`):
@@ -40,6 +40,7 @@ import {
   type AllocationService,
   ApiError,
   liveCapError,
+  ownerOf,
   type Requester,
   type ServerEndpointJson,
   STORE_RETRY_AFTER_SECONDS,
@@ -111,7 +112,7 @@ interface StoredAllocation {
   maxConnections: number;
   /** ms, the allocator's clock (informational). */
   createdAt: number;
-  /** The API client address it counts against (`ur:owner:<owner>`). */
+  /** The API client address it counts against (`ur:owner:<owner>`); '' for a caller with the API key. */
   owner: string;
   /** How long a node's refresh keeps it (`recordTtlMs` of the allocator that made it). */
   ttlMs: number;
@@ -149,7 +150,8 @@ export interface RedisAllocationServiceOptions {
 const JOIN_ALPHABET = 'ABCDEFGHJKMNPQRSTUVWXYZ23456789';
 
 // Admits and places one allocation, atomically, in Redis's clock:
-// 1. the per-address cap: drops the owner's expired entries, refuses (-2) if it holds `max`;
+// 1. the per-address cap: drops the owner's expired entries, refuses (-2) if it holds `max`
+//    (max -1: a caller with the API key, neither capped nor counted per address);
 // 2. placement: the candidate with the lowest (reported load + placements not yet bound) /
 //    capacity, refusing (-1) when none has room, unless `force` (a joiner goes to its host's node
 //    whatever its load); allocators that place at the same time see each other's placements, so a
@@ -157,15 +159,18 @@ const JOIN_ALPHABET = 'ABCDEFGHJKMNPQRSTUVWXYZ23456789';
 // 3. records the placement (pending set) and the owner's entry, which lives as long as the new
 //    record will unless its node refreshes it.
 // KEYS: the owner's set, then each candidate's pending set. ARGV: allocation id, bind window ms,
-// first index to look at (random, so ties spread), most live allocations for the owner, the
+// first index to look at (random, so ties spread), most live allocations for the owner (-1: no cap), the
 // owner entry's lifetime ms, '1' to force, then load and capacity of each candidate.
 // Returns the chosen candidate's index (from 0), -1 (no room) or -2 (the owner is at its cap).
 const PLACE_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner = KEYS[1]
-redis.call('ZREMRANGEBYSCORE', owner, '-inf', now)
-if redis.call('ZCARD', owner) >= tonumber(ARGV[4]) then return -2 end
+local maxLive = tonumber(ARGV[4])
+if maxLive >= 0 then
+  redis.call('ZREMRANGEBYSCORE', owner, '-inf', now)
+  if redis.call('ZCARD', owner) >= maxLive then return -2 end
+end
 local n = #KEYS - 1
 local window = tonumber(ARGV[2])
 local start = tonumber(ARGV[3])
@@ -191,9 +196,11 @@ if best < 0 then return -1 end
 local pendingKey = KEYS[best + 1]
 redis.call('ZADD', pendingKey, now + window, ARGV[1])
 if redis.call('PTTL', pendingKey) < window then redis.call('PEXPIRE', pendingKey, window) end
-local life = tonumber(ARGV[5])
-redis.call('ZADD', owner, now + life, ARGV[1])
-if redis.call('PTTL', owner) < life then redis.call('PEXPIRE', owner, life) end
+if maxLive >= 0 then
+  local life = tonumber(ARGV[5])
+  redis.call('ZADD', owner, now + life, ARGV[1])
+  if redis.call('PTTL', owner) < life then redis.call('PEXPIRE', owner, life) end
+end
 return best - 1`;
 
 // Live allocations of one owner, in Redis's clock. KEYS: the owner's set.
@@ -298,7 +305,7 @@ export class RedisAllocationService implements AllocationService {
     const id = newAllocationId();
     const node = await this.place(candidates, guidFromBytes(id), requester, false);
     if (node === undefined) throw noRoom(region);
-    return this.create(id, 'host', maxConnections, node, requester.address, undefined);
+    return this.create(id, 'host', maxConnections, node, ownerOf(requester), undefined);
   }
 
   async joinCode(guid: string): Promise<string> {
@@ -346,7 +353,7 @@ export class RedisAllocationService implements AllocationService {
     await this.place([node], guidFromBytes(id), requester, true);
     const hostId = bytesFromGuid(jc.host);
     return {
-      ...(await this.create(id, 'client', 1, node, requester.address, hostId)),
+      ...(await this.create(id, 'client', 1, node, ownerOf(requester), hostId)),
       hostConnectionData: jc.hostConnectionData,
     };
   }
@@ -373,7 +380,7 @@ export class RedisAllocationService implements AllocationService {
       guid,
       String(this.bindTimeoutMs),
       String(randomBytes(2).readUInt16BE(0)),
-      String(requester.maxLive),
+      String(requester.keyed ? -1 : requester.maxLive),
       String(this.firstLifeMs),
       force ? '1' : '0',
     ];
@@ -382,12 +389,12 @@ export class RedisAllocationService implements AllocationService {
       this.redis.client.eval(
         PLACE_SCRIPT,
         1 + candidates.length,
-        this.key('owner', requester.address),
+        this.key('owner', ownerOf(requester)),
         ...candidates.map((n) => this.key('pending', n.id)),
         ...args,
       ),
     )) as number;
-    if (index === -2) throw liveCapError(requester.maxLive);
+    if (index === -2) throw liveCapError(requester.keyed ? 0 : requester.maxLive);
     return index < 0 ? undefined : candidates[index];
   }
 

@@ -6,7 +6,6 @@
 import type { ProtocolModule } from '../../core/protocol.js';
 import { registerCommands } from './cli.js';
 import { unityRelayCodec } from './codec.js';
-import { unityRelayLoad } from './load.js';
 import { unityRelayServer } from './server.js';
 
 export * from './allocations.js';
@@ -28,5 +27,6 @@ export const unityRelay: ProtocolModule = {
   codecs: [unityRelayCodec],
   server: unityRelayServer,
   registerCommands,
-  load: unityRelayLoad,
+  conform: async () => (await import('./conform/index.js')).unityRelayConform,
+  load: async () => (await import('./load.js')).unityRelayLoad,
 };

@@ -24,7 +24,14 @@ import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { DtlsServerOptions } from '../../transports/dtls/index.js';
 import { allocatorAdmin, relayAdmin } from './admin.js';
 import { AllocationStore, checkNodeId, RelayCredentials, type StoreOptions } from './allocations.js';
-import { type ApiLimitOptions, ApiLimits, buildApi, type ServerEndpointJson, serverEndpoint } from './api.js';
+import {
+  type ApiLimitOptions,
+  ApiLimits,
+  buildApi,
+  DEFAULT_KEYED_ALLOCATIONS_PER_SECOND,
+  type ServerEndpointJson,
+  serverEndpoint,
+} from './api.js';
 import { type DtlsEndpoint, startDtlsEndpoint } from './dtls.js';
 import {
   type FleetAdmin,
@@ -660,6 +667,8 @@ function apiLimitsOf(options: Record<string, unknown>): Omit<ApiLimitOptions, 'r
   if (rate !== undefined) out.allocationsPerMinutePerAddress = rate;
   const global = optionalInt(options.allocationsPerSecond);
   if (global !== undefined) out.globalAllocationsPerSecond = global;
+  const keyed = optionalInt(options.keyedAllocationsPerSecond);
+  if (keyed !== undefined) out.keyedAllocationsPerSecond = keyed;
   return out;
 }
 
@@ -864,7 +873,8 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'apiRequestsPerMinute',
       flag: '--unity-api-requests-per-minute <n>',
-      description: 'unity-relay: API requests per client address and route per minute (0: off)',
+      description:
+        'unity-relay: API requests per client address and route per minute (0: off); not for callers with the API key',
       type: 'int',
       default: 120,
       min: 0,
@@ -872,7 +882,8 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'maxAllocationsPerAddress',
       flag: '--unity-max-allocations-per-address <n>',
-      description: 'unity-relay: live allocations one API client address may hold',
+      description:
+        'unity-relay: live allocations one API client address may hold; not for callers with the API key',
       type: 'int',
       default: 100,
       min: 1,
@@ -881,7 +892,7 @@ export const unityRelayServer: ServerDefinition = {
       key: 'allocationsPerMinutePerAddress',
       flag: '--unity-allocations-per-minute-per-address <n>',
       description:
-        'unity-relay: allocations (allocate + join) per API client address per minute, burst 20 (0: off)',
+        'unity-relay: allocations (allocate + join) per API client address per minute, burst 20 (0: off); not for callers with the API key',
       type: 'int',
       default: 120,
       min: 0,
@@ -890,9 +901,18 @@ export const unityRelayServer: ServerDefinition = {
       key: 'allocationsPerSecond',
       flag: '--unity-allocations-per-second <n>',
       description:
-        'unity-relay: allocations per second from everyone together, burst twice that (0: off); per allocator in a fleet',
+        'unity-relay: allocations per second from every caller without the API key together, burst twice that (0: off); per allocator in a fleet',
       type: 'int',
       default: 50,
+      min: 0,
+    },
+    {
+      key: 'keyedAllocationsPerSecond',
+      flag: '--unity-keyed-allocations-per-second <n>',
+      description:
+        'unity-relay: allocations per second from callers with the API key (backends) together, burst twice that (0: off); per allocator in a fleet',
+      type: 'int',
+      default: DEFAULT_KEYED_ALLOCATIONS_PER_SECOND,
       min: 0,
     },
     {

@@ -546,6 +546,84 @@ describe('unity-relay fleet: records, caps and join codes in Redis', () => {
     expect((await post(a2.apiUrl, '/v1/join', { joinCode: code })).status).toBe(429);
   });
 
+  it('a keyed backend makes 1,000 allocations in a burst through an allocator at its default limits; none is counted per address', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    await node('relay-2');
+    const key = 'fleet-backend-key-0123456789';
+    // Default limits: only the key makes the difference.
+    const a = await startUnityRelayAllocator({ redisUrl: redis.url, secret, apiPort: 0, apiKey: key });
+    running.push(a);
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${key}` };
+    let next = 0;
+    const statuses: number[] = [];
+    const hosts: string[] = [];
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < 1000) {
+          next++;
+          const res = await fetch(`${a.apiUrl}/v1/allocate`, {
+            method: 'POST',
+            headers,
+            body: JSON.stringify({ maxConnections: 4 }),
+          });
+          statuses.push(res.status);
+          const body = (await res.json()) as any;
+          if (res.status === 201) hosts.push(body.data.allocation.allocationId);
+        }
+      }),
+    );
+    expect(statuses.filter((s) => s === 201)).toHaveLength(1000);
+    // Joins through the key are not capped per address either (150 > the default cap of 100).
+    const codeReply = await fetch(`${a.apiUrl}/v1/joincode`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ allocationId: hosts[0] }),
+    });
+    const code = ((await codeReply.json()) as any).data.joinCode as string;
+    const joins = await Promise.all(
+      Array.from({ length: 150 }, () =>
+        fetch(`${a.apiUrl}/v1/join`, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ joinCode: code }),
+        }).then((r) => r.status),
+      ),
+    );
+    expect(joins.filter((s) => s === 200)).toHaveLength(150);
+    const c = await redisClient();
+    expect(await c.keys('gamewire:ur:owner:*')).toEqual([]);
+    expect(await c.zcard('gamewire:ur:pending:relay-1')).toBeGreaterThan(0);
+    expect(
+      (await c.zcard('gamewire:ur:pending:relay-1')) + (await c.zcard('gamewire:ur:pending:relay-2')),
+    ).toBe(1150);
+    // Without the key: 401, and wrong keys are throttled per address as before.
+    expect((await post(a.apiUrl, '/v1/allocate', { maxConnections: 2 })).status).toBe(401);
+  }, 120_000);
+
+  it('without an API key, the default live cap (100 per address) holds in a fleet', async (ctx) => {
+    if (redis === undefined) return ctx.skip();
+    await node('relay-1');
+    // The per-address rate off (its default burst is checked in api-keyed.test.ts with a frozen clock).
+    const a = await startUnityRelayAllocator({
+      redisUrl: redis.url,
+      secret,
+      apiPort: 0,
+      apiRateLimitPerMinute: 0,
+      apiLimits: { allocationsPerMinutePerAddress: 0 },
+    });
+    running.push(a);
+    const statuses = await Promise.all(
+      Array.from({ length: 130 }, () =>
+        post(a.apiUrl, '/v1/allocate', { maxConnections: 2 }).then((r) => r.status),
+      ),
+    );
+    expect(statuses.filter((s) => s === 201)).toHaveLength(100);
+    // The rest: the cap (429), or the global rate (503) for those that passed the cap's first look together.
+    expect(statuses.filter((s) => s !== 201 && s !== 429 && s !== 503)).toEqual([]);
+    expect(await a.service.liveOf('127.0.0.1')).toBe(100);
+  });
+
   it('concurrent join code requests through two allocators agree on one code', async (ctx) => {
     if (redis === undefined) return ctx.skip();
     await node('relay-1');
@@ -596,7 +674,7 @@ describe('unity-relay fleet: records, caps and join codes in Redis', () => {
       credentials: new RelayCredentials(secret),
       now: () => Date.now() - 600_000,
     });
-    const requester = { address: '192.0.2.1', maxLive: 10 };
+    const requester = { keyed: false as const, address: '192.0.2.1', maxLive: 10 };
     const host = await service.allocate(2, undefined, requester, async () => {});
     const code = await service.joinCode(host.allocationId);
     const joiner = await service.join(code, requester, async () => {});
