@@ -4,6 +4,7 @@
  * its ProtocolModule). The generic part schedules clients, churn and the end of the run, and
  * measures; a generator only knows how one client of its protocol lives.
  */
+import { GamewireError } from '../../wire/errors.js';
 import type { LoadStats } from './stats.js';
 
 /** A flag of `gamewire load <protocol>` that only this protocol has. */
@@ -107,9 +108,9 @@ export interface LoadDefinition {
 }
 
 /** Thrown by a session that the end of the run stopped before its work was done. */
-export class LoadUnfinished extends Error {
+export class LoadUnfinished extends GamewireError {
   constructor(what = 'the run ended first') {
-    super(what);
+    super('ERR_LOAD_UNFINISHED', what);
   }
   override get name(): string {
     return 'LoadUnfinished';

@@ -16,7 +16,7 @@
  */
 import { UsageError } from '../../core/errors.js';
 import { type LoadClient, type LoadDefinition, type LoadRun, untilStopped } from '../../core/load/index.js';
-import { RmcClient, type RmcClientOptions } from './client.js';
+import { RmcClient, RmcClientError, type RmcClientOptions } from './client.js';
 import { LoginProtocol } from './protocols/login.js';
 import { SecureConnectionProtocol } from './protocols/secure-connection.js';
 import { TicketGrantingProtocol } from './protocols/ticket-granting.js';
@@ -104,9 +104,7 @@ async function prepare(run: LoadRun) {
       });
       const ticket = openUserTicket(ticketAnswer.bufResponse, userKey(pid, o.password));
       if (ticket === undefined)
-        throw Object.assign(new Error(`the ticket for ${name} does not open with --password`), {
-          code: 'ERR_RMC_TICKET',
-        });
+        throw new RmcClientError('ERR_RMC_TICKET', `the ticket for ${name} does not open with --password`);
       const url = parseStationUrl(answer.pConnectionData.urlRegularProtocols);
       const host = url.params.get('address') ?? target.host;
       const port = Number(url.params.get('port') ?? target.port);

@@ -24,6 +24,7 @@ import {
   type ConnectionType,
   RelayApiClient,
   RelayApiError,
+  RelayClientError,
   type RelayServerData,
   relayServerData,
   UnityRelayClient,
@@ -147,7 +148,12 @@ async function prepare(run: LoadRun) {
       p.on('rebind', () => rebinds.add());
       p.on('relayError', (code: number) => {
         if (code === RelayErrorCode.ALLOCATION_NOT_FOUND || code === RelayErrorCode.TIMEOUT)
-          failWith(Object.assign(new Error(`the relay answered ERROR ${code}`), { code: 'ERR_RELAY_ERROR' }));
+          failWith(
+            new RelayClientError(
+              'ERR_RELAY_ERROR',
+              `the relay answered ERROR ${code}: the allocation is gone`,
+            ),
+          );
       });
       p.on('message', (data: Buffer, fromId: Buffer) => {
         stats.bytesIn.add(data.length + RELAY_HEADER_LENGTH);
