@@ -41,8 +41,8 @@ describe('js5 through an impaired path', () => {
       },
       { urgentRate: 10, maxErrors: 50 },
     );
-    // The reason first, should a session fail.
-    expect(s.errorMessages).toEqual({});
+    // Errors the clients survived (the resets) are counted; a failed session would name its reason.
+    expect(s.sessions.failed, JSON.stringify(s.errorMessages)).toBe(0);
     expect(s.sessions).toMatchObject({ started: 3, succeeded: 3, failed: 0, unfinished: 0 });
     expect(s.counters.downloads).toBe(3);
     expect(s.counters.groups).toBe(3 * groups);
