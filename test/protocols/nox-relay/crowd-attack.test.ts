@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
-import { attackerAddresses, flood, type Served, spawnServe } from '../../helpers/serve.js';
+import { attackerAddresses, flood, type Served, spawnServe } from '../../helpers/crowd.js';
 import { packet, sleep, until } from './helpers.js';
 import { ReferenceV1Client } from './reference-client.js';
 
