@@ -164,4 +164,5 @@ export const noxRelay: ProtocolModule = {
   codecs: [noxRelayCodec],
   server,
   registerCommands,
+  load: async () => (await import('./load.js')).noxRelayLoad,
 };
