@@ -16,6 +16,7 @@ import { codecFlags, codecNames, loadCodec, loadProtocols, registry } from '../p
 import { DecodeError, EncodeError, GamewireError } from '../wire/errors.js';
 import { parseHex } from '../wire/hex.js';
 import { printError } from './errors.js';
+import { guardProcess } from './stdio.js';
 
 export const VERSION = '0.1.0';
 
@@ -86,24 +87,33 @@ function printJson(value: unknown): void {
  * `--help` shows them without loading them; a module is imported only when its command runs
  * (or for `help`). Add a command by adding a line.
  */
-const LAZY_COMMANDS: readonly { name: string; summary: string; register(program: Command): Promise<void> }[] =
-  [
-    {
-      name: 'inspect',
-      summary: 'decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol',
-      register: async (program) => (await import('./inspect.js')).addInspectCommand(program),
-    },
-    {
-      name: 'dissector',
-      summary: 'write Wireshark Lua dissectors for every protocol, generated from the message declarations',
-      register: async (program) => (await import('./inspect.js')).addDissectorCommand(program),
-    },
-    {
-      name: 'replay',
-      summary: "play a recording's client side back to a server and report where its replies differ",
-      register: async (program) => (await import('./record.js')).addReplayCommand(program),
-    },
-  ];
+const LAZY_COMMANDS: readonly {
+  name: string;
+  summary: string;
+  register(program: Command, argv?: readonly string[]): Promise<void>;
+}[] = [
+  {
+    name: 'inspect',
+    summary: 'decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol',
+    register: async (program) => (await import('./inspect.js')).addInspectCommand(program),
+  },
+  {
+    name: 'dissector',
+    summary: 'write Wireshark Lua dissectors for every protocol, generated from the message declarations',
+    register: async (program) => (await import('./inspect.js')).addDissectorCommand(program),
+  },
+  {
+    name: 'replay',
+    summary: "play a recording's client side back to a server and report where its replies differ",
+    register: async (program) => (await import('./record.js')).addReplayCommand(program),
+  },
+  {
+    name: 'conform',
+    summary:
+      'check a server against what the real clients do (gamewire conform <protocol> --target HOST:PORT)',
+    register: async (program, argv) => (await import('./conform.js')).addConformCommand(program, argv),
+  },
+];
 
 /** The first word that is not an option: the command to run (`serve`, `js5`, `decode`, …). */
 function commandWord(argv: readonly string[]): string | undefined {
@@ -208,7 +218,7 @@ export async function buildProgram(argv?: readonly string[]): Promise<Command> {
   }
   const word = argv === undefined ? undefined : commandWord(argv);
   for (const c of LAZY_COMMANDS) {
-    if (argv === undefined || word === c.name || word === 'help') await c.register(program);
+    if (argv === undefined || word === c.name || word === 'help') await c.register(program, argv);
     else program.command(c.name).description(c.summary);
   }
   if (modules === undefined) {
@@ -284,17 +294,9 @@ export function reportError(err: unknown): number {
   return 1;
 }
 
-/** A reader of our output went away (`gamewire decode … | head`): stop quietly, like other tools. */
-function exitQuietlyOnEpipe(): void {
-  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
-    if (err.code === 'EPIPE') process.exit(141);
-    throw err;
-  });
-}
-
 /** Runs the CLI and returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  exitQuietlyOnEpipe();
+  guardProcess();
   try {
     const program = await buildProgram(argv);
     await program.parseAsync(argv as string[], { from: 'user' });

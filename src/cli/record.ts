@@ -2,6 +2,7 @@
  * `gamewire serve --record DIR` (rotating pcapng files of every server's traffic) and
  * `gamewire replay FILE --target HOST:PORT`.
  */
+
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import { setTrafficRecorder } from '../core/recording.js';
@@ -10,6 +11,7 @@ import { replay } from '../inspect/replay.js';
 import type { RmcVariant } from '../protocols/rmc/messages.js';
 import { CliError, parseIntOption, UsageError } from './errors.js';
 import { parsePortMapping } from './inspect.js';
+import { writeOut } from './stdio.js';
 
 /** The recording flags of `serve`. */
 export function addRecordOptions(cmd: Command): void {
@@ -38,7 +40,7 @@ export function startRecording(flags: Record<string, unknown>): { close(): void 
     throw new CliError('ERR_RECORD', `cannot record into ${String(flags.record)}: ${(err as Error).message}`);
   }
   setTrafficRecorder(recorder);
-  process.stdout.write(`gamewire: recording into ${recorder.dir}\n`);
+  writeOut(`gamewire: recording into ${recorder.dir}\n`);
   return {
     close() {
       setTrafficRecorder(undefined);

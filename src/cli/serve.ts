@@ -34,7 +34,9 @@ import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
 import type { RunningServer, ServeOption } from '../core/server.js';
+import { printError } from './errors.js';
 import { addRecordOptions, startRecording } from './record.js';
+import { keepRunningWithoutStdout, writeOut } from './stdio.js';
 
 /**
  * Every protocol option, once per flag (several protocols share `--port`, `--cache`, `--role`, …).
@@ -311,6 +313,9 @@ export function startFailure(
   );
 }
 
+const SHUTDOWN_TIMEOUT_OPTION = SERVE_OPTIONS.find((o) => o.key === 'shutdownTimeoutMs')!;
+const SHUTDOWN_TIMEOUT_DEFAULT_MS = SHUTDOWN_TIMEOUT_OPTION.default as number;
+
 async function runServers(
   protocols: readonly ProtocolModule[],
   selected: readonly ProtocolModule[],
@@ -323,11 +328,24 @@ async function runServers(
     wake = resolve;
   });
   let signalName: string | undefined;
+  // The listen lines are information: a reader that went away (`serve | head -5`) does not stop
+  // the servers; stdout lines are dropped from then on.
+  keepRunningWithoutStdout();
+  // The backstop after a signal (until the config is read, its default).
+  let shutdownTimeoutMs = SHUTDOWN_TIMEOUT_DEFAULT_MS;
   const onSignal = (signal: string) => {
     if (signalName !== undefined) process.exit(130); // a second signal: stop waiting for a clean close
     signalName = signal;
     state = 'stopping';
     wake();
+    // Whatever a close waits for (a peer that never closes, a stuck child), the process ends.
+    setTimeout(() => {
+      printError(
+        'ERR_SHUTDOWN_TIMEOUT',
+        `the servers did not stop within ${shutdownTimeoutMs} ms of ${signal}: exiting without waiting further (--shutdown-timeout-ms, config serve.shutdownTimeoutMs)`,
+      );
+      process.exit(1);
+    }, shutdownTimeoutMs).unref();
   };
   const onInt = () => onSignal('SIGINT');
   const onTerm = () => onSignal('SIGTERM');
@@ -394,6 +412,10 @@ async function runServers(
     kind: 'flag',
     flag: '--log-level',
   }) as string;
+  shutdownTimeoutMs = checkValue(SHUTDOWN_TIMEOUT_OPTION, serveValues.shutdownTimeoutMs, {
+    kind: 'flag',
+    flag: '--shutdown-timeout-ms',
+  }) as number;
   const log = createLogger(logLevel);
   for (const w of checked?.warnings ?? []) log.warn(w);
   const dataDir = path.resolve(serveValues.dataDir as string);
@@ -489,7 +511,7 @@ async function runServers(
       });
       plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {
-        process.stdout.write(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
+        writeOut(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
       }
     }
     // Everything listens: only now does a fleet node tell Redis it is there.
@@ -504,7 +526,7 @@ async function runServers(
     if (admin !== undefined && signalName === undefined) {
       const shown = adminHost.includes(':') ? `[${adminHost}]` : adminHost;
       const moved = adminMoved === undefined ? '' : `; port ${adminMoved} was in use`;
-      process.stdout.write(
+      writeOut(
         `gamewire: dashboard http://${shown}:${admin.port}/ (admin endpoint: /api /metrics /health /ready${moved})\n`,
       );
     }
@@ -531,7 +553,7 @@ async function runServers(
   process.off('SIGTERM', onTerm);
   process.off('disconnect', onDisconnect);
   log.info(`stopped; ${metrics.map(summaryLine).join('; ') || 'nothing ran'}`);
-  process.stdout.write('gamewire: stopped\n');
+  writeOut('gamewire: stopped\n');
   // Everything is closed; if a stray handle still holds the event loop, do not hang on it.
   setTimeout(process.exit, 1000, 0).unref();
 }

@@ -376,6 +376,17 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     secret: true,
     env: 'GAMEWIRE_ADMIN_TOKEN',
   },
+  {
+    key: 'shutdownTimeoutMs',
+    flag: '--shutdown-timeout-ms <ms>',
+    description:
+      'after SIGINT/SIGTERM, exit anyway (status 1) when the servers have not stopped within this many ms',
+    type: 'int',
+    unit: 'ms',
+    min: 100,
+    default: 5000,
+    env: 'GAMEWIRE_SHUTDOWN_TIMEOUT_MS',
+  },
 ];
 
 /** The options every protocol section has besides its own: where its server binds. */

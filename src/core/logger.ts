@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import type { Logger } from 'pino';
+import { LogDestination } from './log-destination.js';
 
 const require = createRequire(import.meta.url);
 
@@ -8,23 +9,25 @@ const require = createRequire(import.meta.url);
  * when stderr is a pipe or a file (for log collectors); readable, coloured lines on a terminal.
  * pino and pino-pretty are loaded here, when a logger is made, so that importing a server or
  * codec module does not load them.
+ *
+ * Lines go through `LogDestination` on `process.stderr`, never through pino's own destination:
+ * a stderr whose reader went away or stopped reading must neither block the server nor keep it
+ * from exiting (see log-destination.ts).
  */
 export function createLogger(level?: string): Logger {
   const { pino } = require('pino') as typeof import('pino');
   const options = { level: level ?? process.env.GAMEWIRE_LOG_LEVEL ?? 'info', base: undefined };
+  let format: ((line: string) => string) | undefined;
   if (process.stderr.isTTY) {
-    const pretty = require('pino-pretty') as typeof import('pino-pretty');
-    const stream = pretty({
-      destination: 2,
+    const { prettyFactory } = require('pino-pretty') as typeof import('pino-pretty');
+    format = prettyFactory({
       colorize: process.env.NO_COLOR === undefined,
       translateTime: 'HH:MM:ss.l',
       ignore: 'pid,hostname',
       singleLine: true,
-      sync: true,
     });
-    return pino(options, stream);
   }
-  return pino(options, pino.destination(2));
+  return pino(options, new LogDestination(process.stderr, format === undefined ? {} : { format }));
 }
 
 const noop = (): void => {};

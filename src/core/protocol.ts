@@ -5,6 +5,7 @@
  */
 import type { Command } from 'commander';
 import type { Json } from '../wire/codec.js';
+import type { AnyConformSuite } from './conform.js';
 import type { ServerDefinition } from './server.js';
 
 /** Who sent the bytes: `client` (upstream: client, NPC, requester) or `server` (downstream). */
@@ -56,4 +57,9 @@ export interface ProtocolModule {
   server?: ServerDefinition;
   /** Adds protocol-specific subcommands (`gamewire js5 cache …`, `gamewire rmc call …`). */
   registerCommands?(program: Command): void;
+  /**
+   * Loads the protocol's conformance checks (`gamewire conform <name>`): rules read from the real
+   * clients, run against any server. A loader, so the module does not import them until asked.
+   */
+  conform?(): Promise<AnyConformSuite>;
 }

@@ -19,6 +19,8 @@ export interface ProtocolEntry {
   hasServer: boolean;
   /** True when it adds subcommands (`gamewire js5 cache …`). */
   hasCommands: boolean;
+  /** True when `gamewire conform <name>` has checks for it (its module's `conform` loader). */
+  hasConform: boolean;
   /** Loads the codecs alone: wire declarations, no server, client or CLI code. */
   loadCodecs(): Promise<readonly ProtocolCodec[]>;
   /** Loads the whole module (server, commands). */
@@ -33,6 +35,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecFlags: PRUDP_CODEC_FLAGS,
     hasServer: true,
     hasCommands: true,
+    hasConform: false,
     loadCodecs: async () => [
       (await import('./rmc/codec.js')).rmcCodec,
       (await import('./rmc/prudp/codec.js')).prudpCodec,
@@ -45,6 +48,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['js5', 'js5-container', 'js5-index', 'js5-master-index'],
     hasServer: true,
     hasCommands: true,
+    hasConform: true,
     loadCodecs: async () => {
       const m = await import('./js5/codec.js');
       return [m.js5Codec, m.js5ContainerCodec, m.js5IndexCodec, m.js5MasterIndexCodec];
@@ -57,6 +61,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['vcmp-rpc'],
     hasServer: false,
     hasCommands: true,
+    hasConform: false,
     loadCodecs: async () => [(await import('./vcmp-rpc/codec.js')).vcmpRpcCodec],
     load: async () => (await import('./vcmp-rpc/index.js')).vcmpRpc,
   },
@@ -66,6 +71,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['unity-relay'],
     hasServer: true,
     hasCommands: true,
+    hasConform: true,
     loadCodecs: async () => [(await import('./unity-relay/codec.js')).unityRelayCodec],
     load: async () => (await import('./unity-relay/index.js')).unityRelay,
   },
@@ -75,6 +81,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecs: ['nox-relay'],
     hasServer: true,
     hasCommands: true,
+    hasConform: false,
     loadCodecs: async () => [(await import('./nox-relay/codec.js')).noxRelayCodec],
     load: async () => (await import('./nox-relay/index.js')).noxRelay,
   },

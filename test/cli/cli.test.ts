@@ -131,5 +131,6 @@ describe('--help', () => {
       expect(r.code, p.join(' ')).toBe(0);
       expect(r.stdout, p.join(' ')).toMatch(new RegExp(`Usage: gamewire ${p.join(' ')}`));
     }
-  });
+    // One spawn per command: on a loaded 2-core machine that is more than the default 30 s.
+  }, 180_000);
 });

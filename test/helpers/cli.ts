@@ -1,5 +1,5 @@
 /** Spawns the real `gamewire` command (the compiled bin) the way a script would. */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -37,6 +37,26 @@ export function runCli(args: readonly string[], input?: string | Buffer, timeout
     env: cliEnv(),
   });
   return { code: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
+}
+
+/**
+ * Runs `gamewire …` without blocking the event loop, for commands that talk to a server running
+ * in the test's own process (`gamewire conform`).
+ */
+export function runCliAsync(args: readonly string[], timeoutMs = 60_000): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: cliEnv() });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.stderr.on('data', (d: Buffer) => err.push(d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
+    });
+  });
 }
 
 /** Parses the contract's one-line error JSON from stderr. */

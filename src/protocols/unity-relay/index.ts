@@ -27,4 +27,5 @@ export const unityRelay: ProtocolModule = {
   codecs: [unityRelayCodec],
   server: unityRelayServer,
   registerCommands,
+  conform: async () => (await import('./conform/index.js')).unityRelayConform,
 };

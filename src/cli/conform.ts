@@ -1,0 +1,294 @@
+/**
+ * `gamewire conform <protocol> --target HOST:PORT`: runs a protocol's conformance checks against
+ * a server and prints one line per check (pass, fail with its evidence and what a real client
+ * does about it, skip with why), or one JSON object with `--json`. Exit 0 only when every check
+ * that ran passed; a failed run ends with the `ERR_CONFORM_FAILED` error line and exit 1.
+ *
+ * Protocol-free: the checks come from each registry entry's module (`ProtocolModule.conform`),
+ * and only the named protocol's module is loaded.
+ */
+import type { Command } from 'commander';
+import {
+  type AnyConformSuite,
+  type CheckResult,
+  type ConformOptionValues,
+  type ConformTarget,
+  checksMarkdown,
+  type Evidence,
+  formatSource,
+  runChecks,
+  selectChecks,
+} from '../core/conform.js';
+import { CommandError, parseIntOption, UsageError } from '../core/errors.js';
+import { type ProtocolEntry, registry } from '../protocols/registry.js';
+
+/** Bytes of evidence shown per field in the text report (the JSON report carries up to 64 KiB). */
+const TEXT_EVIDENCE_BYTES = 96;
+const JSON_EVIDENCE_BYTES = 64 * 1024;
+
+/**
+ * The generated part of docs/conform.md: for each protocol with checks, its check list as
+ * Markdown with the default options (`npm run docs:conform` writes it; a test compares).
+ */
+export async function conformSections(): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  for (const entry of registry) {
+    if (!entry.hasConform) continue;
+    const suite = await loadSuite(entry);
+    const ctx = await suite.prepare(undefined, defaultValues(suite));
+    out.push([entry.name, checksMarkdown(suite, ctx)]);
+    await suite.close?.(ctx);
+  }
+  return out;
+}
+
+function defaultValues(suite: AnyConformSuite): ConformOptionValues {
+  return Object.fromEntries(suite.options.map((o) => [o.key, o.defaultValue]));
+}
+
+/** Parses `HOST:PORT`, `[v6]:PORT`. */
+export function parseTarget(value: string): ConformTarget {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(value) ?? /^([^:\s]+):(\d+)$/.exec(value);
+  if (m === null) throw new UsageError(`--target takes HOST:PORT (or [IPv6]:PORT), not "${value}"`);
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) throw new UsageError(`--target port must be 1-65535, not ${m[2]}`);
+  return { host: m[1]!, port };
+}
+
+async function loadSuite(entry: ProtocolEntry): Promise<AnyConformSuite> {
+  const module = await entry.load();
+  if (module.conform === undefined) throw new UsageError(`${entry.name} has no conformance checks`);
+  return module.conform();
+}
+
+interface CommonFlags {
+  target?: string;
+  json?: boolean;
+  list?: boolean;
+  markdown?: boolean;
+  check?: string;
+  timeoutMs?: string;
+}
+
+/**
+ * Adds `conform` and one subcommand per protocol with checks. Only the protocol named on the
+ * command line (all of them without `argv`, for help and tests) is loaded to declare its options.
+ */
+export async function addConformCommand(program: Command, argv?: readonly string[]): Promise<void> {
+  const cmd = program
+    .command('conform')
+    .description(
+      'check a server against what the real clients do (one line per check; --list shows them and their sources)',
+    );
+  const named = argv === undefined ? undefined : argv[argv.indexOf('conform') + 1];
+  for (const entry of registry) {
+    if (!entry.hasConform) continue;
+    const sub = cmd
+      .command(entry.name)
+      .description(`run the ${entry.name} conformance checks against a server`);
+    if (named !== undefined && named !== entry.name) continue;
+    const suite = await loadSuite(entry);
+    sub
+      .option('--target <host:port>', 'the server to check')
+      .option('--json', 'print one JSON object (for CI) instead of the report')
+      .option('--list', 'list the checks, their rules and sources, without running them')
+      .option('--markdown', 'with --list: print the list as Markdown (the reference in docs/conform.md)')
+      .option(
+        '--check <ids>',
+        'run only these checks (comma-separated ids or id prefixes) and what they need',
+      )
+      .option('--timeout-ms <ms>', "deadline of each check, instead of the check's own");
+    for (const o of suite.options) {
+      const description =
+        o.choices === undefined ? o.description : `${o.description} (${o.choices.join('|')})`;
+      if (o.defaultValue !== undefined) sub.option(o.flag, description, o.defaultValue);
+      else sub.option(o.flag, description);
+    }
+    sub.action(async (opts: CommonFlags & Record<string, unknown>) => {
+      process.exitCode = await conform(suite, opts);
+    });
+  }
+}
+
+function optionValues(suite: AnyConformSuite, opts: Record<string, unknown>): ConformOptionValues {
+  const values: Record<string, string | boolean | undefined> = {};
+  for (const o of suite.options) {
+    const v = opts[o.key];
+    if (v !== undefined && typeof v !== 'string' && typeof v !== 'boolean')
+      throw new UsageError(`${o.flag.split(' ')[0]} takes one value`);
+    if (typeof v === 'string' && o.choices !== undefined && !o.choices.includes(v))
+      throw new UsageError(`${o.flag.split(' ')[0]} takes ${o.choices.join(', ')}, not "${v}"`);
+    values[o.key] = v;
+  }
+  return values;
+}
+
+async function conform(suite: AnyConformSuite, opts: CommonFlags & Record<string, unknown>): Promise<number> {
+  const values = optionValues(suite, opts);
+  const only = opts.check
+    ?.split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  const timeoutMs = opts.timeoutMs === undefined ? undefined : parseIntOption(opts.timeoutMs);
+  if (timeoutMs !== undefined && timeoutMs < 100) throw new UsageError('--timeout-ms must be at least 100');
+  if (opts.list === true) {
+    const ctx = await suite.prepare(undefined, values);
+    try {
+      if (opts.markdown === true) process.stdout.write(checksMarkdown(suite, ctx));
+      else listChecks(suite, ctx, only, opts.json === true);
+    } finally {
+      await suite.close?.(ctx);
+    }
+    return 0;
+  }
+  if (opts.target === undefined)
+    throw new UsageError(`gamewire conform ${suite.protocol} needs --target HOST:PORT (or --list)`);
+  const target = parseTarget(opts.target);
+  selectChecks(suite.checks, only); // an unknown id is a usage error before anything connects
+  const ctx = await suite.prepare(target, values);
+  const started = performance.now();
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const json = opts.json === true;
+  const targetText = `${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`;
+  const setup = suite.describe(ctx);
+  let results: CheckResult[];
+  try {
+    if (!json) process.stdout.write(`gamewire conform ${suite.protocol} --target ${targetText} (${setup})\n`);
+    results = await runChecks(suite, ctx, {
+      ...(only !== undefined ? { only } : {}),
+      ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+      signal: stop.signal,
+      onResult: json ? undefined : (r) => process.stdout.write(formatResult(r)),
+    });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await suite.close?.(ctx);
+  }
+  const ms = Math.round(performance.now() - started);
+  const count = (s: CheckResult['status']) => results.filter((r) => r.status === s).length;
+  const passed = count('pass');
+  const failed = count('fail');
+  const skipped = count('skip');
+  if (json) {
+    const report = {
+      protocol: suite.protocol,
+      target: targetText,
+      setup,
+      ok: failed === 0,
+      passed,
+      failed,
+      skipped,
+      ms,
+      checks: results.map(resultJson),
+    };
+    process.stdout.write(`${JSON.stringify(report)}\n`);
+  } else {
+    process.stdout.write(
+      `${passed} passed, ${failed} failed, ${skipped} skipped (${(ms / 1000).toFixed(1)} s)\n`,
+    );
+  }
+  if (stop.signal.aborted) throw new CommandError('ERR_CONFORM_STOPPED', 'stopped before every check ran');
+  if (failed > 0) {
+    const ids = results.filter((r) => r.status === 'fail').map((r) => r.id);
+    throw new CommandError(
+      'ERR_CONFORM_FAILED',
+      `${failed} of ${passed + failed} checks failed: ${ids.join(', ')}`,
+    );
+  }
+  return 0;
+}
+
+function listChecks(
+  suite: AnyConformSuite,
+  ctx: unknown,
+  only: readonly string[] | undefined,
+  json: boolean,
+): void {
+  const picked = selectChecks(suite.checks, only);
+  const checks = suite.checks.filter((c) => picked.has(c.id));
+  if (json) {
+    const list = checks.map((c) => ({
+      id: c.id,
+      title: c.title,
+      rule: c.rule,
+      clientReaction: c.clientReaction,
+      sources: c.sources,
+      requires: c.requires ?? [],
+      notApplicable: c.applies?.(ctx) ?? null,
+    }));
+    process.stdout.write(
+      `${JSON.stringify({ protocol: suite.protocol, setup: suite.describe(ctx), checks: list })}\n`,
+    );
+    return;
+  }
+  process.stdout.write(`${suite.protocol} conformance checks (${suite.describe(ctx)})\n`);
+  for (const c of checks) {
+    const na = c.applies?.(ctx);
+    process.stdout.write(`\n${c.id}: ${c.title}${na === undefined ? '' : `  [skipped here: ${na}]`}\n`);
+    process.stdout.write(`  rule:     ${c.rule}\n`);
+    process.stdout.write(`  if not:   ${c.clientReaction}\n`);
+    for (const s of c.sources) process.stdout.write(`  source:   ${formatSource(s)}\n`);
+    if (c.requires !== undefined && c.requires.length > 0)
+      process.stdout.write(`  needs:    ${c.requires.join(', ')}\n`);
+  }
+}
+
+const LABEL = { pass: 'PASS', fail: 'FAIL', skip: 'SKIP' } as const;
+
+/** One report line (plus the evidence lines of a failure). */
+export function formatResult(r: CheckResult): string {
+  const head = `${LABEL[r.status]}  ${r.id.padEnd(28)} ${r.title}`;
+  const time = r.status === 'skip' ? '' : ` (${r.ms} ms)`;
+  let out = `${head}${time}\n`;
+  if (r.status === 'pass') {
+    if (r.message !== undefined) out += `      ${r.message}\n`;
+    return out;
+  }
+  if (r.status === 'skip') return `${out}      ${r.message ?? ''}\n`;
+  out += `      ${r.message ?? 'failed'}\n`;
+  const e = r.evidence ?? {};
+  if (e.sent !== undefined) out += `      sent:      ${hexPreview(e.sent)}\n`;
+  if (e.expected !== undefined)
+    out += `      expected:  ${typeof e.expected === 'string' ? e.expected : hexPreview(e.expected)}\n`;
+  if (e.received !== undefined)
+    out += `      received:  ${e.received.length === 0 ? '(nothing)' : hexPreview(e.received)}\n`;
+  if (e.note !== undefined) out += `      note:      ${e.note}\n`;
+  if (r.clientReaction !== undefined) out += `      a real client: ${r.clientReaction}\n`;
+  return out;
+}
+
+function hexPreview(bytes: Uint8Array): string {
+  const shown = Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.length, TEXT_EVIDENCE_BYTES));
+  const hex = shown.toString('hex');
+  return bytes.length > TEXT_EVIDENCE_BYTES ? `${hex}… (${bytes.length} bytes)` : hex;
+}
+
+function hexOf(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.length, JSON_EVIDENCE_BYTES)).toString(
+    'hex',
+  );
+}
+
+function evidenceJson(e: Evidence): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (e.sent !== undefined) out.sent = hexOf(e.sent);
+  if (e.expected !== undefined)
+    out.expected = typeof e.expected === 'string' ? e.expected : hexOf(e.expected);
+  if (e.received !== undefined) out.received = hexOf(e.received);
+  if (e.note !== undefined) out.note = e.note;
+  return out;
+}
+
+function resultJson(r: CheckResult): Record<string, unknown> {
+  const out: Record<string, unknown> = { id: r.id, title: r.title, status: r.status, ms: r.ms };
+  if (r.message !== undefined) out.message = r.message;
+  if (r.notApplicable === true) out.notApplicable = true;
+  if (r.evidence !== undefined) out.evidence = evidenceJson(r.evidence);
+  if (r.clientReaction !== undefined) out.clientReaction = r.clientReaction;
+  out.sources = r.sources.map(formatSource);
+  return out;
+}
