@@ -292,9 +292,13 @@ describe('two gamewire serve processes on one machine, default flags but --port'
     try {
       const a = await freeRelayBase();
       const b = await freeRelayBase([a]);
+      // One on each data plane (auto: native where it is built; its DTLS port is the native socket's).
       const relays = await Promise.all(
-        [a, b].map((p) =>
-          serve(['unity-relay', '--host', '127.0.0.1', '--port', String(p), '--dataplane', 'js']),
+        [
+          [a, 'auto'],
+          [b, 'js'],
+        ].map(([p, plane]) =>
+          serve(['unity-relay', '--host', '127.0.0.1', '--port', String(p), '--dataplane', String(plane)]),
         ),
       );
       for (const [i, base] of [a, b].entries()) {
@@ -326,51 +330,52 @@ describe('two gamewire serve processes on one machine, default flags but --port'
     }
   }, 180_000);
 
-  it('a taken derived transport port moves to a free one (warned); a taken derived API port stops serve naming --api-port', async () => {
-    const base = await freeRelayBase();
-    const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
-    const dtls = await hold(base + 1, ['udp']);
-    const ws = await hold(base + 2, ['tcp']);
-    try {
-      const r = await serve(
-        ['unity-relay', '--host', '127.0.0.1', '--port', String(base), '--dataplane', 'js'],
-        env,
-      );
-      const dtlsLine = r.lines.find((l) => l.includes('over DTLS'))!;
-      const wsLine = r.lines.find((l) => l.includes('WebSocket (ws)'))!;
-      expect(dtlsLine).not.toContain(`:${base + 1} `);
-      expect(wsLine).not.toContain(`:${base + 2} `);
-      expect(r.stdout).toContain(`127.0.0.1:${base + 3} Unity Relay over secure WebSocket`);
-      expect(r.stderr).toMatch(
-        /dtls: port \d+ \(derived from --port\) is in use; listening on a free port instead \(set --dtls-port/,
-      );
-      expect(r.stderr).toMatch(/ws: port \d+ \(derived from --port\) is in use.*--ws-port/);
-      // The allocation names the ports it really uses.
-      const allocation = await new RelayApiClient(`http://127.0.0.1:${base + 80}`).allocate(2);
-      const movedDtls = Number(/:(\d+) /.exec(dtlsLine)![1]);
-      expect(allocation.serverEndpoints.find((e) => e.connectionType === 'dtls')?.port).toBe(movedDtls);
-    } finally {
-      dtls.close();
-      ws.close();
-    }
-    const other = await freeRelayBase();
-    const api = await hold(other + 80, ['tcp']);
-    try {
-      const r = await serveFails(
-        ['unity-relay', '--host', '127.0.0.1', '--port', String(other), '--dataplane', 'js'],
-        env,
-      );
-      expect(r.code).toBe(1);
-      const e = errorLine(r.stderr);
-      expect(e.code).toBe('ERR_LISTEN');
-      expect(e.message).toContain(`port ${other + 80} is already in use`);
-      expect(e.message).toContain('--api-port (config unity-relay.apiPort)');
-    } finally {
-      api.close();
-    }
-  }, 120_000);
+  for (const plane of ['js', 'auto'])
+    it(`a taken derived transport port moves to a free one (warned); a taken derived API port stops serve naming --api-port (--dataplane ${plane})`, async () => {
+      const base = await freeRelayBase();
+      const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
+      const dtls = await hold(base + 1, ['udp']);
+      const ws = await hold(base + 2, ['tcp']);
+      try {
+        const r = await serve(
+          ['unity-relay', '--host', '127.0.0.1', '--port', String(base), '--dataplane', plane],
+          env,
+        );
+        const dtlsLine = r.lines.find((l) => l.includes('over DTLS'))!;
+        const wsLine = r.lines.find((l) => l.includes('WebSocket (ws)'))!;
+        expect(dtlsLine).not.toContain(`:${base + 1} `);
+        expect(wsLine).not.toContain(`:${base + 2} `);
+        expect(r.stdout).toContain(`127.0.0.1:${base + 3} Unity Relay over secure WebSocket`);
+        expect(r.stderr).toMatch(
+          /dtls: port \d+ \(derived from --port\) is in use; listening on a free port instead \(set --dtls-port/,
+        );
+        expect(r.stderr).toMatch(/ws: port \d+ \(derived from --port\) is in use.*--ws-port/);
+        // The allocation names the ports it really uses.
+        const allocation = await new RelayApiClient(`http://127.0.0.1:${base + 80}`).allocate(2);
+        const movedDtls = Number(/:(\d+) /.exec(dtlsLine)![1]);
+        expect(allocation.serverEndpoints.find((e) => e.connectionType === 'dtls')?.port).toBe(movedDtls);
+      } finally {
+        dtls.close();
+        ws.close();
+      }
+      const other = await freeRelayBase();
+      const api = await hold(other + 80, ['tcp']);
+      try {
+        const r = await serveFails(
+          ['unity-relay', '--host', '127.0.0.1', '--port', String(other), '--dataplane', plane],
+          env,
+        );
+        expect(r.code).toBe(1);
+        const e = errorLine(r.stderr);
+        expect(e.code).toBe('ERR_LISTEN');
+        expect(e.message).toContain(`port ${other + 80} is already in use`);
+        expect(e.message).toContain('--api-port (config unity-relay.apiPort)');
+      } finally {
+        api.close();
+      }
+    }, 120_000);
 
-  it('an explicitly given busy transport port stops serve with one line naming its flag', async () => {
+  it('an explicitly given busy transport port stops serve with one line naming its flag, on both data planes', async () => {
     const base = await freeRelayBase();
     const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
     const ws = await hold(base + 2, ['tcp']);
@@ -397,7 +402,33 @@ describe('two gamewire serve processes on one machine, default flags but --port'
     } finally {
       ws.close();
     }
-  }, 60_000);
+    // DTLS on both data planes (on the native one, the native socket binds it).
+    const dtls = await hold(base + 1, ['udp']);
+    try {
+      for (const plane of ['js', 'auto']) {
+        const r = await serveFails(
+          [
+            'unity-relay',
+            '--host',
+            '127.0.0.1',
+            '--port',
+            String(base),
+            '--dtls-port',
+            String(base + 1),
+            '--dataplane',
+            plane,
+          ],
+          env,
+        );
+        expect(r.code, plane).toBe(1);
+        const e = errorLine(r.stderr);
+        expect(e.message, plane).toContain(`port ${base + 1} is already in use`);
+        expect(e.message, plane).toContain('--dtls-port (config unity-relay.dtlsPort)');
+      }
+    } finally {
+      dtls.close();
+    }
+  }, 90_000);
 });
 
 describe('the admin port: set (flag, environment, config) and taken is an error; nobody set it, it moves', () => {

@@ -330,13 +330,28 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     // The DTLS port goes native too, unless a recording must see it (it sees only JavaScript's sockets).
     const dtlsNative =
       options.dtlsPort !== undefined && trafficRecorder() === undefined && plane.dtls === 'native';
-    const native = NativeRelaySocket.open({
-      host,
-      port: options.port ?? DEFAULT_RELAY_PORT,
-      ...(dtlsNative ? { dtlsPort: options.dtlsPort } : {}),
-      ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
-      ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
-    });
+    const open = (dtlsPort: number | undefined) =>
+      NativeRelaySocket.open({
+        host,
+        port: options.port ?? DEFAULT_RELAY_PORT,
+        ...(dtlsNative ? { dtlsPort } : {}),
+        ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
+        ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
+      });
+    let native: NativeRelaySocket;
+    try {
+      native = open(options.dtlsPort);
+    } catch (err) {
+      // A DTLS port derived from --port that is taken moves, as on the JavaScript plane.
+      const e = err as NodeJS.ErrnoException & { port?: number };
+      const dtlsTaken = dtlsNative && e.code === 'EADDRINUSE' && e.port === options.dtlsPort;
+      if (!dtlsTaken || !options.movablePorts?.includes('dtls') || options.dtlsPort === 0) throw err;
+      native = open(0);
+      log.warn(
+        { transport: 'dtls', port: options.dtlsPort },
+        `unity-relay dtls: port ${options.dtlsPort} (derived from --port) is in use; listening on a free port instead (set --dtls-port to choose)`,
+      );
+    }
     nativeMirror = new NativeDataplaneMirror(native);
     if (dtlsNative) {
       nativeDtls = new NativeDtlsRecords(native);
