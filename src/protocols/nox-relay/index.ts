@@ -164,4 +164,5 @@ export const noxRelay: ProtocolModule = {
   codecs: [noxRelayCodec],
   server,
   registerCommands,
+  conform: async () => (await import('./conform/index.js')).noxRelayConform,
 };
