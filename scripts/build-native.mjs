@@ -8,9 +8,11 @@
  *   node scripts/build-native.mjs            build native/build/Release/relay_dataplane.node
  *   node scripts/build-native.mjs --sanitize build native/build-sanitize/relay_dataplane.node
  *                                            with AddressSanitizer and UBSan (for the tests)
+ *   node scripts/build-native.mjs --thread   build native/build-tsan/relay_dataplane.node with
+ *                                            ThreadSanitizer (for the tests)
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +20,7 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const native = join(root, 'native');
 const sanitize = process.argv.includes('--sanitize');
+const thread = process.argv.includes('--thread');
 
 function say(text) {
   process.stderr.write(`native data plane: ${text}\n`);
@@ -56,6 +59,12 @@ function nodeGyp() {
   return candidates.find((c) => c !== undefined && existsSync(c));
 }
 
+/** The C sources binding.gyp lists (the sanitizer and thread-sanitizer builds compile the same). */
+export function nativeSources() {
+  const gyp = JSON.parse(readFileSync(join(native, 'binding.gyp'), 'utf8'));
+  return gyp.targets[0].sources.map((s) => join(native, s));
+}
+
 function hasCompiler() {
   return spawnSync('cc', ['--version'], { stdio: 'ignore' }).status === 0;
 }
@@ -76,10 +85,13 @@ function main() {
     );
     return 0;
   }
-  if (sanitize) {
-    // A direct compile: the sanitizer build is for the tests only.
-    const out = join(native, 'build-sanitize');
+  if (sanitize || thread) {
+    // A direct compile: the sanitizer builds are for the tests only.
+    const out = join(native, thread ? 'build-tsan' : 'build-sanitize');
     mkdirSync(out, { recursive: true });
+    const flags = thread
+      ? ['-fsanitize=thread']
+      : ['-fsanitize=address,undefined', '-fno-sanitize-recover=undefined'];
     const r = spawnSync(
       'cc',
       [
@@ -87,8 +99,7 @@ function main() {
         '-g',
         '-O1',
         '-fno-omit-frame-pointer',
-        '-fsanitize=address,undefined',
-        '-fno-sanitize-recover=undefined',
+        ...flags,
         '-shared',
         '-fPIC',
         '-Wall',
@@ -96,18 +107,21 @@ function main() {
         '-Wno-unused-parameter',
         '-DNODE_GYP_MODULE_NAME=relay_dataplane',
         `-I${join(nodedir, 'include', 'node')}`,
-        join(native, 'relay_dataplane.c'),
+        ...nativeSources(),
         '-o',
         join(out, 'relay_dataplane.node'),
+        '-ldl',
         '-lpthread',
       ],
       { stdio: 'inherit' },
     );
     if (r.status !== 0) {
-      say('sanitizer build failed');
+      say(`${thread ? 'thread-sanitizer' : 'sanitizer'} build failed`);
       return 1;
     }
-    say(`built with AddressSanitizer and UBSan: ${join(out, 'relay_dataplane.node')}`);
+    say(
+      `built with ${thread ? 'ThreadSanitizer' : 'AddressSanitizer and UBSan'}: ${join(out, 'relay_dataplane.node')}`,
+    );
     return 0;
   }
   const gyp = nodeGyp();

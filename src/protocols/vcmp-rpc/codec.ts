@@ -9,9 +9,11 @@ import {
   decode,
   EncodeError,
   ErrorCode,
+  GamewireError,
   WireReader,
   WireWriter,
 } from '../../wire/index.js';
+import { type LiveHooks, runTopLive } from './lenient.js';
 import {
   Identifier,
   IdentifierCodec,
@@ -22,7 +24,6 @@ import {
   ServerDataCodecs,
   type TopItem,
 } from './messages.js';
-import { readTopItem } from './read.js';
 import { writeTopItem } from './write.js';
 
 export interface DecodeServerDataOptions {
@@ -62,16 +63,16 @@ function limitsOf(maxDepth: number, maxPacketBytes: number): DecodeLimits {
 const DEFAULT_LIMITS = limitsOf(MAX_DEPTH, MAX_PACKET_BYTES);
 
 /**
- * Reads a packet the way the real plugin reads it while it executes: leniently, and without
- * failing on a malformed part after the top-level header. Instead, the tree holds an `abort`
- * marker where the real reader stops (and `unpushed` markers for arguments it counts without
- * pushing). Only the executor's streaming mode uses this; the markers are not part of the JSON
- * model. Throws DecodeError only for a malformed identifier or top-level header.
+ * Runs a packet while reading it, the way the real plugin does (the executor's streaming mode):
+ * each call runs as soon as it is read, through `hooks`, and a failure is thrown after the calls
+ * before it have run. The identifier is read but not checked (the caller does). Throws what a hook
+ * throws, or DecodeError for malformed bytes; returns what the top-level call returned.
  */
-export function readServerDataStreaming(
+export function runServerDataLive(
   bytes: Uint8Array,
+  hooks: LiveHooks,
   options: Omit<DecodeServerDataOptions, 'lenient'> = {},
-): ServerData {
+): unknown {
   const max = options.maxPacketBytes ?? MAX_PACKET_BYTES;
   if (bytes.length > max) {
     throw new DecodeError(
@@ -82,14 +83,13 @@ export function readServerDataStreaming(
   }
   const r = new WireReader(bytes, limitsOf(options.maxDepth ?? MAX_DEPTH, max));
   try {
-    const identifier = r.u32le();
-    const item = readTopItem(r, {
-      lenient: true,
-      direction: options.from ?? 'any',
-      streaming: { aborted: false },
-    });
-    return { type: 'ServerData', identifier, item };
+    r.u32le();
+    const at = r.offset;
+    const tag = r.u8();
+    return runTopLive(r, { lenient: true, direction: options.from ?? 'any' }, tag, at, hooks);
   } catch (e) {
+    // A hook's own failure (an RpcExecutionError) passes through; anything else is a decode fault.
+    if (e instanceof GamewireError && !(e instanceof DecodeError)) throw e;
     throw asDecodeError(e, r.offset);
   }
 }

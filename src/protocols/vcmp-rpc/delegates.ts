@@ -71,22 +71,32 @@ function asString(self: unknown): string {
   return String(self);
 }
 
-/** Squirrel's slice: negative indices count from the end; out of range is an error. */
+/** Squirrel's slice: negative indices count from the end; reversed or out of range is an error. */
 function sliceBounds(length: number, start: unknown, end: unknown): [number, number] {
   let s = start === undefined ? 0 : toInteger(start);
   let e = end === undefined ? length : toInteger(end);
   if (s < 0) s += length;
   if (e < 0) e += length;
-  if (s < 0 || e > length || s > e) throw new SquirrelError('slice out of range');
+  if (e < s) throw new SquirrelError('wrong indexes');
+  if (s < 0 || e > length) throw new SquirrelError('slice out of range');
   return [s, e];
+}
+
+/** tolower/toupper: the case changes between start and end only, like Squirrel's. */
+function caseRange(self: unknown, start: unknown, end: unknown, change: (s: string) => string): string {
+  const s = asString(self);
+  const [a, b] = sliceBounds(s.length, start, end);
+  return s.slice(0, a) + change(s.slice(a, b)) + s.slice(b);
 }
 
 const STRING: Record<string, Method> = {
   len() {
     return Buffer.byteLength(asString(this), 'utf8');
   },
-  tointeger() {
-    return toInteger(asString(this));
+  tointeger(base) {
+    if (base === undefined) return toInteger(asString(this));
+    const n = Number.parseInt(asString(this), toInteger(base));
+    return Number.isFinite(n) ? n | 0 : 0;
   },
   tofloat() {
     return toFloat(asString(this));
@@ -103,11 +113,11 @@ const STRING: Record<string, Method> = {
     const i = asString(this).indexOf(String(sub), start === undefined ? 0 : toInteger(start));
     return i < 0 ? null : i;
   },
-  tolower() {
-    return asString(this).toLowerCase();
+  tolower(start, end) {
+    return caseRange(this, start, end, (x) => x.toLowerCase());
   },
-  toupper() {
-    return asString(this).toUpperCase();
+  toupper(start, end) {
+    return caseRange(this, start, end, (x) => x.toUpperCase());
   },
 };
 
@@ -225,6 +235,109 @@ const TABLE: Record<string, Method> = {
   },
 };
 
+/**
+ * Each built-in's parameters, `this` included, as Squirrel declares them: how many (n exactly,
+ * or -n for at least n) and their types (one letter each: n number, s string, a array, t table,
+ * . anything; `|` for either). A call that does not fit fails before the built-in runs, with
+ * Squirrel's message, as on a real NPC.
+ */
+const PARAMS: Record<string, Record<string, [number, string]>> = {
+  number: { tointeger: [1, 'n|b'], tofloat: [1, 'n|b'], tostring: [1, '.'], tochar: [1, 'n|b'] },
+  bool: { tointeger: [1, 'n|b'], tofloat: [1, 'n|b'], tostring: [1, '.'] },
+  string: {
+    len: [1, 's'],
+    tointeger: [-1, 'sn'],
+    tofloat: [1, 's'],
+    tostring: [1, '.'],
+    slice: [-1, 'snn'],
+    find: [-2, 'ssn'],
+    tolower: [-1, 'snn'],
+    toupper: [-1, 'snn'],
+  },
+  array: {
+    len: [1, 'a'],
+    append: [2, 'a'],
+    push: [2, 'a'],
+    extend: [2, 'aa'],
+    pop: [1, 'a'],
+    top: [1, 'a'],
+    insert: [3, 'an'],
+    remove: [2, 'an'],
+    resize: [-2, 'an'],
+    reverse: [1, 'a'],
+    slice: [-1, 'ann'],
+    find: [2, 'a.'],
+    clear: [1, '.'],
+    tostring: [1, '.'],
+  },
+  table: {
+    len: [1, 't'],
+    rawget: [2, 't'],
+    rawset: [3, 't'],
+    rawdelete: [2, 't'],
+    rawin: [2, 't'],
+    clear: [1, '.'],
+  },
+};
+
+/** A value's Squirrel type letter, for the type masks above. */
+function typeLetter(v: unknown): string {
+  if (v === null || v === undefined) return 'o';
+  if (typeof v === 'number') return 'n';
+  if (typeof v === 'string') return 's';
+  if (typeof v === 'boolean') return 'b';
+  if (typeof v === 'function') return 'c';
+  if (Array.isArray(v)) return 'a';
+  if (v instanceof Vector || v instanceof Quaternion) return 'x';
+  return 't';
+}
+
+const TYPE_NAMES: Record<string, string> = {
+  o: 'null',
+  n: 'integer|float',
+  s: 'string',
+  b: 'bool',
+  c: 'function',
+  a: 'array',
+  x: 'instance',
+  t: 'table',
+};
+
+function checked(params: number, mask: string, method: Method): Method {
+  // 'n|b' is one parameter with two types; every other letter is one parameter.
+  const types = mask.includes('|') ? [mask.replace('|', '')] : [...mask];
+  return function (this: unknown, ...args: unknown[]) {
+    const n = args.length + 1;
+    if (params > 0 ? n !== params : n < -params) throw new SquirrelError('wrong number of parameters');
+    for (let i = 1; i < types.length && i <= args.length; i++) {
+      const letter = typeLetter(args[i - 1]);
+      if (types[i] !== '.' && !types[i]!.includes(letter)) {
+        throw new SquirrelError(
+          `parameter ${i} has an invalid type '${TYPE_NAMES[letter]}' ; expected: '${[...types[i]!].map((t) => TYPE_NAMES[t]).join('|')}'`,
+        );
+      }
+    }
+    return method.apply(this, args);
+  };
+}
+
+function withCounts(kind: string, table: Record<string, Method>): Record<string, Method> {
+  const out: Record<string, Method> = {};
+  for (const [name, method] of Object.entries(table)) {
+    const [params, mask] = PARAMS[kind]![name]!;
+    out[name] = checked(params, mask, method);
+  }
+  return out;
+}
+
+const CHECKED = {
+  number: withCounts('number', NUMBER),
+  bool: withCounts('bool', BOOL),
+  string: withCounts('string', STRING),
+  array: withCounts('array', ARRAY),
+  table: withCounts('table', TABLE),
+};
+
 function own(table: Record<string, Method>, name: string): Method | undefined {
   return Object.hasOwn(table, name) ? table[name] : undefined;
 }
@@ -237,14 +350,15 @@ function own(table: Record<string, Method>, name: string): Method | undefined {
 export function squirrelDelegates(target: unknown, name: string): unknown {
   switch (typeof target) {
     case 'number':
-      return own(NUMBER, name);
+      return own(CHECKED.number, name);
     case 'boolean':
-      return own(BOOL, name);
+      return own(CHECKED.bool, name);
     case 'string':
-      return own(STRING, name);
+      return own(CHECKED.string, name);
   }
-  if (Array.isArray(target)) return own(ARRAY, name);
+  if (Array.isArray(target)) return own(CHECKED.array, name);
   if (target instanceof Vector || target instanceof Quaternion) return undefined;
-  if (target instanceof Map || (typeof target === 'object' && target !== null)) return own(TABLE, name);
+  if (target instanceof Map || (typeof target === 'object' && target !== null))
+    return own(CHECKED.table, name);
   return undefined;
 }

@@ -19,14 +19,22 @@
  * `squirrelDelegates` is a ready-made one with the common built-in methods.
  *
  * By default a packet is decoded first and then run. `streaming: true` runs it the way the
- * plugin does, while reading: the calls before a malformed part have already run when the packet
- * fails.
+ * plugin does, while reading, on the model of the plugin's Squirrel stack (lenient.ts): each call
+ * runs as soon as it is read, the calls before a malformed part have run when the packet fails,
+ * and malformed arrays go where the plugin's stack sends them.
+ *
+ * Like the plugins, `run` compares the identifier before reading anything else: a packet with
+ * another identifier is ignored, whatever its body.
  */
 import { DecodeError, GamewireError } from '../../wire/index.js';
 import { Quaternion, Vector } from './builder.js';
-import { decodeServerData, readServerDataStreaming } from './codec.js';
+import { decodeServerData, runServerDataLive } from './codec.js';
+import type { LiveHooks } from './lenient.js';
 import { Identifier, isNamedCall, type RpcCall, type RpcValue, type ServerData } from './messages.js';
-import type { StreamedValue } from './read.js';
+
+function readU32le(bytes: Uint8Array): number {
+  return (bytes[0]! | (bytes[1]! << 8) | (bytes[2]! << 16) | (bytes[3]! << 24)) >>> 0;
+}
 
 export type RpcErrorCode =
   | 'ERR_RPC_DECODE'
@@ -118,14 +126,16 @@ function methodOf(env: unknown, name: string): unknown {
   return (proto as Table)[name];
 }
 
-/** Stands for an argument the real plugin counts but never pushes (see read.ts). */
-const UNPUSHED_ARGUMENT = Symbol('unpushed argument');
-
-function unpushedArgument(): RpcExecutionError {
-  return new RpcExecutionError(
-    'ERR_RPC_DECODE',
-    'an array argument runs past its container: the plugin counts it without pushing it, so the call fails (on a real NPC: "attempt to call \'table\'")',
-  );
+/** The type name Squirrel would give a value in "attempt to call '…'". */
+function squirrelTypeName(value: unknown, root: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (value === root) return 'table';
+  if (typeof value === 'number') return Number.isInteger(value) ? 'integer' : 'float';
+  if (typeof value === 'boolean') return 'bool';
+  if (typeof value === 'string') return 'string';
+  if (Array.isArray(value)) return 'array';
+  if (value instanceof Vector || value instanceof Quaternion) return 'instance';
+  return 'table';
 }
 
 export class RpcExecutor {
@@ -150,21 +160,19 @@ export class RpcExecutor {
   run(packet: ServerData | Uint8Array, context: RunContext = {}): RunResult {
     try {
       const from = this.options.direction === 'npc-to-server' ? 'client' : 'server';
+      // The plugin compares the identifier before it reads anything else: a packet it does not
+      // run is ignored, whatever its body holds.
+      if (packet instanceof Uint8Array && packet.length >= 4) this.checkIdentifier(readU32le(packet));
+      if (packet instanceof Uint8Array && this.options.streaming) {
+        if (packet.length >= 4) this.checkAdmin(context);
+        return { ok: true, value: runServerDataLive(packet, this.liveHooks(), { from }) };
+      }
       const data =
         packet instanceof Uint8Array
-          ? this.options.streaming
-            ? readServerDataStreaming(packet, { from })
-            : decodeServerData(packet, { lenient: this.options.lenient, from })
+          ? decodeServerData(packet, { lenient: this.options.lenient, from })
           : packet;
-      if (data.identifier !== Identifier.current && !this.options.acceptLegacyIdentifier) {
-        throw new RpcExecutionError(
-          'ERR_RPC_IGNORED',
-          `identifier 0x${data.identifier.toString(16)} is ignored (LibRPC since v1.6 beta5 runs only 0x40000001)`,
-        );
-      }
-      if (this.options.direction === 'npc-to-server' && context.admin !== true) {
-        throw new RpcExecutionError('ERR_RPC_NOT_ADMIN', 'Remote Call: player must be admin');
-      }
+      this.checkIdentifier(data.identifier);
+      this.checkAdmin(context);
       const item = data.item;
       if (item.type === 'set') {
         if (this.options.direction !== 'npc-to-server')
@@ -181,14 +189,73 @@ export class RpcExecutor {
     }
   }
 
+  private checkAdmin(context: RunContext): void {
+    if (this.options.direction === 'npc-to-server' && context.admin !== true) {
+      throw new RpcExecutionError('ERR_RPC_NOT_ADMIN', 'Remote Call: player must be admin');
+    }
+  }
+
+  /** The executor's side of a streaming run: the plugin's model calls these as it reads. */
+  private liveHooks(): LiveHooks {
+    return {
+      root: this.root,
+      scalar: (node) => this.evaluate(node),
+      rootSlot: (name) => this.rootSlot(name),
+      method: (self, name) => this.method(self, name),
+      callee: (value) => {
+        this.callable(value, 'callee');
+      },
+      call: (fn, params, call) => {
+        const what = isNamedCall(call) ? call.name : 'callee';
+        return this.invoke(this.callable(fn, what), params[0], params.slice(1), what);
+      },
+      noParameters: (top) => {
+        // Squirrel calls it with no `this`: a function refuses ("wrong number of parameters").
+        this.callable(top, 'a call without parameters');
+        throw new RpcExecutionError(
+          'ERR_RPC_NO_ENVIRONMENT',
+          'an E or D call needs its environment (wrong number of parameters)',
+        );
+      },
+      get: (path) => this.get(path),
+      set: (values) => this.set(values),
+    };
+  }
+
+  /** F: the slot named on the root table (own slots, then the delegate); missing fails the packet. */
+  private rootSlot(name: string): unknown {
+    const slot = ownSlot(this.root, name);
+    const found = slot.found ? slot.value : this.delegate?.(this.root, name);
+    if (!slot.found && found === undefined)
+      throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${name}' does not exist`);
+    return found;
+  }
+
+  /** E: the slot named on its environment (own slots, class methods, then the delegate). */
+  private method(self: unknown, name: string): unknown {
+    const found = methodOf(self, name) ?? this.delegate?.(self, name);
+    if (found === undefined) {
+      throw new RpcExecutionError(
+        'ERR_RPC_NOT_CALLABLE',
+        `A function was not returned while processing ${name}: the index '${name}' does not exist`,
+      );
+    }
+    return found;
+  }
+
+  private checkIdentifier(identifier: number): void {
+    if (identifier === Identifier.current) return;
+    if (identifier === Identifier.legacy && this.options.acceptLegacyIdentifier) return;
+    throw new RpcExecutionError(
+      'ERR_RPC_IGNORED',
+      `identifier 0x${identifier.toString(16).padStart(8, '0')} is ignored (LibRPC since v1.6 beta5 runs only 0x40000001${this.options.acceptLegacyIdentifier ? ', and here 0x40000000' : ''})`,
+    );
+  }
+
   /** Evaluates one value (running nested calls). */
   evaluate(value: RpcValue): unknown {
-    const v = value as StreamedValue;
+    const v = value;
     switch (v.type) {
-      case 'abort':
-        throw new RpcExecutionError('ERR_RPC_DECODE', v.error.message, v.error);
-      case 'unpushed':
-        return UNPUSHED_ARGUMENT;
       case 'null':
         return null;
       case 'int':
@@ -210,6 +277,11 @@ export class RpcExecutor {
     }
   }
 
+  /**
+   * Runs a call node in the plugin's order: F looks its name up before its arguments, E after its
+   * first; G/D check the callee right after it; whether the slot found is a function is checked
+   * when it is called, after the arguments.
+   */
   private call(c: RpcCall): unknown {
     if (!isNamedCall(c)) {
       const fn = this.callable(this.evaluate(c.callee), 'callee');
@@ -220,32 +292,23 @@ export class RpcExecutor {
       return this.invoke(fn, args[0], args.slice(1), 'callee');
     }
     if (c.tag === 'F') {
-      const slot = ownSlot(this.root, c.name);
-      const found = slot.found ? slot.value : this.delegate?.(this.root, c.name);
-      if (!slot.found && found === undefined)
-        throw new RpcExecutionError('ERR_RPC_UNKNOWN_FUNCTION', `the index '${c.name}' does not exist`);
-      const fn = this.callable(found, c.name);
-      return this.invoke(fn, this.root, this.evaluateArgs(c.args, 0), c.name);
+      const found = this.rootSlot(c.name);
+      const args = this.evaluateArgs(c.args, 0);
+      return this.invoke(this.callable(found, c.name), this.root, args, c.name);
     }
     // E: the environment is evaluated first, then the name is looked up on it (as the C++ does).
     if (c.args.length === 0)
       throw new RpcExecutionError('ERR_RPC_NO_ENVIRONMENT', 'an E call needs its environment');
     const env = this.evaluate(c.args[0]!);
-    if (env === UNPUSHED_ARGUMENT) throw unpushedArgument();
-    const fn = this.callable(methodOf(env, c.name) ?? this.delegate?.(env, c.name), c.name);
-    return this.invoke(fn, env, this.evaluateArgs(c.args, 1), c.name);
+    const found = this.method(env, c.name);
+    const args = this.evaluateArgs(c.args, 1);
+    return this.invoke(this.callable(found, c.name), env, args, c.name);
   }
 
-  /** Evaluates arguments in order; an argument the plugin counts without pushing fails the call. */
+  /** Evaluates arguments in order. */
   private evaluateArgs(args: readonly RpcValue[], from: number): unknown[] {
     const out: unknown[] = [];
-    let unpushed = false;
-    for (let i = from; i < args.length; i++) {
-      const v = this.evaluate(args[i]!);
-      if (v === UNPUSHED_ARGUMENT) unpushed = true;
-      else out.push(v);
-    }
-    if (unpushed) throw unpushedArgument();
+    for (let i = from; i < args.length; i++) out.push(this.evaluate(args[i]!));
     return out;
   }
 
@@ -253,7 +316,7 @@ export class RpcExecutor {
     if (typeof value !== 'function') {
       throw new RpcExecutionError(
         'ERR_RPC_NOT_CALLABLE',
-        `A function was not returned while processing ${what}`,
+        `A function was not returned while processing ${what} (attempt to call '${squirrelTypeName(value, this.root)}')`,
       );
     }
     return value;

@@ -26,7 +26,7 @@ export {
   type EncodeServerDataOptions,
   encodePacket,
   encodeServerData,
-  readServerDataStreaming,
+  runServerDataLive,
   vcmpRpcCodec,
 } from './codec.js';
 export { squirrelDelegates } from './delegates.js';
@@ -38,8 +38,8 @@ export {
   type RunContext,
   type RunResult,
 } from './executor.js';
+export type { LiveHooks, ReadMode } from './lenient.js';
 export { IdentifierCodec, ServerDataCodec, ServerDataCodecs } from './messages.js';
-export type { ReadMode } from './read.js';
 export {
   type CallTag,
   Identifier,

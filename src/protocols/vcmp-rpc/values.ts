@@ -35,6 +35,17 @@ export const Tag = {
   a: 0x61,
 } as const;
 
+const TAG_NAMES: Record<number, string> = Object.fromEntries(Object.entries(Tag).map(([k, v]) => [v, k]));
+
+/** A tag byte as its letter, or as hex when it is not a LibRPC tag. */
+export function tagName(tag: number): string {
+  return TAG_NAMES[tag] ?? `0x${tag.toString(16).padStart(2, '0')}`;
+}
+
+export function isKnownTag(tag: number): boolean {
+  return TAG_NAMES[tag] !== undefined;
+}
+
 // ---- declared payloads ------------------------------------------------------------------------
 
 /** Function names and `s` values: u16 BE length, then the bytes (no NUL). */

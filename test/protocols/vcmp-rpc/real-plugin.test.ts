@@ -3,6 +3,8 @@
  * reasonable reading of the format, lenient mode and the executor follow the plugin. Each packet
  * here is one that was run against the real plugin.
  */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
   createRpc,
@@ -14,6 +16,10 @@ import {
   squirrelDelegates,
 } from '../../../src/protocols/vcmp-rpc/index.js';
 import { DecodeError, EncodeError, parseHex } from '../../../src/wire/index.js';
+
+const realRuns: unknown = JSON.parse(
+  readFileSync(fileURLToPath(new URL('./real-plugin-runs.json', import.meta.url)), 'utf8'),
+);
 
 function decodeError(fn: () => unknown): DecodeError {
   try {
@@ -103,7 +109,12 @@ describe('an array that runs past its container, used as a call argument, fails 
       for (const hex of [nested, topLevel]) {
         const result = new RpcExecutor(root, { lenient: true, streaming }).run(parseHex(hex));
         expect(result.ok).toBe(false);
-        expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
+        // Streaming follows the plugin: the nested call reaches p's root table and calls it; the
+        // top-level one reaches below the stack (the plugin reads out of bounds).
+        const code = streaming && hex === nested ? 'ERR_RPC_NOT_CALLABLE' : 'ERR_RPC_DECODE';
+        expect(!result.ok && result.error.code).toBe(code);
+        if (code === 'ERR_RPC_NOT_CALLABLE')
+          expect(!result.ok && result.error.message).toMatch(/attempt to call 'table'/);
       }
       expect(calls).toEqual([]);
     }
@@ -284,5 +295,253 @@ describe('the remaining differences, as documented', () => {
       const result = new RpcExecutor({}, { lenient: true, streaming: true }).run(bytes);
       expect(result.ok).toBe(false);
     }
+  });
+});
+
+/**
+ * The real plugin's root table for the recorded runs (real-plugin-runs.json): each function logs
+ * its call the way the Squirrel script of the recording printed it, and returns what it returned.
+ */
+function recordingRoot() {
+  const calls: string[] = [];
+  const root: Record<string, unknown> = {};
+  const show = (x: unknown): string => {
+    if (x === root) return 'table';
+    if (Array.isArray(x)) return `[${x.map(show).join(',')}]`;
+    if (typeof x === 'string') return `"${x}"`;
+    if (x === null || x === undefined) return 'null';
+    if (typeof x === 'function') return 'function';
+    if (typeof x === 'object') return 'table';
+    return String(x);
+  };
+  const fn =
+    (name: string, result: () => unknown) =>
+    (...args: unknown[]) => {
+      calls.push(`${name}(${args.map(show).join(',')})`);
+      return result();
+    };
+  Object.assign(root, {
+    p: fn('p', () => null),
+    q: fn('q', () => 7),
+    r: fn('r', () => 8),
+    show: fn('show', () => null),
+    getarr: fn('getarr', () => [1]),
+  });
+  root.id = (...args: unknown[]) => {
+    calls.push(`id(${args.map(show).join(',')})`);
+    return args.length > 0 ? args[0] : null;
+  };
+  root.getfn = fn('getfn', () => root.q);
+  return { calls, root };
+}
+
+function runRecorded(hex: string, mode: { lenient?: boolean; streaming?: boolean }) {
+  const { calls, root } = recordingRoot();
+  // The recordings ran on a 64-bit build (ints zero-extended), with Squirrel's built-in delegates.
+  const result = new RpcExecutor(root, { ...mode, zeroExtendInts: true, delegate: squirrelDelegates }).run(
+    parseHex(hex),
+  );
+  return { calls, result };
+}
+
+describe('issue reproductions: an overrunning array inside an array (the plugin appends after every element)', () => {
+  // p(show([], [[overrun]])): the inner array moves into [] and the call reaches p's root table.
+  const attemptToCallTable = '01000040460000001d0001704600000015000473686f77610000000061000000056100000050';
+  // p(show([[overrun, 2]])): the inner array moves into the outer one, 2 follows it there.
+  const shifted = '010000404600000022000170460000001a000473686f77610000000f610000000a61000000506902000000';
+  // show([], [[overrun]]) at top level: the call reaches below the stack; the plugin crashes.
+  const crashes = '010000404600000015000473686f77610000000061000000056100000050';
+
+  it('p(show([],[[overrun]])): lenient decoding fails at the array; neither mode runs anything', () => {
+    const e = decodeError(() => decodeServerData(parseHex(attemptToCallTable), { lenient: true }));
+    expect(e.code).toBe('ERR_BAD_LENGTH');
+    expect(e.offset).toBe(33);
+    expect(e.message).toMatch(/root table/);
+    for (const streaming of [false, true]) {
+      const { calls, result } = runRecorded(attemptToCallTable, { lenient: true, streaming });
+      expect(result.ok).toBe(false);
+      expect(calls).toEqual([]);
+    }
+    const streamed = runRecorded(attemptToCallTable, { streaming: true }).result;
+    expect(!streamed.ok && streamed.error.message).toMatch(/attempt to call 'table'/);
+  });
+
+  it('p(show([[overrun],2])) reads as show([[],2]), then p(null), in both modes', () => {
+    const item = decodeServerData(parseHex(shifted), { lenient: true }).item;
+    expect(item).toEqual({
+      type: 'call',
+      tag: 'F',
+      name: 'p',
+      args: [
+        {
+          type: 'call',
+          tag: 'F',
+          name: 'show',
+          args: [
+            {
+              type: 'array',
+              items: [
+                { type: 'array', items: [] },
+                { type: 'int', value: 2 },
+              ],
+            },
+          ],
+        },
+      ],
+    });
+    for (const streaming of [false, true]) {
+      const { calls, result } = runRecorded(shifted, { lenient: true, streaming });
+      expect(result.ok).toBe(true);
+      expect(calls).toEqual(['show([[],2])', 'p(null)']);
+    }
+    expect(() => decodeServerData(parseHex(shifted))).toThrow(DecodeError);
+  });
+
+  it('show([],[[overrun]]) at top level fails the packet (the plugin reads out of bounds)', () => {
+    const e = decodeError(() => decodeServerData(parseHex(crashes), { lenient: true }));
+    expect(e.code).toBe('ERR_BAD_LENGTH');
+    expect(e.message).toMatch(/below the packet's part of the Squirrel stack/);
+    for (const streaming of [false, true]) {
+      const { calls, result } = runRecorded(crashes, { lenient: true, streaming });
+      expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
+      expect(calls).toEqual([]);
+    }
+  });
+});
+
+describe('a packet whose identifier the plugin does not run is ignored, whatever its body', () => {
+  const modes = [{}, { lenient: true }, { streaming: true }];
+
+  it.each([
+    ['00000000', 'the old identifier, no body'],
+    ['000000404600000000', 'the old identifier, an undecodable body'],
+    ['78563412ffff', 'an unknown identifier, garbage'],
+    ['0200004046000000060001700101', 'an unknown identifier, a malformed call'],
+  ])('%s (%s): ERR_RPC_IGNORED in every mode', (hex) => {
+    for (const mode of modes) {
+      const result = new RpcExecutor({}, mode).run(parseHex(hex));
+      expect(!result.ok && result.error.code).toBe('ERR_RPC_IGNORED');
+    }
+  });
+
+  it('a well-formed call under an unknown identifier is ignored too; the decoder still refuses it', () => {
+    const bytes = createRpc().RFC('p')(1);
+    bytes.writeUInt32LE(0x12345678, 0);
+    const { calls, fn } = recorder();
+    for (const mode of modes) {
+      const result = new RpcExecutor({ p: fn('p') }, mode).run(bytes);
+      expect(!result.ok && result.error.code).toBe('ERR_RPC_IGNORED');
+    }
+    expect(calls).toEqual([]);
+    expect(decodeError(() => decodeServerData(bytes)).code).toBe('ERR_BAD_VALUE');
+  });
+
+  it('with acceptLegacyIdentifier, an old-identifier packet is read, so a bad body is ERR_RPC_DECODE', () => {
+    for (const mode of modes) {
+      const result = new RpcExecutor({}, { ...mode, acceptLegacyIdentifier: true }).run(
+        parseHex('000000404600000000'),
+      );
+      expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
+    }
+  });
+
+  it('fewer than 4 bytes hold no identifier: ERR_RPC_DECODE (the plugin reads past them)', () => {
+    for (const mode of modes) {
+      const result = new RpcExecutor({}, mode).run(parseHex('010000'));
+      expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
+    }
+  });
+
+  it('NPC→server: the identifier is checked before the admin check, as the server plugin does', () => {
+    const server = new RpcExecutor({}, { direction: 'npc-to-server' });
+    const ignored = server.run(parseHex('00000000'), { admin: false });
+    expect(!ignored.ok && ignored.error.code).toBe('ERR_RPC_IGNORED');
+    const refused = server.run(createRpc().RFC('p')(), { admin: false });
+    expect(!refused.ok && refused.error.code).toBe('ERR_RPC_NOT_ADMIN');
+  });
+});
+
+describe('recorded runs of the real plugin (real-plugin-runs.json)', () => {
+  // Packets with arrays that run past their container, nested in arrays and calls, run by the
+  // real stdrpc plugin over its own Squirrel (64-bit, AddressSanitizer): the calls it made, in
+  // order, and whether the packet ran, failed, or crashed the plugin.
+  const runs = realRuns as {
+    hex: string;
+    outcome: 'runs' | 'fails' | 'crashes';
+    calls: string[];
+    error?: string;
+  }[];
+
+  it('holds every kind of outcome', () => {
+    const count = (o: string) => runs.filter((run) => run.outcome === o).length;
+    expect(count('runs')).toBeGreaterThanOrEqual(40);
+    expect(count('fails')).toBeGreaterThanOrEqual(40);
+    expect(count('crashes')).toBeGreaterThanOrEqual(20);
+  });
+
+  it.each(runs.map((run) => [run.hex, run] as const))(
+    'streaming execution makes the same calls as the plugin: %s',
+    (hex, run) => {
+      const { calls, result } = runRecorded(hex, { streaming: true });
+      expect(calls).toEqual(run.calls);
+      expect(result.ok).toBe(run.outcome === 'runs');
+      // Where the plugin crashes (it reads below its stack), gamewire fails with a typed error.
+      if (run.outcome === 'crashes') expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
+      const attempt = run.error?.match(/^attempt to call '(\w+)'/);
+      if (attempt) expect(!result.ok && result.error.message).toContain(`attempt to call '${attempt[1]}'`);
+    },
+  );
+
+  it('decoded leniently, a packet runs the same calls as streamed, or runs nothing when it does not decode', () => {
+    let decoded = 0;
+    for (const run of runs) {
+      let ok = true;
+      try {
+        decodeServerData(parseHex(run.hex), { lenient: true });
+      } catch (e) {
+        expect(e).toBeInstanceOf(DecodeError);
+        ok = false;
+      }
+      const { calls, result } = runRecorded(run.hex, { lenient: true });
+      if (ok) {
+        decoded++;
+        const streamed = runRecorded(run.hex, { streaming: true });
+        expect(calls).toEqual(streamed.calls);
+        expect(result.ok).toBe(streamed.result.ok);
+      } else {
+        expect(calls).toEqual([]);
+        expect(!result.ok && result.error.code).toBe('ERR_RPC_DECODE');
+      }
+    }
+    // Every packet the plugin runs to the end without a nested call's result deciding a step decodes.
+    expect(decoded).toBeGreaterThan(runs.filter((run) => run.outcome === 'runs').length / 2);
+  });
+});
+
+describe("Squirrel's built-in methods check their parameters before running, like a real NPC", () => {
+  const npc = new RpcExecutor({}, { delegate: squirrelDelegates });
+  const { RFCa } = createRpc();
+
+  it('a wrong count fails with "wrong number of parameters"', () => {
+    for (const bytes of [
+      RFCa('len')('hi', 1),
+      RFCa('len')([1], null),
+      RFCa('append')([1]),
+      RFCa('tointeger')(5, 1),
+    ]) {
+      const result = npc.run(bytes);
+      expect(!result.ok && result.error.code).toBe('ERR_RPC_THROWN');
+      expect(!result.ok && result.error.message).toMatch(/wrong number of parameters/);
+    }
+  });
+
+  it('a wrong type fails with the parameter named; ranges are checked as Squirrel does', () => {
+    const typed = npc.run(RFCa('toupper')('hi', [1]));
+    expect(!typed.ok && typed.error.message).toMatch(/parameter 1 has an invalid type 'array'/);
+    const reversed = npc.run(RFCa('toupper')('hi', 2, 1));
+    expect(!reversed.ok && reversed.error.message).toMatch(/wrong indexes/);
+    expect(npc.run(RFCa('toupper')('hello', 1, 3))).toEqual({ ok: true, value: 'hELlo' });
+    expect(npc.run(RFCa('tointeger')('ff', 16))).toEqual({ ok: true, value: 255 });
+    expect(npc.run(RFCa('slice')('hello', -3))).toEqual({ ok: true, value: 'llo' });
   });
 });
