@@ -200,6 +200,18 @@ async function player(ctx: NoxConformContext, t: CheckRun, which: 0 | 1): Promis
   return { peer, hello, instance, playerId, tps, threshold: m.threshold ?? 0, stop };
 }
 
+/**
+ * Waits until `viewer` has been told of `other` (its Join), then forgets what came before: player
+ * ids are reused, so a Leave or Transform of an earlier holder of the same id may still be queued.
+ */
+async function knows(viewer: Player, other: Player): Promise<void> {
+  await viewer.peer.next(
+    `Join for player ${other.playerId}`,
+    is('Join', (m) => m.playerId === other.playerId && m.instanceId === viewer.instance),
+  );
+  viewer.peer.inbox.drain();
+}
+
 const is =
   <T extends ServerMessage['type']>(
     type: T,
@@ -350,10 +362,7 @@ const joinLeave: Check = {
   run: async (ctx: NoxConformContext, t: CheckRun) => {
     const a = await player(ctx, t, 0);
     const b = await player(ctx, t, 1);
-    await a.peer.next(
-      `Join for player ${b.playerId}`,
-      is('Join', (m) => m.playerId === b.playerId && m.instanceId === a.instance),
-    );
+    await knows(a, b);
     await b.peer.request(
       { type: 'Quit', instanceId: b.instance, quitType: QuitType.Normal, reason: null },
       'Quit',
@@ -399,10 +408,11 @@ const transformRelay: Check = {
     server('Requests/Transform/TransformHandler.cs', 'OnRequest'),
   ],
   clientReaction: "The other players' avatars never move (or move someone else's).",
-  requires: ['join-leave'],
+  requires: ['join.catch-up'],
   run: async (ctx: NoxConformContext, t: CheckRun) => {
     const a = await player(ctx, t, 0);
     const b = await player(ctx, t, 1);
+    await knows(b, a);
     const sent = a.peer.post({
       type: 'Transform',
       instanceId: a.instance,
@@ -437,6 +447,7 @@ const transformThreshold: Check = {
   run: async (ctx: NoxConformContext, t: CheckRun) => {
     const a = await player(ctx, t, 0);
     const b = await player(ctx, t, 1);
+    await knows(b, a);
     if (!(a.threshold > 0)) t.skip(`the instance threshold is ${a.threshold}: every change is relayed`);
     const window = Math.ceil(1000 / Math.max(1, a.tps)) + 50;
     const move = (x: number) =>
@@ -586,10 +597,7 @@ const timeout: Check = {
   run: async (ctx: NoxConformContext, t: CheckRun) => {
     const a = await player(ctx, t, 0);
     const b = await player(ctx, t, 1);
-    await a.peer.next(
-      `Join for player ${b.playerId}`,
-      is('Join', (m) => m.playerId === b.playerId),
-    );
+    await knows(a, b);
     const wait = (b.hello.connectionTimeout + 4) * 1000;
     if (wait > ctx.maxWaitMs)
       t.skip(`the ${b.hello.connectionTimeout} s timeout is longer than --max-wait-s allows`);
