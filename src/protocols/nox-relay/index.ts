@@ -165,4 +165,5 @@ export const noxRelay: ProtocolModule = {
   server,
   registerCommands,
   conform: async () => (await import('./conform/index.js')).noxRelayConform,
+  load: async () => (await import('./load.js')).noxRelayLoad,
 };
