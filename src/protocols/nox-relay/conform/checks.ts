@@ -6,7 +6,7 @@
 import type { CheckRun, CheckSource, ConformCheck, ConformTarget } from '../../../core/conform.js';
 import { CheckFailure } from '../../../core/conform.js';
 import { WireReader } from '../../../wire/reader.js';
-import { PROTOCOL_VERSION, QuitType, TravelingAction } from '../constants.js';
+import { PROTOCOL_VERSION, QuitType, SELF, TravelingAction } from '../constants.js';
 import type { ServerMessage } from '../messages.js';
 import { NoxPeer, type NoxTransport, type ServerPacket } from './peer.js';
 
@@ -171,7 +171,8 @@ async function player(ctx: NoxConformContext, t: CheckRun, which: 0 | 1): Promis
       'Traveling',
     );
   // In the world a client streams its tracked rigs every tick and pings every keep-alive
-  // interval, whether it moves or not: do the same (a head that stays still).
+  // interval, whether it moves or not: do the same (a head that stays still). Like the reference
+  // client, it names itself 0xFFFF ("self") in its own transforms.
   const tps = m.tps ?? 24;
   const playerId = m.playerId;
   const head = { x: 0, y: 1.6, z: 0 };
@@ -181,7 +182,7 @@ async function player(ctx: NoxConformContext, t: CheckRun, which: 0 | 1): Promis
         type: 'Transform',
         instanceId: instance,
         transformType: 1,
-        playerId,
+        playerId: SELF,
         rig: HEAD_RIG,
         flags: 0x01,
         position: head,
@@ -417,7 +418,7 @@ const transformRelay: Check = {
       type: 'Transform',
       instanceId: a.instance,
       transformType: 1,
-      playerId: a.playerId,
+      playerId: SELF,
       rig: 0,
       flags: 0x01,
       position: { x: 1.5, y: 1.75, z: -2 },
@@ -455,7 +456,7 @@ const transformThreshold: Check = {
         type: 'Transform',
         instanceId: a.instance,
         transformType: 1,
-        playerId: a.playerId,
+        playerId: SELF,
         rig: 0,
         flags: 0x01,
         position: { x, y: 1, z: 0 },
