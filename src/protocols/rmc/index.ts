@@ -414,4 +414,5 @@ export const rmc: ProtocolModule = {
     },
   },
   registerCommands,
+  load: async () => (await import('./load.js')).rmcLoad,
 };
