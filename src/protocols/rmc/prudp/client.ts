@@ -110,9 +110,13 @@ export class PrudpClientConnection {
     const socket = dgram.createSocket(type);
     await new Promise<void>((resolve, reject) => {
       socket.once('error', reject);
-      socket.connect(options.port, options.host, () => {
+      // dgram hands a failed lookup (ENOTFOUND) to this callback, not to 'error'.
+      socket.connect(options.port, options.host, (err?: Error) => {
         socket.off('error', reject);
-        resolve();
+        if (err) {
+          socket.close();
+          reject(err);
+        } else resolve();
       });
     });
     try {
