@@ -47,6 +47,11 @@ function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
     connectionType: opts.transport as ConnectionType,
     pingIntervalMs: opts.pingIntervalMs,
     relayTimeoutMs: opts.relayTimeoutMs,
+    // Binding and connecting to the host give up after the same time (one attempt per second).
+    ...(opts.relayTimeoutMs > 0
+      ? { maxAttempts: Math.max(1, Math.ceil(opts.relayTimeoutMs / RETRY_MS)) }
+      : {}),
+    retryMs: RETRY_MS,
   };
   if (opts.ca !== undefined) {
     try {
@@ -60,6 +65,8 @@ function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
 }
 
 const DEFAULT_API = 'http://127.0.0.1:37080';
+/** BIND and CONNECT_REQUEST retry period: UTP's connectTimeoutMS. */
+const RETRY_MS = 1000;
 
 function status(text: string): void {
   process.stderr.write(`${text}\n`);
@@ -177,11 +184,11 @@ function describe(err: unknown): string {
  */
 function startFailure(what: 'host' | 'join', err: unknown, opts: ChatOptions): unknown {
   if (err instanceof UsageError || err instanceof CommandError) return err;
-  const hint = connectFailure(err, opts.api);
+  const hint = connectFailure(err, opts.api, '--api');
   if (hint instanceof CliError) return hint;
   const tls = untrustedCertificate(err, opts);
   if (tls !== undefined) return tls;
-  const message = `could not ${what}: ${describe(err)}`;
+  const message = `could not ${what}: ${isGamewireError(err) ? (err as Error).message : describe(err)}`;
   return isGamewireError(err)
     ? new CommandError(String(err.code), message)
     : new CliError('ERR_RELAY', message);
