@@ -1,7 +1,8 @@
 /**
  * `npm run bench -- unity-relay`: N client pairs blast RELAY datagrams at the relay on loopback.
  * Then the same relay process forwards between pairs that both use DTLS, both use WebSocket, and
- * both use UDP, in the same run (pps per relay CPU-second and one-way p50/p99 of each).
+ * both use UDP, in the same run (pps per relay CPU-second and one-way p50/p99 of each). DTLS↔DTLS
+ * and DTLS↔UDP are measured on both data planes, next to native UDP↔UDP and coturn.
  * The relay runs in a child process so its CPU time is its own (`process.cpuUsage()` there).
  * Baseline, in the same run and the same harness: a minimal hand-written UDP forwarder (look the
  * 16-byte recipient id up in a Map, send the datagram on), also in a child process.
@@ -21,7 +22,8 @@ import {
   relayServerData,
   startUnityRelay,
 } from '../src/protocols/unity-relay/index.js';
-import { DtlsClient } from '../src/transports/dtls/index.js';
+import { type Addon, loadNativeDataplane } from '../src/protocols/unity-relay/native-dataplane.js';
+import { DtlsClient, type DtlsClientRecordLayer } from '../src/transports/dtls/index.js';
 import { channelData, coturnAvailable, cpuSecondsOf, relayPid, startCoturn, turnChannel } from './coturn.js';
 import {
   type BenchResult,
@@ -592,6 +594,287 @@ async function transportRows(relay: { child: ChildProcess; ready: ChildReady }):
 
 const us = (ms: number) => Math.round(ms * 1000);
 
+// ---- DTLS on both planes: DTLS↔DTLS and DTLS↔UDP --------------------------------------------
+
+/** A relay peer whose datagrams the bench builds itself (plain, or DTLS records sealed through the addon). */
+interface FastPeer {
+  id: Buffer;
+  send(relayMessage: Buffer): void;
+  /** Called per datagram received; `open` gives the relay message inside (DTLS: decrypts). */
+  listen(h: ((datagram: Buffer) => void) | undefined): void;
+  open(datagram: Buffer): Buffer | null;
+  close(): Promise<void>;
+}
+
+function fastDtlsPeer(addon: Addon, id: Buffer, rl: DtlsClientRecordLayer): FastPeer {
+  let seq = rl.writeSeq;
+  let handler: ((d: Buffer) => void) | undefined;
+  rl.socket.on('message', (d: Buffer) => handler?.(d));
+  return {
+    id,
+    send: (b) => rl.socket.send(addon.sealRecord(rl.cipherSuite, rl.writeKey, rl.writeIv, 23, 1, seq++, b)),
+    listen: (h) => {
+      handler = h;
+    },
+    open: (d) => addon.openRecord(rl.cipherSuite, rl.readKey, rl.readIv, d),
+    close: () => new Promise((r) => rl.socket.close(() => r())),
+  };
+}
+
+async function fastUdpPeer(id: Buffer, relayPort: number): Promise<FastPeer> {
+  const s = await openSocket();
+  let handler: ((d: Buffer) => void) | undefined;
+  s.on('message', (d: Buffer) => handler?.(d));
+  return {
+    id,
+    send: (b) => s.send(b, relayPort, '127.0.0.1'),
+    listen: (h) => {
+      handler = h;
+    },
+    open: (d) => d,
+    close: () => new Promise((r) => s.close(() => r())),
+  };
+}
+
+/** Binds (and for the join, connects) like UTP, then hands DTLS peers' record layers to the bench. */
+async function dtlsBenchPair(
+  addon: Addon,
+  ready: ChildReady,
+  host: 'dtls' | 'udp',
+): Promise<[FastPeer, FastPeer]> {
+  const api = new RelayApiClient(ready.apiUrl);
+  const hostAlloc = await api.allocate(2);
+  const joinAlloc = await api.join(await api.joinCode(hostAlloc.allocationId));
+  const out: FastPeer[] = [];
+  for (const [a, kind] of [
+    [hostAlloc, host],
+    [joinAlloc, 'dtls'],
+  ] as const) {
+    const data = relayServerData(a);
+    const bind = createBind(0, data.connectionData, data.key);
+    const req = encodeMessage({
+      type: 'CONNECT_REQUEST',
+      allocationId: data.allocationId,
+      toConnectionDataLength: 255,
+      toConnectionData: data.hostConnectionData,
+    });
+    if (kind === 'udp') {
+      const p = await fastUdpPeer(data.allocationId, ready.udpPort);
+      const e: TEndpoint = {
+        id: p.id,
+        send: p.send,
+        listen: p.listen,
+        unlisten: () => p.listen(undefined),
+        close: p.close,
+      };
+      await waitForType(e, 1, () => e.send(bind));
+      out.push(p);
+      continue;
+    }
+    const c = await DtlsClient.connect({
+      host: '127.0.0.1',
+      port: ready.dtlsPort,
+      identity: data.allocationId,
+      psk: data.key,
+      cipherSuites: [0x00a8],
+    });
+    let h: ((b: Buffer) => void) | undefined;
+    c.on('message', (m: Buffer) => h?.(m));
+    const e: TEndpoint = {
+      id: data.allocationId,
+      send: (b) => c.send(b),
+      listen: (x) => {
+        h = x;
+      },
+      unlisten: () => {
+        h = undefined;
+      },
+      close: async () => c.close(),
+    };
+    await waitForType(e, 1, () => e.send(bind));
+    if (a === joinAlloc) await waitForType(e, 6, () => e.send(req));
+    out.push(fastDtlsPeer(addon, data.allocationId, c.detachRecordLayer()));
+  }
+  return [out[0]!, out[1]!];
+}
+
+/**
+ * RELAYs both ways over `pairs` for `seconds` at `rate` (Infinity: as fast as the sender goes).
+ * Paced: every arrival is opened and timed. Saturated: arrivals are counted unopened.
+ */
+async function blastFast(pairs: [FastPeer, FastPeer][], rate: number, seconds: number): Promise<Measure> {
+  const timed = rate !== Number.POSITIVE_INFINITY;
+  const flows: { from: FastPeer; msg: Buffer }[] = [];
+  for (const [a, b] of pairs)
+    for (const [from, to] of [
+      [a, b],
+      [b, a],
+    ] as const)
+      flows.push({
+        from,
+        msg: encodeMessage({
+          type: 'RELAY',
+          fromAllocationId: from.id,
+          toAllocationId: to.id,
+          data: Buffer.alloc(100, 0x55),
+        }),
+      });
+  let received = 0;
+  const latencies: number[] = [];
+  for (const [a, b] of pairs)
+    for (const p of [a, b])
+      p.listen((d) => {
+        if (!timed) {
+          received++;
+          return;
+        }
+        const m = p.open(d);
+        if (m === null || m.length < 46 || m[3] !== 10) return;
+        received++;
+        if (latencies.length < 200_000) latencies.push(performance.now() - m.readDoubleLE(38));
+      });
+  let sent = 0;
+  const start = performance.now();
+  const end = start + seconds * 1000;
+  await new Promise<void>((resolve) => {
+    const step = () => {
+      const now = performance.now();
+      if (now >= end) return resolve();
+      const due = timed ? Math.min(sent + 64, Math.floor(((now - start) / 1000) * rate)) : sent + 64;
+      while (sent < due) {
+        const f = flows[sent % flows.length]!;
+        // A DTLS peer seals a copy (the record is a new buffer); a UDP peer's datagram is sent as
+        // is, so its timestamp is rewritten only in the paced case, where no send is still queued.
+        if (timed) f.msg.writeDoubleLE(performance.now(), 38);
+        f.from.send(f.msg);
+        sent++;
+      }
+      if (timed) setTimeout(step, 1);
+      else setImmediate(step);
+    };
+    step();
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  for (const [a, b] of pairs) for (const p of [a, b]) p.listen(undefined);
+  return { sent, received, latencies, seconds };
+}
+
+async function measureFast(
+  child: ChildProcess,
+  pairs: [FastPeer, FastPeer][],
+  rate: number,
+): Promise<CaseResult> {
+  child.send('start');
+  const m = await blastFast(pairs, rate, SECONDS);
+  child.send('stop');
+  const stats = await nextMessage<ChildStats>(child);
+  return {
+    stats,
+    sent: m.sent,
+    ppsPerCpu: stats.forwarded / (stats.cpuMicros / 1e6),
+    wallPps: stats.forwarded / m.seconds,
+    loss: m.sent === 0 ? 0 : 1 - m.received / m.sent,
+    p50: percentile(m.latencies, 50),
+    p99: percentile(m.latencies, 99),
+  };
+}
+
+/** DTLS↔DTLS and DTLS↔UDP on the JavaScript and the native plane, against each other, coturn and native UDP. */
+async function dtlsPlaneRows(
+  js: { child: ChildProcess; ready: ChildReady },
+  native: { child: ChildProcess; ready: ChildReady },
+  coturn: CoturnResult | string,
+  nativeUdp: CaseResult | undefined,
+): Promise<BenchRow[]> {
+  const addon = loadNativeDataplane().addon;
+  if (addon === undefined || !addon.dtlsAvailable())
+    return [
+      {
+        name: 'native dtls<->dtls vs js dtls<->dtls',
+        subject: 0,
+        baseline: 0,
+        unit: 'pps/cpu-s',
+        ratio: 0,
+        extra: { skipped: 'the native addon (and its DTLS record layer) is not built' },
+      },
+    ];
+  const rows: BenchRow[] = [];
+  const all: [FastPeer, FastPeer][] = [];
+  try {
+    for (const host of ['dtls', 'udp'] as const) {
+      const kind = `dtls<->${host}`;
+      const jsPairs: [FastPeer, FastPeer][] = [];
+      const nativePairs: [FastPeer, FastPeer][] = [];
+      for (let i = 0; i < PAIRS; i++) {
+        jsPairs.push(await dtlsBenchPair(addon, js.ready, host));
+        nativePairs.push(await dtlsBenchPair(addon, native.ready, host));
+      }
+      all.push(...jsPairs, ...nativePairs);
+      for (const [label, rate] of [
+        ['saturated, 100 B', Number.POSITIVE_INFINITY],
+        ['paced 20k pps, 100 B', 20_000],
+      ] as const) {
+        await blastFast(jsPairs, 5000, 0.3);
+        await blastFast(nativePairs, 5000, 0.3);
+        const better = (x: CaseResult, y: CaseResult) => (y.ppsPerCpu > x.ppsPerCpu ? y : x);
+        let j = await measureFast(js.child, jsPairs, rate);
+        let n = await measureFast(native.child, nativePairs, rate);
+        j = better(j, await measureFast(js.child, jsPairs, rate));
+        n = better(n, await measureFast(native.child, nativePairs, rate));
+        rows.push({
+          name: `native vs js data plane, ${kind}, ${label}`,
+          subject: n.ppsPerCpu,
+          baseline: j.ppsPerCpu,
+          unit: 'pps/cpu-s',
+          ratio: n.ppsPerCpu / j.ppsPerCpu,
+          extra: {
+            nativeWallPps: Math.round(n.wallPps),
+            jsWallPps: Math.round(j.wallPps),
+            nativeLossPct: +(n.loss * 100).toFixed(3),
+            jsLossPct: +(j.loss * 100).toFixed(3),
+            ...(rate === Number.POSITIVE_INFINITY
+              ? {}
+              : { nativeP50us: us(n.p50), nativeP99us: us(n.p99), jsP50us: us(j.p50), jsP99us: us(j.p99) }),
+          },
+        });
+        if (rate !== Number.POSITIVE_INFINITY) {
+          rows.push({
+            name: `native vs js data plane, ${kind}, p99 one-way latency at 20k pps`,
+            subject: us(n.p99),
+            baseline: us(j.p99),
+            unit: 'µs p99',
+            ratio: j.p99 / n.p99,
+            extra: { nativeP50us: us(n.p50), jsP50us: us(j.p50) },
+          });
+        } else if (host === 'dtls') {
+          rows.push({
+            name: 'native dtls<->dtls vs coturn (plain UDP, one relay thread), saturated, 100 B',
+            subject: n.ppsPerCpu,
+            baseline: typeof coturn === 'string' ? 0 : coturn.ppsPerCpu,
+            unit: 'pps/cpu-s',
+            ratio: typeof coturn === 'string' ? 0 : n.ppsPerCpu / coturn.ppsPerCpu,
+            extra:
+              typeof coturn === 'string'
+                ? { skipped: coturn }
+                : { coturnLossPct: +(coturn.loss * 100).toFixed(3) },
+          });
+          if (nativeUdp !== undefined)
+            rows.push({
+              name: 'native dtls<->dtls vs native udp<->udp, saturated, 100 B',
+              subject: n.ppsPerCpu,
+              baseline: nativeUdp.ppsPerCpu,
+              unit: 'pps/cpu-s',
+              ratio: n.ppsPerCpu / nativeUdp.ppsPerCpu,
+            });
+        }
+      }
+    }
+  } finally {
+    for (const [a, b] of all) await Promise.all([a.close(), b.close()]);
+  }
+  return rows;
+}
+
 /** A free UDP port on 127.0.0.1 (for turnserver, which needs one named). */
 async function freeUdpPort(): Promise<number> {
   const s = await openSocket();
@@ -674,6 +957,7 @@ async function run(): Promise<BenchResult> {
     basePairs.push(await baselinePair(baseline.ready, i));
   }
   let nativeSaturated100: CaseResult | undefined;
+  let coturnResult: CoturnResult | string = 'not measured';
   try {
     for (const [label, rate, size] of [
       ['paced 10k pps, 100 B content', 10_000, 100],
@@ -748,7 +1032,8 @@ async function run(): Promise<BenchResult> {
         });
       }
     }
-    const coturn = await measureCoturn();
+    coturnResult = await measureCoturn();
+    const coturn = coturnResult;
     if (typeof coturn === 'string') {
       rows.push({
         name: 'native forward vs coturn (one relay thread), saturated, 100 B',
@@ -772,6 +1057,7 @@ async function run(): Promise<BenchResult> {
         },
       });
     }
+    rows.push(...(await dtlsPlaneRows(relay, native, coturnResult, nativeSaturated100)));
     rows.push(...(await transportRows(relay)));
   } finally {
     await closeAll(relayPairs, relay.child);
@@ -790,6 +1076,7 @@ async function run(): Promise<BenchResult> {
       'addedP50/P99 = one-way latency through the hop minus straight to the peer on loopback, paced cases; saturated cases show raw one-way latency (queueing).',
       'coturn row: Debian turnserver, --relay-threads=1, anonymous, UDP; 8 TURN channels sending 138-byte ChannelData payloads (the size of a 100-byte RELAY), CPU from /proc.',
       "Transport rows: the JavaScript-plane relay, 4 pairs whose both ends use DTLS (AES-128-GCM), or WebSocket, measured right after the same pairs on UDP; p50/p99 = one-way latency sender → relay → receiver, including the clients' own encryption/framing.",
+      'DTLS plane rows: 4 pairs (8 flows) of DTLS↔DTLS or DTLS client ↔ UDP host, AES-128-GCM, 100-byte RELAY content, on the JavaScript plane (--dataplane js) and the native plane (--dataplane native) in interleaved rounds; the DtlsClient handshakes, then the bench seals and opens records itself through the addon so the load generator is not the bottleneck; saturated rounds count datagrams without opening them.',
     ],
   };
 }

@@ -1,13 +1,18 @@
 /*
  * gamewire unity-relay native data plane (Node-API, Linux).
  *
- * One UDP socket, owned here. A worker thread receives in batches (recvmmsg). A RELAY message
- * whose sender is bound from that exact address and whose target is a linked, bound UDP peer is
- * forwarded from the same thread in batches (sendmmsg), without entering JavaScript. Every other
- * datagram goes to JavaScript in batches, where the relay's ordinary handlers run unchanged.
+ * Two UDP sockets, owned here: the relay's plain UDP port and, optionally, its DTLS port. A worker
+ * thread receives on both in batches (recvmmsg). A RELAY message whose sender is bound from that
+ * exact address (UDP) or through that exact DTLS association, and whose target is a linked, bound
+ * peer, is forwarded from the same thread in batches (sendmmsg), without entering JavaScript:
+ * unchanged to a UDP peer, sealed with the peer's keys and next sequence number to a DTLS peer.
+ * Every other datagram goes to JavaScript in batches, where the relay's ordinary handlers run
+ * unchanged; application records of an association it holds are handed over decrypted.
  *
  * JavaScript stays the source of truth: it pushes each bind, unbind, link and unlink into the
- * table below, and reads back last-seen times and counters. The worker never creates state.
+ * table below, hands established DTLS associations over (keys, sequence numbers, replay window)
+ * and takes them back (the state they reached) whenever it needs them; it reads back last-seen
+ * times and counters. The worker never creates state.
  *
  * Every read of a datagram is bounds-checked against its received length; nothing here trusts
  * a length field before comparing it with what arrived.
@@ -15,6 +20,8 @@
 #define _GNU_SOURCE
 #define NAPI_VERSION 8
 #include <node_api.h>
+
+#include "dtls_record.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,12 +48,15 @@
 
 /* ---- allocation table: open addressing keyed by the 16 id bytes ------------------------------ */
 
+enum { BOUND_NONE = 0, BOUND_UDP = 1, BOUND_DTLS = 2 };
+
 typedef struct {
   uint8_t id[ID_LEN];
   uint8_t state; /* 0 empty, 1 live, 2 tombstone */
-  uint8_t bound;
-  uint32_t addr; /* network order */
-  uint16_t port; /* network order */
+  uint8_t bound; /* BOUND_* */
+  uint32_t addr; /* network order (BOUND_UDP) */
+  uint16_t port; /* network order (BOUND_UDP) */
+  uint32_t assoc_id; /* the DTLS association it is bound through (BOUND_DTLS) */
   int64_t last_seen_ms;
   uint32_t npeers;
   uint32_t cap_peers;
@@ -170,6 +180,160 @@ static void peers_del(entry_t *e, const uint8_t *id) {
   }
 }
 
+/* ---- DTLS associations held by the native side ------------------------------------------------
+ *
+ * Each is found by its remote address and port (a datagram's source) and by the id JavaScript
+ * gave it (a binding names it). Chained hashing in two bucket arrays; every node is its own
+ * allocation, so pointers stay valid until the node is removed (always under the plane lock).
+ */
+
+typedef struct assoc {
+  struct assoc *next_addr;
+  struct assoc *next_id;
+  uint32_t id;
+  uint32_t addr; /* network order */
+  uint16_t port; /* network order */
+  uint16_t epoch;
+  /* Set when a datagram from this peer went to JavaScript undecrypted: from then on everything
+   * from it does, in order, until JavaScript has taken the association back and handed it over
+   * again (so nothing is decrypted here that JavaScript must see first). */
+  uint8_t suspended;
+  /* An application record authenticated: the peer has our Finished. */
+  uint8_t app_seen;
+  uint32_t max_plaintext;
+  uint64_t write_seq; /* next sequence number to send */
+  dtls_replay_t replay;
+  int64_t last_rx_ms; /* -1: nothing received here yet */
+  dtls_dir_t rd;
+  dtls_dir_t wr;
+} assoc_t;
+
+typedef struct {
+  assoc_t **by_addr;
+  assoc_t **by_id;
+  uint32_t nbuckets; /* power of two, or 0 */
+  uint32_t count;
+} assocs_t;
+
+static uint32_t mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h;
+}
+
+static uint32_t addr_hash(uint32_t addr, uint16_t port) {
+  return mix32(addr ^ ((uint32_t)port * 0x9e3779b9u));
+}
+
+static assoc_t *assoc_by_addr(const assocs_t *t, uint32_t addr, uint16_t port) {
+  if (t->nbuckets == 0) return NULL;
+  for (assoc_t *a = t->by_addr[addr_hash(addr, port) & (t->nbuckets - 1)]; a != NULL; a = a->next_addr)
+    if (a->addr == addr && a->port == port) return a;
+  return NULL;
+}
+
+static assoc_t *assoc_by_id(const assocs_t *t, uint32_t id) {
+  if (t->nbuckets == 0) return NULL;
+  for (assoc_t *a = t->by_id[mix32(id) & (t->nbuckets - 1)]; a != NULL; a = a->next_id)
+    if (a->id == id) return a;
+  return NULL;
+}
+
+static void assoc_free(assoc_t *a) {
+  dtls_dir_free(&a->rd);
+  dtls_dir_free(&a->wr);
+  explicit_bzero(a, sizeof(*a));
+  free(a);
+}
+
+/* Unlinks `a` from both chains (it must be in them). */
+static void assocs_unlink(assocs_t *t, assoc_t *a) {
+  uint32_t mask = t->nbuckets - 1;
+  for (assoc_t **pp = &t->by_addr[addr_hash(a->addr, a->port) & mask]; *pp != NULL; pp = &(*pp)->next_addr) {
+    if (*pp == a) {
+      *pp = a->next_addr;
+      break;
+    }
+  }
+  for (assoc_t **pp = &t->by_id[mix32(a->id) & mask]; *pp != NULL; pp = &(*pp)->next_id) {
+    if (*pp == a) {
+      *pp = a->next_id;
+      break;
+    }
+  }
+  t->count--;
+}
+
+static int assocs_grow(assocs_t *t) {
+  uint32_t n = t->nbuckets == 0 ? 64 : t->nbuckets * 2;
+  assoc_t **by_addr = calloc(n, sizeof(assoc_t *));
+  assoc_t **by_id = calloc(n, sizeof(assoc_t *));
+  if (by_addr == NULL || by_id == NULL) {
+    free(by_addr);
+    free(by_id);
+    return -1;
+  }
+  for (uint32_t k = 0; k < t->nbuckets; k++) {
+    for (assoc_t *a = t->by_addr[k], *next; a != NULL; a = next) {
+      next = a->next_addr;
+      uint32_t i = addr_hash(a->addr, a->port) & (n - 1);
+      a->next_addr = by_addr[i];
+      by_addr[i] = a;
+    }
+    for (assoc_t *a = t->by_id[k], *next; a != NULL; a = next) {
+      next = a->next_id;
+      uint32_t i = mix32(a->id) & (n - 1);
+      a->next_id = by_id[i];
+      by_id[i] = a;
+    }
+  }
+  free(t->by_addr);
+  free(t->by_id);
+  t->by_addr = by_addr;
+  t->by_id = by_id;
+  t->nbuckets = n;
+  return 0;
+}
+
+/* Inserts `a`, replacing any association with the same id or the same address and port. */
+static int assocs_put(assocs_t *t, assoc_t *a) {
+  assoc_t *old = assoc_by_id(t, a->id);
+  if (old != NULL) {
+    assocs_unlink(t, old);
+    assoc_free(old);
+  }
+  old = assoc_by_addr(t, a->addr, a->port);
+  if (old != NULL) {
+    assocs_unlink(t, old);
+    assoc_free(old);
+  }
+  if (t->count + 1 > t->nbuckets && assocs_grow(t) != 0) return -1;
+  uint32_t mask = t->nbuckets - 1;
+  uint32_t i = addr_hash(a->addr, a->port) & mask;
+  a->next_addr = t->by_addr[i];
+  t->by_addr[i] = a;
+  uint32_t j = mix32(a->id) & mask;
+  a->next_id = t->by_id[j];
+  t->by_id[j] = a;
+  t->count++;
+  return 0;
+}
+
+static void assocs_free(assocs_t *t) {
+  for (uint32_t k = 0; k < t->nbuckets; k++) {
+    for (assoc_t *a = t->by_addr[k], *next; a != NULL; a = next) {
+      next = a->next_addr;
+      assoc_free(a);
+    }
+  }
+  free(t->by_addr);
+  free(t->by_id);
+  memset(t, 0, sizeof(*t));
+}
+
 /* ---- the data plane ------------------------------------------------------------------------- */
 
 enum {
@@ -181,37 +345,93 @@ enum {
   C_DROP_SEND_FAILED,
   C_BATCHES,
   C_BYTES_FORWARDED,
+  /* The DTLS socket. Forwards are counted in C_FORWARDED and C_BYTES_FORWARDED too. */
+  C_DTLS_RECEIVED,
+  C_DTLS_TO_JS,
+  C_DTLS_DECRYPTED_TO_JS,
+  C_DTLS_FORWARDED_IN,
+  C_DTLS_SEALED_OUT,
+  C_DTLS_DROP_REPLAY,
+  C_DTLS_DROP_BAD_MAC,
+  C_DTLS_DROP_TOO_LARGE,
+  C_DTLS_SEALED_FOR_JS, /* records JavaScript sent through dtlsSeal */
   C_COUNT
 };
+
+/* What JavaScript receives per datagram: 6 int32 each. */
+enum { META_OFFSET, META_LENGTH, META_IPV4, META_PORT, META_KIND, META_ASSOC, META_WIDTH };
+/* META_KIND: which socket, and whether the bytes are a datagram or a record's plaintext. */
+enum { KIND_UDP = 0, KIND_DTLS_DATAGRAM = 1, KIND_DTLS_RECORD = 2, KIND_DTLS_DROP = 3 };
+/* META_ASSOC of a KIND_DTLS_DROP: why an application record was dropped (no bytes follow). */
+enum { DROP_REPLAY = 1, DROP_BAD_MAC = 2, DROP_TOO_LARGE = 3 };
 
 typedef struct js_batch {
   uint32_t count;
   uint32_t bytes;
   uint32_t cost;
-  int32_t *meta; /* count * 4: offset, length, ipv4 (host order as int32), port */
+  int32_t *meta; /* count * META_WIDTH */
   uint8_t *data;
 } js_batch_t;
 
+/* What happened to each datagram of a received batch. */
+enum { DISP_JS = 0, DISP_DONE = 1, DISP_JS_RECORD = 2, DISP_JS_DROP = 3 };
+
+/* One socket's receive side: recvmmsg vectors over `batch` slots of `slot` bytes. */
 typedef struct {
   int fd;
+  uint32_t slot;
+  uint8_t *buf;
+  struct mmsghdr *msgs;
+  struct iovec *iov;
+  struct sockaddr_in *addr;
+  /* per datagram: disposition, and for DISP_JS_RECORD where the plaintext is and whose it is */
+  uint8_t *disp;
+  uint32_t *js_off;
+  uint32_t *js_len;
+  uint32_t *js_assoc;
+} rx_t;
+
+/* One socket's send side for a batch: sendmmsg vectors. */
+typedef struct {
+  struct mmsghdr *msgs;
+  struct iovec *iov;
+  struct sockaddr_in *addr;
+  uint32_t *relay_len; /* the RELAY's own length (a sealed record is longer) */
+  uint32_t n;
+} tx_t;
+
+/* Counted by the worker alone during a batch, added to the shared counters once per batch. */
+typedef struct {
+  uint64_t forwarded;
+  uint64_t bytes;
+  uint64_t sealed;
+  uint64_t dtls_in;
+} tally_t;
+
+typedef struct {
   int wake_fd;
   uint32_t max_datagram;
+  uint32_t max_to_dtls; /* largest RELAY sealed for a DTLS peer (bigger ones: JavaScript drops them) */
   uint32_t batch;
   pthread_t thread;
   int running;
   pthread_mutex_t lock;
   table_t table;
+  assocs_t assocs;
   uint64_t counters[C_COUNT];
   uint32_t js_pending; /* cost of batches queued for JavaScript, not yet handed over */
   napi_threadsafe_function tsfn;
   /* worker-owned buffers */
-  uint8_t *rbuf;
-  struct mmsghdr *rmsgs;
-  struct iovec *riov;
-  struct sockaddr_in *raddr;
-  struct mmsghdr *smsgs;
-  struct iovec *siov;
-  struct sockaddr_in *saddr;
+  rx_t udp;  /* fd < 0: no plain UDP socket */
+  rx_t dtls; /* fd < 0: no DTLS socket */
+  tx_t tx_udp;
+  tx_t tx_dtls;
+  uint8_t *seal_buf; /* batch * seal_slot: records sealed for DTLS peers */
+  uint32_t seal_slot;
+  /* JavaScript-thread scratch for dtlsSeal (only that thread uses it) */
+  uint8_t *js_seal_buf;
+  uint32_t js_seal_cap;
+  tally_t tally; /* worker only */
 } plane_t;
 
 static int64_t now_ms(void) {
@@ -220,176 +440,348 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void count(plane_t *p, int c, uint64_t n) {
+  __atomic_add_fetch(&p->counters[c], n, __ATOMIC_RELAXED);
+}
+
+static void tx_add(tx_t *tx, uint8_t *data, uint32_t len, uint32_t relay_len, uint32_t addr, uint16_t port) {
+  uint32_t k = tx->n++;
+  tx->relay_len[k] = relay_len;
+  tx->iov[k].iov_base = data;
+  tx->iov[k].iov_len = len;
+  memset(&tx->addr[k], 0, sizeof(struct sockaddr_in));
+  tx->addr[k].sin_family = AF_INET;
+  tx->addr[k].sin_addr.s_addr = addr;
+  tx->addr[k].sin_port = port;
+  memset(&tx->msgs[k].msg_hdr, 0, sizeof(struct msghdr));
+  tx->msgs[k].msg_hdr.msg_iov = &tx->iov[k];
+  tx->msgs[k].msg_hdr.msg_iovlen = 1;
+  tx->msgs[k].msg_hdr.msg_name = &tx->addr[k];
+  tx->msgs[k].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+}
+
 /*
- * The fast path's checks, exactly those of the JS relay for a RELAY it forwards: magic, version,
- * type, header length, the data length field, a sender bound from this address, a linked target
- * that is bound. Anything else returns 0 and goes to JavaScript, which decides (and answers
- * ERROR 3 or 5 where the JS relay does).
+ * The RELAY checks of the JS relay for a message it forwards: magic, version, type, header length,
+ * the data length field, and the size limit. The sender and target checks follow in the callers.
  */
-static int fast_path(plane_t *p, const uint8_t *m, uint32_t len, const struct sockaddr_in *from,
-                     struct sockaddr_in *to, int64_t now) {
-  if (len < RELAY_HEADER_LEN) return 0;
+static int is_forwardable_relay(const plane_t *p, const uint8_t *m, uint32_t len) {
+  if (len < RELAY_HEADER_LEN || len > p->max_datagram) return 0;
   if (m[0] != 0xda || m[1] != 0x72 || m[2] != 0 || m[3] != 10) return 0;
   uint32_t data_len = ((uint32_t)m[36] << 8) | m[37];
-  if (data_len != len - RELAY_HEADER_LEN) return 0;
-  entry_t *src = table_find(&p->table, m + 4);
-  if (src == NULL || !src->bound || src->addr != from->sin_addr.s_addr || src->port != from->sin_port) return 0;
-  if (!peers_has(src, m + 20)) return 0;
-  entry_t *dst = table_find(&p->table, m + 20);
-  if (dst == NULL || !dst->bound) return 0;
+  return data_len == len - RELAY_HEADER_LEN;
+}
+
+/*
+ * Sends the RELAY `m` on to its target `dst`: queued unchanged for a UDP peer, or sealed into
+ * `seal` (room for the record) for a DTLS peer the native side holds. Returns 0 when the target
+ * cannot be served here (JavaScript decides). Counts per allocation on success.
+ */
+static int forward_to(plane_t *p, entry_t *src, entry_t *dst, uint8_t *m, uint32_t len, uint8_t *seal,
+                      int64_t now) {
+  if (dst->bound == BOUND_UDP) {
+    if (p->udp.fd < 0) return 0;
+    tx_add(&p->tx_udp, m, len, len, dst->addr, dst->port);
+  } else if (dst->bound == BOUND_DTLS) {
+    if (p->dtls.fd < 0 || len > p->max_to_dtls) return 0;
+    assoc_t *t = assoc_by_id(&p->assocs, dst->assoc_id);
+    if (t == NULL || len > t->max_plaintext || t->write_seq > DTLS_MAX_SEQ) return 0;
+    long r = dtls_seal(&t->wr, 23, t->epoch, t->write_seq, m, len, seal, p->seal_slot);
+    if (r < 0) return 0;
+    t->write_seq++;
+    tx_add(&p->tx_dtls, seal, (uint32_t)r, len, t->addr, t->port);
+    p->tally.sealed++;
+  } else {
+    return 0;
+  }
   src->last_seen_ms = now;
   src->packets_in++;
   src->bytes_in += len;
   dst->packets_out++;
   dst->bytes_out += len;
-  memset(to, 0, sizeof(*to));
-  to->sin_family = AF_INET;
-  to->sin_addr.s_addr = dst->addr;
-  to->sin_port = dst->port;
+  p->tally.forwarded++;
+  p->tally.bytes += len;
   return 1;
 }
 
-static void send_all(plane_t *p, uint32_t n) {
+/*
+ * A datagram from the plain UDP socket: a RELAY whose sender is bound from exactly this address and
+ * port, to a linked, bound target. Anything else returns 0 and goes to JavaScript, which decides
+ * (and answers ERROR 3 or 5 where the JS relay does).
+ */
+static int udp_fast_path(plane_t *p, uint8_t *m, uint32_t len, const struct sockaddr_in *from, uint8_t *seal,
+                         int64_t now) {
+  if (!is_forwardable_relay(p, m, len)) return 0;
+  entry_t *src = table_find(&p->table, m + 4);
+  if (src == NULL || src->bound != BOUND_UDP || src->addr != from->sin_addr.s_addr || src->port != from->sin_port)
+    return 0;
+  if (!peers_has(src, m + 20)) return 0;
+  entry_t *dst = table_find(&p->table, m + 20);
+  if (dst == NULL) return 0;
+  return forward_to(p, src, dst, m, len, seal, now);
+}
+
+/*
+ * A datagram from the DTLS socket. Returns its disposition. Handled here: one application_data
+ * record filling the datagram, from an association held here, fresh in its replay window, within
+ * the size limit and authentic; it is then forwarded (a RELAY from the allocation bound through
+ * this very association to a linked, bound target) or handed to JavaScript decrypted. Such a
+ * record that is replayed, too large or not authentic is dropped, as the JavaScript server would,
+ * and JavaScript is told (with no bytes) so its drop counters and events stay the same on both
+ * planes. Everything else (handshakes, alerts, several records, other epochs, unknown
+ * peers) goes to JavaScript as it arrived.
+ */
+static int dtls_classify(plane_t *p, rx_t *rx, uint32_t i, uint32_t len, uint8_t *seal, int64_t now) {
+  uint8_t *m = rx->buf + (size_t)i * rx->slot;
+  const struct sockaddr_in *from = &rx->addr[i];
+  assoc_t *a = assoc_by_addr(&p->assocs, from->sin_addr.s_addr, from->sin_port);
+  if (a == NULL) return DISP_JS;
+  if (a->suspended) return DISP_JS;
+  int whole = len >= DTLS_HEADER_LEN && (((uint32_t)m[11] << 8) | m[12]) == len - DTLS_HEADER_LEN;
+  uint16_t version = whole ? (uint16_t)(((uint16_t)m[1] << 8) | m[2]) : 0;
+  uint16_t epoch = whole ? (uint16_t)(((uint16_t)m[3] << 8) | m[4]) : 0;
+  if (!whole || m[0] != 23 || (version != 0xfefd && version != 0xfeff) || epoch != a->epoch) {
+    a->suspended = 1;
+    return DISP_JS;
+  }
+  const dtls_suite_t *s = a->rd.suite;
+  uint32_t fragment = len - DTLS_HEADER_LEN;
+  /* The JavaScript server's order: size, then replay, then authentication. */
+  if ((long)fragment - (long)dtls_overhead(s) + DTLS_HEADER_LEN > (long)a->max_plaintext) {
+    count(p, C_DTLS_DROP_TOO_LARGE, 1);
+    rx->js_assoc[i] = DROP_TOO_LARGE;
+    return DISP_JS_DROP;
+  }
+  uint64_t seq = 0;
+  for (int k = 0; k < 6; k++) seq = (seq << 8) | m[5 + k];
+  if (!dtls_replay_fresh(&a->replay, seq)) {
+    count(p, C_DTLS_DROP_REPLAY, 1);
+    rx->js_assoc[i] = DROP_REPLAY;
+    return DISP_JS_DROP;
+  }
+  uint8_t *pt = m + DTLS_HEADER_LEN + s->explicit_nonce_len;
+  long n = dtls_open(&a->rd, m, len, pt);
+  if (n < 0) {
+    count(p, C_DTLS_DROP_BAD_MAC, 1);
+    rx->js_assoc[i] = DROP_BAD_MAC;
+    return DISP_JS_DROP;
+  }
+  dtls_replay_mark(&a->replay, seq);
+  a->last_rx_ms = now;
+  a->app_seen = 1;
+  uint32_t plen = (uint32_t)n;
+  if (is_forwardable_relay(p, pt, plen)) {
+    entry_t *src = table_find(&p->table, pt + 4);
+    if (src != NULL && src->bound == BOUND_DTLS && src->assoc_id == a->id && peers_has(src, pt + 20)) {
+      entry_t *dst = table_find(&p->table, pt + 20);
+      if (dst != NULL && forward_to(p, src, dst, pt, plen, seal, now)) {
+        p->tally.dtls_in++;
+        return DISP_DONE;
+      }
+    }
+  }
+  rx->js_off[i] = (uint32_t)(pt - m);
+  rx->js_len[i] = plen;
+  rx->js_assoc[i] = a->id;
+  return DISP_JS_RECORD;
+}
+
+/* Sends a batch; a datagram the kernel refuses is counted and skipped. */
+static void send_all(plane_t *p, int fd, tx_t *tx) {
   uint32_t done = 0;
   int tries = 0;
-  while (done < n) {
-    int r = sendmmsg(p->fd, p->smsgs + done, n - done, 0);
+  while (done < tx->n) {
+    int r = sendmmsg(fd, tx->msgs + done, tx->n - done, 0);
     if (r > 0) {
       done += (uint32_t)r;
       continue;
     }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && tries++ < 3) {
-      struct pollfd pfd = {.fd = p->fd, .events = POLLOUT};
+      struct pollfd pfd = {.fd = fd, .events = POLLOUT};
       poll(&pfd, 1, 2);
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
     /* This datagram cannot be sent (an unreachable peer, a full buffer): count it, go on. */
-    __atomic_add_fetch(&p->counters[C_DROP_SEND_FAILED], 1, __ATOMIC_RELAXED);
+    count(p, C_DROP_SEND_FAILED, 1);
     __atomic_sub_fetch(&p->counters[C_FORWARDED], 1, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&p->counters[C_BYTES_FORWARDED], p->siov[done].iov_len, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&p->counters[C_BYTES_FORWARDED], tx->relay_len[done], __ATOMIC_RELAXED);
     done++;
   }
+  tx->n = 0;
+}
+
+/* Copies what JavaScript handles out of a received batch into one batch it receives at once. */
+static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
+  uint32_t njs = 0;
+  uint32_t js_bytes = 0;
+  uint32_t notices = 0; /* drop notices: already counted as drops */
+  for (int i = 0; i < n; i++) {
+    if (rx->disp[i] == DISP_JS) {
+      njs++;
+      js_bytes += rx->msgs[i].msg_len;
+    } else if (rx->disp[i] == DISP_JS_RECORD) {
+      njs++;
+      js_bytes += rx->js_len[i];
+    } else if (rx->disp[i] == DISP_JS_DROP) {
+      njs++;
+      notices++;
+    }
+  }
+  if (njs == 0) return;
+  int c_to_js = is_dtls ? C_DTLS_TO_JS : C_TO_JS;
+  uint32_t cost = js_bytes + JS_DATAGRAM_COST * njs;
+  if (__atomic_load_n(&p->js_pending, __ATOMIC_RELAXED) + cost > MAX_JS_PENDING) {
+    /* JavaScript is this far behind: drop, as a full receive buffer would, and count. */
+    count(p, C_DROP_BACKLOG, njs - notices);
+    return;
+  }
+  js_batch_t *b = malloc(sizeof(js_batch_t));
+  uint8_t *data = malloc(js_bytes == 0 ? 1 : js_bytes);
+  int32_t *meta = malloc(sizeof(int32_t) * META_WIDTH * njs);
+  if (b == NULL || data == NULL || meta == NULL) {
+    free(b);
+    free(data);
+    free(meta);
+    count(p, C_DROP_BACKLOG, njs - notices);
+    return;
+  }
+  uint32_t off = 0;
+  uint32_t k = 0;
+  uint32_t raw = 0, records = 0;
+  for (int i = 0; i < n; i++) {
+    uint8_t d = rx->disp[i];
+    if (d == DISP_DONE) continue;
+    const uint8_t *src = rx->buf + (size_t)i * rx->slot;
+    uint32_t len = rx->msgs[i].msg_len;
+    int32_t kind = is_dtls ? KIND_DTLS_DATAGRAM : KIND_UDP;
+    int32_t assoc = 0;
+    if (d == DISP_JS_RECORD) {
+      src += rx->js_off[i];
+      len = rx->js_len[i];
+      kind = KIND_DTLS_RECORD;
+      assoc = (int32_t)rx->js_assoc[i];
+      records++;
+    } else if (d == DISP_JS_DROP) {
+      len = 0;
+      kind = KIND_DTLS_DROP;
+      assoc = (int32_t)rx->js_assoc[i];
+    } else {
+      raw++;
+    }
+    memcpy(data + off, src, len);
+    int32_t *mm = meta + (size_t)k * META_WIDTH;
+    mm[META_OFFSET] = (int32_t)off;
+    mm[META_LENGTH] = (int32_t)len;
+    mm[META_IPV4] = (int32_t)ntohl(rx->addr[i].sin_addr.s_addr);
+    mm[META_PORT] = (int32_t)ntohs(rx->addr[i].sin_port);
+    mm[META_KIND] = kind;
+    mm[META_ASSOC] = assoc;
+    off += len;
+    k++;
+  }
+  b->count = njs;
+  b->bytes = js_bytes;
+  b->cost = cost;
+  b->data = data;
+  b->meta = meta;
+  __atomic_add_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
+  napi_status st = napi_call_threadsafe_function(p->tsfn, b, napi_tsfn_nonblocking);
+  if (st != napi_ok) {
+    /* Closing: drop, count. */
+    __atomic_sub_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
+    count(p, C_DROP_BACKLOG, njs - notices);
+    free(data);
+    free(meta);
+    free(b);
+  } else {
+    count(p, c_to_js, raw);
+    if (records > 0) count(p, C_DTLS_DECRYPTED_TO_JS, records);
+  }
+}
+
+/* Receives one batch on `rx` (the UDP or the DTLS socket), forwards what it can, hands over the rest. */
+static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
+  for (uint32_t i = 0; i < p->batch; i++) {
+    rx->iov[i].iov_base = rx->buf + (size_t)i * rx->slot;
+    rx->iov[i].iov_len = rx->slot;
+    memset(&rx->msgs[i].msg_hdr, 0, sizeof(struct msghdr));
+    rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
+    rx->msgs[i].msg_hdr.msg_iovlen = 1;
+    rx->msgs[i].msg_hdr.msg_name = &rx->addr[i];
+    rx->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+    rx->msgs[i].msg_len = 0;
+  }
+  int n = recvmmsg(rx->fd, rx->msgs, p->batch, MSG_DONTWAIT, NULL);
+  if (n <= 0) return;
+  count(p, C_BATCHES, 1);
+  count(p, is_dtls ? C_DTLS_RECEIVED : C_RECEIVED, (uint64_t)n);
+  int64_t now = now_ms();
+  memset(&p->tally, 0, sizeof(p->tally));
+  /* Classify under the table lock, and build the forward batches. */
+  pthread_mutex_lock(&p->lock);
+  for (int i = 0; i < n; i++) {
+    uint32_t len = rx->msgs[i].msg_len;
+    uint8_t *m = rx->buf + (size_t)i * rx->slot;
+    uint8_t *seal = p->seal_buf + (size_t)i * p->seal_slot;
+    rx->disp[i] = DISP_JS;
+    if (rx->msgs[i].msg_hdr.msg_namelen != sizeof(struct sockaddr_in) || rx->addr[i].sin_family != AF_INET) {
+      rx->disp[i] = DISP_DONE; /* cannot happen on an AF_INET socket */
+      count(p, C_DROP_BAD_SOURCE, 1);
+      continue;
+    }
+    if (!is_dtls) {
+      /* Too large (truncated to max + 1 bytes): JavaScript drops and counts it, as it does anyway. */
+      if (len > p->max_datagram || (rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+        if (len > p->max_datagram + 1) rx->msgs[i].msg_len = p->max_datagram + 1;
+        continue;
+      }
+      if (udp_fast_path(p, m, len, &rx->addr[i], seal, now)) rx->disp[i] = DISP_DONE;
+      continue;
+    }
+    /* A DTLS datagram larger than the slot reaches JavaScript cut short, which drops it. */
+    if ((rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+      assoc_t *a = assoc_by_addr(&p->assocs, rx->addr[i].sin_addr.s_addr, rx->addr[i].sin_port);
+      if (a != NULL) a->suspended = 1;
+      continue;
+    }
+    rx->disp[i] = (uint8_t)dtls_classify(p, rx, (uint32_t)i, len, seal, now);
+  }
+  pthread_mutex_unlock(&p->lock);
+  tally_t t = p->tally;
+  if (t.forwarded > 0) {
+    count(p, C_FORWARDED, t.forwarded);
+    count(p, C_BYTES_FORWARDED, t.bytes);
+  }
+  if (t.sealed > 0) count(p, C_DTLS_SEALED_OUT, t.sealed);
+  if (t.dtls_in > 0) count(p, C_DTLS_FORWARDED_IN, t.dtls_in);
+  if (p->tx_udp.n > 0) send_all(p, p->udp.fd, &p->tx_udp);
+  if (p->tx_dtls.n > 0) send_all(p, p->dtls.fd, &p->tx_dtls);
+  hand_to_js(p, rx, n, is_dtls);
 }
 
 static void *worker(void *arg) {
   plane_t *p = arg;
-  uint32_t slot = p->max_datagram + 1; /* one more byte tells "too large" apart */
-  struct pollfd pfds[2] = {{.fd = p->fd, .events = POLLIN}, {.fd = p->wake_fd, .events = POLLIN}};
+  struct pollfd pfds[3];
+  int nfds = 0, udp_i = -1, dtls_i = -1;
+  if (p->udp.fd >= 0) {
+    udp_i = nfds;
+    pfds[nfds++] = (struct pollfd){.fd = p->udp.fd, .events = POLLIN};
+  }
+  if (p->dtls.fd >= 0) {
+    dtls_i = nfds;
+    pfds[nfds++] = (struct pollfd){.fd = p->dtls.fd, .events = POLLIN};
+  }
+  int wake_i = nfds;
+  pfds[nfds++] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
   for (;;) {
-    int pr = poll(pfds, 2, -1);
+    int pr = poll(pfds, (nfds_t)nfds, -1);
     if (pr < 0) {
       if (errno == EINTR) continue;
       break;
     }
-    if (pfds[1].revents != 0) break;
-    if ((pfds[0].revents & POLLIN) == 0) continue;
-    for (uint32_t i = 0; i < p->batch; i++) {
-      p->riov[i].iov_base = p->rbuf + (size_t)i * slot;
-      p->riov[i].iov_len = slot;
-      memset(&p->rmsgs[i].msg_hdr, 0, sizeof(struct msghdr));
-      p->rmsgs[i].msg_hdr.msg_iov = &p->riov[i];
-      p->rmsgs[i].msg_hdr.msg_iovlen = 1;
-      p->rmsgs[i].msg_hdr.msg_name = &p->raddr[i];
-      p->rmsgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-      p->rmsgs[i].msg_len = 0;
-    }
-    int n = recvmmsg(p->fd, p->rmsgs, p->batch, MSG_DONTWAIT, NULL);
-    if (n <= 0) continue;
-    __atomic_add_fetch(&p->counters[C_BATCHES], 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&p->counters[C_RECEIVED], (uint64_t)n, __ATOMIC_RELAXED);
-    int64_t now = now_ms();
-    uint32_t nsend = 0;
-    uint32_t njs = 0;
-    uint32_t js_bytes = 0;
-    /* First pass under the table lock: classify, and build the forward batch. */
-    pthread_mutex_lock(&p->lock);
-    for (int i = 0; i < n; i++) {
-      uint32_t len = p->rmsgs[i].msg_len;
-      uint8_t *m = p->riov[i].iov_base;
-      if (p->rmsgs[i].msg_hdr.msg_namelen != sizeof(struct sockaddr_in) || p->raddr[i].sin_family != AF_INET) {
-        p->rmsgs[i].msg_len = UINT32_MAX; /* marks "dropped" (cannot happen on an AF_INET socket) */
-        __atomic_add_fetch(&p->counters[C_DROP_BAD_SOURCE], 1, __ATOMIC_RELAXED);
-        continue;
-      }
-      /* Too large (truncated to max + 1 bytes): JavaScript drops and counts it, as it does anyway. */
-      if (len > p->max_datagram || (p->rmsgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
-        if (len > p->max_datagram + 1) p->rmsgs[i].msg_len = len = p->max_datagram + 1;
-        njs++;
-        js_bytes += len;
-        continue;
-      }
-      if (fast_path(p, m, len, &p->raddr[i], &p->saddr[nsend], now)) {
-        p->siov[nsend].iov_base = m;
-        p->siov[nsend].iov_len = len;
-        memset(&p->smsgs[nsend].msg_hdr, 0, sizeof(struct msghdr));
-        p->smsgs[nsend].msg_hdr.msg_iov = &p->siov[nsend];
-        p->smsgs[nsend].msg_hdr.msg_iovlen = 1;
-        p->smsgs[nsend].msg_hdr.msg_name = &p->saddr[nsend];
-        p->smsgs[nsend].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-        nsend++;
-        p->rmsgs[i].msg_len = UINT32_MAX - 1; /* marks "forwarded" */
-      } else {
-        njs++;
-        js_bytes += len;
-      }
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (nsend > 0) {
-      uint64_t sent_bytes = 0;
-      for (uint32_t k = 0; k < nsend; k++) sent_bytes += p->siov[k].iov_len;
-      __atomic_add_fetch(&p->counters[C_FORWARDED], nsend, __ATOMIC_RELAXED);
-      __atomic_add_fetch(&p->counters[C_BYTES_FORWARDED], sent_bytes, __ATOMIC_RELAXED);
-      send_all(p, nsend);
-    }
-    if (njs == 0) continue;
-    uint32_t cost = js_bytes + JS_DATAGRAM_COST * njs;
-    if (__atomic_load_n(&p->js_pending, __ATOMIC_RELAXED) + cost > MAX_JS_PENDING) {
-      /* JavaScript is this far behind: drop, as a full receive buffer would, and count. */
-      __atomic_add_fetch(&p->counters[C_DROP_BACKLOG], njs, __ATOMIC_RELAXED);
-      continue;
-    }
-    /* Second pass: copy what JavaScript handles into one batch it receives at once. */
-    js_batch_t *b = malloc(sizeof(js_batch_t));
-    uint8_t *data = malloc(js_bytes == 0 ? 1 : js_bytes);
-    int32_t *meta = malloc(sizeof(int32_t) * 4 * njs);
-    if (b == NULL || data == NULL || meta == NULL) {
-      free(b);
-      free(data);
-      free(meta);
-      __atomic_add_fetch(&p->counters[C_DROP_BACKLOG], njs, __ATOMIC_RELAXED);
-      continue;
-    }
-    uint32_t off = 0;
-    uint32_t k = 0;
-    for (int i = 0; i < n; i++) {
-      uint32_t len = p->rmsgs[i].msg_len;
-      if (len >= UINT32_MAX - 1) continue;
-      memcpy(data + off, p->riov[i].iov_base, len);
-      meta[k * 4 + 0] = (int32_t)off;
-      meta[k * 4 + 1] = (int32_t)len;
-      meta[k * 4 + 2] = (int32_t)ntohl(p->raddr[i].sin_addr.s_addr);
-      meta[k * 4 + 3] = (int32_t)ntohs(p->raddr[i].sin_port);
-      off += len;
-      k++;
-    }
-    b->count = njs;
-    b->bytes = js_bytes;
-    b->cost = cost;
-    __atomic_add_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
-    b->data = data;
-    b->meta = meta;
-    napi_status st = napi_call_threadsafe_function(p->tsfn, b, napi_tsfn_nonblocking);
-    if (st != napi_ok) {
-      /* Closing: drop, count. */
-      __atomic_sub_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
-      __atomic_add_fetch(&p->counters[C_DROP_BACKLOG], njs, __ATOMIC_RELAXED);
-      free(data);
-      free(meta);
-      free(b);
-    } else {
-      __atomic_add_fetch(&p->counters[C_TO_JS], njs, __ATOMIC_RELAXED);
-    }
+    if (pfds[wake_i].revents != 0) break;
+    if (udp_i >= 0 && (pfds[udp_i].revents & POLLIN) != 0) receive_batch(p, &p->udp, 0);
+    if (dtls_i >= 0 && (pfds[dtls_i].revents & POLLIN) != 0) receive_batch(p, &p->dtls, 1);
   }
   return NULL;
 }
@@ -422,9 +814,10 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
     free(bytes);
   }
   void *meta_data;
-  napi_create_arraybuffer(env, sizeof(int32_t) * 4 * b->count, &meta_data, &meta_ab);
-  memcpy(meta_data, b->meta, sizeof(int32_t) * 4 * b->count);
-  napi_create_typedarray(env, napi_int32_array, 4 * b->count, meta_ab, 0, &meta);
+  size_t meta_bytes = sizeof(int32_t) * META_WIDTH * b->count;
+  napi_create_arraybuffer(env, meta_bytes, &meta_data, &meta_ab);
+  memcpy(meta_data, b->meta, meta_bytes);
+  napi_create_typedarray(env, napi_int32_array, META_WIDTH * b->count, meta_ab, 0, &meta);
   free(b->meta);
   free(b);
   napi_get_undefined(env, &undefined);
@@ -441,6 +834,15 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
       return NULL;                                                                                 \
     }                                                                                              \
   } while (0)
+
+#define ARGS(n)                                                                                      \
+  size_t argc = (n);                                                                               \
+  napi_value argv[(n)];                                                                            \
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));                                     \
+  if (argc < (n)) {                                                                                \
+    napi_throw_type_error(env, "ERR_NATIVE_DATAPLANE", "missing arguments");                       \
+    return NULL;                                                                                   \
+  }
 
 static plane_t *plane_arg(napi_env env, napi_value v) {
   plane_t *p = NULL;
@@ -462,6 +864,35 @@ static int id_arg(napi_env env, napi_value v, const uint8_t **out) {
   return 0;
 }
 
+/* A Buffer argument of exactly `want` bytes (or any length when want is 0). */
+static int bytes_arg(napi_env env, napi_value v, size_t want, const uint8_t **out, size_t *len) {
+  void *data;
+  size_t n;
+  if (napi_get_buffer_info(env, v, &data, &n) != napi_ok || (want != 0 && n != want)) {
+    napi_throw_type_error(env, "ERR_NATIVE_DATAPLANE", "a Buffer of the expected length");
+    return -1;
+  }
+  *out = data;
+  if (len != NULL) *len = n;
+  return 0;
+}
+
+/* An IPv4 address string and a port, in network order. */
+static int addr_args(napi_env env, napi_value host_v, napi_value port_v, uint32_t *addr, uint16_t *port) {
+  char host[64];
+  size_t host_len;
+  uint32_t p;
+  struct in_addr in;
+  if (napi_get_value_string_utf8(env, host_v, host, sizeof(host), &host_len) != napi_ok ||
+      napi_get_value_uint32(env, port_v, &p) != napi_ok || p > 65535 || inet_pton(AF_INET, host, &in) != 1) {
+    napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "an IPv4 address and a port");
+    return -1;
+  }
+  *addr = in.s_addr;
+  *port = htons((uint16_t)p);
+  return 0;
+}
+
 static void plane_stop(plane_t *p) {
   if (p->running) {
     uint64_t one = 1;
@@ -470,24 +901,66 @@ static void plane_stop(plane_t *p) {
     pthread_join(p->thread, NULL);
     p->running = 0;
   }
-  if (p->fd >= 0) close(p->fd);
+  if (p->udp.fd >= 0) close(p->udp.fd);
+  if (p->dtls.fd >= 0) close(p->dtls.fd);
   if (p->wake_fd >= 0) close(p->wake_fd);
-  p->fd = p->wake_fd = -1;
+  p->udp.fd = p->dtls.fd = p->wake_fd = -1;
+}
+
+static void rx_free(rx_t *rx) {
+  free(rx->buf);
+  free(rx->msgs);
+  free(rx->iov);
+  free(rx->addr);
+  free(rx->disp);
+  free(rx->js_off);
+  free(rx->js_len);
+  free(rx->js_assoc);
+}
+
+static int rx_alloc(rx_t *rx, uint32_t batch, uint32_t slot) {
+  rx->slot = slot;
+  rx->buf = malloc((size_t)slot * batch);
+  rx->msgs = calloc(batch, sizeof(struct mmsghdr));
+  rx->iov = calloc(batch, sizeof(struct iovec));
+  rx->addr = calloc(batch, sizeof(struct sockaddr_in));
+  rx->disp = calloc(batch, 1);
+  rx->js_off = calloc(batch, sizeof(uint32_t));
+  rx->js_len = calloc(batch, sizeof(uint32_t));
+  rx->js_assoc = calloc(batch, sizeof(uint32_t));
+  return rx->buf && rx->msgs && rx->iov && rx->addr && rx->disp && rx->js_off && rx->js_len && rx->js_assoc ? 0
+                                                                                                            : -1;
+}
+
+static void tx_free(tx_t *tx) {
+  free(tx->msgs);
+  free(tx->iov);
+  free(tx->addr);
+  free(tx->relay_len);
+}
+
+static int tx_alloc(tx_t *tx, uint32_t batch) {
+  tx->msgs = calloc(batch, sizeof(struct mmsghdr));
+  tx->iov = calloc(batch, sizeof(struct iovec));
+  tx->addr = calloc(batch, sizeof(struct sockaddr_in));
+  tx->relay_len = calloc(batch, sizeof(uint32_t));
+  tx->n = 0;
+  return tx->msgs && tx->iov && tx->addr && tx->relay_len ? 0 : -1;
 }
 
 static void plane_free(plane_t *p) {
   plane_stop(p);
   pthread_mutex_lock(&p->lock);
   table_free(&p->table);
+  assocs_free(&p->assocs);
   pthread_mutex_unlock(&p->lock);
   pthread_mutex_destroy(&p->lock);
-  free(p->rbuf);
-  free(p->rmsgs);
-  free(p->riov);
-  free(p->raddr);
-  free(p->smsgs);
-  free(p->siov);
-  free(p->saddr);
+  rx_free(&p->udp);
+  rx_free(&p->dtls);
+  tx_free(&p->tx_udp);
+  tx_free(&p->tx_dtls);
+  free(p->seal_buf);
+  free(p->js_seal_buf);
   free(p);
 }
 
@@ -499,31 +972,57 @@ static void finalize_plane(napi_env env, void *data, void *hint) {
   plane_free(p);
 }
 
-/* open(host: string, port: number, maxDatagram: number, batch: number, onBatch: fn) → [handle, port] */
-static napi_value js_open(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  if (argc < 5) {
-    napi_throw_type_error(env, "ERR_NATIVE_DATAPLANE", "open(host, port, maxDatagram, batch, onBatch)");
-    return NULL;
-  }
-  char host[64];
-  size_t host_len;
-  CHECK(napi_get_value_string_utf8(env, argv[0], host, sizeof(host), &host_len));
-  uint32_t port, max_datagram, batch;
-  CHECK(napi_get_value_uint32(env, argv[1], &port));
-  CHECK(napi_get_value_uint32(env, argv[2], &max_datagram));
-  CHECK(napi_get_value_uint32(env, argv[3], &batch));
-  if (port > 65535 || max_datagram < RELAY_HEADER_LEN || max_datagram > 65507 || batch == 0 || batch > MAX_BATCH) {
-    napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "port, maxDatagram or batch out of range");
-    return NULL;
-  }
+/* A non-blocking UDP socket bound to addr:port (port in host order), or -errno. */
+static int open_socket(uint32_t addr, uint32_t port, uint16_t *bound_port) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int buf = 4 * 1024 * 1024;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof(sa));
   sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = addr;
   sa.sin_port = htons((uint16_t)port);
-  if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    int err = errno;
+    close(fd);
+    return -err;
+  }
+  socklen_t sl = sizeof(sa);
+  getsockname(fd, (struct sockaddr *)&sa, &sl);
+  *bound_port = ntohs(sa.sin_port);
+  return fd;
+}
+
+/*
+ * open(host, udpPort, dtlsPort, maxDatagram, batch, onBatch, maxToDtls) → [handle, udpPort, dtlsPort].
+ * A port of -1 opens no such socket (and reports -1).
+ */
+static napi_value js_open(napi_env env, napi_callback_info info) {
+  ARGS(7);
+  char host[64];
+  size_t host_len;
+  CHECK(napi_get_value_string_utf8(env, argv[0], host, sizeof(host), &host_len));
+  int32_t udp_port, dtls_port;
+  uint32_t max_datagram, batch, max_to_dtls;
+  CHECK(napi_get_value_int32(env, argv[1], &udp_port));
+  CHECK(napi_get_value_int32(env, argv[2], &dtls_port));
+  CHECK(napi_get_value_uint32(env, argv[3], &max_datagram));
+  CHECK(napi_get_value_uint32(env, argv[4], &batch));
+  CHECK(napi_get_value_uint32(env, argv[6], &max_to_dtls));
+  if (udp_port > 65535 || dtls_port > 65535 || udp_port < -1 || dtls_port < -1 || (udp_port < 0 && dtls_port < 0) ||
+      max_datagram < RELAY_HEADER_LEN || max_datagram > 65507 || batch == 0 || batch > MAX_BATCH) {
+    napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "port, maxDatagram or batch out of range");
+    return NULL;
+  }
+  if (dtls_port >= 0 && !dtls_crypto_available()) {
+    napi_throw_error(env, "ERR_NATIVE_DTLS_UNAVAILABLE",
+                     "the OpenSSL functions of the DTLS record layer are not in this process");
+    return NULL;
+  }
+  struct in_addr host_addr;
+  if (inet_pton(AF_INET, host, &host_addr) != 1) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE_ADDRESS", "the native data plane binds IPv4 addresses only");
     return NULL;
   }
@@ -532,40 +1031,64 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
     return NULL;
   }
-  p->fd = p->wake_fd = -1;
+  p->udp.fd = p->dtls.fd = p->wake_fd = -1;
   p->max_datagram = max_datagram;
+  p->max_to_dtls = max_to_dtls < max_datagram ? max_to_dtls : max_datagram;
   p->batch = batch;
   pthread_mutex_init(&p->lock, NULL);
-  size_t slot = (size_t)max_datagram + 1;
-  p->rbuf = malloc(slot * batch);
-  p->rmsgs = calloc(batch, sizeof(struct mmsghdr));
-  p->riov = calloc(batch, sizeof(struct iovec));
-  p->raddr = calloc(batch, sizeof(struct sockaddr_in));
-  p->smsgs = calloc(batch, sizeof(struct mmsghdr));
-  p->siov = calloc(batch, sizeof(struct iovec));
-  p->saddr = calloc(batch, sizeof(struct sockaddr_in));
-  if (!p->rbuf || !p->rmsgs || !p->riov || !p->raddr || !p->smsgs || !p->siov || !p->saddr) {
+  /* DTLS datagrams carry handshakes too, which may be larger than a relay message. */
+  uint32_t dtls_slot = max_datagram + 64 + DTLS_MAX_OVERHEAD + 1;
+  if (dtls_slot < 16384) dtls_slot = 16384;
+  p->seal_slot = max_datagram + DTLS_MAX_OVERHEAD;
+  p->js_seal_cap = 65535 + DTLS_MAX_OVERHEAD;
+  int ok = tx_alloc(&p->tx_udp, batch) == 0 && tx_alloc(&p->tx_dtls, batch) == 0;
+  if (ok && udp_port >= 0) ok = rx_alloc(&p->udp, batch, max_datagram + 1) == 0; /* + 1 tells "too large" */
+  if (ok && dtls_port >= 0) {
+    ok = rx_alloc(&p->dtls, batch, dtls_slot) == 0;
+    p->seal_buf = malloc((size_t)p->seal_slot * batch);
+    p->js_seal_buf = malloc(p->js_seal_cap);
+    ok = ok && p->seal_buf != NULL && p->js_seal_buf != NULL;
+  }
+  if (!ok) {
     plane_free(p);
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
     return NULL;
   }
-  p->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  uint16_t bound_udp = 0, bound_dtls = 0;
+  int err = 0;
+  const char *which = "";
+  int32_t failed_port = 0;
+  if (udp_port >= 0) {
+    int fd = open_socket(host_addr.s_addr, (uint32_t)udp_port, &bound_udp);
+    if (fd < 0) {
+      err = -fd;
+      failed_port = udp_port;
+    } else {
+      p->udp.fd = fd;
+    }
+  }
+  if (err == 0 && dtls_port >= 0) {
+    int fd = open_socket(host_addr.s_addr, (uint32_t)dtls_port, &bound_dtls);
+    if (fd < 0) {
+      err = -fd;
+      failed_port = dtls_port;
+      which = " (DTLS)";
+    } else {
+      p->dtls.fd = fd;
+    }
+  }
   p->wake_fd = eventfd(0, EFD_CLOEXEC);
-  int rcv = 4 * 1024 * 1024;
-  if (p->fd >= 0) setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
-  if (p->fd < 0 || p->wake_fd < 0 || bind(p->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    int err = errno;
+  if (err == 0 && p->wake_fd < 0) err = errno;
+  if (err != 0) {
     plane_free(p);
-    char msg[128];
-    snprintf(msg, sizeof(msg), "bind %s:%u failed: %s", host, port, strerror(err));
+    char msg[160];
+    snprintf(msg, sizeof(msg), "bind %s:%d%s failed: %s", host, failed_port, which, strerror(err));
     napi_throw_error(env, err == EADDRINUSE ? "EADDRINUSE" : "ERR_NATIVE_DATAPLANE", msg);
     return NULL;
   }
-  socklen_t sl = sizeof(sa);
-  getsockname(p->fd, (struct sockaddr *)&sa, &sl);
   napi_value resource_name;
   CHECK(napi_create_string_utf8(env, "gamewire-relay-dataplane", NAPI_AUTO_LENGTH, &resource_name));
-  if (napi_create_threadsafe_function(env, argv[4], NULL, resource_name, 0, 1, NULL, NULL, p, call_js,
+  if (napi_create_threadsafe_function(env, argv[5], NULL, resource_name, 0, 1, NULL, NULL, p, call_js,
                                       &p->tsfn) != napi_ok) {
     plane_free(p);
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cannot create the thread-safe function");
@@ -578,107 +1101,125 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
     return NULL;
   }
   p->running = 1;
-  napi_value handle, port_v, result;
+  napi_value handle, udp_v, dtls_v, result;
   CHECK(napi_create_external(env, p, finalize_plane, NULL, &handle));
-  CHECK(napi_create_uint32(env, ntohs(sa.sin_port), &port_v));
-  CHECK(napi_create_array_with_length(env, 2, &result));
+  CHECK(napi_create_int32(env, udp_port >= 0 ? bound_udp : -1, &udp_v));
+  CHECK(napi_create_int32(env, dtls_port >= 0 ? bound_dtls : -1, &dtls_v));
+  CHECK(napi_create_array_with_length(env, 3, &result));
   CHECK(napi_set_element(env, result, 0, handle));
-  CHECK(napi_set_element(env, result, 1, port_v));
+  CHECK(napi_set_element(env, result, 1, udp_v));
+  CHECK(napi_set_element(env, result, 2, dtls_v));
   return result;
 }
 
-/* close(handle): stops the worker, closes the socket, lets pending JS batches drain. */
+/*
+ * close(handle): stops the worker, closes the sockets, lets pending JS batches drain. The tables
+ * stay readable (dtlsDetach still returns an association's state) until the handle is collected.
+ */
 static napi_value js_close(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(1);
   plane_t *p = plane_arg(env, argv[0]);
   if (p == NULL) return NULL;
-  if (p->running || p->fd >= 0) {
+  if (p->running || p->udp.fd >= 0 || p->dtls.fd >= 0) {
     plane_stop(p);
     napi_release_threadsafe_function(p->tsfn, napi_tsfn_release);
   }
   return NULL;
 }
 
-/* send(handle, buffer, port, ipv4 string) → 0 or -errno. Non-blocking. */
-static napi_value js_send(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+static napi_value send_on(napi_env env, napi_callback_info info, int dtls) {
+  ARGS(4);
   plane_t *p = plane_arg(env, argv[0]);
   if (p == NULL) return NULL;
-  void *data;
+  const uint8_t *data;
   size_t len;
-  uint32_t port;
-  char host[64];
-  size_t host_len;
-  CHECK(napi_get_buffer_info(env, argv[1], &data, &len));
-  CHECK(napi_get_value_uint32(env, argv[2], &port));
-  CHECK(napi_get_value_string_utf8(env, argv[3], host, sizeof(host), &host_len));
+  if (bytes_arg(env, argv[1], 0, &data, &len) != 0) return NULL;
+  int rc = 0;
+  uint32_t addr;
+  uint16_t port;
+  if (addr_args(env, argv[3], argv[2], &addr, &port) != 0) return NULL;
+  int fd = dtls ? p->dtls.fd : p->udp.fd;
   struct sockaddr_in to;
   memset(&to, 0, sizeof(to));
   to.sin_family = AF_INET;
-  to.sin_port = htons((uint16_t)port);
-  int rc = 0;
-  if (port > 65535 || inet_pton(AF_INET, host, &to.sin_addr) != 1) rc = -EINVAL;
-  else if (p->fd < 0) rc = -EBADF;
-  else if (sendto(p->fd, data, len, 0, (struct sockaddr *)&to, sizeof(to)) < 0) rc = -errno;
+  to.sin_addr.s_addr = addr;
+  to.sin_port = port;
+  if (fd < 0) rc = -EBADF;
+  else if (sendto(fd, data, len, 0, (struct sockaddr *)&to, sizeof(to)) < 0) rc = -errno;
   napi_value out;
   CHECK(napi_create_int32(env, rc, &out));
   return out;
 }
 
+/* send(handle, buffer, port, ipv4 string) → 0 or -errno. Non-blocking. From the UDP socket. */
+static napi_value js_send(napi_env env, napi_callback_info info) {
+  return send_on(env, info, 0);
+}
+
+/* dtlsSend(handle, buffer, port, ipv4 string) → 0 or -errno: a datagram as is, from the DTLS socket. */
+static napi_value js_dtls_send(napi_env env, napi_callback_info info) {
+  return send_on(env, info, 1);
+}
+
 /* bind(handle, id, ipv4, port): the allocation is bound over UDP from ipv4:port. */
 static napi_value js_bind(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(4);
   plane_t *p = plane_arg(env, argv[0]);
   const uint8_t *id;
   if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
-  char host[64];
-  size_t host_len;
-  uint32_t port;
-  CHECK(napi_get_value_string_utf8(env, argv[2], host, sizeof(host), &host_len));
-  CHECK(napi_get_value_uint32(env, argv[3], &port));
-  struct in_addr addr;
-  if (port > 65535 || inet_pton(AF_INET, host, &addr) != 1) {
-    napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "bind needs an IPv4 address and a port");
-    return NULL;
-  }
+  uint32_t addr;
+  uint16_t port;
+  if (addr_args(env, argv[2], argv[3], &addr, &port) != 0) return NULL;
   pthread_mutex_lock(&p->lock);
   entry_t *e = table_insert(&p->table, id);
   if (e != NULL) {
-    e->bound = 1;
-    e->addr = addr.s_addr;
-    e->port = htons((uint16_t)port);
+    e->bound = BOUND_UDP;
+    e->addr = addr;
+    e->port = port;
+    e->assoc_id = 0;
   }
   pthread_mutex_unlock(&p->lock);
   if (e == NULL) napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
   return NULL;
 }
 
-/* unbind(handle, id): no longer bound over UDP here (links stay). */
+/* bindDtls(handle, id, associationId): the allocation is bound through that DTLS association. */
+static napi_value js_bind_dtls(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  plane_t *p = plane_arg(env, argv[0]);
+  const uint8_t *id;
+  if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
+  uint32_t assoc_id;
+  CHECK(napi_get_value_uint32(env, argv[2], &assoc_id));
+  pthread_mutex_lock(&p->lock);
+  entry_t *e = table_insert(&p->table, id);
+  if (e != NULL) {
+    e->bound = BOUND_DTLS;
+    e->addr = 0;
+    e->port = 0;
+    e->assoc_id = assoc_id;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (e == NULL) napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
+  return NULL;
+}
+
+/* unbind(handle, id): no longer bound here (links stay). */
 static napi_value js_unbind(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(2);
   plane_t *p = plane_arg(env, argv[0]);
   const uint8_t *id;
   if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
   pthread_mutex_lock(&p->lock);
   entry_t *e = table_find(&p->table, id);
-  if (e != NULL) e->bound = 0;
+  if (e != NULL) e->bound = BOUND_NONE;
   pthread_mutex_unlock(&p->lock);
   return NULL;
 }
 
 /* forget(handle, id): the allocation is gone (expired or deleted). */
 static napi_value js_forget(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(2);
   plane_t *p = plane_arg(env, argv[0]);
   const uint8_t *id;
   if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
@@ -690,9 +1231,7 @@ static napi_value js_forget(napi_env env, napi_callback_info info) {
 
 /* link(handle, a, b, linked: boolean): a and b may relay to each other (or no longer). */
 static napi_value js_link(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(4);
   plane_t *p = plane_arg(env, argv[0]);
   const uint8_t *a, *b;
   if (p == NULL || id_arg(env, argv[1], &a) != 0 || id_arg(env, argv[2], &b) != 0) return NULL;
@@ -719,9 +1258,7 @@ static napi_value js_link(napi_env env, napi_callback_info info) {
 
 /* lastSeen(handle, id) → ms on the monotonic clock of now(), or -1. */
 static napi_value js_last_seen(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(2);
   plane_t *p = plane_arg(env, argv[0]);
   const uint8_t *id;
   if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
@@ -743,9 +1280,7 @@ static napi_value js_now(napi_env env, napi_callback_info info) {
 
 /* counters(handle, id) → [packetsIn, bytesIn, packetsOut, bytesOut] forwarded here, or null. */
 static napi_value js_counters(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(2);
   plane_t *p = plane_arg(env, argv[0]);
   const uint8_t *id;
   if (p == NULL || id_arg(env, argv[1], &id) != 0) return NULL;
@@ -775,15 +1310,13 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   return out;
 }
 
-/* stats(handle) → [received, forwarded, toJs, dropBadSource, dropBacklog, dropSendFailed, batches, bytesForwarded, tableSize] */
+/* stats(handle) → the C_* counters in order, then tableSize and associations. */
 static napi_value js_stats(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  ARGS(1);
   plane_t *p = plane_arg(env, argv[0]);
   if (p == NULL) return NULL;
   napi_value arr;
-  CHECK(napi_create_array_with_length(env, C_COUNT + 1, &arr));
+  CHECK(napi_create_array_with_length(env, C_COUNT + 2, &arr));
   for (int i = 0; i < C_COUNT; i++) {
     napi_value v;
     CHECK(napi_create_double(env, (double)__atomic_load_n(&p->counters[i], __ATOMIC_RELAXED), &v));
@@ -791,11 +1324,286 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   }
   pthread_mutex_lock(&p->lock);
   uint32_t live = p->table.live;
+  uint32_t assocs = p->assocs.count;
   pthread_mutex_unlock(&p->lock);
   napi_value v;
   CHECK(napi_create_uint32(env, live, &v));
   CHECK(napi_set_element(env, arr, C_COUNT, v));
+  CHECK(napi_create_uint32(env, assocs, &v));
+  CHECK(napi_set_element(env, arr, C_COUNT + 1, v));
   return arr;
+}
+
+/* A 48-bit sequence number (or -1 where allowed) from a JS number. */
+static int seq_arg(napi_env env, napi_value v, int64_t *out) {
+  double d;
+  if (napi_get_value_double(env, v, &d) != napi_ok || d != d || d < -1 || d > (double)DTLS_MAX_SEQ + 1 ||
+      d != (double)(int64_t)d) {
+    napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "a sequence number");
+    return -1;
+  }
+  *out = (int64_t)d;
+  return 0;
+}
+
+/*
+ * dtlsAttach(handle, associationId, ipv4, port, suite, epoch, readKey, readIv, writeKey, writeIv,
+ *            writeSeq, replayHighest, replayLow32, replayHigh32, maxPlaintext) → true, or false
+ * when the suite is not implemented here or memory ran out (JavaScript then keeps the association).
+ * From now on, application records from ipv4:port are opened here and their replay window kept
+ * here, and records to it are sealed here with the next sequence number, until dtlsDetach. An
+ * association already held for the same id or the same address and port is replaced.
+ */
+static napi_value js_dtls_attach(napi_env env, napi_callback_info info) {
+  ARGS(15);
+  plane_t *p = plane_arg(env, argv[0]);
+  if (p == NULL) return NULL;
+  uint32_t id, suite_id, epoch, lo, hi, max_plaintext;
+  uint32_t addr;
+  uint16_t port;
+  CHECK(napi_get_value_uint32(env, argv[1], &id));
+  if (addr_args(env, argv[2], argv[3], &addr, &port) != 0) return NULL;
+  CHECK(napi_get_value_uint32(env, argv[4], &suite_id));
+  CHECK(napi_get_value_uint32(env, argv[5], &epoch));
+  const dtls_suite_t *s = suite_id <= 0xffff ? dtls_suite_find((uint16_t)suite_id) : NULL;
+  napi_value result;
+  if (s == NULL || epoch > 0xffff || p->dtls.fd < 0) {
+    CHECK(napi_get_boolean(env, false, &result));
+    return result;
+  }
+  const uint8_t *rk, *riv, *wk, *wiv;
+  if (bytes_arg(env, argv[6], s->key_len, &rk, NULL) != 0 ||
+      bytes_arg(env, argv[7], s->fixed_iv_len, &riv, NULL) != 0 ||
+      bytes_arg(env, argv[8], s->key_len, &wk, NULL) != 0 ||
+      bytes_arg(env, argv[9], s->fixed_iv_len, &wiv, NULL) != 0)
+    return NULL;
+  int64_t write_seq, highest;
+  if (seq_arg(env, argv[10], &write_seq) != 0 || seq_arg(env, argv[11], &highest) != 0) return NULL;
+  CHECK(napi_get_value_uint32(env, argv[12], &lo));
+  CHECK(napi_get_value_uint32(env, argv[13], &hi));
+  CHECK(napi_get_value_uint32(env, argv[14], &max_plaintext));
+  assoc_t *a = calloc(1, sizeof(assoc_t));
+  int ok = a != NULL;
+  if (ok) {
+    a->id = id;
+    a->addr = addr;
+    a->port = port;
+    a->epoch = (uint16_t)epoch;
+    a->max_plaintext = max_plaintext;
+    a->write_seq = write_seq < 0 ? 0 : (uint64_t)write_seq;
+    a->replay.any = highest >= 0;
+    a->replay.highest = highest >= 0 ? (uint64_t)highest : 0;
+    a->replay.bits = highest >= 0 ? ((uint64_t)hi << 32) | lo : 0;
+    a->last_rx_ms = -1;
+    ok = dtls_dir_init(&a->rd, s, rk, riv, 0) == 0 && dtls_dir_init(&a->wr, s, wk, wiv, 1) == 0;
+  }
+  if (ok) {
+    pthread_mutex_lock(&p->lock);
+    ok = assocs_put(&p->assocs, a) == 0;
+    pthread_mutex_unlock(&p->lock);
+  }
+  if (!ok && a != NULL) assoc_free(a);
+  CHECK(napi_get_boolean(env, ok, &result));
+  return result;
+}
+
+/*
+ * dtlsDetach(handle, associationId) → [writeSeq, replayHighest (-1: none), replayLow32, replayHigh32,
+ * idleMs (-1: nothing received here), applicationDataSeen (0/1)], or null when not held. The
+ * association is no longer handled here.
+ */
+static napi_value js_dtls_detach(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  plane_t *p = plane_arg(env, argv[0]);
+  if (p == NULL) return NULL;
+  uint32_t id;
+  CHECK(napi_get_value_uint32(env, argv[1], &id));
+  double v[6];
+  int found = 0;
+  int64_t now = now_ms();
+  pthread_mutex_lock(&p->lock);
+  assoc_t *a = assoc_by_id(&p->assocs, id);
+  if (a != NULL) {
+    found = 1;
+    v[0] = (double)a->write_seq;
+    v[1] = a->replay.any ? (double)a->replay.highest : -1;
+    v[2] = (double)(uint32_t)(a->replay.bits & 0xffffffffu);
+    v[3] = (double)(uint32_t)(a->replay.bits >> 32);
+    v[4] = a->last_rx_ms < 0 ? -1 : (double)(now - a->last_rx_ms);
+    v[5] = a->app_seen;
+    assocs_unlink(&p->assocs, a);
+    assoc_free(a);
+  }
+  pthread_mutex_unlock(&p->lock);
+  napi_value out;
+  if (!found) {
+    CHECK(napi_get_null(env, &out));
+    return out;
+  }
+  CHECK(napi_create_array_with_length(env, 6, &out));
+  for (uint32_t i = 0; i < 6; i++) {
+    napi_value x;
+    CHECK(napi_create_double(env, v[i], &x));
+    CHECK(napi_set_element(env, out, i, x));
+  }
+  return out;
+}
+
+/*
+ * dtlsSeal(handle, associationId, contentType, plaintext) → 0 sent (or lost, as UDP may lose it),
+ * -1 not held here, -2 the sequence numbers are spent, -3 too large. One record, one datagram.
+ */
+static napi_value js_dtls_seal(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  plane_t *p = plane_arg(env, argv[0]);
+  if (p == NULL) return NULL;
+  uint32_t id, type;
+  CHECK(napi_get_value_uint32(env, argv[1], &id));
+  CHECK(napi_get_value_uint32(env, argv[2], &type));
+  const uint8_t *pt;
+  size_t len;
+  if (bytes_arg(env, argv[3], 0, &pt, &len) != 0) return NULL;
+  int rc = 0;
+  long r = -1;
+  struct sockaddr_in to;
+  memset(&to, 0, sizeof(to));
+  to.sin_family = AF_INET;
+  pthread_mutex_lock(&p->lock);
+  assoc_t *a = p->dtls.fd < 0 ? NULL : assoc_by_id(&p->assocs, id);
+  if (a == NULL) rc = -1;
+  else if (a->write_seq > DTLS_MAX_SEQ) rc = -2;
+  else if (len > a->max_plaintext || len > 0xffff - 64) rc = -3;
+  else {
+    r = dtls_seal(&a->wr, (uint8_t)type, a->epoch, a->write_seq, pt, len, p->js_seal_buf, p->js_seal_cap);
+    if (r < 0) rc = -3;
+    else {
+      a->write_seq++;
+      to.sin_addr.s_addr = a->addr;
+      to.sin_port = a->port;
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+  /* js_seal_buf belongs to this thread: sending outside the lock is safe. */
+  if (rc == 0) {
+    count(p, C_DTLS_SEALED_FOR_JS, 1);
+    sendto(p->dtls.fd, p->js_seal_buf, (size_t)r, 0, (struct sockaddr *)&to, sizeof(to));
+  }
+  napi_value out;
+  CHECK(napi_create_int32(env, rc, &out));
+  return out;
+}
+
+/* dtlsIdle(handle, associationId) → ms since its last authentic record here, or -1. */
+static napi_value js_dtls_idle(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  plane_t *p = plane_arg(env, argv[0]);
+  if (p == NULL) return NULL;
+  uint32_t id;
+  CHECK(napi_get_value_uint32(env, argv[1], &id));
+  int64_t now = now_ms();
+  pthread_mutex_lock(&p->lock);
+  assoc_t *a = assoc_by_id(&p->assocs, id);
+  int64_t idle = a == NULL || a->last_rx_ms < 0 ? -1 : now - a->last_rx_ms;
+  pthread_mutex_unlock(&p->lock);
+  napi_value out;
+  CHECK(napi_create_int64(env, idle, &out));
+  return out;
+}
+
+/* dtlsAvailable() → whether the record layer's OpenSSL functions resolve in this process. */
+static napi_value js_dtls_available(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value out;
+  CHECK(napi_get_boolean(env, dtls_crypto_available(), &out));
+  return out;
+}
+
+/*
+ * sealRecord(suite, key, iv, type, epoch, seq, plaintext) → Buffer (one whole record), and
+ * openRecord(suite, key, iv, record) → Buffer (plaintext) or null: the record layer on its own,
+ * for known-answer tests against other implementations and for load generators.
+ */
+static napi_value js_seal_record(napi_env env, napi_callback_info info) {
+  ARGS(7);
+  uint32_t suite_id, type, epoch;
+  CHECK(napi_get_value_uint32(env, argv[0], &suite_id));
+  const dtls_suite_t *s = suite_id <= 0xffff ? dtls_suite_find((uint16_t)suite_id) : NULL;
+  if (s == NULL || !dtls_crypto_available()) {
+    napi_throw_error(env, "ERR_NATIVE_DTLS_UNAVAILABLE", "suite not implemented or no OpenSSL");
+    return NULL;
+  }
+  const uint8_t *key, *iv, *pt;
+  size_t len;
+  if (bytes_arg(env, argv[1], s->key_len, &key, NULL) != 0 || bytes_arg(env, argv[2], s->fixed_iv_len, &iv, NULL) != 0)
+    return NULL;
+  CHECK(napi_get_value_uint32(env, argv[3], &type));
+  CHECK(napi_get_value_uint32(env, argv[4], &epoch));
+  int64_t seq;
+  if (seq_arg(env, argv[5], &seq) != 0) return NULL;
+  if (bytes_arg(env, argv[6], 0, &pt, &len) != 0) return NULL;
+  if (len > 0xffff - 64 || seq < 0 || epoch > 0xffff) {
+    napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "plaintext, epoch or sequence number out of range");
+    return NULL;
+  }
+  dtls_dir_t d;
+  if (dtls_dir_init(&d, s, key, iv, 1) != 0) {
+    napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cipher setup failed");
+    return NULL;
+  }
+  size_t cap = len + dtls_overhead(s);
+  void *out_data;
+  napi_value out;
+  if (napi_create_buffer(env, cap, &out_data, &out) != napi_ok) {
+    dtls_dir_free(&d);
+    napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
+    return NULL;
+  }
+  long r = dtls_seal(&d, (uint8_t)type, (uint16_t)epoch, (uint64_t)seq, pt, len, out_data, cap);
+  dtls_dir_free(&d);
+  if (r < 0) {
+    napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "seal failed");
+    return NULL;
+  }
+  return out;
+}
+
+static napi_value js_open_record(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  uint32_t suite_id;
+  CHECK(napi_get_value_uint32(env, argv[0], &suite_id));
+  const dtls_suite_t *s = suite_id <= 0xffff ? dtls_suite_find((uint16_t)suite_id) : NULL;
+  if (s == NULL || !dtls_crypto_available()) {
+    napi_throw_error(env, "ERR_NATIVE_DTLS_UNAVAILABLE", "suite not implemented or no OpenSSL");
+    return NULL;
+  }
+  const uint8_t *key, *iv, *rec;
+  size_t len;
+  if (bytes_arg(env, argv[1], s->key_len, &key, NULL) != 0 || bytes_arg(env, argv[2], s->fixed_iv_len, &iv, NULL) != 0 ||
+      bytes_arg(env, argv[3], 0, &rec, &len) != 0)
+    return NULL;
+  napi_value out;
+  if (len < DTLS_HEADER_LEN || (((size_t)rec[11] << 8) | rec[12]) != len - DTLS_HEADER_LEN) {
+    CHECK(napi_get_null(env, &out));
+    return out;
+  }
+  dtls_dir_t d;
+  if (dtls_dir_init(&d, s, key, iv, 0) != 0) {
+    napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cipher setup failed");
+    return NULL;
+  }
+  uint8_t *pt = malloc(len);
+  long r = pt == NULL ? -1 : dtls_open(&d, rec, len, pt);
+  dtls_dir_free(&d);
+  if (r < 0) {
+    free(pt);
+    CHECK(napi_get_null(env, &out));
+    return out;
+  }
+  void *copy;
+  napi_status st = napi_create_buffer_copy(env, (size_t)r, pt, &copy, &out);
+  free(pt);
+  CHECK(st);
+  return out;
 }
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -811,6 +1619,15 @@ static napi_value init(napi_env env, napi_value exports) {
       {"now", NULL, js_now, NULL, NULL, NULL, napi_default, NULL},
       {"stats", NULL, js_stats, NULL, NULL, NULL, napi_default, NULL},
       {"counters", NULL, js_counters, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsSend", NULL, js_dtls_send, NULL, NULL, NULL, napi_default, NULL},
+      {"bindDtls", NULL, js_bind_dtls, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsAttach", NULL, js_dtls_attach, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsDetach", NULL, js_dtls_detach, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsSeal", NULL, js_dtls_seal, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsIdle", NULL, js_dtls_idle, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsAvailable", NULL, js_dtls_available, NULL, NULL, NULL, napi_default, NULL},
+      {"sealRecord", NULL, js_seal_record, NULL, NULL, NULL, napi_default, NULL},
+      {"openRecord", NULL, js_open_record, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof(props) / sizeof(props[0]), props) != napi_ok) return NULL;
   return exports;

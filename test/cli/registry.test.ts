@@ -24,6 +24,7 @@ describe('the light registry', () => {
       expect(entry.hasServer, entry.name).toBe(m.server !== undefined);
       expect(entry.hasCommands, entry.name).toBe(m.registerCommands !== undefined);
       expect(entry.hasConform, entry.name).toBe(m.conform !== undefined);
+      expect(entry.hasLoad, entry.name).toBe(m.load !== undefined);
       const codecs = await entry.loadCodecs();
       expect(codecs, entry.name).toEqual(m.codecs);
     }

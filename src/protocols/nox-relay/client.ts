@@ -18,7 +18,7 @@ export interface NoxRelayClientOptions {
   host?: string;
   port: number;
   transport?: 'tcp' | 'udp';
-  /** How long a request waits for its reply. Default 5000 ms. */
+  /** How long a request waits for its reply, and a TCP connection to be accepted. Default 5000 ms. */
   requestTimeoutMs?: number;
   /** Latency keep-alive period; default: the Handshake's keep-alive interval. 0 disables. */
   keepAliveMs?: number;
@@ -71,6 +71,9 @@ export class NoxRelayClient extends EventEmitter {
   private nextUid = 1;
   private keepAlive: NodeJS.Timeout | undefined;
   private closed = false;
+  /** Bytes received and sent (packet bytes, TCP stream or UDP datagrams). */
+  bytesReceived = 0;
+  bytesSent = 0;
 
   constructor(options: NoxRelayClientOptions) {
     super();
@@ -83,7 +86,11 @@ export class NoxRelayClient extends EventEmitter {
     this.proveAddress = options.proveAddress ?? true;
   }
 
-  /** Opens the TCP connection or the (connected) UDP socket. */
+  /**
+   * Opens the TCP connection or the (connected) UDP socket. Fails with the socket's error (a
+   * refused connection, a host that does not resolve), or `ERR_NOX_TIMEOUT` when a TCP
+   * connection is not accepted within the request timeout.
+   */
   connect(): Promise<void> {
     if (this.transport === 'tcp') {
       return new Promise((resolve, reject) => {
@@ -94,14 +101,29 @@ export class NoxRelayClient extends EventEmitter {
           ...(this.localAddress === undefined ? {} : { localAddress: this.localAddress }),
         });
         this.tcp = s;
-        s.once('error', reject);
+        const timer = setTimeout(() => {
+          s.destroy();
+          reject(
+            new NoxRelayClientError(
+              'ERR_NOX_TIMEOUT',
+              `no TCP connection to ${this.target} within ${this.timeoutMs} ms: is the relay running there?`,
+            ),
+          );
+        }, this.timeoutMs);
+        const onError = (err: Error) => {
+          clearTimeout(timer);
+          reject(err);
+        };
+        s.once('error', onError);
         s.once('connect', () => {
-          s.off('error', reject);
+          clearTimeout(timer);
+          s.off('error', onError);
           s.on('error', (err) => this.fail(err as Error));
           resolve();
         });
         const onFrame = (buf: Buffer, start: number, end: number) => this.onPacket(buf, start, end);
         s.on('data', (chunk: Buffer) => {
+          this.bytesReceived += chunk.length;
           try {
             this.deframer.push(chunk, onFrame);
           } catch (err) {
@@ -117,6 +139,7 @@ export class NoxRelayClient extends EventEmitter {
       this.udp = s;
       s.once('error', reject);
       s.on('message', (msg) => {
+        this.bytesReceived += msg.length;
         try {
           const ranges = splitPackets(msg, 0, msg.length, measure, []);
           for (let i = 0; i < ranges.length; i += 2) this.onPacket(msg, ranges[i]!, ranges[i + 1]!);
@@ -125,14 +148,47 @@ export class NoxRelayClient extends EventEmitter {
         }
       });
       const connect = () =>
-        s.connect(this.port, this.host, () => {
+        // dgram hands a failed lookup (ENOTFOUND) to this callback, not to 'error'.
+        s.connect(this.port, this.host, (err?: Error) => {
           s.off('error', reject);
-          s.on('error', (err) => this.fail(err as Error));
+          if (err) {
+            s.close();
+            reject(err);
+            return;
+          }
+          s.on('error', (e) => this.onUdpError(e as NodeJS.ErrnoException));
           resolve();
         });
       if (this.localAddress === undefined) connect();
       else s.bind(0, this.localAddress, connect);
     });
+  }
+
+  /** `host:port` (with the transport), for messages. */
+  get target(): string {
+    return `${this.host.includes(':') ? `[${this.host}]` : this.host}:${this.port} (${this.transport})`;
+  }
+
+  /**
+   * An error on the connected UDP socket. ECONNREFUSED is the ICMP "port unreachable" for a
+   * datagram sent to a port where nothing listens: the requests waiting for a reply fail now
+   * (`ERR_NOX_REFUSED`) instead of at their timeouts. The socket stays open (a relay that
+   * restarts answers the next request).
+   */
+  private onUdpError(err: NodeJS.ErrnoException): void {
+    if (err.code === 'ECONNREFUSED' && this.pending.size > 0) {
+      const refused = new NoxRelayClientError(
+        'ERR_NOX_REFUSED',
+        `nothing listens at ${this.target}: is the relay running there?`,
+        { cause: err },
+      );
+      for (const p of this.pending.values()) {
+        clearTimeout(p.timer);
+        p.reject(refused);
+      }
+      this.pending.clear();
+    }
+    this.fail(err);
   }
 
   get isClosed(): boolean {
@@ -141,6 +197,7 @@ export class NoxRelayClient extends EventEmitter {
 
   /** Sends raw bytes (tests use this for malformed input). */
   sendRaw(bytes: Buffer): void {
+    this.bytesSent += bytes.length;
     if (this.tcp !== undefined) this.tcp.write(bytes);
     else this.udp?.send(bytes);
   }
@@ -186,7 +243,7 @@ export class NoxRelayClient extends EventEmitter {
         reject(
           new NoxRelayClientError(
             'ERR_NOX_TIMEOUT',
-            `no ${expect} reply to uid ${uid} within ${timeoutMs} ms: is the relay running at ${this.host}:${this.port}?`,
+            `no ${expect} reply to uid ${uid} within ${timeoutMs} ms: is the relay running at ${this.target}?`,
           ),
         );
       }, timeoutMs);

@@ -1,13 +1,20 @@
 /**
  * `gamewire unity-relay host|join`: a two-terminal chat through a running relay, using
  * `UnityRelayClient`. The host relays every line it receives to its other clients.
+ *
+ * How a chat ends: stdin closes or a signal arrives (exit 0, CLOSE sent); the host leaves, for
+ * a joiner (exit 0, "the host left"); the relay is lost (`relayLost`, or re-binding gave up) or
+ * says the allocation is gone (ERROR 1/4): one error line, exit 1.
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
-import { CliError, connectFailure, parseIntOption, UsageError } from '../../core/errors.js';
+import { CliError, CommandError, connectFailure, parseIntOption, UsageError } from '../../core/errors.js';
+import { isGamewireError } from '../../wire/errors.js';
 import {
   type ConnectionType,
+  DEFAULT_API_TIMEOUT_MS,
+  DEFAULT_RELAY_TIMEOUT_MS,
   RelayApiClient,
   UnityRelayClient,
   type UnityRelayClientOptions,
@@ -20,6 +27,9 @@ interface ChatOptions {
   transport: string;
   ca?: string;
   insecure?: boolean;
+  pingIntervalMs: number;
+  relayTimeoutMs: number;
+  apiTimeoutMs: number;
 }
 
 const TRANSPORTS: readonly ConnectionType[] = ['udp', 'dtls', 'ws', 'wss'];
@@ -28,7 +38,21 @@ const TRANSPORTS: readonly ConnectionType[] = ['udp', 'dtls', 'ws', 'wss'];
 function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
   if (!(TRANSPORTS as readonly string[]).includes(opts.transport))
     throw new UsageError(`--transport must be one of ${TRANSPORTS.join(', ')}`);
-  const o: UnityRelayClientOptions = { connectionType: opts.transport as ConnectionType };
+  if (opts.pingIntervalMs < 10) throw new UsageError('--ping-interval-ms takes at least 10');
+  if (opts.relayTimeoutMs !== 0 && opts.relayTimeoutMs <= 3 * opts.pingIntervalMs)
+    throw new UsageError(
+      `--relay-timeout-ms (${opts.relayTimeoutMs}) must be more than 3 × --ping-interval-ms (${3 * opts.pingIntervalMs}), or 0 to never give up`,
+    );
+  const o: UnityRelayClientOptions = {
+    connectionType: opts.transport as ConnectionType,
+    pingIntervalMs: opts.pingIntervalMs,
+    relayTimeoutMs: opts.relayTimeoutMs,
+    // Binding and connecting to the host give up after the same time (one attempt per second).
+    ...(opts.relayTimeoutMs > 0
+      ? { maxAttempts: Math.max(1, Math.ceil(opts.relayTimeoutMs / RETRY_MS)) }
+      : {}),
+    retryMs: RETRY_MS,
+  };
   if (opts.ca !== undefined) {
     try {
       o.tls = { ca: readFileSync(opts.ca) };
@@ -41,6 +65,8 @@ function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
 }
 
 const DEFAULT_API = 'http://127.0.0.1:37080';
+/** BIND and CONNECT_REQUEST retry period: UTP's connectTimeoutMS. */
+const RETRY_MS = 1000;
 
 function status(text: string): void {
   process.stderr.write(`${text}\n`);
@@ -50,25 +76,67 @@ function short(id: Buffer): string {
   return id.toString('hex').slice(0, 8);
 }
 
-/** Runs until stdin ends or SIGINT/SIGTERM, then sends CLOSE. */
-async function chat(client: UnityRelayClient, onLine: (line: string) => void): Promise<void> {
+type ChatEnd = { kind: 'stdin' | 'signal' | 'hostLeft' } | { kind: 'failed'; error: CommandError };
+
+/**
+ * Runs until stdin ends, a signal, the host leaving (`hostLeft`, joiners), or the relay being
+ * lost; sends CLOSE when the relay is still there. A lost relay rejects with the error line.
+ */
+async function chat(
+  client: UnityRelayClient,
+  onLine: (line: string) => void,
+  watch?: (end: (e: ChatEnd) => void) => void,
+): Promise<void> {
   const rl = createInterface({ input: process.stdin, terminal: false });
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    rl.on('line', (line) => {
-      if (line.trim() !== '') onLine(line);
-    });
-    rl.on('close', stop);
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-    client.on('error', (err: Error) => status(`socket error: ${err.message}`));
-    client.on('relayError', (code: number) => {
-      status(`relay ERROR ${code}`);
-      if (code === 1 || code === 4) stop();
-    });
+  let end: (e: ChatEnd) => void = () => {};
+  const ended = new Promise<ChatEnd>((resolve) => {
+    end = resolve;
   });
+  const onInt = () => end({ kind: 'signal' });
+  rl.on('line', (line) => {
+    if (line.trim() === '') return;
+    try {
+      onLine(line);
+    } catch (err) {
+      // A line typed as the client closes: say why the chat ended, never a stack trace.
+      end({ kind: 'failed', error: asCommandError(err) });
+    }
+  });
+  rl.on('close', () => end({ kind: 'stdin' }));
+  process.on('SIGINT', onInt);
+  process.on('SIGTERM', onInt);
+  client.on('error', (err: Error) => status(`socket error: ${err.message}`));
+  client.on('relayError', (code: number) => {
+    status(`relay ERROR ${code}`);
+    if (code === 1 || code === 4)
+      end({
+        kind: 'failed',
+        error: new CommandError(
+          'ERR_RELAY_ALLOCATION',
+          `the relay ended this allocation (ERROR ${code}: ${code === 1 ? 'timed out' : 'not found'}): host again for a new one`,
+        ),
+      });
+  });
+  client.on('relayLost', (err: Error) => end({ kind: 'failed', error: asCommandError(err) }));
+  // Re-binding gave up (only reached with --relay-timeout-ms 0: the relay timeout comes first).
+  client.on('bindFailed', (err: Error) =>
+    end({ kind: 'failed', error: new CommandError('ERR_RELAY_LOST', `the relay is gone: ${err.message}`) }),
+  );
+  watch?.(end);
+  const how = await ended;
   rl.close();
+  process.off('SIGINT', onInt);
+  process.off('SIGTERM', onInt);
+  // Quiet from here on: the closing client may still report what it is shutting down.
+  client.removeAllListeners('error').on('error', () => {});
   await client.close();
+  if (how.kind === 'failed') throw how.error;
+}
+
+function asCommandError(err: unknown): CommandError {
+  if (err instanceof CommandError) return err;
+  if (isGamewireError(err)) return new CommandError(String(err.code), err.message);
+  return new CommandError('ERR_RELAY', (err as Error).message ?? String(err));
 }
 
 /** The error's message and its cause's (fetch says only "fetch failed"). */
@@ -77,16 +145,28 @@ function describe(err: unknown): string {
   return e.cause instanceof Error ? `${e.message}: ${e.cause.message}` : String(e.message ?? e);
 }
 
+/**
+ * Why hosting or joining failed, naming what was tried: the API's address for a refused or
+ * unresolvable API, the error's own code (`ERR_RELAY_API`, `ERR_RELAY_API_TIMEOUT`,
+ * `ERR_RELAY_NO_ENDPOINT`, …) otherwise. Binding that got no answer names the relay's endpoint.
+ */
+function startFailure(what: 'host' | 'join', err: unknown, opts: ChatOptions): unknown {
+  if (err instanceof UsageError || err instanceof CommandError) return err;
+  const hint = connectFailure(err, opts.api, '--api');
+  if (hint instanceof CliError) return hint;
+  const message = `could not ${what}: ${isGamewireError(err) ? (err as Error).message : describe(err)}`;
+  return isGamewireError(err)
+    ? new CommandError(String(err.code), message)
+    : new CliError('ERR_RELAY', message);
+}
+
 async function host(opts: ChatOptions): Promise<void> {
-  const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey });
+  const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey, timeoutMs: opts.apiTimeoutMs });
   let started: Awaited<ReturnType<typeof UnityRelayClient.host>>;
   try {
     started = await UnityRelayClient.host(api, opts.maxConnections ?? 8, clientOptions(opts));
   } catch (err) {
-    if (err instanceof UsageError) throw err;
-    const hint = connectFailure(err, opts.api);
-    if (hint instanceof CliError) throw hint;
-    throw new CliError('ERR_RELAY', `could not host: ${describe(err)}`);
+    throw startFailure('host', err, opts);
   }
   const { client, joinCode } = started;
   status(
@@ -108,25 +188,51 @@ async function host(opts: ChatOptions): Promise<void> {
 }
 
 async function join(code: string, opts: ChatOptions): Promise<void> {
-  const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey });
+  const api = new RelayApiClient(opts.api, { apiKey: opts.apiKey, timeoutMs: opts.apiTimeoutMs });
   let client: UnityRelayClient;
   try {
     client = await UnityRelayClient.join(api, code, clientOptions(opts));
   } catch (err) {
-    if (err instanceof UsageError) throw err;
-    const hint = connectFailure(err, opts.api);
-    if (hint instanceof CliError) throw hint;
-    throw new CliError('ERR_RELAY', `could not join: ${describe(err)}`);
+    throw startFailure('join', err, opts);
   }
   status(
     `connected to host ${short(client.hostId!)} through the relay over ${client.connectionType}; type lines to send`,
   );
+  const hostId = client.hostId!;
   client.on('message', (data: Buffer) => process.stdout.write(`${data.toString('utf8')}\n`));
-  client.on('disconnect', () => status('the host left'));
-  await chat(client, (line) => {
-    if (client.hostId !== undefined) client.send(Buffer.from(line));
-  });
+  await chat(
+    client,
+    (line) => {
+      if (client.hostId !== undefined) client.send(Buffer.from(line));
+    },
+    (end) =>
+      // The host closed, or its allocation ended: the relay sends its DISCONNECT.
+      client.on('disconnect', (from: Buffer) => {
+        if (!from.equals(hostId)) return;
+        status('the host left');
+        end({ kind: 'hostLeft' });
+      }),
+  );
 }
+
+const PING_OPTION = [
+  '--ping-interval-ms <ms>',
+  'PING the relay after this long without sending (UTP RelayConnectionTimeMS)',
+  parseIntOption,
+  3000,
+] as const;
+const RELAY_TIMEOUT_OPTION = [
+  '--relay-timeout-ms <ms>',
+  'give up on the relay after this long without a word from it (UTP disconnectTimeoutMS; 0: never)',
+  parseIntOption,
+  DEFAULT_RELAY_TIMEOUT_MS,
+] as const;
+const API_TIMEOUT_OPTION = [
+  '--api-timeout-ms <ms>',
+  'give up on an allocation API request after this long',
+  parseIntOption,
+  DEFAULT_API_TIMEOUT_MS,
+] as const;
 
 export function registerCommands(program: Command): void {
   const cmd = program.command('unity-relay').description('Unity Relay tools: a chat through a running relay');
@@ -139,6 +245,9 @@ export function registerCommands(program: Command): void {
     .option('--transport <type>', 'udp, dtls, ws or wss (the allocation endpoint to use)', 'udp')
     .option('--ca <file>', "wss: trust this PEM certificate (e.g. the relay's self-signed one)")
     .option('--insecure', 'wss: trust any certificate (local testing only)')
+    .option(...PING_OPTION)
+    .option(...RELAY_TIMEOUT_OPTION)
+    .option(...API_TIMEOUT_OPTION)
     .action(async (opts: ChatOptions) => {
       if (opts.maxConnections !== undefined && opts.maxConnections < 1)
         throw new UsageError('--max-connections must be ≥ 1');
@@ -153,5 +262,8 @@ export function registerCommands(program: Command): void {
     .option('--ca <file>', "wss: trust this PEM certificate (e.g. the relay's self-signed one)")
     .option('--insecure', 'wss: trust any certificate (local testing only)')
     .option('--api-key <key>', 'bearer key of the allocation API')
+    .option(...PING_OPTION)
+    .option(...RELAY_TIMEOUT_OPTION)
+    .option(...API_TIMEOUT_OPTION)
     .action(async (code: string, opts: ChatOptions) => join(code, opts));
 }

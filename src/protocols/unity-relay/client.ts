@@ -11,8 +11,11 @@
 import dgram from 'node:dgram';
 import { lookup } from 'node:dns/promises';
 import { EventEmitter } from 'node:events';
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { WebSocket } from 'ws';
+import { ConfigError } from '../../core/errors.js';
 import { DtlsClient } from '../../transports/dtls/index.js';
 import { DecodeError, EncodeError, ErrorCode, GamewireError } from '../../wire/errors.js';
 import { toHex } from '../../wire/hex.js';
@@ -115,14 +118,30 @@ export class RelayApiError extends GamewireError {
   }
 }
 
+/** How long an allocation API request may take, answer included. */
+export const DEFAULT_API_TIMEOUT_MS = 10_000;
+
 /** Client of the allocation API (`/v1/allocate`, `/v1/joincode`, `/v1/join`, `/v1/regions`). */
 export class RelayApiClient {
   readonly baseUrl: string;
   private readonly apiKey: string | undefined;
+  private readonly timeoutMs: number;
+  private readonly localAddress: string | undefined;
 
-  constructor(baseUrl: string, options: { apiKey?: string | undefined } = {}) {
+  /**
+   * `timeoutMs` (default 10 s) bounds each request, answer included: something that accepts the
+   * connection and never answers fails with `ERR_RELAY_API_TIMEOUT` instead of hanging.
+   * `localAddress`: send the requests from this address (a load generator spreading its players
+   * over several addresses); they then go through node:http rather than fetch.
+   */
+  constructor(
+    baseUrl: string,
+    options: { apiKey?: string | undefined; timeoutMs?: number; localAddress?: string | undefined } = {},
+  ) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.apiKey = options.apiKey;
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_API_TIMEOUT_MS;
+    this.localAddress = options.localAddress;
   }
 
   async allocate(maxConnections: number, region?: string): Promise<AllocationJson> {
@@ -155,21 +174,88 @@ export class RelayApiClient {
     const headers: Record<string, string> = { accept: 'application/json, application/problem+json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
-    const res = await fetch(`${this.baseUrl}${path}`, {
-      method,
-      headers,
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    let status: number;
+    let text: string;
+    try {
+      if (this.localAddress === undefined) {
+        const res = await fetch(`${this.baseUrl}${path}`, {
+          method,
+          headers,
+          signal: AbortSignal.timeout(this.timeoutMs),
+          ...(payload !== undefined ? { body: payload } : {}),
+        });
+        status = res.status;
+        text = await res.text();
+      } else {
+        ({ status, text } = await requestFrom(
+          this.localAddress,
+          method,
+          `${this.baseUrl}${path}`,
+          headers,
+          payload,
+          this.timeoutMs,
+        ));
+      }
+    } catch (err) {
+      if ((err as Error).name === 'TimeoutError')
+        throw new RelayClientError(
+          'ERR_RELAY_API_TIMEOUT',
+          `the allocation API at ${this.baseUrl} did not answer ${method} ${path} within ${this.timeoutMs} ms`,
+          { cause: err },
+        );
+      throw err;
+    }
     let json: unknown;
     try {
       json = JSON.parse(text);
     } catch {
       json = text;
     }
-    if (!res.ok) throw new RelayApiError(res.status, json);
+    if (status < 200 || status > 299) throw new RelayApiError(status, json);
     return json;
   }
+}
+
+/** One HTTP request sent from `localAddress` (what fetch cannot do without another dependency). */
+function requestFrom(
+  localAddress: string,
+  method: string,
+  url: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+  timeoutMs: number,
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const lib = u.protocol === 'https:' ? https : http;
+    const req = lib.request(
+      u,
+      {
+        method,
+        localAddress,
+        headers:
+          body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
+    // The whole exchange, answer included, like fetch with AbortSignal.timeout.
+    const timer = setTimeout(() => {
+      const err = new Error(`no answer from ${u.host} within ${timeoutMs} ms`);
+      err.name = 'TimeoutError';
+      req.destroy(err);
+    }, timeoutMs);
+    req.on('close', () => clearTimeout(timer));
+    req.on('error', reject);
+    req.end(body);
+  });
 }
 
 export interface UnityRelayClientOptions {
@@ -179,6 +265,14 @@ export interface UnityRelayClientOptions {
   maxAttempts?: number;
   /** Keep-alive: PING when nothing was sent for this long (UTP `RelayConnectionTimeMS`). Default 3000. */
   pingIntervalMs?: number;
+  /**
+   * Once bound, the relay counts as gone when nothing at all has come from it for this long:
+   * PINGs and the re-BINDs sent after 3 silent ping periods unanswered (UTP's
+   * `disconnectTimeoutMS`). Then `relayLost` is emitted and the client is closed. Must be more
+   * than 3 × `pingIntervalMs` (a live relay has answered a re-BIND by then); 0 never gives up.
+   * Default 30000.
+   */
+  relayTimeoutMs?: number;
   /** First nonce (UTP: 0). */
   nonce?: number;
   /** Local address to bind the UDP socket to. Default: any. */
@@ -202,11 +296,27 @@ interface ClientLink {
 
 export type ClientState = 'idle' | 'binding' | 'bound' | 'closed';
 
+/** What each relay ERROR code means (Unity's RelayMessageError), for messages. */
+const ERROR_MEANING: Record<number, string> = {
+  0: 'invalid protocol',
+  1: 'allocation timed out',
+  2: 'unauthorized',
+  3: 'client/player mismatch: not bound from this address',
+  4: 'allocation not found',
+  5: 'not connected',
+  6: 'self-connect not allowed',
+};
+
+/** UTP's `disconnectTimeoutMS`: how long its connection layer waits without hearing anything. */
+export const DEFAULT_RELAY_TIMEOUT_MS = 30_000;
+
 /**
  * Events: `bound`, `connected` (hostId), `peer` (id: a new sender, as a host learns of clients),
  * `message` (data, fromId), `disconnect` (fromId), `relayError` (code, allocationId),
  * `rejected`, `ping`, `rebind` (reason), `bindFailed` (Error: binding gave up, the client is back
- * to `idle` with its socket and timers released), `error` (Error: socket errors).
+ * to `idle` with its socket and timers released), `relayLost` (RelayClientError `ERR_RELAY_LOST`:
+ * nothing came from the relay for `relayTimeoutMs` once bound; the client is closed),
+ * `transportClosed`, `error` (Error: socket errors).
  */
 export class UnityRelayClient extends EventEmitter {
   readonly data: RelayServerData;
@@ -222,12 +332,22 @@ export class UnityRelayClient extends EventEmitter {
   private readonly retryMs: number;
   private readonly maxAttempts: number;
   private readonly pingIntervalMs: number;
+  private readonly relayTimeoutMs: number;
   private readonly localAddress: string | undefined;
   private readonly tls: { ca?: string | Buffer; rejectUnauthorized?: boolean } | undefined;
   private readonly dtlsTimeoutMs: number;
   private lastSent = 0;
+  /** When the re-BIND after silence last counted from (reset by that re-BIND, as in UTP). */
   private lastReceived = 0;
+  /** When something last came from the relay: what `relayTimeoutMs` is measured against. */
+  private lastHeard = 0;
   private keepAlive: NodeJS.Timeout | undefined;
+  /** Runs from the first BIND_RECEIVED until the client is closed: the dead-relay check. */
+  private liveness: NodeJS.Timeout | undefined;
+  /** A transport being opened by the bind loop (after the relay closed a WebSocket/DTLS one). */
+  private reopening = false;
+  /** Why the client closed by itself (the relay was lost), for calls made afterwards. */
+  private lostWith: RelayClientError | undefined;
   private bindWaiter:
     | { resolve: () => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined; attempts: number }
     | undefined;
@@ -246,6 +366,13 @@ export class UnityRelayClient extends EventEmitter {
     this.retryMs = options.retryMs ?? 1000;
     this.maxAttempts = options.maxAttempts ?? 60;
     this.pingIntervalMs = options.pingIntervalMs ?? 3000;
+    this.relayTimeoutMs = options.relayTimeoutMs ?? DEFAULT_RELAY_TIMEOUT_MS;
+    if (this.relayTimeoutMs !== 0 && this.relayTimeoutMs <= 3 * this.pingIntervalMs) {
+      throw new ConfigError(
+        `relayTimeoutMs (${this.relayTimeoutMs}) must be more than 3 × pingIntervalMs (${3 * this.pingIntervalMs}): a live relay may stay silent until the re-BIND after 3 ping periods; lower pingIntervalMs or raise relayTimeoutMs (0 never gives up)`,
+        'relayTimeoutMs',
+      );
+    }
     this.localAddress = options.localAddress;
     this.tls = options.tls;
     this.dtlsTimeoutMs = options.dtlsTimeoutMs ?? 10_000;
@@ -298,7 +425,7 @@ export class UnityRelayClient extends EventEmitter {
    * released (`bindFailed` is emitted); `bind()` may then be called again.
    */
   async bind(): Promise<void> {
-    if (this.state === 'closed') throw new RelayClientError('ERR_RELAY_CLOSED', 'client is closed');
+    if (this.state === 'closed') throw this.closedError();
     if (this.state === 'bound') return;
     return this.binding ?? this.startBinding();
   }
@@ -306,7 +433,9 @@ export class UnityRelayClient extends EventEmitter {
   /** Starts the BIND retry loop, for `bind()` and for the re-bind after ERROR 3. */
   private startBinding(): Promise<void> {
     const run = async (): Promise<void> => {
-      await this.open();
+      // The first transport: a failure to open it (refused, unresolvable) is the caller's. Once
+      // bound, a transport the relay closed is reopened by the retry loop below, as UTP does.
+      if (this.state !== 'binding') await this.open();
       if (this.state === 'closed') throw new RelayClientError('ERR_RELAY_CLOSED', 'client closed');
       this.state = 'binding';
       await new Promise<void>((resolve, reject) => {
@@ -328,18 +457,42 @@ export class UnityRelayClient extends EventEmitter {
     const w = this.bindWaiter;
     if (w === undefined) return;
     if (++w.attempts > this.maxAttempts) {
-      this.failBinding(new Error(`the relay did not answer ${this.maxAttempts} BIND messages`));
+      this.failBinding(
+        new RelayClientError(
+          'ERR_RELAY_BIND_TIMEOUT',
+          `the relay at ${this.endpoint()} did not answer ${this.maxAttempts} BIND messages (one every ${this.retryMs} ms)`,
+        ),
+      );
       return;
     }
-    // While a closed WebSocket/DTLS transport reopens, the attempt only counts.
     if (this.link !== undefined) this.sendBind(true);
+    else this.reopen();
     w.timer = setTimeout(this.bindAttempt, this.retryMs);
   };
+
+  /**
+   * Opens a new transport for the bind loop (the relay closed the WebSocket/DTLS one). A failure
+   * only costs the attempt; the next attempt tries again, until the loop or `relayTimeoutMs` ends.
+   */
+  private reopen(): void {
+    if (this.reopening || this.state !== 'binding') return;
+    this.reopening = true;
+    this.open().then(
+      () => {
+        this.reopening = false;
+        if (this.state === 'binding' && this.link !== undefined) this.sendBind(true);
+      },
+      () => {
+        this.reopening = false;
+      },
+    );
+  }
 
   /** Binding failed (no answer, or a fatal ERROR): release the socket and timers, back to `idle`. */
   private failBinding(err: Error): void {
     this.state = 'idle';
     this.stopTimers(err);
+    this.stopLiveness();
     const l = this.link;
     this.link = undefined;
     void l?.close();
@@ -352,7 +505,8 @@ export class UnityRelayClient extends EventEmitter {
    */
   connect(): Promise<Buffer> {
     if (this.connecting !== undefined) return this.connecting;
-    if (this.state !== 'bound') return Promise.reject(new Error('bind first'));
+    if (this.state !== 'bound')
+      return Promise.reject(new RelayClientError('ERR_RELAY_NOT_BOUND', 'not bound: bind first'));
     const p = new Promise<Buffer>((resolve, reject) => {
       let attempts = 0;
       const request = encodeMessage({
@@ -364,7 +518,12 @@ export class UnityRelayClient extends EventEmitter {
       const attempt = () => {
         if (++attempts > this.maxAttempts) {
           this.connectWaiter = undefined;
-          reject(new Error(`no ACCEPTED after ${this.maxAttempts} CONNECT_REQUEST messages`));
+          reject(
+            new RelayClientError(
+              'ERR_RELAY_CONNECT_TIMEOUT',
+              `no ACCEPTED from the relay at ${this.endpoint()} after ${this.maxAttempts} CONNECT_REQUEST messages: is the host still there?`,
+            ),
+          );
           return;
         }
         if (this.link !== undefined) this.sendRaw(request);
@@ -381,12 +540,19 @@ export class UnityRelayClient extends EventEmitter {
     return p;
   }
 
-  /** Sends application bytes to a peer in a RELAY (to the host when `to` is omitted). */
-  send(data: Uint8Array, to: Buffer | undefined = this.hostId): void {
+  /**
+   * Sends application bytes to a peer in a RELAY (to the host when `to` is omitted). Returns
+   * false when the message could not leave because the client is re-binding on a new transport
+   * (it is lost, as a datagram would be). Throws `ERR_RELAY_LOST`/`ERR_RELAY_CLOSED` once the
+   * client is closed, `ERR_RELAY_NOT_BOUND` before the first `bind()`.
+   */
+  send(data: Uint8Array, to: Buffer | undefined = this.hostId): boolean {
+    if (this.state === 'closed') throw this.closedError();
     if (to === undefined)
       throw new RelayClientError('ERR_RELAY_NO_PEER', 'no peer: connect first, or name the recipient');
     if (data.length > 0xffff - RELAY_HEADER_LENGTH)
       throw new EncodeError(ErrorCode.TOO_LARGE, 'RELAY content too large');
+    if (this.link === undefined && this.state === 'binding') return false;
     this.sendRaw(
       encodeMessage({
         type: 'RELAY',
@@ -395,6 +561,7 @@ export class UnityRelayClient extends EventEmitter {
         data: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
       }),
     );
+    return true;
   }
 
   /** Sends a PING now. */
@@ -407,9 +574,12 @@ export class UnityRelayClient extends EventEmitter {
   /** Tells a peer (through the relay) that this side disconnects. */
   disconnect(peer: Buffer | undefined = this.hostId): void {
     if (peer === undefined) return;
-    this.sendRaw(
-      encodeMessage({ type: 'DISCONNECT', fromAllocationId: this.data.allocationId, toAllocationId: peer }),
-    );
+    // Closed (or between transports): nothing can be told; the peer is forgotten all the same.
+    if (this.state !== 'closed' && !(this.state === 'binding' && this.link === undefined)) {
+      this.sendRaw(
+        encodeMessage({ type: 'DISCONNECT', fromAllocationId: this.data.allocationId, toAllocationId: peer }),
+      );
+    }
     this.peers.delete(peer.toString('hex'));
     if (this.hostId !== undefined && peer.equals(this.hostId)) this.hostId = undefined;
   }
@@ -429,10 +599,61 @@ export class UnityRelayClient extends EventEmitter {
       });
     }
     this.state = 'closed';
-    this.stopTimers(new Error('client closed'));
+    this.stopTimers(new RelayClientError('ERR_RELAY_CLOSED', 'client closed'));
+    this.stopLiveness();
     const l = this.link;
     this.link = undefined;
     if (l !== undefined) await l.close();
+  }
+
+  /** `host:port (transport)` of the relay, for messages. */
+  private endpoint(): string {
+    const h = this.data.host.includes(':') ? `[${this.data.host}]` : this.data.host;
+    return `${h}:${this.data.port} (${this.connectionType})`;
+  }
+
+  /** The error for a call on a closed client: why it closed, if the relay was lost. */
+  private closedError(): RelayClientError {
+    return this.lostWith ?? new RelayClientError('ERR_RELAY_CLOSED', 'client is closed');
+  }
+
+  private stopLiveness(): void {
+    if (this.liveness !== undefined) clearInterval(this.liveness);
+    this.liveness = undefined;
+  }
+
+  /** Starts the dead-relay check at the first BIND_RECEIVED (binding has its own limit before). */
+  private startLiveness(): void {
+    if (this.liveness !== undefined || this.relayTimeoutMs === 0) return;
+    this.liveness = setInterval(
+      () => {
+        if (this.state !== 'bound' && this.state !== 'binding') return;
+        const silent = Date.now() - this.lastHeard;
+        if (silent >= this.relayTimeoutMs) this.loseRelay(silent);
+      },
+      Math.max(10, Math.min(1000, this.relayTimeoutMs / 4)),
+    );
+    this.liveness.unref();
+  }
+
+  /**
+   * Nothing came from the relay for `relayTimeoutMs`: it is gone (stopped, unreachable, or it
+   * forgot the allocation and stays silent, as the real relay does). The client closes without
+   * a CLOSE (nobody would read it) and says so once, with `relayLost`.
+   */
+  private loseRelay(silentMs: number): void {
+    const err = new RelayClientError(
+      'ERR_RELAY_LOST',
+      `the relay at ${this.endpoint()} has sent nothing for ${(silentMs / 1000).toFixed(1)} s (limit ${this.relayTimeoutMs / 1000} s): its PINGs and re-BINDs went unanswered; it is stopped or unreachable`,
+    );
+    this.lostWith = err;
+    this.state = 'closed';
+    this.stopTimers(err);
+    this.stopLiveness();
+    const l = this.link;
+    this.link = undefined;
+    void l?.close().catch(() => {});
+    this.emit('relayLost', err);
   }
 
   private async open(): Promise<void> {
@@ -450,8 +671,9 @@ export class UnityRelayClient extends EventEmitter {
     if (this.state === 'closed') {
       // close() ran while the transport was opening: release it, start no timers.
       await link.close();
-      throw new RelayClientError('ERR_RELAY_CLOSED', 'client closed');
+      throw this.closedError();
     }
+    if (this.keepAlive !== undefined) clearInterval(this.keepAlive);
     this.link = link;
     this.lastReceived = Date.now();
     this.keepAlive = setInterval(() => this.tick(), Math.max(10, Math.min(this.pingIntervalMs, 1000) / 2));
@@ -539,6 +761,7 @@ export class UnityRelayClient extends EventEmitter {
       identity: this.data.allocationId,
       psk: this.data.key,
       timeoutMs: this.dtlsTimeoutMs,
+      ...(this.localAddress !== undefined ? { localAddress: this.localAddress } : {}),
     });
     client.on('message', onMessage);
     const link: ClientLink = {
@@ -571,11 +794,10 @@ export class UnityRelayClient extends EventEmitter {
     if (this.state === 'bound' && this.binding === undefined) {
       this.state = 'binding';
       this.emit('rebind', 'transport closed');
+      // Nobody waits on this binding: its end is `bound`, `bindFailed` or `relayLost`.
       this.startBinding().catch(() => {});
-    } else if (this.state === 'binding') {
-      // The BIND retry loop keeps running; give it a transport again.
-      this.open().catch((err: Error) => this.failBinding(err));
     }
+    // While binding, the retry loop reopens a transport at its next attempt.
   }
 
   private tick(): void {
@@ -627,10 +849,12 @@ export class UnityRelayClient extends EventEmitter {
       throw e;
     }
     this.lastReceived = Date.now();
+    this.lastHeard = this.lastReceived;
     switch (m.type) {
       case 'BIND_RECEIVED':
         if (this.state === 'binding') {
           this.state = 'bound';
+          this.startLiveness();
           const w = this.bindWaiter;
           this.bindWaiter = undefined;
           if (w !== undefined) {
@@ -660,7 +884,12 @@ export class UnityRelayClient extends EventEmitter {
         this.emit('rejected');
         if (w !== undefined) {
           clearTimeout(w.timer);
-          w.reject(new Error('the host has reached its maximum number of connections (REJECTED)'));
+          w.reject(
+            new RelayClientError(
+              'ERR_RELAY_REJECTED',
+              'the host has reached its maximum number of connections (REJECTED)',
+            ),
+          );
         }
         return;
       }
@@ -703,7 +932,10 @@ export class UnityRelayClient extends EventEmitter {
       return;
     }
     const fatal = code === RelayErrorCode.ALLOCATION_NOT_FOUND || code === RelayErrorCode.TIMEOUT;
-    const failWith = new Error(`relay ERROR ${code}`);
+    const failWith = new RelayClientError(
+      'ERR_RELAY_REFUSED',
+      `the relay at ${this.endpoint()} answered ERROR ${code}${ERROR_MEANING[code] === undefined ? '' : ` (${ERROR_MEANING[code]})`}`,
+    );
     if (this.connectWaiter !== undefined && (fatal || code === RelayErrorCode.SELF_CONNECT_NOT_ALLOWED)) {
       const w = this.connectWaiter;
       this.connectWaiter = undefined;

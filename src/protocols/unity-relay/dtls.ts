@@ -11,12 +11,16 @@
  * - The association lives as long as the binding: it is closed when the binding expires, is
  *   CLOSEd, or moves elsewhere; a new association from the same address and port (UTP's
  *   reconnection probe after silence) takes over the binding.
+ * - On the native data plane the DTLS port is the native socket's: the server is fed from it, and
+ *   hands the record layer of its associations to it (native-dtls.ts), which forwards RELAYs
+ *   between bound, linked peers without entering JavaScript.
  */
 import type { Logger } from 'pino';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
 import { type AllocationStore, bytesFromGuid, guidFromBytes } from './allocations.js';
 import type { RelayLink } from './links.js';
+import type { NativeDtlsRecords } from './native-dtls.js';
 import type { RelayServer } from './relay.js';
 
 /** The allocation id a PSK identity names: 16 raw bytes, or a 36-character GUID string. */
@@ -69,6 +73,8 @@ export class DtlsLink implements RelayLink {
 export interface DtlsEndpointOptions extends Omit<DtlsServerOptions, 'pskFor'> {
   host: string;
   port: number;
+  /** The native data plane's DTLS socket and record layer; the endpoint then binds no socket itself. */
+  native?: NativeDtlsRecords | undefined;
 }
 
 export interface DtlsEndpoint {
@@ -87,7 +93,7 @@ export async function startDtlsEndpoint(
   log: Logger,
   options: DtlsEndpointOptions,
 ): Promise<DtlsEndpoint> {
-  const { host, port, ...dtlsOptions } = options;
+  const { host, port, native, ...dtlsOptions } = options;
   const server = new DtlsServer({
     ...dtlsOptions,
     pskFor(identity: Buffer): Buffer | undefined {
@@ -135,6 +141,7 @@ export async function startDtlsEndpoint(
       a.link = link;
       link.bound();
       old.unbound();
+      store.observer?.bound(a); // the native table follows the binding to the new association
     }
   });
   server.on('message', (assoc, plaintext) => {
@@ -154,9 +161,15 @@ export async function startDtlsEndpoint(
     metrics.close(`dtls_${reason}`);
   });
   server.on('drop', (reason) => metrics.drop(`dtls_${reason}`));
-  const bound = await server.listen(port, host);
+  let boundPort: number;
+  if (native !== undefined) {
+    native.serve(server);
+    boundPort = native.socket.dtlsPort!;
+  } else {
+    boundPort = (await server.listen(port, host)).port;
+  }
   return {
-    port: bound.port,
+    port: boundPort,
     server,
     links,
     close: () => server.close(),

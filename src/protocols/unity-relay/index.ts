@@ -28,4 +28,5 @@ export const unityRelay: ProtocolModule = {
   server: unityRelayServer,
   registerCommands,
   conform: async () => (await import('./conform/index.js')).unityRelayConform,
+  load: async () => (await import('./load.js')).unityRelayLoad,
 };

@@ -1,35 +1,80 @@
 /**
- * The native UDP data plane of the relay (native/relay_dataplane.c, Node-API, Linux).
+ * The native data plane of the relay (native/relay_dataplane.c + native/dtls_record.c, Node-API,
+ * Linux).
  *
- * `NativeRelaySocket` owns the relay's UDP socket in C. A worker thread receives in batches
- * (recvmmsg) and forwards every RELAY between two bound, linked UDP peers itself (sendmmsg),
- * without entering JavaScript. Everything else arrives here as a `message` event, like a
- * `dgram.Socket`'s, so the relay's handlers run unchanged. The JavaScript allocation store stays
- * the source of truth: it mirrors each bind, unbind, link and expiry into the native table
- * (`bind`, `unbind`, `link`, `forget`), and reads back last-seen times and counters.
+ * `NativeRelaySocket` owns the relay's UDP socket, and its DTLS socket when it has one, in C. A
+ * worker thread receives in batches (recvmmsg) and forwards every RELAY between two bound, linked
+ * peers itself (sendmmsg), without entering JavaScript: UDP to UDP unchanged, and to and from DTLS
+ * associations whose record layer JavaScript handed over (native-dtls.ts). Everything else arrives
+ * here: UDP datagrams as a `message` event, like a `dgram.Socket`'s, so the relay's handlers run
+ * unchanged; DTLS datagrams and decrypted application records through `onDtlsDatagram` and
+ * `onDtlsRecord`. The JavaScript allocation store stays the source of truth: it mirrors each
+ * bind, unbind, link and expiry into the native table (`bind`, `bindDtls`, `unbind`, `link`,
+ * `forget`), and reads back last-seen times and counters.
  */
 import { EventEmitter } from 'node:events';
-import { existsSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { isIPv4 } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { GamewireError } from '../../wire/errors.js';
 import type { Allocation, AllocationObserver, AllocationStore } from './allocations.js';
+import type { DtlsLink } from './dtls.js';
+import { loadAddon } from './native-addon.js';
+
+/** What the mirror needs of the DTLS record offload (native-dtls.ts). */
+export interface NativeDtlsBindings {
+  /** The native id of a DTLS association (assigned on first use). */
+  idOf(association: DtlsLink['association']): number;
+  /** Takes every association back (paused) or hands them over again. */
+  setPaused(paused: boolean): void;
+}
 
 /** The addon's functions (see native/relay_dataplane.c). */
-interface Addon {
+export interface Addon {
   open(
     host: string,
-    port: number,
+    udpPort: number,
+    dtlsPort: number,
     maxDatagram: number,
     batch: number,
     onBatch: (data: Buffer, meta: Int32Array) => void,
-  ): [unknown, number];
+    maxToDtls: number,
+  ): [unknown, number, number];
   close(handle: unknown): void;
   send(handle: unknown, msg: Uint8Array, port: number, address: string): number;
+  dtlsSend(handle: unknown, msg: Uint8Array, port: number, address: string): number;
   bind(handle: unknown, id: Uint8Array, address: string, port: number): void;
+  bindDtls(handle: unknown, id: Uint8Array, associationId: number): void;
+  dtlsAttach(
+    handle: unknown,
+    associationId: number,
+    address: string,
+    port: number,
+    suite: number,
+    epoch: number,
+    readKey: Buffer,
+    readIv: Buffer,
+    writeKey: Buffer,
+    writeIv: Buffer,
+    writeSeq: number,
+    replayHighest: number,
+    replayLow: number,
+    replayHigh: number,
+    maxPlaintext: number,
+  ): boolean;
+  dtlsDetach(handle: unknown, associationId: number): number[] | null;
+  dtlsSeal(handle: unknown, associationId: number, contentType: number, plaintext: Uint8Array): number;
+  dtlsIdle(handle: unknown, associationId: number): number;
+  dtlsAvailable(): boolean;
+  sealRecord(
+    suite: number,
+    key: Buffer,
+    iv: Buffer,
+    contentType: number,
+    epoch: number,
+    seq: number,
+    plaintext: Uint8Array,
+  ): Buffer;
+  openRecord(suite: number, key: Buffer, iv: Buffer, record: Uint8Array): Buffer | null;
   unbind(handle: unknown, id: Uint8Array): void;
   forget(handle: unknown, id: Uint8Array): void;
   link(handle: unknown, a: Uint8Array, b: Uint8Array, linked: boolean): void;
@@ -55,33 +100,58 @@ export interface NativeDataplaneStats {
   dropSendFailed: number;
   /** recvmmsg calls that returned datagrams. */
   batches: number;
-  /** Bytes of the RELAY datagrams forwarded without entering JavaScript. */
+  /** Bytes of the RELAY messages forwarded without entering JavaScript. */
   bytesForwarded: number;
+  /** Datagrams received on the DTLS socket. */
+  dtlsReceived: number;
+  /** DTLS datagrams handed to JavaScript as they arrived (handshakes, alerts, unknown peers…). */
+  dtlsToJs: number;
+  /** Application records opened natively and handed to JavaScript decrypted (not a forwardable RELAY). */
+  dtlsDecryptedToJs: number;
+  /** RELAYs that arrived over DTLS and were forwarded natively (part of `forwarded`). */
+  dtlsForwardedIn: number;
+  /** RELAYs sealed natively for a DTLS peer (part of `forwarded`). */
+  dtlsSealedOut: number;
+  /** Application records dropped natively: a replay, a bad tag, too large (as the JavaScript server would; it is told). */
+  dtlsDropReplay: number;
+  dtlsDropBadMac: number;
+  dtlsDropTooLarge: number;
+  /** Records JavaScript sent to an association through the native record layer (sealed natively). */
+  dtlsSealedForJs: number;
   /** Allocations in the native table. */
   tableSize: number;
+  /** DTLS associations whose record layer the native side holds. */
+  associations: number;
 }
 
-function packageRoot(): string | undefined {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const pkg = join(dir, 'package.json');
-    if (existsSync(pkg)) {
-      try {
-        if ((JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === 'gamewire') return dir;
-      } catch {
-        // not ours
-      }
-    }
-    dir = dirname(dir);
-  }
-  return undefined;
-}
+const STAT_KEYS = [
+  'received',
+  'forwarded',
+  'toJs',
+  'dropBadSource',
+  'dropBacklog',
+  'dropSendFailed',
+  'batches',
+  'bytesForwarded',
+  'dtlsReceived',
+  'dtlsToJs',
+  'dtlsDecryptedToJs',
+  'dtlsForwardedIn',
+  'dtlsSealedOut',
+  'dtlsDropReplay',
+  'dtlsDropBadMac',
+  'dtlsDropTooLarge',
+  'dtlsSealedForJs',
+  'tableSize',
+  'associations',
+] as const satisfies readonly (keyof NativeDataplaneStats)[];
 
 let loaded: { addon: Addon | undefined; reason: string } | undefined;
 
 /**
- * Loads the addon once. `GAMEWIRE_NATIVE_ADDON` names another build (the tests load the
- * sanitizer build this way). Returns undefined, with the reason, where it cannot run.
+ * Loads the addon once (native-addon.ts: `GAMEWIRE_NATIVE_ADDON`, else the package's prebuilt
+ * for this platform, else a source build). Returns undefined, with the reason, where it cannot
+ * run.
  */
 export function loadNativeDataplane(): { addon: Addon | undefined; reason: string } {
   if (loaded !== undefined) return loaded;
@@ -89,28 +159,21 @@ export function loadNativeDataplane(): { addon: Addon | undefined; reason: strin
     loaded = { addon: undefined, reason: `${process.platform} has no native data plane` };
     return loaded;
   }
-  const root = packageRoot();
-  const file =
-    process.env.GAMEWIRE_NATIVE_ADDON ??
-    (root === undefined ? undefined : join(root, 'native', 'build', 'Release', 'relay_dataplane.node'));
-  if (file === undefined || !existsSync(file)) {
-    loaded = { addon: undefined, reason: 'the addon is not built (no C compiler at install time?)' };
-    return loaded;
-  }
-  try {
-    const require = createRequire(import.meta.url);
-    loaded = { addon: require(file) as Addon, reason: 'loaded' };
-  } catch (err) {
-    loaded = { addon: undefined, reason: `the addon failed to load: ${(err as Error).message}` };
-  }
+  const { addon, reason } = loadAddon<Addon>();
+  loaded = { addon, reason };
   return loaded;
 }
 
 export interface NativeRelaySocketOptions {
   host: string;
-  port: number;
+  /** The relay's UDP port (0: a free one); `null`: no UDP socket (a DTLS-only plane, for tests). */
+  port: number | null;
+  /** The DTLS port, when the plane serves DTLS too (0: a free one). */
+  dtlsPort?: number;
   /** Largest datagram accepted; larger ones are dropped (counted). Default 1472. */
   maxDatagramBytes?: number;
+  /** Largest RELAY sealed natively for a DTLS peer; larger ones go to JavaScript (which drops them). Default 1363. */
+  maxMessageToDtls?: number;
   /** Datagrams per recvmmsg/sendmmsg call. Default 64. */
   batch?: number;
 }
@@ -130,13 +193,40 @@ export interface NativeRemoteInfo {
 }
 
 const ADDRESS_CACHE_LIMIT = 4096;
+/** Int32s per datagram in a batch's meta array (native/relay_dataplane.c META_*). */
+const META_WIDTH = 6;
+const KIND_UDP = 0;
+const KIND_DTLS_DATAGRAM = 1;
+const KIND_DTLS_RECORD = 2;
+/** Why the native side dropped an application record (KIND_DTLS_DROP), as the JavaScript server names it. */
+const DTLS_DROP_REASONS = ['', 'replay', 'bad-record-mac', 'record-too-large'] as const;
+
+/** A decrypted application record from an association the native side holds. */
+export type NativeDtlsRecordHandler = (
+  associationId: number,
+  plaintext: Buffer,
+  rinfo: NativeRemoteInfo,
+) => void;
+/** A datagram on the DTLS socket, as it arrived. */
+export type NativeDtlsDatagramHandler = (msg: Buffer, rinfo: NativeRemoteInfo) => void;
+/** An application record the native side dropped (replayed, not authentic, too large). */
+export type NativeDtlsDropHandler = (reason: string, rinfo: NativeRemoteInfo) => void;
 
 /** A relay UDP socket whose RELAY fast path runs in C. Emits `message` like a dgram.Socket. */
 export class NativeRelaySocket extends EventEmitter {
   private readonly addon: Addon;
   private handle: unknown;
   private readonly boundHost: string;
+  /** The UDP port (-1 for a DTLS-only plane). */
   readonly port: number;
+  /** The DTLS port, or undefined when the plane has no DTLS socket. */
+  readonly dtlsPort: number | undefined;
+  /** Receives the DTLS socket's datagrams (set by NativeDtlsRecords.serve). */
+  onDtlsDatagram: NativeDtlsDatagramHandler | undefined;
+  /** Receives application records the native side opened and did not forward. */
+  onDtlsRecord: NativeDtlsRecordHandler | undefined;
+  /** Told of each application record the native side dropped. */
+  onDtlsDrop: NativeDtlsDropHandler | undefined;
   private closed = false;
   /** The counters at close, so a closed socket still reports its totals. */
   private finalStats: number[] | undefined;
@@ -148,15 +238,18 @@ export class NativeRelaySocket extends EventEmitter {
     this.addon = addon;
     this.boundHost = options.host;
     try {
-      const [handle, port] = addon.open(
+      const [handle, port, dtlsPort] = addon.open(
         options.host,
-        options.port,
+        options.port ?? -1,
+        options.dtlsPort ?? -1,
         options.maxDatagramBytes ?? 1472,
         options.batch ?? 64,
         this.onBatch,
+        options.maxMessageToDtls ?? 1363,
       );
       this.handle = handle;
       this.port = port;
+      this.dtlsPort = dtlsPort < 0 ? undefined : dtlsPort;
     } catch (err) {
       const e = err as { code?: string; message: string };
       throw new NativeDataplaneError(e.code ?? 'ERR_NATIVE_DATAPLANE', e.message);
@@ -173,7 +266,7 @@ export class NativeRelaySocket extends EventEmitter {
 
   private readonly onBatch = (data: Buffer, meta: Int32Array): void => {
     if (this.closed) return;
-    for (let i = 0; i < meta.length; i += 4) {
+    for (let i = 0; i < meta.length; i += META_WIDTH) {
       const offset = meta[i]!;
       const length = meta[i + 1]!;
       const ip = meta[i + 2]! >>> 0;
@@ -184,7 +277,12 @@ export class NativeRelaySocket extends EventEmitter {
         this.addresses.set(ip, address);
       }
       const rinfo: NativeRemoteInfo = { address, family: 'IPv4', port: meta[i + 3]!, size: length };
-      this.emit('message', data.subarray(offset, offset + length), rinfo);
+      const bytes = data.subarray(offset, offset + length);
+      const kind = meta[i + 4]!;
+      if (kind === KIND_UDP) this.emit('message', bytes, rinfo);
+      else if (kind === KIND_DTLS_DATAGRAM) this.onDtlsDatagram?.(bytes, rinfo);
+      else if (kind === KIND_DTLS_RECORD) this.onDtlsRecord?.(meta[i + 5]! >>> 0, bytes, rinfo);
+      else this.onDtlsDrop?.(DTLS_DROP_REASONS[meta[i + 5]!] ?? 'bad-record-mac', rinfo);
     }
   };
 
@@ -206,6 +304,26 @@ export class NativeRelaySocket extends EventEmitter {
   /** The allocation `id` is bound over UDP from address:port (IPv4). */
   bind(id: Uint8Array, address: string, port: number): void {
     if (!this.closed) this.addon.bind(this.handle, id, address, port);
+  }
+
+  /** Sends one datagram, as is, from the DTLS socket (handshake flights, alerts). */
+  dtlsSend(msg: Uint8Array, port: number, address: string): void {
+    if (this.closed) return;
+    this.addon.dtlsSend(this.handle, msg, port, address);
+  }
+
+  /** The allocation `id` is bound through the DTLS association the native side knows as `associationId`. */
+  bindDtls(id: Uint8Array, associationId: number): void {
+    if (!this.closed) this.addon.bindDtls(this.handle, id, associationId);
+  }
+
+  /** The addon, for the DTLS record offload (native-dtls.ts); undefined once closed. */
+  get dtlsHandle(): { addon: Addon; handle: unknown } | undefined {
+    return this.dtlsPort === undefined ? undefined : { addon: this.addon, handle: this.handle };
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
   }
 
   /** The allocation is no longer bound over UDP (it may be bound over another transport). */
@@ -244,17 +362,9 @@ export class NativeRelaySocket extends EventEmitter {
 
   stats(): NativeDataplaneStats {
     const s = this.finalStats ?? this.addon.stats(this.handle);
-    return {
-      received: s[0]!,
-      forwarded: s[1]!,
-      toJs: s[2]!,
-      dropBadSource: s[3]!,
-      dropBacklog: s[4]!,
-      dropSendFailed: s[5]!,
-      batches: s[6]!,
-      bytesForwarded: s[7]!,
-      tableSize: s[8]!,
-    };
+    const out = {} as NativeDataplaneStats;
+    for (let i = 0; i < STAT_KEYS.length; i++) out[STAT_KEYS[i]!] = s[i]!;
+    return out;
   }
 
   close(callback?: () => void): void {
@@ -279,14 +389,17 @@ export class NativeRelaySocket extends EventEmitter {
 
 /**
  * Keeps the native forwarding table equal to the store's view: an allocation is forwardable
- * natively only while it is bound over UDP from an IPv4 address; links are mirrored as they are
- * made and broken; expiry forgets it. Also brings native last-seen times and counters back.
+ * natively only while it is bound over UDP from an IPv4 address, or through a DTLS association
+ * of the native DTLS socket; links are mirrored as they are made and broken; expiry forgets it.
+ * Also brings native last-seen times and counters back.
  */
 export class NativeDataplaneMirror implements AllocationObserver {
   readonly socket: NativeRelaySocket;
   private last: NativeDataplaneStats;
   /** While true, no binding is forwarded natively: JavaScript sees every RELAY (the dashboard's wire view). */
   private paused = false;
+  /** The DTLS record offload, when the DTLS endpoint runs on the native socket. */
+  dtls: NativeDtlsBindings | undefined;
 
   constructor(socket: NativeRelaySocket) {
     this.socket = socket;
@@ -294,18 +407,25 @@ export class NativeDataplaneMirror implements AllocationObserver {
   }
 
   bound(a: Allocation): void {
-    if (!this.paused && a.link?.transport === 'udp' && isIPv4(a.address))
+    const link = a.link;
+    if (!this.paused && link?.transport === 'udp' && isIPv4(a.address))
       this.socket.bind(a.id, a.address, a.port);
+    else if (!this.paused && link?.transport === 'dtls' && this.dtls !== undefined)
+      // Forwarded natively while the association is held natively too (native-dtls.ts).
+      this.socket.bindDtls(a.id, this.dtls.idOf((link as DtlsLink).association));
     else this.socket.unbind(a.id);
   }
 
   /**
    * Hands every binding to JavaScript (`paused`) or back to the native side. The links stay in
-   * the native table either way; only "bound here" changes.
+   * the native table either way; only "bound here" changes. DTLS associations come back to
+   * JavaScript too (their sequence numbers and replay windows with them), so the JavaScript
+   * DTLS server opens every record.
    */
   setPaused(paused: boolean, store: AllocationStore): void {
     if (paused === this.paused) return;
     this.paused = paused;
+    this.dtls?.setPaused(paused);
     for (const a of store.live()) if (a.state === 'bound') this.bound(a);
   }
 
@@ -349,6 +469,7 @@ export class NativeDataplaneMirror implements AllocationObserver {
     addDrops(metrics, 'bad_source_address', d('dropBadSource'));
     addDrops(metrics, 'native_backlog', d('dropBacklog'));
     addDrops(metrics, 'send_failed', d('dropSendFailed'));
+    // DTLS records dropped natively reach the DTLS server's drop events (native-dtls.ts): counted there.
     this.last = s;
   }
 }

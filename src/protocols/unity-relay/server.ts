@@ -47,6 +47,7 @@ import {
 } from './fleet.js';
 import type { RelayUdpSocket } from './links.js';
 import { loadNativeDataplane, NativeDataplaneMirror, NativeRelaySocket } from './native-dataplane.js';
+import { NativeDtlsRecords } from './native-dtls.js';
 import { RelayServer } from './relay.js';
 import {
   ensureSelfSignedCert,
@@ -166,6 +167,8 @@ export interface UnityRelayInstance extends RunningServer, FleetAdmin {
   /** The data plane that runs, and why (for `auto`). */
   dataplane: 'native' | 'js';
   dataplaneReason: string;
+  /** Who runs the record layer of established DTLS associations (native only with the native plane). */
+  dtlsDataplane: 'native' | 'js' | undefined;
   /** The DTLS endpoint, when it runs. */
   dtls: DtlsEndpoint | undefined;
   /** The WebSocket endpoints that run (`ws`, `wss`). */
@@ -237,14 +240,24 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   let socket: RelayUdpSocket & { close(): void };
   let udpPort: number;
   let nativeMirror: NativeDataplaneMirror | undefined;
+  let nativeDtls: NativeDtlsRecords | undefined;
   let closeSocket: () => Promise<void>;
   if (plane.use === 'native') {
+    // The DTLS port goes native too, unless a recording must see it (it sees only JavaScript's sockets).
+    const dtlsNative =
+      options.dtlsPort !== undefined && trafficRecorder() === undefined && plane.dtls === 'native';
     const native = NativeRelaySocket.open({
       host,
       port: options.port ?? DEFAULT_RELAY_PORT,
+      ...(dtlsNative ? { dtlsPort: options.dtlsPort } : {}),
       ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
+      ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
     });
     nativeMirror = new NativeDataplaneMirror(native);
+    if (dtlsNative) {
+      nativeDtls = new NativeDtlsRecords(native);
+      nativeMirror.dtls = nativeDtls;
+    }
     store.observer = nativeMirror;
     socket = native;
     udpPort = native.port;
@@ -273,9 +286,12 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     ...(options.maxMessageToWs !== undefined ? { maxMessageToWs: options.maxMessageToWs } : {}),
   });
   const publicHost = options.publicHost ?? '127.0.0.1';
+  let dtls: DtlsEndpoint | undefined;
   const closers: (() => Promise<void>)[] = [
     async () => {
       relay.stop();
+      // A DTLS endpoint on the native socket says close_notify before the socket goes.
+      if (nativeDtls !== undefined) await dtls?.close();
       await closeSocket();
     },
   ];
@@ -291,7 +307,6 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     },
   ];
   const serverEndpoints: ServerEndpointJson[] = [serverEndpoint('udp', publicHost, udpPort)];
-  let dtls: DtlsEndpoint | undefined;
   let ws: WsEndpoint | undefined;
   let wss: WsEndpoint | undefined;
   let wssCertPath: string | undefined;
@@ -326,6 +341,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
           ? { maxRecordPlaintext: options.maxDatagramBytes + 64 }
           : {}),
         ...options.dtls,
+        native: nativeDtls,
       });
       const d = dtls;
       closers.push(() => d.close());
@@ -333,7 +349,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
         transport: 'udp',
         host,
         port: d.port,
-        description: 'Unity Relay over DTLS 1.2 (PSK)',
+        description: `Unity Relay over DTLS 1.2 (PSK; ${nativeDtls !== undefined ? 'native' : 'JavaScript'} record layer)`,
       });
       serverEndpoints.push(serverEndpoint('dtls', publicHost, d.port));
     }
@@ -480,6 +496,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     relay,
     dataplane: plane.use,
     dataplaneReason: plane.reason,
+    dtlsDataplane: dtls === undefined ? undefined : nativeDtls !== undefined ? 'native' : 'js',
     dtls,
     ws,
     wss,
@@ -704,21 +721,30 @@ function dataplaneFromEnv(): DataplaneChoice {
 }
 
 /** Decides the data plane: `native` fails loudly where it cannot run, `auto` falls back to JS. */
-function chooseDataplane(asked: DataplaneChoice, host: string): { use: 'native' | 'js'; reason: string } {
+function chooseDataplane(
+  asked: DataplaneChoice,
+  host: string,
+): { use: 'native' | 'js'; reason: string; dtls: 'native' | 'js' } {
   const choice = asked === 'auto' ? dataplaneFromEnv() : asked;
-  if (choice === 'js') return { use: 'js', reason: asked === 'auto' ? 'GAMEWIRE_DATAPLANE=js' : 'asked for' };
+  if (choice === 'js')
+    return { use: 'js', reason: asked === 'auto' ? 'GAMEWIRE_DATAPLANE=js' : 'asked for', dtls: 'js' };
   // `--record` sees the sockets of the JavaScript helpers only: native forwards would be missing.
   if (asked === 'auto' && trafficRecorder() !== undefined)
-    return { use: 'js', reason: 'recording (--record) sees only the JavaScript data plane' };
+    return { use: 'js', reason: 'recording (--record) sees only the JavaScript data plane', dtls: 'js' };
   const { addon, reason } = loadNativeDataplane();
   const problem =
     addon === undefined ? reason : net.isIPv4(host) ? undefined : `it binds IPv4 only (host ${host})`;
   if (problem === undefined)
-    return { use: 'native', reason: choice === 'native' ? 'asked for' : 'available' };
+    return {
+      use: 'native',
+      reason: choice === 'native' ? 'asked for' : 'available',
+      // The DTLS record layer needs OpenSSL from the running Node; without it, DTLS stays in JavaScript.
+      dtls: typeof addon?.dtlsAvailable === 'function' && addon.dtlsAvailable() ? 'native' : 'js',
+    };
   if (choice === 'native') {
     throw new UsageError(`--dataplane native cannot run: ${problem}; use --dataplane js or auto`);
   }
-  return { use: 'js', reason: `native unavailable: ${problem}` };
+  return { use: 'js', reason: `native unavailable: ${problem}`, dtls: 'js' };
 }
 
 function optionalString(v: unknown): string | undefined {

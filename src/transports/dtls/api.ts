@@ -1,4 +1,5 @@
 /** The public shapes of the DTLS module (see docs/dtls.md). */
+import type dgram from 'node:dgram';
 
 export interface DtlsServerOptions {
   /** Returns the PSK for an identity (raw bytes as sent by the client), or undefined -> alert 115. */
@@ -72,6 +73,24 @@ export interface DtlsClientOptions {
   retransmitMs?: number;
   /** Largest application-data plaintext accepted or sent in one record. Default 1536. */
   maxRecordPlaintext?: number;
+  /** Local address to send from (e.g. `127.0.0.2`). Default: chosen by the system. */
+  localAddress?: string;
+}
+
+/** What `DtlsClient.detachRecordLayer()` hands over. */
+export interface DtlsClientRecordLayer {
+  /** The client's UDP socket, connected to the server. */
+  socket: dgram.Socket;
+  cipherSuite: number;
+  epoch: number;
+  /** client_write key and IV (what the client seals with). */
+  writeKey: Buffer;
+  writeIv: Buffer;
+  /** server_write key and IV (what the client opens with). */
+  readKey: Buffer;
+  readIv: Buffer;
+  /** Next sequence number to send. */
+  writeSeq: number;
 }
 
 export interface DtlsClientEventMap {

@@ -2,7 +2,7 @@ import { createHash, type Hash, randomBytes, timingSafeEqual } from 'node:crypto
 import dgram from 'node:dgram';
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
-import type { DtlsClientEventMap, DtlsClientOptions } from './api.js';
+import type { DtlsClientEventMap, DtlsClientOptions, DtlsClientRecordLayer } from './api.js';
 import {
   AlertDescription,
   AlertLevel,
@@ -131,9 +131,12 @@ export class DtlsClient extends EventEmitter<DtlsClientEventMap> {
           // Whatever a server sends, the client drops what it cannot use (like the server does).
         }
       });
-      this.#socket.connect(this.#options.port, this.#options.host, () => {
-        this.#sendClientHello();
-      });
+      const connect = () =>
+        this.#socket.connect(this.#options.port, this.#options.host, () => {
+          this.#sendClientHello();
+        });
+      if (this.#options.localAddress === undefined) connect();
+      else this.#socket.bind(0, this.#options.localAddress, connect);
     });
   }
 
@@ -150,6 +153,32 @@ export class DtlsClient extends EventEmitter<DtlsClientEventMap> {
       return;
     }
     this.#socket.send(this.#keys!.client.seal(ContentType.applicationData, 1, this.#writeSeq++, plaintext));
+  }
+
+  /**
+   * Hands this open client's record layer to the caller (a load generator that seals and opens
+   * records itself): the client stops reading its socket and sends nothing more; the caller gets
+   * the connected socket, the suite, both directions' keys and the next sequence number, and
+   * closes the socket when done.
+   */
+  detachRecordLayer(): DtlsClientRecordLayer {
+    if (this.#state !== 'open' || this.#keys === undefined || this.#suite === undefined)
+      throw new DtlsError('ERR_DTLS_NOT_OPEN', 'DTLS client is not open');
+    this.#state = 'closed';
+    clearTimeout(this.#retransmitTimer);
+    this.#socket.removeAllListeners('message');
+    const write = this.#keys.client.material();
+    const read = this.#keys.server.material();
+    return {
+      socket: this.#socket,
+      cipherSuite: this.#suite.id,
+      epoch: 1,
+      writeKey: write.key,
+      writeIv: write.iv,
+      readKey: read.key,
+      readIv: read.iv,
+      writeSeq: this.#writeSeq,
+    };
   }
 
   /** Sends close_notify and closes the socket. */

@@ -6,6 +6,7 @@ export type {
   DtlsAssociation,
   DtlsClientEventMap,
   DtlsClientOptions,
+  DtlsClientRecordLayer,
   DtlsServerEventMap,
   DtlsServerEvents,
   DtlsServerOptions,
@@ -14,5 +15,12 @@ export type {
 export { DtlsClient } from './client.js';
 export { AlertDescription } from './constants.js';
 export { DtlsError, type DtlsErrorCode } from './errors.js';
+export type {
+  DtlsRecordOffload,
+  DtlsRecordProgress,
+  DtlsRecordState,
+  OffloadSendResult,
+  ReplaySnapshot,
+} from './offload.js';
 export { DTLS_SERVER_DEFAULTS, DtlsServer } from './server.js';
 export { CIPHER_SUITES, type CipherSuite, DEFAULT_CIPHER_SUITES, recordOverhead } from './suites.js';

@@ -1,4 +1,5 @@
 import { DTLS_1_0, DTLS_1_2, RECORD_HEADER_LENGTH } from './constants.js';
+import type { ReplaySnapshot } from './offload.js';
 
 /**
  * One record's header fields, filled in place by `readRecord` (one instance reused per datagram
@@ -68,6 +69,18 @@ export class ReplayWindow {
   #highest = -1;
   #low = 0;
   #high = 0;
+
+  /** The window as plain numbers (handed to a record-layer offload and back). */
+  snapshot(): ReplaySnapshot {
+    return { highest: this.#highest, low: this.#low, high: this.#high };
+  }
+
+  /** Sets the window to a snapshot (taken from this window, maybe advanced by an offload since). */
+  restore(s: ReplaySnapshot): void {
+    this.#highest = s.highest;
+    this.#low = s.highest < 0 ? 0 : s.low >>> 0;
+    this.#high = s.highest < 0 ? 0 : s.high >>> 0;
+  }
 
   isFresh(seq: number): boolean {
     if (seq > this.#highest) return true;

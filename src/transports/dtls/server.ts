@@ -27,6 +27,7 @@ import {
   readHandshake,
   serverHelloBody,
 } from './handshake.js';
+import type { DtlsRecordOffload, DtlsRecordState } from './offload.js';
 import { masterSecret, pskPremasterSecret, type TrafficKeys, trafficKeys, verifyData } from './prf.js';
 import { plainRecord, RecordView, ReplayWindow, readRecord } from './record.js';
 import { CIPHER_SUITES, type CipherSuite, DEFAULT_CIPHER_SUITES, type RecordProtection } from './suites.js';
@@ -139,6 +140,11 @@ class ServerAssociation implements DtlsAssociation {
   writeSeq = 0;
   /** Our Finished, kept until the client shows it has it (its first application record). */
   finalFlight: Buffer | undefined;
+  /**
+   * Its record layer runs in the server's record offload (offload.ts): the write sequence number,
+   * the replay window and lastReceivedAt here are stale until the server takes it back.
+   */
+  offloaded = false;
 
   constructor(init: AssociationInit) {
     this.owner = init.owner;
@@ -165,6 +171,10 @@ class ServerAssociation implements DtlsAssociation {
 
   send(plaintext: Buffer): boolean {
     if (this.closed || plaintext.length > this.maxPlaintext) return false;
+    if (this.offloaded) {
+      const sent = this.owner.sendOffloaded(this, plaintext);
+      if (sent !== undefined) return sent;
+    }
     if (this.writeSeq > MAX_SEQUENCE) {
       // Never wrap the sequence number (RFC 6347 §4.1): this association is spent.
       this.owner.release(this, 'sequence-exhausted', true);
@@ -194,6 +204,25 @@ class ServerAssociation implements DtlsAssociation {
   finalFlightLength(): number {
     if (this.finalFlight === undefined) return 0;
     return 13 + 1 + this.write.overhead + this.finalFlight.length;
+  }
+
+  /** The record state handed to an offload. */
+  recordState(): DtlsRecordState {
+    const read = this.read.material();
+    const write = this.write.material();
+    return {
+      remoteAddress: this.remoteAddress,
+      remotePort: this.remotePort,
+      cipherSuite: this.suite.id,
+      epoch: 1,
+      readKey: read.key,
+      readIv: read.iv,
+      writeKey: write.key,
+      writeIv: write.iv,
+      writeSeq: this.writeSeq,
+      replay: this.replay.snapshot(),
+      maxPlaintext: this.maxPlaintext,
+    };
   }
 
   sendCloseNotify(): void {
@@ -232,6 +261,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   /** Contexts of the datagrams being handled: more than one only when a listener re-enters. */
   readonly #contexts: DatagramContext[] = [];
   #depth = 0;
+  /** Runs the record layer of established associations elsewhere (offload.ts), when set. */
+  #offload: DtlsRecordOffload | undefined;
 
   constructor(options: DtlsServerOptions) {
     super();
@@ -303,6 +334,9 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     ctx.peer = this.#peers.get(rinfo.address)?.get(rinfo.port);
     ctx.resendServerHello = false;
     ctx.resendFinal = 'no';
+    // A datagram the offload did not handle: the association's state comes back here first.
+    const held = ctx.peer?.association;
+    if (held?.offloaded) this.#reclaim(held);
     try {
       this.#datagram(ctx, msg);
       const peer = ctx.peer;
@@ -319,6 +353,86 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
       this.#depth--;
       ctx.peer = undefined;
       ctx.send = undefined;
+    }
+    if (this.#offload !== undefined) {
+      const a = this.#peers.get(rinfo.address)?.get(rinfo.port)?.association;
+      if (a !== undefined) this.#offer(a);
+    }
+  }
+
+  /**
+   * An application record the offload opened (it checked epoch, replay window and tag, and
+   * marked the window): what `handleDatagram` does after decrypting one.
+   */
+  handleOffloadedRecord(association: DtlsAssociation, plaintext: Buffer): void {
+    if (this.#closed) return;
+    const a = association as ServerAssociation;
+    if (a.closed || a.owner !== this) {
+      this.#drop('no-association', { address: a.remoteAddress, port: a.remotePort });
+      return;
+    }
+    a.lastReceivedAt = Date.now();
+    a.finalFlight = undefined; // the client has our Finished: nothing left to retransmit
+    this.#emitSafe('message', a, plaintext);
+  }
+
+  /** A record the offload dropped (`replay`, `bad-record-mac`, `record-too-large`): counted and emitted as here. */
+  handleOffloadedDrop(reason: string, remote: { address: string; port: number }): void {
+    if (!this.#closed) this.#drop(reason, remote);
+  }
+
+  /**
+   * Hands the record layer of every established association to `offload` (and of each one
+   * established later), or takes them all back (`undefined`: the wire tap, a recording).
+   */
+  setRecordOffload(offload: DtlsRecordOffload | undefined): void {
+    if (offload === this.#offload) return;
+    for (const a of this.#established()) this.#reclaim(a);
+    this.#offload = offload;
+    if (offload !== undefined) for (const a of this.#established()) this.#offer(a);
+  }
+
+  /** Sends through the offload; undefined when the association is back here (seal it here). */
+  sendOffloaded(a: ServerAssociation, plaintext: Buffer): boolean | undefined {
+    const o = this.#offload;
+    const result = o === undefined ? 'detached' : o.send(a, ContentType.applicationData, plaintext);
+    if (result === 'sent') return true;
+    this.#reclaim(a);
+    if (result === 'exhausted') {
+      this.release(a, 'sequence-exhausted', false);
+      return false;
+    }
+    return undefined;
+  }
+
+  #established(): ServerAssociation[] {
+    const out: ServerAssociation[] = [];
+    for (const byPort of this.#peers.values())
+      for (const peer of byPort.values()) if (peer.association !== undefined) out.push(peer.association);
+    return out;
+  }
+
+  /** Takes an association's record layer back from the offload, with the state it reached. */
+  #reclaim(a: ServerAssociation): void {
+    if (!a.offloaded) return;
+    a.offloaded = false;
+    const back = this.#offload?.detach(a);
+    if (back === undefined) return;
+    a.writeSeq = Math.max(a.writeSeq, back.writeSeq);
+    a.replay.restore(back.replay);
+    if (back.idleMs !== undefined) a.lastReceivedAt = Math.max(a.lastReceivedAt, Date.now() - back.idleMs);
+    if (back.applicationDataSeen) a.finalFlight = undefined;
+  }
+
+  /** Hands an established association to the offload, if there is one and it takes it. */
+  #offer(a: ServerAssociation): void {
+    const o = this.#offload;
+    if (o === undefined || a.offloaded || a.closed || a.peer.association !== a || a.writeSeq > MAX_SEQUENCE)
+      return;
+    try {
+      a.offloaded = o.attach(a, a.recordState());
+    } catch {
+      a.offloaded = false;
     }
   }
 
@@ -349,6 +463,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   /** Forgets an association (called by the association itself, by alerts and by the sweeper). */
   release(a: ServerAssociation, reason: string, notify: boolean): void {
     if (a.closed) return;
+    this.#reclaim(a);
     if (notify) a.sendCloseNotify();
     a.closed = true;
     const peer = a.peer;
@@ -785,6 +900,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     this.#startSweeper();
     if (old !== undefined && !old.closed) {
       // RFC 6347 §4.2.8: the new association replaces the old only now that it is proven.
+      this.#reclaim(old);
       old.closed = true;
       this.#emitSafe('close', old, 'replaced');
     }
@@ -874,7 +990,12 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     for (const byPort of [...this.#peers.values()]) {
       for (const peer of [...byPort.values()]) {
         const a = peer.association;
-        if (a !== undefined && now - a.lastReceivedAt >= idle) this.release(a, 'idle', true);
+        if (a === undefined) continue;
+        if (a.offloaded) {
+          const ms = this.#offload?.idleMs(a);
+          if (ms !== undefined) a.lastReceivedAt = Math.max(a.lastReceivedAt, now - ms);
+        }
+        if (now - a.lastReceivedAt >= idle) this.release(a, 'idle', true);
       }
     }
   }

@@ -87,6 +87,11 @@ export class RecordProtection {
     if (s.mode !== 'chacha') iv.copy(this.#nonce, 0, 0, 4);
   }
 
+  /** The key and implicit IV (handed to a record-layer offload; see offload.ts). */
+  material(): { key: Buffer; iv: Buffer } {
+    return { key: this.#key, iv: this.#iv };
+  }
+
   /** Bytes a record adds around its plaintext. */
   get overhead(): number {
     return recordOverhead(this.suite);

@@ -1,10 +1,12 @@
 /** UnityRelayClient against the real relay, and against a stub that checks its BIND retries. */
 import { createHmac } from 'node:crypto';
 import dgram from 'node:dgram';
+import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   RelayApiClient,
   RelayApiError,
+  RelayClientError,
   relayServerData,
   startUnityRelay,
   UnityRelayClient,
@@ -318,5 +320,107 @@ describe('UnityRelayClient against a stub relay', () => {
     const [a, b] = await within(Promise.all([c.connect(), c.connect()]), 3000, 'both connect() calls');
     expect(a.equals(host.allocationId)).toBe(true);
     expect(b.equals(host.allocationId)).toBe(true);
+  });
+});
+
+describe('UnityRelayClient notices a dead relay (relayTimeoutMs)', () => {
+  const quick = { retryMs: 100, pingIntervalMs: 100, relayTimeoutMs: 800 };
+
+  for (const connectionType of ['udp', 'ws'] as const) {
+    it(`over ${connectionType}: the relay stops, host and client emit relayLost and close; calls after that are typed errors`, async () => {
+      const api = await setup({ wsPort: 0 });
+      const { client: host, joinCode } = await UnityRelayClient.host(api, 2, { ...quick, connectionType });
+      clients.push(host);
+      const player = await UnityRelayClient.join(api, joinCode, { ...quick, connectionType });
+      clients.push(player);
+      const hostLost = once<[RelayClientError]>(host, 'relayLost', 10_000);
+      const playerLost = once<[RelayClientError]>(player, 'relayLost', 10_000);
+      const relayPort = player.data.port;
+      await server!.close();
+      server = undefined;
+      // Sending while the relay is silent but not yet given up on: no throw (the datagram is lost).
+      expect(() => player.send(Buffer.from('anyone?'))).not.toThrow();
+      for (const [client, lost] of [
+        [host, hostLost],
+        [player, playerLost],
+      ] as const) {
+        const [err] = await lost;
+        expect(err).toBeInstanceOf(RelayClientError);
+        expect(err.code).toBe('ERR_RELAY_LOST');
+        expect(err.message).toContain(`127.0.0.1:${relayPort} (${connectionType})`);
+        expect(client.state).toBe('closed');
+        // Typing after the relay is gone: the same typed error, never "not bound".
+        expect(() => client.send(Buffer.from('late'), client.allocationId)).toThrow(
+          expect.objectContaining({ code: 'ERR_RELAY_LOST' }),
+        );
+        expect(() => client.disconnect(client.allocationId)).not.toThrow();
+        await expect(client.bind()).rejects.toMatchObject({ code: 'ERR_RELAY_LOST' });
+        await client.close();
+      }
+    }, 20_000);
+  }
+
+  it('a live relay that only answers PINGs and re-BINDs is never given up on, even while the client only sends', async () => {
+    const api = await setup();
+    const patient = { retryMs: 100, pingIntervalMs: 200, relayTimeoutMs: 1500 };
+    const { client: host, joinCode } = await UnityRelayClient.host(api, 2, patient);
+    clients.push(host);
+    const player = await UnityRelayClient.join(api, joinCode, patient);
+    clients.push(player);
+    let lost = false;
+    for (const c of [host, player]) c.on('relayLost', () => (lost = true));
+    const rebinds: string[] = [];
+    player.on('rebind', (why: string) => rebinds.push(why));
+    // The player sends every 50 ms (so it never PINGs) and the host never answers: all the player
+    // hears for 4 s is the relay's answer to its re-BIND after 3 silent ping periods.
+    const stop = Date.now() + 4000;
+    while (Date.now() < stop) {
+      player.send(Buffer.from('tick'));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(rebinds.filter((r) => r === 'silence').length).toBeGreaterThanOrEqual(2);
+    expect(lost).toBe(false);
+    expect(player.state).toBe('bound');
+    expect(host.state).toBe('bound');
+  }, 20_000);
+
+  it('relayTimeoutMs must exceed 3 ping periods (0 never gives up)', () => {
+    const data = {
+      host: '127.0.0.1',
+      port: 1,
+      allocationId: Buffer.alloc(16),
+      key: Buffer.alloc(64),
+      connectionData: Buffer.alloc(255),
+      hostConnectionData: Buffer.alloc(255),
+    };
+    expect(() => new UnityRelayClient(data, { pingIntervalMs: 300, relayTimeoutMs: 900 })).toThrow(
+      expect.objectContaining({ code: 'ERR_CONFIG', key: 'relayTimeoutMs' }),
+    );
+    expect(() => new UnityRelayClient(data, { pingIntervalMs: 300, relayTimeoutMs: 901 })).not.toThrow();
+    expect(() => new UnityRelayClient(data, { pingIntervalMs: 300, relayTimeoutMs: 0 })).not.toThrow();
+    // The defaults: 30 s against 3 × 3 s.
+    expect(() => new UnityRelayClient(data)).not.toThrow();
+    expect(() => new UnityRelayClient(data, { pingIntervalMs: 10_000 })).toThrow(
+      expect.objectContaining({ code: 'ERR_CONFIG' }),
+    );
+  });
+});
+
+describe('RelayApiClient timeout', () => {
+  it('an API that accepts and never answers fails with ERR_RELAY_API_TIMEOUT naming it; a real one answers within it', async () => {
+    const silent = net.createServer((s) => s.on('data', () => {}));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+    const url = `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+    try {
+      const err = await new RelayApiClient(url, { timeoutMs: 300 }).allocate(1).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RelayClientError);
+      expect(err).toMatchObject({ code: 'ERR_RELAY_API_TIMEOUT' });
+      expect((err as Error).message).toContain(`${url} did not answer POST /v1/allocate within 300 ms`);
+    } finally {
+      silent.close();
+    }
+    const api = await setup();
+    const live = new RelayApiClient(api.baseUrl, { timeoutMs: 5000 });
+    expect((await live.regions())[0]!.id).toBe('local-1');
   });
 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   type EchoServer,
+  expectRecordPlane,
   hasProgram,
   type Spawned,
   spawnProgram,
@@ -58,6 +59,7 @@ describe.runIf(haveGnutls)('gnutls-cli --udp against DtlsServer', () => {
           await waitFor(() => srv.messages.length >= 1, 'the client message at the server');
           expect(srv.messages[0]!.toString()).toBe('ping from gnutls\n');
           await waitFor(() => client.stdout().includes('echo:ping from gnutls'), 'the echo');
+          expectRecordPlane(srv, 1, 2);
         } finally {
           await client.stop();
           await srv.close();

@@ -1,11 +1,22 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
+import { NativeRelaySocket } from '../../../src/protocols/unity-relay/native-dataplane.js';
+import { NativeDtlsRecords } from '../../../src/protocols/unity-relay/native-dtls.js';
 import {
   type DtlsAssociation,
   DtlsServer,
   type DtlsServerOptions,
 } from '../../../src/transports/dtls/index.js';
+
+/**
+ * Which record layer the echo servers of these tests use: `js` (the default: the server's own
+ * socket and its JavaScript record layer) or `native` (GAMEWIRE_DATAPLANE=native: the relay's
+ * native data plane owns the socket and runs the record layer of established associations, as
+ * `gamewire serve unity-relay` does). test/transports/dtls/planes.test.ts runs every file here
+ * on the native plane too.
+ */
+export const recordPlane: 'js' | 'native' = process.env.GAMEWIRE_DATAPLANE === 'native' ? 'native' : 'js';
 
 /**
  * Whether a real program is installed. In CI (CI=true) a missing program fails the test that
@@ -43,6 +54,10 @@ export interface EchoServer {
   closes: string[];
   drops: string[];
   close(): Promise<void>;
+  /** The native socket, when the native record layer runs (its counters say what it did). */
+  native?: NativeRelaySocket;
+  /** The native record layer the server hands its associations to. */
+  offload?: NativeDtlsRecords;
 }
 
 /**
@@ -67,8 +82,42 @@ export async function startEchoServer(options: Partial<DtlsServerOptions> = {}):
   });
   server.on('close', (_a, reason) => closes.push(reason));
   server.on('drop', (reason) => drops.push(reason));
+  if (recordPlane === 'native') {
+    // A DTLS-only native plane: the C worker owns the socket, the server is fed from it.
+    const native = NativeRelaySocket.open({ host: '127.0.0.1', port: null, dtlsPort: 0 });
+    const records = new NativeDtlsRecords(native);
+    records.serve(server);
+    const close = async () => {
+      await server.close();
+      native.close();
+    };
+    return {
+      server,
+      port: native.dtlsPort!,
+      identity,
+      psk,
+      associations,
+      messages,
+      closes,
+      drops,
+      close,
+      native,
+      offload: records,
+    };
+  }
   const { port } = await server.listen(0, '127.0.0.1');
   return { server, port, identity, psk, associations, messages, closes, drops, close: () => server.close() };
+}
+
+/**
+ * On the native plane, checks that the record layer ran natively: the server's messages were
+ * opened and its sends sealed by the native side (on the JavaScript plane there is nothing to see).
+ */
+export function expectRecordPlane(srv: EchoServer, opened: number, sealed: number): void {
+  if (srv.native === undefined) return;
+  const s = srv.native.stats();
+  if (s.dtlsDecryptedToJs < opened || s.dtlsSealedForJs < sealed)
+    throw new Error(`the native record layer did not run: ${JSON.stringify(s)}`);
 }
 
 /** Resolves when `predicate` holds, polling; rejects after `timeoutMs` with `what` in the message. */

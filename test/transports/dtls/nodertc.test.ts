@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import type { Duplex } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { startEchoServer, waitFor } from './helpers.js';
+import { expectRecordPlane, startEchoServer, waitFor } from './helpers.js';
 
 // @nodertc/dtls (pure JavaScript, written independently of this module) as a third client.
 interface NodertcSocket extends Duplex {
@@ -58,6 +58,7 @@ describe('@nodertc/dtls client against DtlsServer', () => {
           await waitFor(() => received.length >= 1, 'the echo');
           expect(received[0]).toEqual(Buffer.concat([Buffer.from('echo:'), payload]));
           expect(srv.messages[0]).toEqual(payload);
+          expectRecordPlane(srv, 1, 1);
           a.send(Buffer.from('from server'));
           await waitFor(() => received.length >= 2, 'the server message');
           expect(received[1]!.toString()).toBe('from server');

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import {
   type EchoServer,
+  expectRecordPlane,
   hasProgram,
   plaintextHandshakeTypes,
   recordTypes,
@@ -100,6 +101,7 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
             () => client.stdout().includes(Buffer.concat([Buffer.from('echo:'), payload])),
             'the echo',
           );
+          expectRecordPlane(srv, 1, 2);
         } finally {
           await client.stop();
           await srv.close();
@@ -117,6 +119,8 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
     const client = spawnProgram('sh', ['-c', script]);
     try {
       await waitFor(() => srv.associations.length === 1, 'a handshake');
+      // The server's last flight is sent as the association starts: wait for it to pass the proxy.
+      await waitFor(() => proxy.fromServer.length >= 3, 'the final flight at the proxy');
       expect(plaintextHandshakeTypes(proxy.fromClient[0]!)).toEqual([1]);
       expect(plaintextHandshakeTypes(proxy.fromServer[0]!)).toEqual([3]);
       // No reply larger than the request before the cookie proves the address.

@@ -11,6 +11,7 @@ import {
 import { plainRecord } from '../../../src/transports/dtls/record.js';
 import {
   plaintextHandshakeTypes,
+  recordPlane,
   recordTypes,
   sendAndCollect,
   startEchoServer,
@@ -132,7 +133,9 @@ describe('DtlsClient against DtlsServer', () => {
       expect(() => client.send(Buffer.from('late'))).toThrow(
         expect.objectContaining({ code: 'ERR_DTLS_NOT_OPEN' }),
       );
-      await expect(srv.server.listen(0, '127.0.0.1')).rejects.toMatchObject({ code: 'ERR_DTLS_LISTENING' });
+      // (A server fed by the native plane owns no socket: listening would be its first.)
+      if (recordPlane === 'js')
+        await expect(srv.server.listen(0, '127.0.0.1')).rejects.toMatchObject({ code: 'ERR_DTLS_LISTENING' });
     } finally {
       client.close();
       await srv.close();
