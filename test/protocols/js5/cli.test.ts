@@ -120,71 +120,75 @@ describe('gamewire js5 (spawned)', () => {
     expect(run(['encode', 'js5-container', '--json', '{}']).code).toBe(2);
   });
 
-  test('serve js5 on port 0 (demo cache generated into --data-dir), download it, verify it, stop on SIGTERM', async () => {
-    const data = tempDir();
-    const child = spawn(
-      process.execPath,
-      [
-        bin,
-        'serve',
-        'js5',
-        '--port',
-        '0',
-        '--host',
-        '127.0.0.1',
-        '--data-dir',
-        data,
-        '--log-level',
-        'silent',
-      ],
-      {
-        cwd: root,
-      },
-    );
-    children.push(child);
-    let out = '';
-    const port = await new Promise<number>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`no listen line: ${out}`)), 30_000);
-      child.stdout!.on('data', (d: Buffer) => {
-        out += d.toString();
-        const m = /js5 tcp 127\.0\.0\.1:(\d+)/.exec(out);
-        if (m) {
-          clearTimeout(t);
-          resolve(Number(m[1]));
-        }
+  test(
+    'serve js5 on port 0 (demo cache generated into --data-dir), download it, verify it, stop on SIGTERM',
+    async () => {
+      const data = tempDir();
+      const child = spawn(
+        process.execPath,
+        [
+          bin,
+          'serve',
+          'js5',
+          '--port',
+          '0',
+          '--host',
+          '127.0.0.1',
+          '--data-dir',
+          data,
+          '--log-level',
+          'silent',
+        ],
+        {
+          cwd: root,
+        },
+      );
+      children.push(child);
+      let out = '';
+      const port = await new Promise<number>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no listen line: ${out}`)), 30_000);
+        child.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /js5 tcp 127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) {
+            clearTimeout(t);
+            resolve(Number(m[1]));
+          }
+        });
       });
-    });
-    expect(port).toBeGreaterThan(0);
-    expect(fs.existsSync(path.join(data, 'js5-demo-cache-530-v2', 'main_file_cache.idx255'))).toBe(true);
-    const dl = path.join(tempDir(), 'dl');
-    const got = run(['js5', 'download', '--port', String(port), '--out', dl, '--xor', '9']);
-    expect(got.code).toBe(0);
-    const downloaded = JSON.parse(got.stdout);
-    expect(downloaded).toMatchObject({ archives: 28, groups: 212, downloaded: 212 });
-    const check = JSON.parse(run(['js5', 'cache', 'verify', dl]).stdout);
-    expect(check.ok).toBe(true);
-    expect(check.storedBytes).toBe(downloaded.storedBytes);
-    expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(false);
-    const wrongBuild = run([
-      'js5',
-      'download',
-      '--port',
-      String(port),
-      '--out',
-      path.join(tempDir(), 'x'),
-      '--build',
-      '400',
-    ]);
-    expect(wrongBuild.code).toBe(1);
-    const refusal = JSON.parse(wrongBuild.stderr.trim()).error;
-    expect(refusal.code).toBe('ERR_JS5_OUT_OF_DATE');
-    // Which build the server wants, and what to pass: not "refused with status 6".
-    expect(refusal.message).toMatch(/refused build 400/);
-    expect(refusal.message).toMatch(/expects build 530; pass --build 530/);
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    child.kill('SIGTERM');
-    expect(await exited).toBe(0);
-  });
+      expect(port).toBeGreaterThan(0);
+      expect(fs.existsSync(path.join(data, 'js5-demo-cache-530-v2', 'main_file_cache.idx255'))).toBe(true);
+      const dl = path.join(tempDir(), 'dl');
+      const got = run(['js5', 'download', '--port', String(port), '--out', dl, '--xor', '9']);
+      expect(got.code).toBe(0);
+      const downloaded = JSON.parse(got.stdout);
+      expect(downloaded).toMatchObject({ archives: 28, groups: 212, downloaded: 212 });
+      const check = JSON.parse(run(['js5', 'cache', 'verify', dl]).stdout);
+      expect(check.ok).toBe(true);
+      expect(check.storedBytes).toBe(downloaded.storedBytes);
+      expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(false);
+      const wrongBuild = run([
+        'js5',
+        'download',
+        '--port',
+        String(port),
+        '--out',
+        path.join(tempDir(), 'x'),
+        '--build',
+        '400',
+      ]);
+      expect(wrongBuild.code).toBe(1);
+      const refusal = JSON.parse(wrongBuild.stderr.trim()).error;
+      expect(refusal.code).toBe('ERR_JS5_OUT_OF_DATE');
+      // Which build the server wants, and what to pass: not "refused with status 6".
+      expect(refusal.message).toMatch(/refused build 400/);
+      expect(refusal.message).toMatch(/expects build 530; pass --build 530/);
+      const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    },
+    SPAWNS_TIMEOUT_MS,
+  );
 
   /** Spawns `gamewire serve js5 …` on port 0 and resolves with its port. */
   async function serve(args: string[]): Promise<{ child: ChildProcess; port: number }> {
