@@ -37,7 +37,7 @@ export const registry: readonly ProtocolEntry[] = [
     codecFlags: PRUDP_CODEC_FLAGS,
     hasServer: true,
     hasCommands: true,
-    hasConform: false,
+    hasConform: true,
     hasLoad: true,
     loadCodecs: async () => [
       (await import('./rmc/codec.js')).rmcCodec,

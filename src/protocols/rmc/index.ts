@@ -414,5 +414,6 @@ export const rmc: ProtocolModule = {
     },
   },
   registerCommands,
+  conform: async () => (await import('./conform/index.js')).rmcConform,
   load: async () => (await import('./load.js')).rmcLoad,
 };
