@@ -136,7 +136,8 @@ export function registerCommands(program: Command): void {
         let done = 0;
         const result = verifyCache(store, () => bar.update(++done));
         bar.stop();
-        if (result.archives === 0 && result.unfinishedDownload === undefined) throw noIndexes(dir, store);
+        if (result.archives === 0 && result.problems.length === 0 && result.unfinishedDownload === undefined)
+          throw noIndexes(dir, store);
         const ok = result.problems.length === 0 && result.unfinishedDownload === undefined;
         process.stdout.write(`${JSON.stringify({ ok, ...result })}\n`);
         if (result.unfinishedDownload !== undefined) {
@@ -149,7 +150,7 @@ export function registerCommands(program: Command): void {
         if (result.problems.length > 0) {
           throw new CliError(
             'ERR_JS5_VERIFY',
-            `${result.problems.length} group(s) failed verification (listed in "problems"): download them again with \`gamewire js5 download --out ${dir}\`, which repairs damaged groups`,
+            `${result.problems.length} bad index(es) or group(s), listed in "problems" (index problems have archive 255): \`gamewire serve js5\` serves every other group and answers these as missing; a downloaded cache is repaired by \`gamewire js5 download --out ${dir}\` run again`,
           );
         }
       } finally {
@@ -165,7 +166,7 @@ export function registerCommands(program: Command): void {
       const store = storeOrFail(dir);
       try {
         const info = cacheInfo(store);
-        if (info.archives.length === 0) throw noIndexes(dir, store);
+        if (info.archives.length === 0 && info.problems.length === 0) throw noIndexes(dir, store);
         process.stdout.write(`${JSON.stringify(info)}\n`);
       } finally {
         store.close();
