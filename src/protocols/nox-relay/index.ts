@@ -164,5 +164,6 @@ export const noxRelay: ProtocolModule = {
   codecs: [noxRelayCodec],
   server,
   registerCommands,
+  conform: async () => (await import('./conform/index.js')).noxRelayConform,
   load: async () => (await import('./load.js')).noxRelayLoad,
 };
