@@ -240,7 +240,8 @@ describe('against a classic server that breaks one rule', () => {
       mutation: () => ({
         down: (p, peer) => {
           if (!isServerData(p)) return [p];
-          const seen = (peer.state.seen ??= new Set<number>()) as Set<number>;
+          peer.state.seen ??= new Set<number>();
+          const seen = peer.state.seen as Set<number>;
           if (seen.has(p.fields.sequenceId)) return [];
           seen.add(p.fields.sequenceId);
           return [p];
@@ -256,7 +257,8 @@ describe('against a classic server that breaks one rule', () => {
       mutation: () => ({
         up: (p, peer) => {
           if (p.fields.type !== PacketType.DATA || (p.fields.flags & Flag.ACK) !== 0) return [p];
-          const seen = (peer.state.requests ??= new Set<number>()) as Set<number>;
+          peer.state.requests ??= new Set<number>();
+          const seen = peer.state.requests as Set<number>;
           const last = peer.state.lastAnswer as ProxyPacket | undefined;
           if (seen.has(p.fields.sequenceId) && last !== undefined) {
             const next = ((peer.state.lastSeq as number) + 1) & 0xffff;
