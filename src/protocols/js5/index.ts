@@ -158,6 +158,7 @@ export const js5: ProtocolModule = {
   summary: 'RuneScape JS5 cache download protocol (435, 530, OSRS) and on-disk cache',
   codecs: [js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec],
   conform: async () => (await import('./conform/index.js')).js5Conform,
+  inspection: async () => (await import('./inspect.js')).inspection,
   server: {
     summary: 'serves a dat2/idx or flat-file cache with fair, sliced scheduling',
     defaultPort: 43594,

@@ -164,4 +164,5 @@ export const noxRelay: ProtocolModule = {
   codecs: [noxRelayCodec],
   server,
   registerCommands,
+  inspection: async () => (await import('./inspect.js')).inspection,
 };

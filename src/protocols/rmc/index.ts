@@ -279,6 +279,7 @@ export const rmc: ProtocolModule = {
   name: 'rmc',
   summary: 'Rendez-Vous RMC (HyperScape string-named variant by default; nex-verbose and classic packed)',
   codecs: [rmcCodec, prudpCodec],
+  inspection: async () => (await import('./inspect.js')).inspection,
   server: {
     summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
     defaultPort: 9103,

@@ -26,6 +26,7 @@ export const unityRelay: ProtocolModule = {
   summary: 'Unity Relay: relay server for stock Unity Transport clients, allocation API, client',
   codecs: [unityRelayCodec],
   server: unityRelayServer,
+  inspection: async () => (await import('./inspect.js')).inspection,
   registerCommands,
   conform: async () => (await import('./conform/index.js')).unityRelayConform,
 };
