@@ -2,14 +2,18 @@
  * Builds the CLI once before any test file runs, so the tests that spawn `bin/gamewire.js` see
  * the current sources, and no test file rebuilds dist/ while another is running it. Also builds
  * the native data plane when it is missing (a checkout that skipped `npm ci`'s prepare step), as
- * `npm ci` would: its tests need it on Linux.
+ * `npm ci` would: its tests need it on Linux. Provides the run's scratch folder for the packed
+ * package (test/library/packed.ts: packed and installed once per run, by the first test file that
+ * needs it) and removes it at the end.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { TestProject } from 'vitest/node';
 
-export default function setup(): void {
+export default function setup(project: TestProject): () => void {
   const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
   const tsc = path.join(root, 'node_modules', '.bin', 'tsc');
   const r = spawnSync(tsc, ['-p', 'tsconfig.build.json'], { cwd: root, encoding: 'utf8', timeout: 120_000 });
@@ -25,4 +29,7 @@ export default function setup(): void {
       timeout: 180_000,
     });
   }
+  const packDir = mkdtempSync(path.join(tmpdir(), 'gamewire-pack-'));
+  project.provide('packDir', packDir);
+  return () => rmSync(packDir, { recursive: true, force: true });
 }

@@ -114,6 +114,12 @@ const LAZY_COMMANDS: readonly {
       'check a server against what the real clients do (gamewire conform <protocol> --target HOST:PORT)',
     register: async (program, argv) => (await import('./conform.js')).addConformCommand(program, argv),
   },
+  {
+    name: 'load',
+    summary:
+      'drive a server with a crowd of clients and measure it (gamewire load <protocol> --target HOST:PORT)',
+    register: async (program, argv) => (await import('./load.js')).addLoadCommand(program, argv),
+  },
 ];
 
 /** The first word that is not an option: the command to run (`serve`, `js5`, `decode`, …). */

@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import type { Json } from '../wire/codec.js';
 import type { AnyConformSuite } from './conform.js';
 import type { ProtocolInspection } from './flow.js';
+import type { LoadDefinition } from './load/types.js';
 import type { ServerDefinition } from './server.js';
 
 /** Who sent the bytes: `client` (upstream: client, NPC, requester) or `server` (downstream). */
@@ -63,6 +64,12 @@ export interface ProtocolModule {
    * clients, run against any server. A loader, so the module does not import them until asked.
    */
   conform?(): Promise<AnyConformSuite>;
+  /**
+   * Loads the protocol's load generator (`gamewire load <name>`): how one client of this protocol
+   * joins, plays and leaves, driven by the generic runner. A loader, like `conform`, so the module
+   * does not import it until asked.
+   */
+  load?(): Promise<LoadDefinition>;
   /** Loads what the inspector and the dissector generator use (src/core/flow.ts). */
   inspection?(): Promise<ProtocolInspection>;
   /** Its dashboard page, served by the admin endpoint (see `DashboardPage`). */

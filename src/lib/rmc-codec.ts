@@ -2,3 +2,4 @@
 export { decodeStream, rmcCodec } from '../protocols/rmc/codec.js';
 export type { RmcVariant } from '../protocols/rmc/messages.js';
 export { packetCodec, RMC_VARIANTS } from '../protocols/rmc/messages.js';
+export { PrudpError } from '../protocols/rmc/prudp/packet.js';

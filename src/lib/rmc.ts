@@ -1,7 +1,8 @@
 /** `gamewire/rmc`: Rendez-Vous RMC: client, server, dispatcher, protocol declarations, codecs. */
 
 export { RedisNodeRegistry } from '../core/node-registry.js';
-export { connectRedis } from '../core/redis.js';
+export { connectRedis, StoreUnavailableError } from '../core/redis.js';
+export { AccountFileError } from '../protocols/rmc/account-log.js';
 export type { RmcClientOptions } from '../protocols/rmc/client.js';
 export { RmcClient, RmcClientError } from '../protocols/rmc/client.js';
 export { decodeStream, rmcCodec } from '../protocols/rmc/codec.js';
@@ -32,6 +33,8 @@ export {
 export { loginHandlers } from '../protocols/rmc/protocols/login.js';
 export type { SessionMember, SessionStore, SessionSummary } from '../protocols/rmc/protocols/session.js';
 export { SessionRegistry, sessionHandlers } from '../protocols/rmc/protocols/session.js';
+export { PrudpClientError } from '../protocols/rmc/prudp/client.js';
+export { PrudpError } from '../protocols/rmc/prudp/packet.js';
 export type { RmcServerOptions } from '../protocols/rmc/server.js';
 export { RmcServer } from '../protocols/rmc/server.js';
 export type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from '../protocols/rmc/signature.js';

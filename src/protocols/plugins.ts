@@ -48,6 +48,7 @@ export function entryOf(m: ProtocolModule): ProtocolEntry {
     hasServer: m.server !== undefined,
     hasCommands: m.registerCommands !== undefined,
     hasConform: m.conform !== undefined,
+    hasLoad: m.load !== undefined,
     loadCodecs: async () => m.codecs,
     load: async () => m,
   };

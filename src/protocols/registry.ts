@@ -26,6 +26,8 @@ export interface ProtocolEntry {
   hasCommands: boolean;
   /** True when `gamewire conform <name>` has checks for it (its module's `conform` loader). */
   hasConform: boolean;
+  /** True when `gamewire load <name>` has a load generator for it (its module's `load` loader). */
+  hasLoad: boolean;
   /** Loads the codecs alone: wire declarations, no server, client or CLI code. */
   loadCodecs(): Promise<readonly ProtocolCodec[]>;
   /** Loads the whole module (server, commands). */
@@ -44,6 +46,7 @@ export const registry: ProtocolEntry[] = [
     hasServer: true,
     hasCommands: true,
     hasConform: false,
+    hasLoad: true,
     loadCodecs: async () => [
       (await import('./rmc/codec.js')).rmcCodec,
       (await import('./rmc/prudp/codec.js')).prudpCodec,
@@ -58,6 +61,7 @@ export const registry: ProtocolEntry[] = [
     hasServer: true,
     hasCommands: true,
     hasConform: true,
+    hasLoad: true,
     loadCodecs: async () => {
       const m = await import('./js5/codec.js');
       return [m.js5Codec, m.js5ContainerCodec, m.js5IndexCodec, m.js5MasterIndexCodec];
@@ -72,6 +76,7 @@ export const registry: ProtocolEntry[] = [
     hasServer: false,
     hasCommands: true,
     hasConform: false,
+    hasLoad: false,
     loadCodecs: async () => [(await import('./vcmp-rpc/codec.js')).vcmpRpcCodec],
     load: async () => (await import('./vcmp-rpc/index.js')).vcmpRpc,
   },
@@ -82,6 +87,7 @@ export const registry: ProtocolEntry[] = [
     hasServer: true,
     hasCommands: true,
     hasConform: true,
+    hasLoad: true,
     loadCodecs: async () => [(await import('./unity-relay/codec.js')).unityRelayCodec],
     load: async () => (await import('./unity-relay/index.js')).unityRelay,
     loadInspection: async () => (await import('./unity-relay/inspect.js')).inspection,
@@ -93,6 +99,7 @@ export const registry: ProtocolEntry[] = [
     hasServer: true,
     hasCommands: true,
     hasConform: false,
+    hasLoad: true,
     loadCodecs: async () => [(await import('./nox-relay/codec.js')).noxRelayCodec],
     load: async () => (await import('./nox-relay/index.js')).noxRelay,
     loadInspection: async () => (await import('./nox-relay/inspect.js')).inspection,

@@ -308,4 +308,5 @@ export const js5: ProtocolModule = {
     start,
   },
   registerCommands,
+  load: async () => (await import('./load.js')).js5Load,
 };

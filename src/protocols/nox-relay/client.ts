@@ -71,6 +71,9 @@ export class NoxRelayClient extends EventEmitter {
   private nextUid = 1;
   private keepAlive: NodeJS.Timeout | undefined;
   private closed = false;
+  /** Bytes received and sent (packet bytes, TCP stream or UDP datagrams). */
+  bytesReceived = 0;
+  bytesSent = 0;
 
   constructor(options: NoxRelayClientOptions) {
     super();
@@ -102,6 +105,7 @@ export class NoxRelayClient extends EventEmitter {
         });
         const onFrame = (buf: Buffer, start: number, end: number) => this.onPacket(buf, start, end);
         s.on('data', (chunk: Buffer) => {
+          this.bytesReceived += chunk.length;
           try {
             this.deframer.push(chunk, onFrame);
           } catch (err) {
@@ -117,6 +121,7 @@ export class NoxRelayClient extends EventEmitter {
       this.udp = s;
       s.once('error', reject);
       s.on('message', (msg) => {
+        this.bytesReceived += msg.length;
         try {
           const ranges = splitPackets(msg, 0, msg.length, measure, []);
           for (let i = 0; i < ranges.length; i += 2) this.onPacket(msg, ranges[i]!, ranges[i + 1]!);
@@ -141,6 +146,7 @@ export class NoxRelayClient extends EventEmitter {
 
   /** Sends raw bytes (tests use this for malformed input). */
   sendRaw(bytes: Buffer): void {
+    this.bytesSent += bytes.length;
     if (this.tcp !== undefined) this.tcp.write(bytes);
     else this.udp?.send(bytes);
   }

@@ -165,4 +165,5 @@ export const noxRelay: ProtocolModule = {
   server,
   registerCommands,
   inspection: async () => (await import('./inspect.js')).inspection,
+  load: async () => (await import('./load.js')).noxRelayLoad,
 };

@@ -65,6 +65,8 @@ export interface RmcClientOptions {
   accessKey?: string;
   /** PRUDP: checksum width, credentials (Kerberos / ECDH), retransmission and limits. */
   prudp?: Partial<PrudpConnectOptions>;
+  /** Local address to send from (e.g. `127.0.0.2`). Default: chosen by the system. */
+  localAddress?: string;
 }
 
 interface Pending {
@@ -88,6 +90,9 @@ export class RmcClient {
   private closedError: Error | undefined;
   /** Responses whose call id matched nothing (late after a timeout, or bogus). */
   unmatched = 0;
+  /** RMC bytes (whole frames) sent and received. */
+  bytesSent = 0;
+  bytesReceived = 0;
 
   private constructor(link: FrameLink, options: RmcClientOptions) {
     this.link = link;
@@ -101,7 +106,11 @@ export class RmcClient {
   static connect(options: RmcClientOptions): Promise<RmcClient> {
     if (options.transport === 'prudp') return RmcClient.connectPrudp(options);
     return new Promise((resolve, reject) => {
-      const socket = net.connect({ host: options.host, port: options.port });
+      const socket = net.connect({
+        host: options.host,
+        port: options.port,
+        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
+      });
       socket.setNoDelay(true);
       const timer = setTimeout(() => {
         socket.destroy();
@@ -132,6 +141,7 @@ export class RmcClient {
         ...options.prudp,
         host: options.host,
         port: options.port,
+        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
         accessKey: options.accessKey ?? options.prudp?.accessKey ?? '',
         connectTimeoutMs: options.connectTimeoutMs ?? options.prudp?.connectTimeoutMs ?? 5000,
       });
@@ -276,12 +286,15 @@ export class RmcClient {
   private flush(): void {
     this.flushScheduled = false;
     if (this.writer.offset === 0 || this.closedError !== undefined) return;
-    this.link.write(this.writer.view());
+    const frames = this.writer.view();
+    this.bytesSent += frames.length;
+    this.link.write(frames);
     this.writer.reset();
   }
 
   /** One packet from the server, decoded with the variant's declared envelope. */
   private onFrame(buf: Buffer, start: number, end: number): void {
+    this.bytesReceived += end - start;
     const r = this.reader.reset(buf, start + 4, end);
     const envelope =
       this.variant === 'classic'

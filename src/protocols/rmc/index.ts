@@ -404,4 +404,5 @@ export const rmc: ProtocolModule = {
     },
   },
   registerCommands,
+  load: async () => (await import('./load.js')).rmcLoad,
 };

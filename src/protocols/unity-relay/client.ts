@@ -11,6 +11,8 @@
 import dgram from 'node:dgram';
 import { lookup } from 'node:dns/promises';
 import { EventEmitter } from 'node:events';
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { WebSocket } from 'ws';
 import { ConfigError } from '../../core/errors.js';
@@ -124,15 +126,22 @@ export class RelayApiClient {
   readonly baseUrl: string;
   private readonly apiKey: string | undefined;
   private readonly timeoutMs: number;
+  private readonly localAddress: string | undefined;
 
   /**
    * `timeoutMs` (default 10 s) bounds each request, answer included: something that accepts the
    * connection and never answers fails with `ERR_RELAY_API_TIMEOUT` instead of hanging.
+   * `localAddress`: send the requests from this address (a load generator spreading its players
+   * over several addresses); they then go through node:http rather than fetch.
    */
-  constructor(baseUrl: string, options: { apiKey?: string | undefined; timeoutMs?: number } = {}) {
+  constructor(
+    baseUrl: string,
+    options: { apiKey?: string | undefined; timeoutMs?: number; localAddress?: string | undefined } = {},
+  ) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.apiKey = options.apiKey;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_API_TIMEOUT_MS;
+    this.localAddress = options.localAddress;
   }
 
   async allocate(maxConnections: number, region?: string): Promise<AllocationJson> {
@@ -165,16 +174,29 @@ export class RelayApiClient {
     const headers: Record<string, string> = { accept: 'application/json, application/problem+json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
-    let res: Response;
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    let status: number;
     let text: string;
     try {
-      res = await fetch(`${this.baseUrl}${path}`, {
-        method,
-        headers,
-        signal: AbortSignal.timeout(this.timeoutMs),
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      });
-      text = await res.text();
+      if (this.localAddress === undefined) {
+        const res = await fetch(`${this.baseUrl}${path}`, {
+          method,
+          headers,
+          signal: AbortSignal.timeout(this.timeoutMs),
+          ...(payload !== undefined ? { body: payload } : {}),
+        });
+        status = res.status;
+        text = await res.text();
+      } else {
+        ({ status, text } = await requestFrom(
+          this.localAddress,
+          method,
+          `${this.baseUrl}${path}`,
+          headers,
+          payload,
+          this.timeoutMs,
+        ));
+      }
     } catch (err) {
       if ((err as Error).name === 'TimeoutError')
         throw new RelayClientError(
@@ -190,9 +212,50 @@ export class RelayApiClient {
     } catch {
       json = text;
     }
-    if (!res.ok) throw new RelayApiError(res.status, json);
+    if (status < 200 || status > 299) throw new RelayApiError(status, json);
     return json;
   }
+}
+
+/** One HTTP request sent from `localAddress` (what fetch cannot do without another dependency). */
+function requestFrom(
+  localAddress: string,
+  method: string,
+  url: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+  timeoutMs: number,
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const lib = u.protocol === 'https:' ? https : http;
+    const req = lib.request(
+      u,
+      {
+        method,
+        localAddress,
+        headers:
+          body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
+    // The whole exchange, answer included, like fetch with AbortSignal.timeout.
+    const timer = setTimeout(() => {
+      const err = new Error(`no answer from ${u.host} within ${timeoutMs} ms`);
+      err.name = 'TimeoutError';
+      req.destroy(err);
+    }, timeoutMs);
+    req.on('close', () => clearTimeout(timer));
+    req.on('error', reject);
+    req.end(body);
+  });
 }
 
 export interface UnityRelayClientOptions {
@@ -698,6 +761,7 @@ export class UnityRelayClient extends EventEmitter {
       identity: this.data.allocationId,
       psk: this.data.key,
       timeoutMs: this.dtlsTimeoutMs,
+      ...(this.localAddress !== undefined ? { localAddress: this.localAddress } : {}),
     });
     client.on('message', onMessage);
     const link: ClientLink = {

@@ -29,4 +29,5 @@ export const unityRelay: ProtocolModule = {
   inspection: async () => (await import('./inspect.js')).inspection,
   registerCommands,
   conform: async () => (await import('./conform/index.js')).unityRelayConform,
+  load: async () => (await import('./load.js')).unityRelayLoad,
 };

@@ -13,15 +13,12 @@
  * `forget`), and reads back last-seen times and counters.
  */
 import { EventEmitter } from 'node:events';
-import { existsSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { isIPv4 } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { GamewireError } from '../../wire/errors.js';
 import type { Allocation, AllocationObserver, AllocationStore } from './allocations.js';
 import type { DtlsLink } from './dtls.js';
+import { loadAddon } from './native-addon.js';
 
 /** What the mirror needs of the DTLS record offload (native-dtls.ts). */
 export interface NativeDtlsBindings {
@@ -149,27 +146,12 @@ const STAT_KEYS = [
   'associations',
 ] as const satisfies readonly (keyof NativeDataplaneStats)[];
 
-function packageRoot(): string | undefined {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const pkg = join(dir, 'package.json');
-    if (existsSync(pkg)) {
-      try {
-        if ((JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === 'gamewire') return dir;
-      } catch {
-        // not ours
-      }
-    }
-    dir = dirname(dir);
-  }
-  return undefined;
-}
-
 let loaded: { addon: Addon | undefined; reason: string } | undefined;
 
 /**
- * Loads the addon once. `GAMEWIRE_NATIVE_ADDON` names another build (the tests load the
- * sanitizer build this way). Returns undefined, with the reason, where it cannot run.
+ * Loads the addon once (native-addon.ts: `GAMEWIRE_NATIVE_ADDON`, else the package's prebuilt
+ * for this platform, else a source build). Returns undefined, with the reason, where it cannot
+ * run.
  */
 export function loadNativeDataplane(): { addon: Addon | undefined; reason: string } {
   if (loaded !== undefined) return loaded;
@@ -177,20 +159,8 @@ export function loadNativeDataplane(): { addon: Addon | undefined; reason: strin
     loaded = { addon: undefined, reason: `${process.platform} has no native data plane` };
     return loaded;
   }
-  const root = packageRoot();
-  const file =
-    process.env.GAMEWIRE_NATIVE_ADDON ??
-    (root === undefined ? undefined : join(root, 'native', 'build', 'Release', 'relay_dataplane.node'));
-  if (file === undefined || !existsSync(file)) {
-    loaded = { addon: undefined, reason: 'the addon is not built (no C compiler at install time?)' };
-    return loaded;
-  }
-  try {
-    const require = createRequire(import.meta.url);
-    loaded = { addon: require(file) as Addon, reason: 'loaded' };
-  } catch (err) {
-    loaded = { addon: undefined, reason: `the addon failed to load: ${(err as Error).message}` };
-  }
+  const { addon, reason } = loadAddon<Addon>();
+  loaded = { addon, reason };
   return loaded;
 }
 

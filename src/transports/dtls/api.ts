@@ -73,6 +73,8 @@ export interface DtlsClientOptions {
   retransmitMs?: number;
   /** Largest application-data plaintext accepted or sent in one record. Default 1536. */
   maxRecordPlaintext?: number;
+  /** Local address to send from (e.g. `127.0.0.2`). Default: chosen by the system. */
+  localAddress?: string;
 }
 
 /** What `DtlsClient.detachRecordLayer()` hands over. */

@@ -131,9 +131,12 @@ export class DtlsClient extends EventEmitter<DtlsClientEventMap> {
           // Whatever a server sends, the client drops what it cannot use (like the server does).
         }
       });
-      this.#socket.connect(this.#options.port, this.#options.host, () => {
-        this.#sendClientHello();
-      });
+      const connect = () =>
+        this.#socket.connect(this.#options.port, this.#options.host, () => {
+          this.#sendClientHello();
+        });
+      if (this.#options.localAddress === undefined) connect();
+      else this.#socket.bind(0, this.#options.localAddress, connect);
     });
   }
 

@@ -50,6 +50,8 @@ export interface PrudpConnectOptions extends LinkOptions {
    * and the kernel's default buffer (about 90 small datagrams on Linux) drops the rest.
    */
   recvBufferSize?: number;
+  /** Local address to send from (e.g. `127.0.0.2`). Default: chosen by the system. */
+  localAddress?: string;
 }
 
 /** The error a PRUDP client connection fails with. */
@@ -109,11 +111,17 @@ export class PrudpClientConnection {
     const type = net.isIPv6(options.host) ? 'udp6' : 'udp4';
     const socket = dgram.createSocket(type);
     await new Promise<void>((resolve, reject) => {
-      socket.once('error', reject);
-      socket.connect(options.port, options.host, () => {
-        socket.off('error', reject);
-        resolve();
+      socket.once('error', (err) => {
+        socket.close();
+        reject(err);
       });
+      const connect = () =>
+        socket.connect(options.port, options.host, () => {
+          socket.removeAllListeners('error');
+          resolve();
+        });
+      if (options.localAddress === undefined) connect();
+      else socket.bind(0, options.localAddress, connect);
     });
     try {
       socket.setRecvBufferSize(options.recvBufferSize ?? 1024 * 1024);

@@ -1,0 +1,357 @@
+/**
+ * `gamewire load nox-relay`: players over UDP or TCP (or both) that handshake, authenticate,
+ * enter an instance, travel, and send their own transform at a tick rate while receiving
+ * everyone else's, as a VR client does. Some transforms can go as Segmentation packets (split
+ * into pieces, the way the protocol carries large packets) to exercise reassembly.
+ *
+ * Each transform carries what the receivers check: the sender's session number, a sequence
+ * number and a check value in its velocity, the send time (µs, split into two floats that a
+ * float32 holds exactly) in its position. Receivers measure relay latency, loss, duplicates and
+ * reordering per sender; a transform whose check does not match is an integrity violation.
+ */
+
+import { UsageError } from '../../core/errors.js';
+import {
+  codeOf,
+  type LoadClient,
+  type LoadDefinition,
+  type LoadRun,
+  parseIdList,
+  SequenceTracker,
+  untilStopped,
+} from '../../core/load/index.js';
+import { WireWriter } from '../../wire/index.js';
+import { NoxRelayClient } from './client.js';
+import { DEFAULT_PORT, EnterResult, TransformType } from './constants.js';
+import { NoxRelayClientError } from './errors.js';
+import type { ClientMessage, ServerMessage } from './messages.js';
+import { writeClientPacket } from './packet.js';
+
+interface NoxLoadOptions {
+  transport: 'udp' | 'tcp' | 'mixed';
+  instances: number[];
+  tickRate: number;
+  tokenPrefix: string;
+  asBot: boolean;
+  proveAddress: boolean;
+  segmentShare: number;
+  segments: number;
+}
+
+/** Position, rotation and velocity (the velocity carries the numbers receivers check). */
+const FLAGS = 0x01 | 0x02 | 0x08;
+const RIG = 5;
+
+/** The check value of transform `seq` from session `sender` (below 2^16: exact in a float32). */
+export function transformCheck(seq: number, sender: number): number {
+  return (((seq * 31 + sender * 17) ^ 0x5a5a) >>> 0) & 0xffff;
+}
+
+/** The position's check value (the send time is in x and y). */
+export function positionCheck(x: number, y: number): number {
+  return (x * 7 + y) % 65_521;
+}
+
+/** The avatar turns a little each tick; receivers recompute the rotation from the number. */
+function angle(seq: number): number {
+  return (seq / 16) % (2 * Math.PI);
+}
+
+function parseOptions(raw: Record<string, unknown>): NoxLoadOptions {
+  const segments = raw.segments as number;
+  return {
+    transport: raw.transport as NoxLoadOptions['transport'],
+    instances: parseIdList((raw.instances as string[] | undefined) ?? ['0'], '--instances', 0, 255),
+    tickRate: raw.tickRate as number,
+    tokenPrefix: raw.tokenPrefix as string,
+    asBot: raw.asBot === true,
+    proveAddress: raw.proveAddress !== false,
+    segmentShare: raw.segmentShare as number,
+    segments,
+  };
+}
+
+type Transform = Extract<ServerMessage, { type: 'Transform' }>;
+
+async function prepare(run: LoadRun) {
+  const o = parseOptions(run.options);
+  const target = run.settings.target;
+  if (target === undefined) throw new UsageError('gamewire load nox-relay needs --target HOST:PORT');
+  const { stats } = run;
+  const join = stats.latency('join');
+  const relay = stats.latency('relay');
+  const sent = stats.counter('transformsSent');
+  const segmented = stats.counter('transformsSegmented');
+  const received = stats.counter('transformsReceived');
+  const foreign = stats.counter('foreignTransforms');
+  const lost = stats.counter('lost');
+  const expected = stats.counter('expected');
+  const duplicates = stats.counter('duplicates');
+  const reordered = stats.counter('reordered');
+  const retries = stats.counter('retries');
+  const origin = performance.now();
+  const period = 1000 / o.tickRate;
+  const segmentWriter = new WireWriter({ initialCapacity: 256 });
+
+  const session = async (client: LoadClient): Promise<void> => {
+    const transport = o.transport === 'mixed' ? (client.slot % 2 === 0 ? 'udp' : 'tcp') : o.transport;
+    const instanceId = o.instances[client.slot % o.instances.length]!;
+    const started = performance.now();
+    const c = new NoxRelayClient({
+      host: target.host,
+      port: target.port,
+      transport,
+      requestTimeoutMs: transport === 'udp' ? 2000 : 5000,
+      proveAddress: o.proveAddress,
+      ...(client.localAddress === undefined ? {} : { localAddress: client.localAddress }),
+    });
+    const trackers = new Map<number, SequenceTracker>();
+    let fail: ((err: Error) => void) | undefined;
+    let failedEarly: Error | undefined;
+    const failWith = (err: Error) => {
+      if (fail !== undefined) fail(err);
+      else failedEarly ??= err;
+    };
+    c.on('error', (err: Error) => {
+      // A reply that does not decode: the relay sent something no client can read.
+      stats.violation('malformed_packet', err.message);
+    });
+    c.on('disconnect', (reason: string | null) =>
+      failWith(
+        new NoxRelayClientError('ERR_NOX_DISCONNECTED', `the relay disconnected the player: ${reason ?? ''}`),
+      ),
+    );
+    c.on('close', () =>
+      failWith(new NoxRelayClientError('ERR_NOX_CLOSED', 'the relay closed the connection')),
+    );
+    c.on('transform', (m: Transform) => {
+      const v = m.velocity;
+      const p = m.position;
+      if (v === undefined || p === undefined || m.transformType !== TransformType.OnPlayer) {
+        foreign.add();
+        return;
+      }
+      const seq = v.x;
+      const sender = v.z;
+      const r = m.rotation;
+      // Every field is checked: the velocity's check value, the position's own check, and the
+      // rotation recomputed from the sequence number (float32 values, exact both ways).
+      if (
+        !Number.isInteger(seq) ||
+        !Number.isInteger(sender) ||
+        v.y !== transformCheck(seq, sender) ||
+        p.z !== positionCheck(p.x, p.y) ||
+        r === undefined ||
+        r.x !== 0 ||
+        r.z !== 0 ||
+        r.y !== Math.fround(Math.sin(angle(seq) / 2)) ||
+        r.w !== Math.fround(Math.cos(angle(seq) / 2))
+      ) {
+        stats.violation(
+          'corrupt_transform',
+          `player ${m.playerId}: position ${p.x},${p.y},${p.z} velocity ${v.x},${v.y},${v.z}`,
+        );
+        return;
+      }
+      received.add();
+      let t = trackers.get(sender);
+      if (t === undefined) {
+        t = new SequenceTracker();
+        trackers.set(sender, t);
+      }
+      if (!t.see(seq)) {
+        // UDP may deliver a datagram twice (the network's doing); over TCP it is the relay's.
+        if (transport === 'tcp') stats.violation('duplicate_transform', `from session ${sender}, #${seq}`);
+        return;
+      }
+      const sentUs = p.x * 1_000_000 + p.y;
+      relay.record(((performance.now() - origin) * 1000 - sentUs) / 1000);
+    });
+    const leaveEarly = () => {
+      if (!c.isClosed) void c.close();
+    };
+    client.signal.addEventListener('abort', leaveEarly, { once: true });
+    let ticker: NodeJS.Timeout | undefined;
+    let segmentId = 0;
+    let countedIn = 0;
+    let countedOut = 0;
+    const countBytes = () => {
+      stats.bytesIn.add(c.bytesReceived - countedIn);
+      stats.bytesOut.add(c.bytesSent - countedOut);
+      countedIn = c.bytesReceived;
+      countedOut = c.bytesSent;
+    };
+    try {
+      // Over UDP a request or its reply can be lost: a step unanswered within 2 s is asked again,
+      // up to five times, as a player would retry (TCP delivers or fails the connection).
+      const attempts = transport === 'udp' ? 5 : 1;
+      let attempt = 0;
+      const retry = async <T>(step: () => Promise<T>): Promise<T> => {
+        for (attempt = 1; ; attempt++) {
+          try {
+            return await step();
+          } catch (err) {
+            if (attempt >= attempts || codeOf(err) !== 'ERR_NOX_TIMEOUT' || client.signal.aborted) throw err;
+            retries.add();
+          }
+        }
+      };
+      await c.connect();
+      await retry(() => c.handshake('node', 'gamewire-load'));
+      const auth = await retry(() => c.authenticate(`${o.tokenPrefix}${client.index}`));
+      if (auth.result !== 0)
+        throw new NoxRelayClientError('ERR_NOX_AUTH', `authentification answered result ${auth.result}`);
+      const enter = await retry(() => c.enter(instanceId, { asBot: o.asBot }));
+      // Enter answered Unknown "already in an instance" after a retry, or to a copy the network
+      // delivered twice: this client had entered nowhere, so an earlier copy of this same Enter
+      // got in and only its reply was lost or overtaken.
+      const enteredBefore =
+        enter.result === EnterResult.Unknown && (attempt > 1 || /already in/i.test(enter.reason ?? ''));
+      if (enter.result !== EnterResult.Success && !enteredBefore)
+        throw new NoxRelayClientError(
+          'ERR_NOX_ENTER',
+          `enter instance ${instanceId} answered result ${enter.result} ${enter.reason ?? ''}`.trim(),
+        );
+      await retry(() => c.travel(instanceId));
+      client.signal.removeEventListener('abort', leaveEarly);
+      if (client.signal.aborted) return;
+      join.record(performance.now() - started);
+      client.joined();
+      let seq = 0;
+      const tick = () => {
+        if (c.isClosed) return;
+        countBytes();
+        const us = Math.round((performance.now() - origin) * 1000);
+        const secs = Math.floor(us / 1_000_000);
+        const a = angle(seq);
+        const message: Extract<ClientMessage, { type: 'Transform' }> = {
+          type: 'Transform',
+          instanceId,
+          transformType: TransformType.OnPlayer,
+          playerId: 0xffff,
+          rig: RIG,
+          flags: FLAGS,
+          position: { x: secs, y: us - secs * 1_000_000, z: positionCheck(secs, us - secs * 1_000_000) },
+          rotation: { x: 0, y: Math.sin(a / 2), z: 0, w: Math.cos(a / 2) },
+          velocity: { x: seq, y: transformCheck(seq, client.index), z: client.index },
+        };
+        seq++;
+        sent.add();
+        if (o.segmentShare > 0 && Math.random() < o.segmentShare) {
+          // The whole packet, cut into pieces the relay puts back together.
+          const w = segmentWriter.reset();
+          writeClientPacket(w, 0, message);
+          const whole = w.toBuffer();
+          const n = Math.min(o.segments, whole.length);
+          const size = Math.ceil(whole.length / n);
+          const id = segmentId;
+          segmentId = (segmentId + 1) & 0xffff;
+          for (let i = 0; i < n; i++) {
+            c.post({
+              type: 'Segmentation',
+              segmentId: id,
+              totalSegments: n,
+              currentSegment: i,
+              segmentData: whole.subarray(i * size, Math.min(whole.length, (i + 1) * size)),
+            });
+          }
+          segmented.add();
+        } else c.post(message);
+      };
+      // Players tick out of phase, as real ones do.
+      ticker = setTimeout(() => {
+        tick();
+        ticker = setInterval(tick, period);
+      }, Math.random() * period);
+      await untilStopped(client.signal, (reject) => {
+        fail = reject;
+        if (failedEarly !== undefined) reject(failedEarly);
+      });
+    } finally {
+      clearTimeout(ticker);
+      clearInterval(ticker);
+      client.signal.removeEventListener('abort', leaveEarly);
+      for (const t of trackers.values()) {
+        lost.add(t.lost);
+        expected.add(t.expected);
+        duplicates.add(t.duplicates);
+        reordered.add(t.reordered);
+      }
+      await c.disconnect('load done').catch(() => {});
+      countBytes();
+    }
+  };
+
+  return {
+    session,
+    report: () => ({
+      relayLossPercent: expected.n === 0 ? 0 : Math.round((lost.n / expected.n) * 1e6) / 1e4,
+    }),
+  };
+}
+
+export const noxRelayLoad: LoadDefinition = {
+  summary: 'players over UDP or TCP entering instances and sending transforms at a tick rate',
+  clientNoun: 'player',
+  defaultPort: DEFAULT_PORT,
+  options: [
+    {
+      flag: '--transport <t>',
+      key: 'transport',
+      description: 'udp, tcp, or mixed (every other player on TCP)',
+      type: 'string',
+      choices: ['udp', 'tcp', 'mixed'],
+      default: 'udp',
+    },
+    {
+      flag: '--instances <ids>',
+      key: 'instances',
+      description: 'instances to enter, players spread over them in turn (0,1 or 0-7)',
+      type: 'list',
+    },
+    {
+      flag: '--tick-rate <hz>',
+      key: 'tickRate',
+      description:
+        "transforms per second per player (keep it under half the instance's tps, 24 by default: the relay merges updates closer than 1/tps, which shows as loss)",
+      type: 'number',
+      min: 0.1,
+      max: 1000,
+      default: 10,
+    },
+    {
+      flag: '--token-prefix <text>',
+      key: 'tokenPrefix',
+      description: 'offline tokens are this prefix and the session number',
+      type: 'string',
+      default: 'load-',
+    },
+    { flag: '--as-bot', key: 'asBot', description: 'enter as bots instead of players', type: 'bool' },
+    {
+      flag: '--no-prove-address',
+      key: 'proveAddress',
+      description: 'UDP: do not echo the address cookie (behave like the reference client, which has none)',
+      type: 'bool',
+    },
+    {
+      flag: '--segment-share <fraction>',
+      key: 'segmentShare',
+      description: 'share of transforms sent as Segmentation packets (0..1)',
+      type: 'number',
+      min: 0,
+      max: 1,
+      default: 0,
+    },
+    {
+      flag: '--segments <n>',
+      key: 'segments',
+      description: 'pieces a segmented transform is cut into',
+      type: 'int',
+      min: 2,
+      max: 32,
+      default: 3,
+    },
+  ],
+  progress: { rates: ['transformsReceived'], latencies: ['relay'] },
+  prepare,
+};

@@ -1,0 +1,81 @@
+/**
+ * `gamewire load unity-relay` against a spawned `serve unity-relay`: games allocate, get a join
+ * code, join, bind over every transport and relay both ways; every byte of every RELAY is
+ * checked. The fleet case (allocators on Redis, players sent to the node each allocation names)
+ * is in fleet-load.test.ts.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runProtocolLoad } from '../../helpers/load.js';
+import { freePort } from '../../helpers/redis.js';
+import { type Served, startServe } from '../../helpers/serve.js';
+
+let relay: Served;
+let api: string;
+const ports = { udp: 0, dtls: 0, ws: 0, wss: 0 };
+
+beforeAll(async () => {
+  ports.dtls = await freePort();
+  ports.ws = await freePort();
+  ports.wss = await freePort();
+  relay = await startServe([
+    'unity-relay',
+    '--port',
+    '0',
+    '--api-port',
+    '0',
+    '--host',
+    '127.0.0.1',
+    '--dtls-port',
+    String(ports.dtls),
+    '--ws-port',
+    String(ports.ws),
+    '--wss-port',
+    String(ports.wss),
+    '--no-admin',
+  ]);
+  ports.udp = relay.port('udp', /Unity Relay/);
+  api = `http://127.0.0.1:${relay.port('http')}`;
+});
+
+afterAll(async () => {
+  await relay?.stop();
+});
+
+describe('load unity-relay', () => {
+  for (const transport of ['udp', 'dtls', 'ws', 'wss'] as const) {
+    it(`host/join pairs bind over ${transport} and relay both ways, every byte checked`, async () => {
+      const s = await runProtocolLoad(
+        'unity-relay',
+        { target: { host: '127.0.0.1', port: ports[transport] }, clients: 3, durationS: 2 },
+        { api: [api], transport, relayRate: 20, relayBytes: 200, tlsInsecure: true },
+      );
+      expect(s.sessions).toMatchObject({ started: 3, joined: 3, failed: 0 });
+      expect(s.violations).toEqual({});
+      expect(s.counters.relaysReceived).toBeGreaterThan(0);
+      expect(s.latencyMs.relay?.count).toBe(s.counters.relaysReceived);
+      expect(s.latencyMs.join?.count).toBe(3);
+      expect(s.ok).toBe(true);
+    });
+  }
+
+  it('games of four take the relay endpoint from each allocation and spread over addresses', async () => {
+    const s = await runProtocolLoad(
+      'unity-relay',
+      { clients: 2, durationS: 2, from: ['127.0.0.5', '127.0.0.6', '127.0.0.7'] },
+      { api: [api], players: 4 },
+    );
+    expect(s.sessions).toMatchObject({ joined: 2, failed: 0 });
+    expect(s.violations).toEqual({});
+    // Host to three joiners and three joiners to the host: six streams per game.
+    expect(s.counters.relaysReceived).toBeGreaterThan(12);
+  });
+
+  it('refuses an API outside loopback unless the target is owned', async () => {
+    const err = await runProtocolLoad(
+      'unity-relay',
+      { clients: 1 },
+      { api: ['http://192.0.2.1:37080'] },
+    ).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ERR_LOAD_TARGET' });
+  });
+});
