@@ -427,6 +427,7 @@ async function runServers(
           metrics: metrics[i]!,
           admin: r.server.admin,
           decode: r.server.admin?.decode ?? (codec === undefined ? undefined : codecDecoder(codec)),
+          page: r.module.dashboard,
         };
       });
       try {
