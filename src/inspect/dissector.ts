@@ -464,7 +464,9 @@ function P.dissector(tvb, pinfo, tree)
   local isClient = pinfo.dst_port == server_port(pinfo)
   local udp = pinfo.port_type == 3
   local n = tvb:len()
-  local prefix = udp and UDP_PREFIX or TCP_PREFIX
+  -- Not "udp and UDP_PREFIX or TCP_PREFIX": a nil UDP_PREFIX (one message per datagram) would fall through.
+  local prefix = TCP_PREFIX
+  if udp then prefix = UDP_PREFIX end
   if prefix == nil then
     message(tvb, 0, 0, n, tree, isClient)
     return n
@@ -502,7 +504,9 @@ local function heuristic(tvb, pinfo, tree, prefix)
   for i, b in ipairs(SIGNATURE.bytes) do
     if tvb(at + i - 1, 1):uint() ~= b then return false end
   end
-  servers[gw.conv_key(pinfo)] = pinfo.dst_port
+  -- The first message seen decides the server (a reply matching the signature must not flip it).
+  local k = gw.conv_key(pinfo)
+  if servers[k] == nil then servers[k] = pinfo.dst_port end
   pinfo.conversation = P
   P.dissector(tvb, pinfo, tree)
   return true

@@ -63,11 +63,14 @@ export interface ServersJson {
   servers: ServerJson[];
 }
 
-/** `GET /api/servers/:protocol`, and the `state` event of the stream. */
-export interface ServerDetailJson {
+/**
+ * `GET /api/servers/:protocol`, and the `state` event of the stream. `S` is the protocol's own
+ * state (docs/dashboard-api.md describes each); a page that knows its protocol reads it as such.
+ */
+export interface ServerDetailJson<S = JsonValue> {
   protocol: string;
   counters: CountersJson;
-  state: JsonValue;
+  state: S;
 }
 
 /** The `tick` event of `/api/stream`. */

@@ -43,8 +43,7 @@ const isProbe = (method: string, pathname: string): boolean =>
 const isPage = (pathname: string): boolean => pathname === '/' || pathname === '/index.html';
 
 export function registerGuard(app: FastifyInstance, options: GuardOptions): void {
-  const token =
-    options.token === undefined || options.token === '' ? undefined : Buffer.from(options.token);
+  const token = options.token === undefined || options.token === '' ? undefined : Buffer.from(options.token);
   const loopback = isLoopbackName(options.host);
   const unauthorized = (reply: FastifyReply) =>
     sendError(reply, 401, 'missing or wrong admin token', { 'www-authenticate': 'Bearer' });
@@ -104,7 +103,11 @@ export function actionGuard(actionToken: string) {
   const expected = Buffer.from(actionToken);
   return async (req: FastifyRequest, reply: FastifyReply) => {
     if (!sameSecret(headerValue(req.headers['x-gamewire-action']), expected)) {
-      return sendError(reply, 403, 'missing or wrong x-gamewire-action header (GET /api/session gives the token)');
+      return sendError(
+        reply,
+        403,
+        'missing or wrong x-gamewire-action header (GET /api/session gives the token)',
+      );
     }
   };
 }

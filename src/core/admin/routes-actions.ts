@@ -53,7 +53,8 @@ export function registerActionRoutes(app: FastifyInstance, options: ActionRouteO
   app.post<{ Params: { protocol: string; collection: string; id: string; verb: string } }>(
     '/api/servers/:protocol/:collection/:id/:verb',
     { onRequest },
-    async (req, reply) => run(reply, req.params.protocol, req.params.collection, req.params.id, req.params.verb),
+    async (req, reply) =>
+      run(reply, req.params.protocol, req.params.collection, req.params.id, req.params.verb),
   );
   // An action's path read with GET: it exists, but only as POST.
   const postOnly = async (_req: unknown, reply: FastifyReply) =>

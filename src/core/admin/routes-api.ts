@@ -47,7 +47,8 @@ export function registerApiRoutes(app: FastifyInstance, options: ApiRouteOptions
       const messages = wireMessages(s, after, limit);
       const body: WirePageJson = {
         messages,
-        next: messages.length > 0 ? messages[messages.length - 1]!.seq : Math.max(after, (tap?.next ?? 1) - 1),
+        next:
+          messages.length > 0 ? messages[messages.length - 1]!.seq : Math.max(after, (tap?.next ?? 1) - 1),
         sampled: tap?.sampled ?? 0,
         seen: tap?.seen ?? 0,
         available: tap !== undefined,

@@ -23,7 +23,11 @@ export function registerOpsRoutes(app: FastifyInstance, options: OpsRouteOptions
   };
   app.get('/metrics', async (_req, reply) => {
     const r = await getRegistry();
-    return reply.code(200).header('cache-control', 'no-store').type(r.contentType).send(await r.metrics());
+    return reply
+      .code(200)
+      .header('cache-control', 'no-store')
+      .type(r.contentType)
+      .send(await r.metrics());
   });
   app.get('/health', async (_req, reply) => sendJson(reply, 200, { status: 'ok' }));
   app.get('/ready', async (_req, reply) => {

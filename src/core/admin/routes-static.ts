@@ -28,7 +28,11 @@ export function registerStaticRoutes(app: FastifyInstance, options: StaticRouteO
   };
 
   const page = async (_req: FastifyRequest, reply: FastifyReply) =>
-    serve(reply, options.webDir === undefined ? undefined : await readStatic(options.webDir, 'index.html'), 'no-cache');
+    serve(
+      reply,
+      options.webDir === undefined ? undefined : await readStatic(options.webDir, 'index.html'),
+      'no-cache',
+    );
   app.get('/', page);
   app.get('/index.html', page);
 
@@ -39,14 +43,26 @@ export function registerStaticRoutes(app: FastifyInstance, options: StaticRouteO
     // p[0] is 'assets'.
     if (p[1] === 'vendor' && p[2] === 'uplot') {
       const dir = options.uplotDir;
-      return serve(reply, dir === undefined ? undefined : await readStatic(dir, p.slice(3).join('/')), 'public, max-age=86400');
+      return serve(
+        reply,
+        dir === undefined ? undefined : await readStatic(dir, p.slice(3).join('/')),
+        'public, max-age=86400',
+      );
     }
     if (p[1] === 'protocols' && p[2] !== undefined) {
       // A protocol's page, from the folder its module declares (only for a running server).
       const dir = options.servers().find((s) => s.protocol === p[2])?.page?.dir;
-      return serve(reply, dir === undefined ? undefined : await readStatic(dir, p.slice(3).join('/')), 'no-cache');
+      return serve(
+        reply,
+        dir === undefined ? undefined : await readStatic(dir, p.slice(3).join('/')),
+        'no-cache',
+      );
     }
     const dir = options.webDir;
-    return serve(reply, dir === undefined ? undefined : await readStatic(dir, p.slice(1).join('/')), 'no-cache');
+    return serve(
+      reply,
+      dir === undefined ? undefined : await readStatic(dir, p.slice(1).join('/')),
+      'no-cache',
+    );
   });
 }

@@ -23,9 +23,9 @@ import { registerStaticRoutes } from './routes-static.js';
 import { dashboardDir, uplotDir } from './static.js';
 import { registerStream } from './stream.js';
 
+export type { CountersJson as Counters } from './api-types.js';
 export type { AdminServerEntry, ReadyState } from './http.js';
 export { countersOf } from './http.js';
-export type { CountersJson as Counters } from './api-types.js';
 
 export interface AdminServerOptions {
   host: string;
@@ -79,8 +79,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     requestTimeout: 30_000,
     // `close()` ends keep-alive sockets at once rather than waiting for their timeout.
     forceCloseConnections: true,
-    ignoreTrailingSlash: true,
-    ignoreDuplicateSlashes: true,
+    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true },
     // A path that does not decode.
     frameworkErrors: (_err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {
       sendError(reply, 400, 'bad path');
