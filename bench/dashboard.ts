@@ -97,7 +97,7 @@ function serve(dataplane: 'js' | 'native', admin: boolean): Promise<Served> {
       out += d.toString();
       const api = /unity-relay http (\S+):(\d+) /.exec(out);
       const udp = /unity-relay udp \S+:(\d+) /.exec(out);
-      const adm = /admin http \S+:(\d+) /.exec(out);
+      const adm = /gamewire: dashboard http:\/\/\S+:(\d+)\//.exec(out);
       if (api !== null && udp !== null && (!admin || adm !== null)) {
         resolve({
           child,

@@ -45,7 +45,7 @@ export function configExample(protocols: readonly ProtocolModule[]): string {
     for (const o of options) {
       const env = envName(section, o);
       lines.push(
-        `    // ${o.description}. ${typeText(o)}; flag ${flagName(o)}${env !== undefined ? `; env ${env}` : ''}${o.secret ? '; secret' : ''}`,
+        `    // ${o.description}. ${typeText(o)}; flag ${flagName(o)}${env !== undefined ? `; env ${env}` : ''}${o.secret ? '; secret' : ''}${o.requires !== undefined ? `; needs ${o.requires}` : ''}`,
       );
       if (o.default !== undefined && o.secret !== true) {
         const last = o === active[active.length - 1];
@@ -87,6 +87,10 @@ export function configReference(protocols: readonly ProtocolModule[]): string {
     '`--port` sets the port of the one protocol being served; with several protocols, set each',
     "protocol's `port` in the file.",
     '',
+    'An option marked "needs `redis`" only means something in a fleet: setting it (to anything but',
+    'its default) without `redis` in the same section (flag, file or environment) is refused with',
+    'one line, before anything starts, instead of being accepted and ignored.',
+    '',
   ];
   for (const [section, options] of configSchema(protocols)) {
     out.push(`## \`${section}\``, '');
@@ -95,7 +99,7 @@ export function configReference(protocols: readonly ProtocolModule[]): string {
       const def = o.secret ? '(secret)' : o.default === undefined ? '' : `\`${JSON.stringify(o.default)}\``;
       const env = envName(section, o);
       out.push(
-        `| \`${o.key}\` | \`${flagName(o)}\` | ${cell(typeText(o))} | ${cell(def)} | ${env ? `\`${env}\`` : ''} | ${cell(o.description)} |`,
+        `| \`${o.key}\` | \`${flagName(o)}\` | ${cell(typeText(o))} | ${cell(def)} | ${env ? `\`${env}\`` : ''} | ${cell(o.description)}${o.requires !== undefined ? ` (needs \`${o.requires}\`)` : ''} |`,
       );
     }
     out.push('');

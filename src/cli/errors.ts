@@ -2,7 +2,14 @@
  * The CLI's error output. The error classes live in src/core/errors.ts so protocols can throw
  * them without importing the CLI; they are re-exported here for existing imports.
  */
-export { CliError, CommandError, ConfigError, parseIntOption, UsageError } from '../core/errors.js';
+export {
+  CliError,
+  CommandError,
+  ConfigError,
+  connectFailure,
+  parseIntOption,
+  UsageError,
+} from '../core/errors.js';
 
 /**
  * Writes the contract's error line: `{"error":{"code":…,"message":…,"offset":…}}` (`stack` only

@@ -9,7 +9,7 @@ import { setTrafficRecorder } from '../core/recording.js';
 import { PcapngRecorder } from '../inspect/recorder.js';
 import { replay } from '../inspect/replay.js';
 import type { RmcVariant } from '../protocols/rmc/messages.js';
-import { CliError, parseIntOption, UsageError } from './errors.js';
+import { CliError, connectFailure, parseIntOption, UsageError } from './errors.js';
 import { checkFlowName, flowNames, parsePortMapping } from './inspect.js';
 import { writeOut } from './stdio.js';
 
@@ -51,7 +51,8 @@ export function startRecording(flags: Record<string, unknown>): { close(): void 
 
 function parseTarget(value: string): { host: string; port: number } {
   const m = /^(.+):(\d{1,5})$/.exec(value);
-  if (m === null || Number(m[2]) > 65_535) throw new UsageError(`--target takes HOST:PORT, got "${value}"`);
+  if (m === null || Number(m[2]) > 65_535 || Number(m[2]) === 0)
+    throw new UsageError(`--target takes HOST:PORT (port 1..65535), got "${value}"`);
   return { host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port: Number(m[2]) };
 }
 
@@ -104,6 +105,10 @@ export function addReplayCommand(program: Command): void {
           ignore,
           ports: flags.port,
           decoder: { rmcVariant: flags.rmcVariant as RmcVariant },
+        }).catch((err: unknown) => {
+          // A target that cannot be reached (refused, a name that does not resolve): say which.
+          const hint = connectFailure(err, flags.target, '--target');
+          throw hint instanceof CliError ? hint : err;
         });
         for (const d of result.differences) process.stdout.write(`${JSON.stringify({ difference: d })}\n`);
         process.stderr.write(

@@ -19,6 +19,7 @@ import { packageRoot } from '../core/admin/static.js';
 import { codecDecoder } from '../core/admin/wire-json.js';
 import {
   checkConfigFile,
+  checkRequires,
   checkValue,
   defaultsOf,
   flagName,
@@ -50,13 +51,19 @@ export function protocolFlags(protocols: readonly ProtocolModule[]): ServeOption
       const name = flagName(o);
       if (name === '--host' || name === '--port') continue;
       const prev = seen.get(name);
-      if (prev === undefined) seen.set(name, o);
-      else if (prev.choices !== undefined && o.choices !== undefined) {
-        const choices = [...prev.choices, ...o.choices.filter((c) => !prev.choices!.includes(c))];
-        const description =
-          prev.description === o.description ? prev.description : `${prev.description}; ${o.description}`;
-        seen.set(name, { ...prev, choices, description });
+      if (prev === undefined) {
+        seen.set(name, o);
+        continue;
       }
+      // --help says what the flag does for each protocol that has it (`--redis`, `--drain`, …
+      // drive rmc and unity-relay alike).
+      const description = prev.description.includes(o.description)
+        ? prev.description
+        : `${prev.description}; ${o.description}`;
+      if (prev.choices !== undefined && o.choices !== undefined) {
+        const choices = [...prev.choices, ...o.choices.filter((c) => !prev.choices!.includes(c))];
+        seen.set(name, { ...prev, choices, description });
+      } else seen.set(name, { ...prev, description });
     }
   return [...seen.values()];
 }
@@ -122,6 +129,7 @@ export function resolveServeOptions(
     if (value !== undefined)
       out[o.key] = checkValue(o, value, { kind: 'flag', flag: `${p.name} ${flagName(o)}` });
   }
+  checkRequires(p.name, options, out);
   return out;
 }
 
@@ -170,6 +178,41 @@ export function addServeCommand(program: Command, protocols: readonly ProtocolMo
 }
 
 const ADMIN_PORT = SERVE_OPTIONS.find((o) => o.key === 'adminPort')!;
+
+/**
+ * Who set the admin port, if anyone: a flag, the environment or the config file. A port someone
+ * chose that is taken stops `serve`; the default one that is taken moves to a free port.
+ */
+function adminPortSource(
+  flags: Record<string, unknown>,
+  fileValues: Record<string, unknown> | undefined,
+  configPath: string | undefined,
+): string | undefined {
+  if (flags.adminPort !== undefined) return '--admin-port';
+  if (flags.metricsPort !== undefined) return '--metrics-port';
+  const env = ADMIN_PORT.env!;
+  if (process.env[env] !== undefined && process.env[env] !== '') return env;
+  if (fileValues?.adminPort !== undefined) return `serve.adminPort in ${configPath}`;
+  return undefined;
+}
+
+/** The one line for an admin endpoint that cannot listen. */
+function adminListenError(err: unknown, host: string, port: number, given: string | undefined): CommandError {
+  const e = err as NodeJS.ErrnoException;
+  const why =
+    e.code === 'EADDRINUSE'
+      ? `port ${String(port)} is already in use`
+      : e.code === 'EADDRNOTAVAIL'
+        ? `address ${host} is not available on this machine`
+        : e.message;
+  const from = given === undefined ? '' : ` (set by ${given})`;
+  return new CommandError(
+    'ERR_LISTEN',
+    `admin endpoint ${host}:${String(port)}${from}: ${why}: choose another port with --admin-port (config serve.adminPort), or turn it off with --no-admin`,
+    1,
+    { cause: err },
+  );
+}
 
 /** The package version, for `/api/session`. */
 function packageVersion(): string {
@@ -382,7 +425,51 @@ async function runServers(
     return o === undefined ? 'its connection limit' : `${flagName(o)}, config ${name}.${o.key}`;
   });
 
+  // What the admin endpoint shows: each server as it starts.
+  const entries: AdminServerEntry[] = [];
+  // Fleet announcements the servers handed over (ServerContext.deferAnnouncement), run in order
+  // once every server and the admin endpoint listen.
+  const announcements: {
+    name: string;
+    options: Record<string, unknown>;
+    module: ProtocolModule;
+    announce: () => Promise<void>;
+  }[] = [];
   try {
+    // The admin endpoint listens first: a port it cannot have stops `serve` before any server
+    // has announced itself anywhere (a fleet node in Redis).
+    let adminMoved: number | undefined;
+    if (adminOn && signalName === undefined) {
+      const given = adminPortSource(flags, checked?.values.get('serve'), configPath);
+      const port = serveValues.adminPort as number;
+      const start = (at: number) =>
+        startAdminServer({
+          host: adminHost,
+          port: at,
+          token: serveValues.adminToken as string | undefined,
+          version: packageVersion(),
+          metrics: () => metrics,
+          servers: () => (state === 'stopping' ? [] : entries),
+          state: () => state,
+        });
+      try {
+        admin = await start(port);
+      } catch (err) {
+        const e = err as NodeJS.ErrnoException;
+        if (e.code === 'EADDRINUSE' && given === undefined) {
+          // Nobody asked for 9100: a second `serve` on this machine is normal (two services, a
+          // fleet node next to an allocator); the dashboard moves and the start-up line says where.
+          admin = await start(0).catch((again: unknown) => {
+            throw adminListenError(again, adminHost, 0, undefined);
+          });
+          adminMoved = port;
+          log.warn(
+            { port, moved: admin.port },
+            `admin endpoint: port ${port} is in use (another gamewire serve?); the dashboard is on ${adminHost}:${admin.port} instead (set --admin-port to choose)`,
+          );
+        } else throw adminListenError(err, adminHost, port, given);
+      }
+    }
     for (const p of selected) {
       if (signalName !== undefined) break;
       const flagWarnings: string[] = [];
@@ -405,58 +492,44 @@ async function runServers(
           metrics: m,
           dataDir,
           selfCommand: [process.execPath, ...process.execArgv, process.argv[1]!],
+          deferAnnouncement: (announce) => announcements.push({ name: p.name, options, module: p, announce }),
         });
       } catch (err) {
         throw startFailure(p.name, err, options, p);
       }
-      running.push({ name: p.name, server, startedAt: Date.now(), module: p });
+      const startedAt = Date.now();
+      running.push({ name: p.name, server, startedAt, module: p });
+      const codec = p.codecs[0];
+      entries.push({
+        protocol: p.name,
+        summary: p.summary,
+        startedAt,
+        endpoints: server.endpoints,
+        metrics: m,
+        admin: server.admin,
+        decode: server.admin?.decode ?? (codec === undefined ? undefined : codecDecoder(codec)),
+        page: p.dashboard,
+      });
       plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {
         writeOut(`gamewire: ${p.name} ${e.transport} ${e.host}:${e.port} ${e.description}\n`);
       }
     }
-    if (adminOn && signalName === undefined) {
-      const port = serveValues.adminPort as number;
-      const entries = running.map((r, i): AdminServerEntry => {
-        const codec = r.module.codecs[0];
-        return {
-          protocol: r.name,
-          summary: r.module.summary,
-          startedAt: r.startedAt,
-          endpoints: r.server.endpoints,
-          metrics: metrics[i]!,
-          admin: r.server.admin,
-          decode: r.server.admin?.decode ?? (codec === undefined ? undefined : codecDecoder(codec)),
-          page: r.module.dashboard,
-        };
-      });
+    // Everything listens: only now does a fleet node tell Redis it is there.
+    for (const a of announcements) {
+      if (signalName !== undefined) break;
       try {
-        admin = await startAdminServer({
-          host: adminHost,
-          port,
-          token: serveValues.adminToken as string | undefined,
-          version: packageVersion(),
-          metrics: () => metrics,
-          servers: () => (state === 'stopping' ? [] : entries),
-          state: () => state,
-        });
+        await a.announce();
       } catch (err) {
-        const e = err as NodeJS.ErrnoException;
-        const why =
-          e.code === 'EADDRINUSE'
-            ? `port ${String(port)} is already in use`
-            : e.code === 'EADDRNOTAVAIL'
-              ? `address ${adminHost} is not available on this machine`
-              : e.message;
-        throw new CommandError(
-          'ERR_LISTEN',
-          `admin endpoint ${adminHost}:${String(port)}: ${why}: choose another port with --admin-port (config serve.adminPort), or turn it off with --no-admin`,
-          1,
-          { cause: err },
-        );
+        throw startFailure(a.name, err, a.options, a.module);
       }
+    }
+    if (admin !== undefined && signalName === undefined) {
       const shown = adminHost.includes(':') ? `[${adminHost}]` : adminHost;
-      writeOut(`gamewire: admin http ${shown}:${admin.port} / /api /metrics /health /ready\n`);
+      const moved = adminMoved === undefined ? '' : `; port ${adminMoved} was in use`;
+      writeOut(
+        `gamewire: dashboard http://${shown}:${admin.port}/ (admin endpoint: /api /metrics /health /ready${moved})\n`,
+      );
     }
   } catch (err) {
     await stopAll();

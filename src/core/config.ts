@@ -281,6 +281,30 @@ export function valuesFromEnv(
   return out;
 }
 
+/**
+ * Refuses an option set without the option it `requires` (`rmc --drain` without `--redis` would
+ * be accepted and do nothing). "Set" means given a value other than its default.
+ */
+export function checkRequires(
+  section: string,
+  options: readonly ServeOption[],
+  values: Record<string, unknown>,
+): void {
+  for (const o of options) {
+    if (o.requires === undefined) continue;
+    const v = values[o.key];
+    if (v === undefined || v === o.default) continue;
+    const needed = values[o.requires];
+    if (needed !== undefined && needed !== '') continue;
+    const other = options.find((x) => x.key === o.requires);
+    const name = other === undefined ? o.requires : `${flagName(other)} (config ${section}.${other.key})`;
+    throw new ConfigError(
+      `${section}: ${flagName(o)} (config ${section}.${o.key}) needs ${name}: without it, it does nothing`,
+      `${section}.${o.key}`,
+    );
+  }
+}
+
 /** A commander argument parser for an option: converts and validates, naming the flag on error. */
 export function flagParser(option: ServeOption): ((value: string) => unknown) | undefined {
   if (option.type === 'bool') return undefined;

@@ -64,6 +64,13 @@ export function parseIntOption(value: string): number {
   return Number(value);
 }
 
+/** Parses a port a client command connects to: a whole number 1..65535, or a usage error. */
+export function parsePortOption(value: string): number {
+  const n = /^\d+$/.test(value) ? Number(value) : Number.NaN;
+  if (!(n >= 1 && n <= 65535)) throw new UsageError(`"${value}" is not a port to connect to (1..65535)`);
+  return n;
+}
+
 /**
  * The former name of `CommandError`, kept so existing imports keep working.
  * @deprecated use CommandError
@@ -84,9 +91,10 @@ const NETWORK_CODES = new Set([
 /**
  * Turns a failed connection (a refused TCP connect, a `fetch failed` whose cause was refused,
  * an unreachable or unknown host) into one line that says what to do: `no server at HOST:PORT:
- * is \`gamewire serve\` running?`. Other errors come back unchanged. For clients' CLI commands.
+ * is \`gamewire serve\` running?`. Other errors come back unchanged. For clients' CLI commands;
+ * `hostFlag` is the flag that names the host in that command (`--host`, `--api`).
  */
-export function connectFailure(err: unknown, target: string): unknown {
+export function connectFailure(err: unknown, target: string, hostFlag = '--host'): unknown {
   // Look through wrappers (fetch's TypeError, a client's own error) for the socket's code.
   let code: string | undefined;
   let e = err as (NodeJS.ErrnoException & { cause?: unknown }) | undefined;
@@ -110,7 +118,7 @@ export function connectFailure(err: unknown, target: string): unknown {
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
     return new CommandError(
       'ERR_CONNECT',
-      `cannot resolve the host of ${target}: check --host`,
+      `cannot resolve the host of ${target}: check ${hostFlag}`,
       EXIT_FAILURE,
       {
         cause: err,
@@ -120,7 +128,7 @@ export function connectFailure(err: unknown, target: string): unknown {
   if (code === 'ETIMEDOUT' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH') {
     return new CommandError(
       'ERR_CONNECT',
-      `${target} does not answer (${code}): check --host and --port, and that a firewall lets it through`,
+      `${target} does not answer (${code}): check ${hostFlag === '--host' ? '--host and --port' : hostFlag}, and that a firewall lets it through`,
       EXIT_FAILURE,
       { cause: err },
     );

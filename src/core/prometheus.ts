@@ -75,14 +75,55 @@ export const METRIC_DOCS: readonly { name: string; type: string; labels: string;
     name: 'gamewire_process_* and gamewire_nodejs_*',
     type: 'various',
     labels: '',
-    help: "prom-client's default process and runtime metrics: CPU, memory, open file descriptors, event-loop lag, GC, heap",
+    help: "prom-client's default process and runtime metrics: CPU seconds (the process's total since it started, as ps shows), memory, open file descriptors, start time, heap, event-loop lag; the GC and event-loop-delay histograms count from when the admin endpoint started (just after the process)",
+  },
+];
+
+/** prom-client's CPU counters, which it counts from when they are made; replaced by `processCpu`. */
+const CPU_COUNTERS: readonly { name: string; help: string; pick: (u: NodeJS.CpuUsage) => number }[] = [
+  {
+    name: 'gamewire_process_cpu_user_seconds_total',
+    help: 'Total user CPU time spent in seconds.',
+    pick: (u) => u.user,
+  },
+  {
+    name: 'gamewire_process_cpu_system_seconds_total',
+    help: 'Total system CPU time spent in seconds.',
+    pick: (u) => u.system,
+  },
+  {
+    name: 'gamewire_process_cpu_seconds_total',
+    help: 'Total user and system CPU time spent in seconds.',
+    pick: (u) => u.user + u.system,
   },
 ];
 
 /**
+ * The process's CPU time since it started, read from `process.cpuUsage()` at each scrape.
+ * prom-client's own counters add the difference since the previous read, starting from when the
+ * registry was made, so a process that worked before its first scrape reported almost nothing.
+ */
+function processCpu(registry: Registry): void {
+  for (const c of CPU_COUNTERS) {
+    registry.removeSingleMetric(c.name);
+    new Counter({
+      name: c.name,
+      help: c.help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(c.pick(process.cpuUsage()) / 1e6);
+      },
+    });
+  }
+}
+
+/**
  * Exposes every protocol's counters to Prometheus through one registry, plus the process and
  * runtime metrics (prefixed `gamewire_`). The hot path only bumps plain numbers; they are read
- * here when scraped.
+ * here when scraped. CPU, memory, file descriptors and the start time are the process's own
+ * totals whenever the registry is made; the GC and event-loop-delay histograms count from when it
+ * is made (Node keeps no history of them), so `serve` makes it as its admin endpoint starts.
  */
 export function createRegistry(
   all: () => Iterable<ProtocolMetrics>,
@@ -90,6 +131,7 @@ export function createRegistry(
 ): Registry {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'gamewire_' });
+  processCpu(registry);
   const plain = (name: string, help: string, pick: (m: ProtocolMetrics) => number) =>
     new Counter({
       name,

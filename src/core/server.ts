@@ -32,6 +32,12 @@ export interface ServeOption {
   aliases?: readonly string[];
   /** Former flags (`--unity-idle-timeout`) still accepted, hidden from `--help`, with a warning. */
   flagAliases?: readonly string[];
+  /**
+   * The key of another option of the same section without which this one does nothing (a
+   * fleet-only option needs `redis`): setting this one (to anything but its default) without
+   * that one is refused before anything starts.
+   */
+  requires?: string;
 }
 
 export interface ServerContext {
@@ -44,6 +50,13 @@ export interface ServerContext {
    * start copies of themselves (`unity-relay --workers`). Undefined outside the CLI.
    */
   selfCommand?: readonly string[];
+  /**
+   * Under `serve`: takes a server's announcement (a fleet node's record in Redis), which `serve`
+   * runs once every server and the admin endpoint listen, so a port that cannot be had stops
+   * `serve` before anything is announced anywhere. Absent (a library caller), a server announces
+   * itself at the end of `start`.
+   */
+  deferAnnouncement?: (announce: () => Promise<void>) => void;
 }
 
 export interface Endpoint {

@@ -4,6 +4,8 @@
  * named in `GAMEWIRE_PLUGINS`; it then appears in every command, in `serve`, the inspector, the
  * dissector generator, the admin API and the dashboard, like a built-in protocol.
  */
+
+export type * from '../core/admin/api-types.js';
 export {
   type AdminAction,
   type AdminActionDefinition,
@@ -15,7 +17,6 @@ export {
   objectAction,
   serverAction,
 } from '../core/admin/source.js';
-export type * from '../core/admin/api-types.js';
 export { protocolPageDir } from '../core/admin/static.js';
 export { CommandError, ConfigError, UsageError } from '../core/errors.js';
 export {
@@ -25,15 +26,15 @@ export {
   type DissectorField,
   declaredFlow,
   type Emitter,
-  type FlowDecoder,
   type FlowDeclaration,
+  type FlowDecoder,
   type FlowProtocol,
   FramedDirection,
   framedStreams,
   noDatagrams,
   noStreams,
-  perDirection,
   type ProtocolInspection,
+  perDirection,
   type SchemaItem,
 } from '../core/flow.js';
 export { ProtocolMetrics } from '../core/metrics.js';
@@ -45,7 +46,13 @@ export type {
   ProtocolCodec,
   ProtocolModule,
 } from '../core/protocol.js';
-export type { Endpoint, RunningServer, ServeOption, ServerContext, ServerDefinition } from '../core/server.js';
+export type {
+  Endpoint,
+  RunningServer,
+  ServeOption,
+  ServerContext,
+  ServerDefinition,
+} from '../core/server.js';
 export { addressKey, closeSocket, listenTcp, type TcpListener, type TcpListenOptions } from '../core/tcp.js';
 export { bindUdp, closeUdp, type UdpBindOptions } from '../core/udp.js';
 export { WireTap } from '../core/wire-tap.js';

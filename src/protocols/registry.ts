@@ -98,7 +98,7 @@ export const registry: ProtocolEntry[] = [
     codecs: ['nox-relay'],
     hasServer: true,
     hasCommands: true,
-    hasConform: false,
+    hasConform: true,
     hasLoad: true,
     loadCodecs: async () => [(await import('./nox-relay/codec.js')).noxRelayCodec],
     load: async () => (await import('./nox-relay/index.js')).noxRelay,

@@ -139,7 +139,7 @@ describe('start-up failures stop everything and say what to do', () => {
       ['serve', '--config', file, '--data-dir', dir, '--log-level', 'info'],
       (out, child) => {
         // Once: more output (the admin endpoint's line) must not send a second SIGINT.
-        if (/gamewire: admin http/.test(out) && !interrupted) {
+        if (/gamewire: dashboard /.test(out) && !interrupted) {
           interrupted = true;
           setTimeout(() => child.kill('SIGINT'), 200);
         }

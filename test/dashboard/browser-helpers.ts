@@ -144,7 +144,7 @@ export async function startServe(
     );
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
-      const m = /^gamewire: admin http (\S+):(\d+) /m.exec(out);
+      const m = /^gamewire: dashboard http:\/\/(\S+):(\d+)\//m.exec(out);
       if (m !== null) {
         clearTimeout(timer);
         resolve({ host: m[1]!, port: Number(m[2]) });
@@ -157,7 +157,7 @@ export async function startServe(
   });
   const endpoints: Endpoint[] = [];
   for (const m of out.matchAll(/^gamewire: (\S+) (\w+) (\S+):(\d+) ?(.*)$/gm)) {
-    if (m[1] === 'admin' || m[1] === 'metrics') continue;
+    if (m[1] === 'admin' || m[1] === 'dashboard' || m[1] === 'metrics') continue;
     endpoints.push({
       protocol: m[1]!,
       transport: m[2]!,

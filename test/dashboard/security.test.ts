@@ -62,8 +62,8 @@ function serve(args: string[]): Promise<{ child: ChildProcess; lines: string[] }
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       // The admin line comes last; with --no-admin the relay's API line is the last one.
-      if (/gamewire: admin http|allocation API/.test(out) && out.endsWith('\n')) {
-        if (args.includes('--no-admin') || /gamewire: admin http/.test(out)) {
+      if (/gamewire: dashboard |allocation API/.test(out) && out.endsWith('\n')) {
+        if (args.includes('--no-admin') || /gamewire: dashboard /.test(out)) {
           clearTimeout(timer);
           resolve({ child, lines: out.trim().split('\n') });
         }
@@ -77,9 +77,9 @@ function serve(args: string[]): Promise<{ child: ChildProcess; lines: string[] }
 }
 
 function adminPort(lines: string[]): number {
-  const line = lines.find((l) => l.startsWith('gamewire: admin http '));
+  const line = lines.find((l) => l.startsWith('gamewire: dashboard '));
   if (line === undefined) throw new Error(`no admin line in ${lines.join('\n')}`);
-  return Number(/:(\d+) /.exec(line)![1]);
+  return Number(/:(\d+)\//.exec(line)![1]);
 }
 
 /** This machine's first non-loopback IPv4 address, when it has one. */
@@ -116,7 +116,9 @@ describe('the admin endpoint of gamewire serve', () => {
   it('bound beyond loopback with a token: every data request needs it, at every address', async () => {
     const { lines } = await serve(['--admin-host', '0.0.0.0', '--admin-token', TOKEN]);
     const port = adminPort(lines);
-    expect(lines).toContain(`gamewire: admin http 0.0.0.0:${port} / /api /metrics /health /ready`);
+    expect(lines).toContain(
+      `gamewire: dashboard http://0.0.0.0:${port}/ (admin endpoint: /api /metrics /health /ready)`,
+    );
     const hosts = ['127.0.0.1', otherAddress()].filter((h): h is string => h !== undefined);
     for (const host of hosts) {
       const base = `http://${host}:${port}`;
@@ -203,7 +205,9 @@ describe('the admin endpoint of gamewire serve', () => {
   it('on loopback (the default): open, but only to requests naming this machine', async () => {
     const [{ lines }, off] = await Promise.all([serve([]), serve(['--no-admin'])]);
     const port = adminPort(lines);
-    expect(lines).toContain(`gamewire: admin http 127.0.0.1:${port} / /api /metrics /health /ready`);
+    expect(lines).toContain(
+      `gamewire: dashboard http://127.0.0.1:${port}/ (admin endpoint: /api /metrics /health /ready)`,
+    );
     const base = `http://127.0.0.1:${port}`;
     expect((await fetch(`${base}/api/servers`)).status).toBe(200);
     expect((await getWithHost(port, '/api/servers', `localhost:${port}`)).status).toBe(200);
@@ -242,6 +246,6 @@ describe('the admin endpoint of gamewire serve', () => {
     expect(
       (await fetch(action, { method: 'POST', headers: { 'x-gamewire-action': actionToken } })).status,
     ).toBe(404);
-    expect(off.lines.some((l) => l.includes('admin http'))).toBe(false);
+    expect(off.lines.some((l) => l.includes('gamewire: dashboard'))).toBe(false);
   });
 });

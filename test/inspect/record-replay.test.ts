@@ -4,6 +4,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { setTrafficRecorder } from '../../src/core/recording.js';
@@ -248,6 +249,30 @@ describe('gamewire replay', () => {
         recorded: 1024,
         replayed: 2048,
       });
+    }
+  });
+  it('a target that is not there: one error line naming it (not ERR_INTERNAL), exit 1; port 0 is bad usage', async () => {
+    const { file, port } = await recordNox();
+    const probe = net.createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
+    const closed = (probe.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    const cases: [string, number, string, string][] = [
+      [
+        'gamewire-test.invalid:4000',
+        1,
+        'ERR_CONNECT',
+        'cannot resolve the host of gamewire-test.invalid:4000: check --target',
+      ],
+      [`127.0.0.1:${closed}`, 1, 'ERR_CONNECT', `no server at 127.0.0.1:${closed}`],
+      ['127.0.0.1:0', 2, 'ERR_USAGE', 'port 1..65535'],
+    ];
+    for (const [target, status, code, message] of cases) {
+      const r = await runCliAsync(['replay', file, '--target', target, '--port', `${port}=nox-relay`]);
+      expect(r.code, r.stderr).toBe(status);
+      const error = (JSON.parse(r.stderr.trim()) as { error: { code: string; message: string } }).error;
+      expect(error.code).toBe(code);
+      expect(error.message).toContain(message);
     }
   });
 });

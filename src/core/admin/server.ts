@@ -91,8 +91,14 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, _body, done) => done(null, undefined));
 
   const running = () => options.servers().map((s) => s.protocol);
+  // Made now, not at the first scrape: its GC and event-loop-delay histograms count from when it
+  // is made, and a process scraped late would report only what happened since (its CPU
+  // counters read the process's totals whenever). Their cost is a 10 ms libuv timer and one
+  // callback per GC.
+  const { createRegistry } = await import('../prometheus.js');
+  const registry = createRegistry(options.metrics, running);
   registerGuard(app, { host: options.host, token: options.token, actionToken });
-  registerOpsRoutes(app, { metrics: options.metrics, running, state: options.state });
+  registerOpsRoutes(app, { registry, running, state: options.state });
   registerStaticRoutes(app, {
     webDir: options.webDir ?? dashboardDir(),
     uplotDir: uplotDir(),

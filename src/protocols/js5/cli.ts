@@ -4,7 +4,13 @@
  */
 import fs from 'node:fs';
 import type { Command } from 'commander';
-import { CommandError as CliError, parseIntOption, UsageError } from '../../core/errors.js';
+import {
+  CommandError as CliError,
+  connectFailure,
+  parseIntOption,
+  parsePortOption,
+  UsageError,
+} from '../../core/errors.js';
 import { cacheInfo, countGroups, verifyCache } from './cache/cache.js';
 import { createDemoCache, DEMO_ARCHIVES } from './cache/demo.js';
 import { MASTER_INDEX_FORMATS, type MasterIndexFormat } from './cache/master-index.js';
@@ -77,8 +83,12 @@ function noIndexes(dir: string, store: Store): CliError {
   );
 }
 
-function describeFailure(e: unknown): CliError {
+function describeFailure(e: unknown, target: string): CliError {
   if (e instanceof CliError) return e;
+  // A host that does not resolve: say which flag to fix, as the other client commands do.
+  const hint = connectFailure((e as { cause?: unknown }).cause ?? e, target);
+  if (hint instanceof CliError && /resolve/.test(hint.message))
+    return new CliError('ERR_JS5_CONNECTION', hint.message);
   if (e instanceof Js5Error) return new CliError(e.code, e.message);
   const err = e as { code?: string; message?: string };
   return new CliError(err.code ?? 'ERR_JS5_DOWNLOAD', err.message ?? String(e));
@@ -126,7 +136,8 @@ export function registerCommands(program: Command): void {
         let done = 0;
         const result = verifyCache(store, () => bar.update(++done));
         bar.stop();
-        if (result.archives === 0 && result.unfinishedDownload === undefined) throw noIndexes(dir, store);
+        if (result.archives === 0 && result.problems.length === 0 && result.unfinishedDownload === undefined)
+          throw noIndexes(dir, store);
         const ok = result.problems.length === 0 && result.unfinishedDownload === undefined;
         process.stdout.write(`${JSON.stringify({ ok, ...result })}\n`);
         if (result.unfinishedDownload !== undefined) {
@@ -139,7 +150,7 @@ export function registerCommands(program: Command): void {
         if (result.problems.length > 0) {
           throw new CliError(
             'ERR_JS5_VERIFY',
-            `${result.problems.length} group(s) failed verification (listed in "problems"): download them again with \`gamewire js5 download --out ${dir}\`, which repairs damaged groups`,
+            `${result.problems.length} bad index(es) or group(s), listed in "problems" (index problems have archive 255): \`gamewire serve js5\` serves every other group and answers these as missing; a downloaded cache is repaired by \`gamewire js5 download --out ${dir}\` run again`,
           );
         }
       } finally {
@@ -155,7 +166,7 @@ export function registerCommands(program: Command): void {
       const store = storeOrFail(dir);
       try {
         const info = cacheInfo(store);
-        if (info.archives.length === 0) throw noIndexes(dir, store);
+        if (info.archives.length === 0 && info.problems.length === 0) throw noIndexes(dir, store);
         process.stdout.write(`${JSON.stringify(info)}\n`);
       } finally {
         store.close();
@@ -167,7 +178,7 @@ export function registerCommands(program: Command): void {
     .description('download a whole cache from a JS5 server (resumes where a previous run stopped)')
     .requiredOption('--out <dir>', 'cache folder to write')
     .option('--host <host>', 'server address', '127.0.0.1')
-    .option('--port <port>', 'server port', parseIntOption, 43594)
+    .option('--port <port>', 'server port', parsePortOption, 43594)
     .option(
       '--profile <profile>',
       `client family: ${PROFILE_NAMES.join(', ')}`,
@@ -177,6 +188,12 @@ export function registerCommands(program: Command): void {
     .option('--build <n>', "client build (default: the profile's)", parseIntOption)
     .option('--xor <key>', 'ask for XOR-encoded responses with this key (1-255)', parseIntOption)
     .option('--flat', 'write a flat-file store instead of dat2/idx')
+    .option(
+      '--timeout-ms <ms>',
+      'give up when the server does not answer the handshake within this long (a request in flight: 30 s without a byte)',
+      parseIntOption,
+      10_000,
+    )
     .option(
       '--master-index <format>',
       "master index format: original, versioned or digests (default: the profile's)",
@@ -191,10 +208,12 @@ export function registerCommands(program: Command): void {
         xor?: number;
         flat?: boolean;
         masterIndex?: string;
+        timeoutMs: number;
       }) => {
+        if (opts.timeoutMs < 1) throw new UsageError('--timeout-ms takes at least 1');
         if (opts.xor !== undefined && opts.xor > 255) throw new UsageError('--xor takes 0..255');
-        if (opts.port > 65535) throw new UsageError('--port takes 0..65535');
         const build = opts.build ?? PROFILES[opts.profile].defaultBuild;
+        const target = `${opts.host}:${opts.port}`;
         const bar = await progressBar('download');
         try {
           const summary = await downloadCache({
@@ -203,6 +222,7 @@ export function registerCommands(program: Command): void {
             profile: opts.profile,
             build,
             xorKey: opts.xor ?? 0,
+            timeoutMs: opts.timeoutMs,
             ...(opts.masterIndex === undefined ? {} : { masterIndexFormat: masterFormat(opts.masterIndex) }),
             out: opts.out,
             kind: opts.flat === true ? 'flat' : 'disk',
@@ -216,9 +236,9 @@ export function registerCommands(program: Command): void {
           if (e instanceof Js5HandshakeError && e.status === HandshakeStatus.outOfDate) {
             // Say which build the server wants: try each profile's default build.
             const expected = await probeServerBuild({ host: opts.host, port: opts.port });
-            throw describeFailure(new Js5HandshakeError(e.status, build, expected));
+            throw describeFailure(new Js5HandshakeError(e.status, build, expected), target);
           }
-          throw describeFailure(e);
+          throw describeFailure(e, target);
         }
       },
     );

@@ -222,6 +222,33 @@ export class Js5Server {
       preload: this.options.preload,
       preloadMaxBytes: this.options.preloadMaxBytes,
     });
+    this.reportCacheProblems();
+  }
+
+  /**
+   * A damaged cache does not stop the server (docs/js5.md, "A damaged cache"): the bad indexes
+   * (and, with `preload`, groups) found at start are logged once, as one warning; each bad group
+   * found later is logged at info, rate-limited like the other refusals, and counted
+   * (`bad_group`). Requests for them are answered as for a missing group.
+   */
+  private reportCacheProblems(): void {
+    const found = this.responses.problems;
+    if (found.length > 0) {
+      const shown = found.slice(0, 20);
+      this.options.log.warn(
+        { problems: shown, more: found.length - shown.length },
+        `js5 cache: ${found.length} bad index(es)/group(s), answered as missing; \`gamewire js5 cache verify\` lists every one`,
+      );
+      this.options.metrics.count('bad_group', found.length);
+    }
+    this.responses.onProblem = (p) => {
+      this.options.metrics.count('bad_group');
+      this.notice.info(
+        'bad_group',
+        { archive: p.archive, group: p.group, code: p.code, message: p.message },
+        'js5 cache: a bad group, answered as missing',
+      );
+    };
   }
 
   get port(): number {

@@ -18,7 +18,7 @@ export interface NoxRelayClientOptions {
   host?: string;
   port: number;
   transport?: 'tcp' | 'udp';
-  /** How long a request waits for its reply. Default 5000 ms. */
+  /** How long a request waits for its reply, and a TCP connection to be accepted. Default 5000 ms. */
   requestTimeoutMs?: number;
   /** Latency keep-alive period; default: the Handshake's keep-alive interval. 0 disables. */
   keepAliveMs?: number;
@@ -86,7 +86,11 @@ export class NoxRelayClient extends EventEmitter {
     this.proveAddress = options.proveAddress ?? true;
   }
 
-  /** Opens the TCP connection or the (connected) UDP socket. */
+  /**
+   * Opens the TCP connection or the (connected) UDP socket. Fails with the socket's error (a
+   * refused connection, a host that does not resolve), or `ERR_NOX_TIMEOUT` when a TCP
+   * connection is not accepted within the request timeout.
+   */
   connect(): Promise<void> {
     if (this.transport === 'tcp') {
       return new Promise((resolve, reject) => {
@@ -97,9 +101,23 @@ export class NoxRelayClient extends EventEmitter {
           ...(this.localAddress === undefined ? {} : { localAddress: this.localAddress }),
         });
         this.tcp = s;
-        s.once('error', reject);
+        const timer = setTimeout(() => {
+          s.destroy();
+          reject(
+            new NoxRelayClientError(
+              'ERR_NOX_TIMEOUT',
+              `no TCP connection to ${this.target} within ${this.timeoutMs} ms: is the relay running there?`,
+            ),
+          );
+        }, this.timeoutMs);
+        const onError = (err: Error) => {
+          clearTimeout(timer);
+          reject(err);
+        };
+        s.once('error', onError);
         s.once('connect', () => {
-          s.off('error', reject);
+          clearTimeout(timer);
+          s.off('error', onError);
           s.on('error', (err) => this.fail(err as Error));
           resolve();
         });
@@ -130,14 +148,47 @@ export class NoxRelayClient extends EventEmitter {
         }
       });
       const connect = () =>
-        s.connect(this.port, this.host, () => {
+        // dgram hands a failed lookup (ENOTFOUND) to this callback, not to 'error'.
+        s.connect(this.port, this.host, (err?: Error) => {
           s.off('error', reject);
-          s.on('error', (err) => this.fail(err as Error));
+          if (err) {
+            s.close();
+            reject(err);
+            return;
+          }
+          s.on('error', (e) => this.onUdpError(e as NodeJS.ErrnoException));
           resolve();
         });
       if (this.localAddress === undefined) connect();
       else s.bind(0, this.localAddress, connect);
     });
+  }
+
+  /** `host:port` (with the transport), for messages. */
+  get target(): string {
+    return `${this.host.includes(':') ? `[${this.host}]` : this.host}:${this.port} (${this.transport})`;
+  }
+
+  /**
+   * An error on the connected UDP socket. ECONNREFUSED is the ICMP "port unreachable" for a
+   * datagram sent to a port where nothing listens: the requests waiting for a reply fail now
+   * (`ERR_NOX_REFUSED`) instead of at their timeouts. The socket stays open (a relay that
+   * restarts answers the next request).
+   */
+  private onUdpError(err: NodeJS.ErrnoException): void {
+    if (err.code === 'ECONNREFUSED' && this.pending.size > 0) {
+      const refused = new NoxRelayClientError(
+        'ERR_NOX_REFUSED',
+        `nothing listens at ${this.target}: is the relay running there?`,
+        { cause: err },
+      );
+      for (const p of this.pending.values()) {
+        clearTimeout(p.timer);
+        p.reject(refused);
+      }
+      this.pending.clear();
+    }
+    this.fail(err);
   }
 
   get isClosed(): boolean {
@@ -192,7 +243,7 @@ export class NoxRelayClient extends EventEmitter {
         reject(
           new NoxRelayClientError(
             'ERR_NOX_TIMEOUT',
-            `no ${expect} reply to uid ${uid} within ${timeoutMs} ms: is the relay running at ${this.host}:${this.port}?`,
+            `no ${expect} reply to uid ${uid} within ${timeoutMs} ms: is the relay running at ${this.target}?`,
           ),
         );
       }, timeoutMs);

@@ -12,6 +12,7 @@ import type { Instance } from './instances.js';
 import type { ServerMessage } from './messages.js';
 import type { ResolvedOptions } from './options.js';
 import type { RelayClient } from './session.js';
+import type { InstanceAliases } from './udp-admission.js';
 
 export interface RelayContext {
   readonly options: ResolvedOptions;
@@ -34,4 +35,14 @@ export interface RelayContext {
   addressCookie(client: RelayClient): Uint8Array | null;
   /** Checks a cookie sent back by a UDP client; a valid one proves its address (and admits it). */
   proveAddress(client: RelayClient, cookie: Uint8Array): boolean;
+  /**
+   * The instance aliases a Sessions reply lists to this client (made on first use): only for an
+   * unproven UDP client, while the relay has few enough public instances; otherwise undefined.
+   */
+  instanceAliases(client: RelayClient): InstanceAliases | undefined;
+  /**
+   * The first time a client that holds aliases names an instance by an id that is not real:
+   * `correct` when it was its alias (its address is then proven), else a blind guess.
+   */
+  judgeAlias(client: RelayClient, correct: boolean): void;
 }

@@ -58,6 +58,7 @@ export function dispatch(
     ctx.metrics.drop(DropReason.NotHandshaked);
     return;
   }
+  if (client.aliases !== undefined && 'instanceId' in m) fromAlias(ctx, client, m);
   switch (m.type) {
     case 'Reliable':
     case 'Segmentation':
@@ -110,6 +111,26 @@ export function dispatch(
     case 'ServerConfig':
       handleServerConfig(ctx, client, uid, m);
       break;
+  }
+}
+
+/**
+ * A client listed with instance aliases names instances by them: the message is rewritten to the
+ * real id before its handler sees it, and the first non-real id the client uses is judged (its
+ * alias proves its address; anything else is a blind guess). Real ids pass unchanged.
+ */
+function fromAlias(ctx: DispatchContext, client: RelayClient, m: { instanceId: number }): void {
+  const aliases = client.aliases!;
+  const id = m.instanceId;
+  if (ctx.instances.has(id)) return;
+  const real = aliases.realOf[id]!;
+  if (real >= 0) {
+    m.instanceId = real;
+    aliases.useAlias(real);
+  }
+  if (!aliases.judged) {
+    aliases.judged = true;
+    ctx.judgeAlias(client, real >= 0);
   }
 }
 

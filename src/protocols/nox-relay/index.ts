@@ -27,12 +27,12 @@ export { NoxRelayServer } from './server.js';
  * flag = `--nox-` + the key in kebab-case. Unset: the server's own default (docs/nox-relay.md).
  */
 const limitOptions: [key: keyof NoxRelayOptions, what: string][] = [
-  ['maxUdpPerIp', 'most UDP sessions from one address (default 64)'],
-  ['maxTcpPerIp', 'most TCP connections from one address (default 64)'],
-  ['maxHalfOpenUdp', 'most half-open UDP sessions; the oldest is evicted (default min(256, max-clients/4))'],
+  ['maxUdpPerIp', 'most UDP sessions from one address (default max(64, max-clients/4))'],
+  ['maxTcpPerIp', 'most TCP connections from one address (default max(64, max-clients/4))'],
+  ['maxHalfOpenUdp', 'most half-open UDP sessions; the oldest is evicted (default min(4096, max-clients))'],
   [
     'maxHalfOpenUdpPerIp',
-    'most half-open UDP sessions from one address (default max(1, min(8, max-half-open-udp/8)))',
+    'most half-open UDP sessions from one address (default max(1, min(128, max-half-open-udp/8)))',
   ],
   ['udpReplyFactor', 'an unproven UDP source is sent at most this many times what it sent (default 3)'],
   ['maxRequestsPerSecond', 'packets one client may send per second (default 2000, burst twice that)'],
@@ -165,6 +165,7 @@ export const noxRelay: ProtocolModule = {
   codecs: [noxRelayCodec],
   server,
   registerCommands,
+  conform: async () => (await import('./conform/index.js')).noxRelayConform,
   inspection: async () => (await import('./inspect.js')).inspection,
   dashboard: { dir: protocolPageDir(import.meta.url) },
   load: async () => (await import('./load.js')).noxRelayLoad,

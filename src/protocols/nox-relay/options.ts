@@ -45,9 +45,9 @@ export interface NoxRelayOptions {
   segmentationTimeoutMs?: number;
   /** Most clients, TCP and UDP together (half-open UDP sessions not counted). Default 4096. */
   maxClients?: number;
-  /** Most UDP sessions (half-open or not) from one IP address. Default 64. */
+  /** Most UDP sessions (half-open or not) from one IP address. Default max(64, maxClients / 4): 1024. */
   maxUdpPerIp?: number;
-  /** Most TCP connections from one IP address. Default 64. */
+  /** Most TCP connections from one IP address. Default max(64, maxClients / 4): 1024. */
   maxTcpPerIp?: number;
   /**
    * Anti-amplification: until a UDP source proves its address, everything sent to it is at most
@@ -56,10 +56,10 @@ export interface NoxRelayOptions {
   udpReplyFactor?: number;
   /**
    * Most half-open UDP sessions (a Handshake answered, nothing else yet), server-wide. They do
-   * not count against `maxClients`; a new one evicts the oldest. Default min(256, max(1, maxClients / 4)).
+   * not count against `maxClients`; a new one evicts the oldest. Default min(4096, maxClients) (about 1 KB each).
    */
   maxHalfOpenUdp?: number;
-  /** Most half-open UDP sessions from one IP address; a new one evicts that address's oldest. Default max(1, min(8, maxHalfOpenUdp / 8)). */
+  /** Most half-open UDP sessions from one IP address; a new one evicts that address's oldest. Default max(1, min(128, maxHalfOpenUdp / 8)). */
   maxHalfOpenUdpPerIp?: number;
   /** A half-open UDP session is forgotten silently after this long. Default min(5000, connection timeout). */
   halfOpenTimeoutMs?: number;
@@ -67,6 +67,18 @@ export interface NoxRelayOptions {
   addressCookies?: boolean;
   /** A cookie verifies for between one and two of these periods. Default 120 000 ms. */
   addressCookieLifetimeMs?: number;
+  /**
+   * Instance aliases, the address proof of clients that do not know the cookie (docs/security.md):
+   * an unproven UDP client's Sessions reply lists each public instance under a random id of its
+   * own, and a client that then addresses an instance by that id has shown it receives at its
+   * address. Offered only while the relay has at most this many public instances (a blind guess
+   * hits one of K aliases with probability K / (256 − K)); 0 turns aliases off. Default 4.
+   */
+  aliasMaxInstances?: number;
+  /** Wrong alias guesses one address may make per `aliasGuessWindowMs` (token bucket); past them no alias is checked. Default 2. */
+  aliasGuessesPerIp?: number;
+  /** The refill period of `aliasGuessesPerIp`. Default 600 000 ms (10 minutes). */
+  aliasGuessWindowMs?: number;
   /** Packets (inner packets of Reliable and Segmentation included) one client may send per second. Default 2000. */
   maxRequestsPerSecond?: number;
   /** Burst allowance of that rate, packets. Default 2 × maxRequestsPerSecond. */
@@ -121,6 +133,9 @@ export interface ResolvedOptions {
   udpReplyFactor: number;
   addressCookies: boolean;
   addressCookieLifetimeMs: number;
+  aliasMaxInstances: number;
+  aliasGuessesPerIp: number;
+  aliasGuessWindowMs: number;
   maxRequestsPerSecond: number;
   maxRequestBurst: number;
   maxRequestsPerSecondPerIp: number;
@@ -162,10 +177,11 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
   );
   const maxHalfOpenUdp = checked(
     'maxHalfOpenUdp',
-    options.maxHalfOpenUdp ?? Math.min(256, Math.max(1, Math.floor(maxClients / 4))),
+    options.maxHalfOpenUdp ?? Math.min(4096, Math.max(1, maxClients)),
     1,
   );
   const maxRequestsPerSecond = checked('maxRequestsPerSecond', options.maxRequestsPerSecond ?? 2000, 1);
+  const perAddress = Math.max(64, Math.floor(maxClients / 4));
   const maxReassemblyBudget = checked(
     'maxReassemblyBudget',
     options.maxReassemblyBudget ?? 64 * 1024 * 1024,
@@ -195,12 +211,13 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
       1,
     ),
     maxClients,
-    maxUdpPerIp: checked('maxUdpPerIp', options.maxUdpPerIp ?? 64, 1),
-    maxTcpPerIp: checked('maxTcpPerIp', options.maxTcpPerIp ?? 64, 1),
+    // A quarter of the relay per address: a campus or carrier NAT fits, one host cannot take it all.
+    maxUdpPerIp: checked('maxUdpPerIp', options.maxUdpPerIp ?? perAddress, 1),
+    maxTcpPerIp: checked('maxTcpPerIp', options.maxTcpPerIp ?? perAddress, 1),
     maxHalfOpenUdp,
     maxHalfOpenUdpPerIp: checked(
       'maxHalfOpenUdpPerIp',
-      options.maxHalfOpenUdpPerIp ?? Math.max(1, Math.min(8, Math.floor(maxHalfOpenUdp / 8))),
+      options.maxHalfOpenUdpPerIp ?? Math.max(1, Math.min(128, Math.floor(maxHalfOpenUdp / 8))),
       1,
     ),
     halfOpenTimeoutMs: checked(
@@ -215,6 +232,9 @@ export function resolveOptions(options: NoxRelayOptions): ResolvedOptions {
       options.addressCookieLifetimeMs ?? 120_000,
       1000,
     ),
+    aliasMaxInstances: checked('aliasMaxInstances', options.aliasMaxInstances ?? 4, 0, 128),
+    aliasGuessesPerIp: checked('aliasGuessesPerIp', options.aliasGuessesPerIp ?? 2, 1),
+    aliasGuessWindowMs: checked('aliasGuessWindowMs', options.aliasGuessWindowMs ?? 600_000, 1),
     maxRequestsPerSecond,
     maxRequestBurst: checked('maxRequestBurst', options.maxRequestBurst ?? maxRequestsPerSecond * 2, 1),
     maxRequestsPerSecondPerIp: checked(

@@ -18,6 +18,10 @@ export const DropReason = {
   UdpAmplification: 'udp_amplification',
   /** A UDP Handshake whose address cookie does not verify (forged, expired or from elsewhere). */
   BadCookie: 'bad_cookie',
+  /** An unproven UDP client named an instance by an id that is neither real nor its alias (a blind guess). */
+  AliasWrong: 'alias_wrong',
+  /** An alias proof not checked: the source address has spent its wrong guesses (the client stays unproven). */
+  AliasUnchecked: 'alias_unchecked',
   /** The client sent more packets per second than its request budget allows. */
   RateLimited: 'rate_limited',
   /** Reliable or Segmentation nested deeper than allowed. */
@@ -36,6 +40,8 @@ export const DropReason = {
   ReassemblyBudgetIp: 'reassembly_budget_ip',
   /** A second Authentification while one is pending or done. */
   AuthRepeated: 'auth_repeated',
+  /** A Handshake beyond the few a session is answered (a source repeating it is flooding). */
+  HandshakeRepeated: 'handshake_repeated',
   CongestionLow: 'congestion_low',
   CongestionNormal: 'congestion_normal',
   CongestionHigh: 'congestion_high',
@@ -78,6 +84,8 @@ export const CloseReason = {
   OverCapacity: 'over_capacity',
   /** The source address holds its most TCP connections. */
   OverCapacityIp: 'over_capacity_ip',
+  /** The server was full: an unproven UDP session or a TCP connection without a Handshake made room for a newcomer. */
+  Evicted: 'evicted',
 } as const;
 export type CloseReason = (typeof CloseReason)[keyof typeof CloseReason];
 
@@ -97,6 +105,8 @@ export const Counter = {
   TransformFanout: 'transform_fanout',
   ServerConfigRefused: 'server_config_refused',
   ServerConfigChanged: 'server_config_changed',
-  /** A UDP source proved its address with a valid cookie. */
+  /** A UDP source proved its address (a valid cookie, or an instance alias sent back). */
   AddressProven: 'address_proven',
+  /** Of those, proven by sending back an instance alias (a client that does not know the cookie). */
+  AddressProvenByAlias: 'address_proven_alias',
 } as const;

@@ -21,7 +21,7 @@ import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { type FrameMeasure, WireReader, WireWriter } from '../../wire/index.js';
 import { type Authenticator, masterAuthenticator, offlineAuthenticator } from './auth.js';
-import { PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
+import { InstanceFlags, PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
 import type { RelayContext } from './context.js';
 import { type DispatchContext, dispatch } from './dispatch.js';
 import { handshakeReply } from './handlers/connection.js';
@@ -33,7 +33,7 @@ import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
 import { RateBucket, RelayClient, type SendLimits, type TcpPeer, udpKey } from './session.js';
-import { handshakeEnd, UdpAdmission } from './udp-admission.js';
+import { AliasGuessBudget, handshakeEnd, InstanceAliases, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
 
@@ -53,12 +53,23 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   /** Scratch writer for the transform fan-out (hot path). */
   readonly fanWriter = new WireWriter({ initialCapacity: 256 });
   private readonly admission: UdpAdmission;
+  private readonly aliasGuesses: AliasGuessBudget;
+  /** The real instance ids (fixed at start): aliases never take one of them. */
+  private readonly realIds: ReadonlySet<number>;
   private readonly udpClients = new Map<string, RelayClient>();
   private readonly udpPerIp = new Map<string, number>();
+  /**
+   * Who goes first when the server is full (docs/security.md): established UDP sessions that
+   * have not proven their address, then TCP connections that have not sent their Handshake,
+   * oldest first (insertion-ordered sets: O(1) eviction).
+   */
+  private readonly unprovenUdp = new Set<RelayClient>();
+  private readonly tcpBeforeHandshake = new Set<RelayClient>();
   private readonly tcpPerIp = new Map<string, number>();
   /** Request budget per address, shared by its clients; forgotten with its last client. */
   private readonly addressBuckets = new Map<string, { bucket: RateBucket; clients: number }>();
   private tcpClients = 0;
+  private nextClientId = 0;
   private readonly limits: SendLimits;
   private readonly measure: FrameMeasure;
   private readonly reader = new WireReader();
@@ -88,6 +99,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       maxRequestBurst: o.maxRequestBurst,
     };
     this.admission = new UdpAdmission(o);
+    this.aliasGuesses = new AliasGuessBudget(o);
     this.reassembly = new Reassembly(o, this.metrics);
     this.measure = packetMeasure(o.maxPacketSize);
     const list =
@@ -95,6 +107,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
         ? [DEFAULT_INSTANCE]
         : options.instances;
     for (const c of list) this.instances.set(c.id, new Instance(c));
+    this.realIds = new Set(this.instances.keys());
   }
 
   get offline(): boolean {
@@ -111,7 +124,9 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       protocol: 'nox-relay',
       measure: this.measure,
       maxFrameBytes: o.maxPacketSize,
-      maxConnections: o.maxClients,
+      // maxClients is enforced in onTcpConnection, which may evict an unproven client to make
+      // room; the listener's own cap only stops a flood of connections beyond that.
+      maxConnections: o.maxClients + 64,
       // Counted here (with its own close reason and log line).
       maxConnectionsPerIp: 0,
       idleTimeoutMs: 0, // liveness is the protocol's own (Disconnect "Connection timed out.")
@@ -204,6 +219,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.clients.delete(client.id);
     this.reassembly.forgetAll(client);
     this.admission.remove(client);
+    this.unprovenUdp.delete(client);
+    this.tcpBeforeHandshake.delete(client);
     const shared = this.addressBuckets.get(client.addressKey);
     if (shared !== undefined && --shared.clients <= 0) this.addressBuckets.delete(client.addressKey);
     if (client.transport === 'udp') {
@@ -230,16 +247,59 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     if (client.halfOpen && !this.promote(client)) return false;
     if (!client.addressProven) {
       client.addressProven = true;
+      this.unprovenUdp.delete(client);
       this.metrics.count(Counter.AddressProven);
     }
     return true;
   }
 
+  instanceAliases(client: RelayClient): InstanceAliases | undefined {
+    if (client.aliases !== undefined) return client.aliases;
+    if (client.transport !== 'udp' || client.addressProven) return undefined;
+    const listed: number[] = [];
+    for (const inst of this.instances.values())
+      if ((inst.flags & InstanceFlags.IsPublic) !== 0) listed.push(inst.id);
+    // Beyond a few instances a blind guess hits some alias too often to count as proof.
+    if (listed.length === 0 || listed.length > this.options.aliasMaxInstances) return undefined;
+    client.aliases = new InstanceAliases(listed, this.realIds);
+    return client.aliases;
+  }
+
+  judgeAlias(client: RelayClient, correct: boolean): void {
+    if (client.addressProven) return;
+    const now = performance.now();
+    if (!this.aliasGuesses.open(client.addressKey, now)) {
+      // This address has spent its guesses: neither right nor wrong ids are checked now.
+      this.metrics.drop(DropReason.AliasUnchecked);
+      return;
+    }
+    if (!correct) {
+      this.aliasGuesses.spend(client.addressKey, now);
+      this.metrics.drop(DropReason.AliasWrong);
+      return;
+    }
+    if (client.halfOpen && !this.promote(client)) return;
+    client.addressProven = true;
+    this.unprovenUdp.delete(client);
+    this.metrics.count(Counter.AddressProven);
+    this.metrics.count(Counter.AddressProvenByAlias);
+  }
+
+  /** Addresses remembered for their wrong alias guesses (bounded). */
+  get aliasGuessEntries(): number {
+    return this.aliasGuesses.size;
+  }
+
   // ---- clients and capacity -----------------------------------------------------------------
 
+  /**
+   * The next free client id (u16 on the wire), counting on from the last one given: O(1) however
+   * many clients a flood of sessions brings (the lowest free id meant a scan from 0 per session).
+   */
   private freeClientId(): number {
-    let id = 0;
-    while (this.clients.has(id)) id++;
+    let id = this.nextClientId;
+    while (this.clients.has(id)) id = (id + 1) & 0xffff;
+    this.nextClientId = (id + 1) & 0xffff;
     return id;
   }
 
@@ -338,7 +398,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     const ip = c.remoteAddress || '0.0.0.0';
     // The shared listener set the gauge to its own count; ours includes UDP.
     const refused: FrameSink = { onFrame: () => false, onClose: () => this.updateOpen() };
-    if (this.establishedClients >= this.options.maxClients || this.closing !== undefined) {
+    if (this.closing !== undefined || !this.roomFor('tcp')) {
       this.noteClose(CloseReason.OverCapacity, undefined, ip);
       if (this.closing === undefined) this.noteFull('maxClients', ip);
       c.close(CloseReason.OverCapacity, { abort: true, counted: true });
@@ -352,6 +412,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     const client = new RelayClient(this.freeClientId(), { tcp: tcpPeer(c) }, this.limits, this.metrics);
     this.register(client);
+    this.tcpBeforeHandshake.add(client);
     return {
       onFrame: (buf, start, end) => {
         this.onPacket(client, buf, start, end, 0);
@@ -446,17 +507,18 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       else this.metrics.drop(DropReason.UdpAmplification);
       return;
     }
-    if (this.closing !== undefined || this.establishedClients >= o.maxClients) {
-      this.metrics.drop(DropReason.OverCapacity);
-      if (this.closing === undefined) this.noteFull('maxClients', rinfo.address);
-      return;
-    }
     const ip = rinfo.address;
     // A bad cookie is counted when the Handshake is handled; here it only means "not proven".
     const proven =
       hs.addressCookie !== null &&
       o.addressCookies &&
       this.admission.verify(ip, rinfo.port, hs.addressCookie);
+    // A half-open newcomer does not count against maxClients; a proven one may evict an unproven client.
+    if (this.closing !== undefined || (proven && !this.roomFor('proven'))) {
+      this.metrics.drop(DropReason.OverCapacity);
+      if (this.closing === undefined) this.noteFull('maxClients', rinfo.address);
+      return;
+    }
     // The bare reply (no cookie) is the least an unproven source can be sent.
     if (!proven && this.encode(uid, handshakeReply(this, { id: 0, ip, port: rinfo.port })).length > budget) {
       this.metrics.drop(DropReason.UdpAmplification);
@@ -520,14 +582,45 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   /** A half-open UDP session sent a second valid packet (or its cookie): it becomes a client. */
   private promote(client: RelayClient): boolean {
-    if (this.establishedClients >= this.options.maxClients) {
+    if (!this.roomFor(client.addressProven ? 'proven' : 'unproven')) {
       this.metrics.drop(DropReason.OverCapacity);
       this.noteFull('maxClients', client.ip);
       this.dropClient(client, QuitType.UnknownError, null);
       return false;
     }
     this.admission.remove(client);
+    if (!client.addressProven) this.unprovenUdp.add(client);
     return true;
+  }
+
+  /**
+   * Room for one more established client. At `maxClients`, global limits protect proven
+   * sessions first: a newcomer evicts the oldest established UDP session that never proved its
+   * address, else (a TCP newcomer, or a proven one) the oldest TCP connection that never sent its
+   * Handshake. A proven session is never evicted. False when nothing may go.
+   */
+  private roomFor(newcomer: 'tcp' | 'proven' | 'unproven'): boolean {
+    if (this.establishedClients < this.options.maxClients) return true;
+    let victim: RelayClient | undefined;
+    for (const c of this.unprovenUdp) {
+      victim = c;
+      break;
+    }
+    if (victim === undefined && newcomer !== 'unproven') {
+      for (const c of this.tcpBeforeHandshake) {
+        victim = c;
+        break;
+      }
+    }
+    if (victim === undefined) return false;
+    this.noteClose(CloseReason.Evicted, victim);
+    if (victim.transport === 'tcp') {
+      victim.destroy();
+      this.dropClient(victim, QuitType.UnknownError, null);
+    } else {
+      this.disconnect(victim, 'Server is full.', QuitType.UnknownError);
+    }
+    return this.establishedClients < this.options.maxClients;
   }
 
   // ---- dispatch -----------------------------------------------------------------------------
@@ -564,6 +657,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.metrics.count(Counter.HandlerError);
       this.log.error({ err, client: client.id, type: message.type }, 'handler failed');
     }
+    if (message.type === 'Handshake' && client.handshaked) this.tcpBeforeHandshake.delete(client);
   }
 
   // ---- liveness -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import { Priority } from './constants.js';
 import type { Player } from './instances.js';
 import type { CongestionLimits } from './options.js';
 import { CloseReason, DropReason } from './reasons.js';
+import type { InstanceAliases } from './udp-admission.js';
 
 export type { CongestionLimits } from './options.js';
 
@@ -40,6 +41,12 @@ export class RateBucket {
     this.burst = burst;
     this.tokens = burst;
     this.at = now;
+  }
+
+  /** Tokens available at `now` (nothing taken). */
+  peek(now: number): number {
+    const tokens = this.tokens + ((now - this.at) * this.rate) / 1000;
+    return tokens > this.burst ? this.burst : tokens;
   }
 
   /** Takes one token; false (and nothing taken) when less than one is left. */
@@ -92,6 +99,8 @@ export class RelayClient {
   readonly addressKey: string;
   readonly key: string;
   handshaked = false;
+  /** Handshakes received on this session (only the first few are answered). */
+  handshakes = 0;
   engine = '';
   platform = '';
   auth: AuthState = 'none';
@@ -114,6 +123,11 @@ export class RelayClient {
    * address cookie of a Handshake reply. Until then the anti-amplification budget applies.
    */
   addressProven: boolean;
+  /**
+   * UDP: the instance aliases this client was listed (docs/security.md), set by its first Sessions
+   * request while unproven; instance messages to it then name the ids it uses.
+   */
+  aliases: InstanceAliases | undefined = undefined;
   /** UDP, unproven: bytes received from the source and sent to it (the 3× budget is over all of them). */
   udpBytesIn = 0;
   udpBytesOut = 0;
@@ -266,6 +280,7 @@ export class RelayClient {
     }
     this.udpQueued = q + bytes.length;
     if (!this.addressProven) this.udpBytesOut += bytes.length;
+    if (this.aliases !== undefined) bytes = this.aliases.outgoing(bytes);
     this.metrics.sent++;
     this.metrics.bytesSent += bytes.length;
     if (this.wireTap?.armed) this.wireTap.record('server', this.id, 'udp', bytes);

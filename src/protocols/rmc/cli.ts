@@ -3,7 +3,13 @@
  * `rmc methods` (the built-in signatures and how much of each layout is public).
  */
 import type { Command } from 'commander';
-import { CommandError, connectFailure, parseIntOption, UsageError } from '../../core/errors.js';
+import {
+  CommandError,
+  connectFailure,
+  parseIntOption,
+  parsePortOption,
+  UsageError,
+} from '../../core/errors.js';
 import { decode, parseHex, WireWriter } from '../../wire/index.js';
 import { RmcClient, RmcClientError } from './client.js';
 import { findBuiltinByFullName } from './codec.js';
@@ -74,9 +80,16 @@ async function runCall(name: string, flags: CallFlags): Promise<void> {
     : RmcClient.connect(base)
   ).catch((err: Error) => {
     if (err instanceof UsageError || err instanceof RmcError) throw err;
-    const hint = connectFailure(err, `${flags.host}:${flags.port}`);
+    const target = `${flags.host}:${flags.port}`;
+    const hint = connectFailure(err, target);
     if (hint instanceof CommandError) throw hint;
-    throw new CommandError((err as { code?: string }).code ?? 'ERR_RMC_CONNECTION', err.message);
+    const code = (err as { code?: string }).code ?? 'ERR_RMC_CONNECTION';
+    if (code === 'ERR_PRUDP_TIMEOUT')
+      throw new CommandError(
+        code,
+        `${err.message}: is \`gamewire serve rmc\` running at ${target} (UDP), and is --access-key the server's?`,
+      );
+    throw new CommandError(code, err.message);
   });
   try {
     const raw = await client.callRaw(target[0], target[1], argBytes);
@@ -88,7 +101,12 @@ async function runCall(name: string, flags: CallFlags): Promise<void> {
       const hex = `0x${err.code.toString(16).padStart(4, '0')}`;
       throw new CommandError('ERR_RMC_FAILURE', `${err.qualifiedName} (${err.namespace}/${hex})`);
     }
-    if (err instanceof RmcClientError) throw new CommandError(err.code, err.message);
+    if (err instanceof RmcClientError) {
+      // A call that got no answer: name the server it went to.
+      const where =
+        err.code === 'ERR_RMC_TIMEOUT' ? `: no answer from ${flags.host}:${flags.port} (--timeout)` : '';
+      throw new CommandError(err.code, `${err.message}${where}`);
+    }
     throw err;
   } finally {
     await client.close();
@@ -103,7 +121,7 @@ export function registerCommands(program: Command): void {
     .description('call an RMC method on a server and print its results as JSON')
     .argument('<method>', 'Protocol::Method_Vn, e.g. LoginProtocol::Register_V1')
     .option('--host <host>', 'server address', '127.0.0.1')
-    .option('--port <port>', 'server port', parseIntOption, 9103)
+    .option('--port <port>', 'server port', parsePortOption, 9103)
     .option('--args <json>', 'arguments as JSON (declared methods), or a JSON string of hex bytes')
     .option('--timeout <ms>', 'call timeout in milliseconds', parseIntOption, 10_000)
     .option(

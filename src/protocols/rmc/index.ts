@@ -106,6 +106,7 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
     description: 'rmc: prefix of every Redis key of this fleet (several fleets can share one Redis)',
     type: 'string',
     default: 'gamewire:',
+    requires: 'redis',
   },
   {
     key: 'nodeId',
@@ -113,6 +114,7 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
     description: 'rmc: this process in the fleet (default <hostname>-<pid>)',
     type: 'string',
     flagAliases: ['--rmc-node-id'],
+    requires: 'redis',
   },
   {
     key: 'region',
@@ -121,6 +123,7 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
     type: 'string',
     default: 'local-1',
     flagAliases: ['--rmc-region'],
+    requires: 'redis',
   },
   {
     key: 'heartbeatTtlMs',
@@ -132,15 +135,22 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
     unit: 'ms',
     aliases: ['nodeTtlMs'],
     flagAliases: ['--rmc-node-ttl-ms'],
+    requires: 'redis',
   },
-  int(
-    'storeTimeoutMs',
-    'longest wait on Redis for one login or session call before it fails',
-    DEFAULT_STORE_TIMEOUT_MS,
-    'ms',
-    10,
-  ),
-  int('connectionIdBlock', 'fleet connection ids reserved from Redis at a time', 1024, 'ids', 1),
+  {
+    ...int(
+      'storeTimeoutMs',
+      'longest wait on Redis for one login or session call before it fails',
+      DEFAULT_STORE_TIMEOUT_MS,
+      'ms',
+      10,
+    ),
+    requires: 'redis',
+  },
+  {
+    ...int('connectionIdBlock', 'fleet connection ids reserved from Redis at a time', 1024, 'ids', 1),
+    requires: 'redis',
+  },
   {
     key: 'drain',
     flag: '--drain',
@@ -148,6 +158,7 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
     type: 'bool',
     default: false,
     flagAliases: ['--rmc-drain'],
+    requires: 'redis',
   },
   {
     key: 'datacenters',

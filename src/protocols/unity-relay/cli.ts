@@ -47,6 +47,11 @@ function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
     connectionType: opts.transport as ConnectionType,
     pingIntervalMs: opts.pingIntervalMs,
     relayTimeoutMs: opts.relayTimeoutMs,
+    // Binding and connecting to the host give up after the same time (one attempt per second).
+    ...(opts.relayTimeoutMs > 0
+      ? { maxAttempts: Math.max(1, Math.ceil(opts.relayTimeoutMs / RETRY_MS)) }
+      : {}),
+    retryMs: RETRY_MS,
   };
   if (opts.ca !== undefined) {
     try {
@@ -60,6 +65,8 @@ function clientOptions(opts: ChatOptions): UnityRelayClientOptions {
 }
 
 const DEFAULT_API = 'http://127.0.0.1:37080';
+/** BIND and CONNECT_REQUEST retry period: UTP's connectTimeoutMS. */
+const RETRY_MS = 1000;
 
 function status(text: string): void {
   process.stderr.write(`${text}\n`);
@@ -132,6 +139,38 @@ function asCommandError(err: unknown): CommandError {
   return new CommandError('ERR_RELAY', (err as Error).message ?? String(err));
 }
 
+/** OpenSSL's codes for a server certificate the client does not trust (Node's `err.code`). */
+const UNTRUSTED_CERTIFICATE = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_UNTRUSTED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/**
+ * A wss connection refused because the relay's certificate is not trusted: says which flags fix
+ * it, and where a relay that generated its own certificate keeps it.
+ */
+function untrustedCertificate(err: unknown, opts: ChatOptions): CliError | undefined {
+  if (opts.transport !== 'wss') return undefined;
+  type Failure = Error & { code?: string; cause?: unknown };
+  for (let e = err instanceof Error ? (err as Failure) : undefined; e !== undefined; ) {
+    if (
+      (e.code !== undefined && UNTRUSTED_CERTIFICATE.has(e.code)) ||
+      /self[- ]signed certificate|unable to verify the first certificate/i.test(e.message)
+    ) {
+      return new CliError(
+        'ERR_RELAY_TLS',
+        `the relay's wss certificate is not trusted (${e.message}): pass --ca with the relay's certificate (a relay started without --wss-cert generates one: unity-relay-wss-cert.pem in its data folder, data/ by default), or --insecure for local testing only`,
+      );
+    }
+    e = e.cause instanceof Error ? (e.cause as Failure) : undefined;
+  }
+  return undefined;
+}
+
 /** The error's message and its cause's (fetch says only "fetch failed"). */
 function describe(err: unknown): string {
   const e = err as Error & { cause?: unknown };
@@ -145,9 +184,11 @@ function describe(err: unknown): string {
  */
 function startFailure(what: 'host' | 'join', err: unknown, opts: ChatOptions): unknown {
   if (err instanceof UsageError || err instanceof CommandError) return err;
-  const hint = connectFailure(err, opts.api);
+  const hint = connectFailure(err, opts.api, '--api');
   if (hint instanceof CliError) return hint;
-  const message = `could not ${what}: ${describe(err)}`;
+  const tls = untrustedCertificate(err, opts);
+  if (tls !== undefined) return tls;
+  const message = `could not ${what}: ${isGamewireError(err) ? (err as Error).message : describe(err)}`;
   return isGamewireError(err)
     ? new CommandError(String(err.code), message)
     : new CliError('ERR_RELAY', message);

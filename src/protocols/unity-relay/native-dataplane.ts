@@ -179,6 +179,10 @@ export interface NativeRelaySocketOptions {
 }
 
 export class NativeDataplaneError extends GamewireError {
+  /** For a failed bind: the address and port that could not be had (as Node's errors carry them). */
+  address?: string;
+  port?: number;
+
   constructor(code: string, message: string) {
     super(code, message);
   }
@@ -252,7 +256,15 @@ export class NativeRelaySocket extends EventEmitter {
       this.dtlsPort = dtlsPort < 0 ? undefined : dtlsPort;
     } catch (err) {
       const e = err as { code?: string; message: string };
-      throw new NativeDataplaneError(e.code ?? 'ERR_NATIVE_DATAPLANE', e.message);
+      const failure = new NativeDataplaneError(e.code ?? 'ERR_NATIVE_DATAPLANE', e.message);
+      // Which socket failed to bind, so `serve` can name the flag that moves it.
+      if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
+        const dtls = e.message.includes('(DTLS)');
+        const port = dtls ? options.dtlsPort : options.port;
+        failure.address = options.host;
+        if (port !== undefined && port !== null) failure.port = port;
+      }
+      throw failure;
     }
   }
 

@@ -13,7 +13,7 @@ import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { ConfigError, UsageError } from '../../core/errors.js';
+import { CommandError, ConfigError, UsageError } from '../../core/errors.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import { RedisNodeRegistry } from '../../core/node-registry.js';
@@ -62,6 +62,80 @@ export const DEFAULT_DTLS_PORT = 37001;
 export const DEFAULT_WS_PORT = 37002;
 export const DEFAULT_WSS_PORT = 37003;
 export const DEFAULT_API_PORT = 37080;
+
+/**
+ * Ports derived from `--port` when they are not set: each transport's, and the allocation API's
+ * (37001–37003 and 37080 with the default 37000), so two relays with different `--port`s on one
+ * machine need no other flag. A derived transport port that is taken moves to a free one; the
+ * API's does not (backends are configured with it): it stops `serve`, naming `--api-port`.
+ */
+export const PORT_OFFSETS = { dtlsPort: 1, wsPort: 2, wssPort: 3, apiPort: 80 } as const;
+
+/** The ports `serve unity-relay` uses, from its options (the CLI's meaning: 0 turns a transport off). */
+export interface ServePorts {
+  port: number;
+  apiPort: number;
+  /** Undefined: off; 0: a free one. */
+  dtlsPort: number | undefined;
+  wsPort: number | undefined;
+  wssPort: number | undefined;
+  /** Transports whose port was derived (not set), so may move when taken. */
+  movable: MovablePort[];
+  /** The API port was derived from `--port`. */
+  apiDerived: boolean;
+}
+
+/**
+ * Resolves `serve`'s ports: set ones as given, the rest derived from `--port` (`PORT_OFFSETS`).
+ * `api: false` (a relay node, which serves no API) leaves the API port 0 and never refuses it.
+ */
+export function servePorts(
+  options: Record<string, unknown>,
+  use: { api: boolean } = { api: true },
+): ServePorts {
+  const port = optionalInt(options.port) ?? DEFAULT_RELAY_PORT;
+  const derived = (key: keyof typeof PORT_OFFSETS, flag: string): number => {
+    if (port === 0) return 0;
+    const p = port + PORT_OFFSETS[key];
+    if (p > 65_535)
+      throw new ConfigError(
+        `--port ${port} leaves no room for the default ${flag} (--port + ${PORT_OFFSETS[key]}): set ${flag}`,
+        `unity-relay.${key}`,
+      );
+    return p;
+  };
+  const movable: MovablePort[] = [];
+  const transport = (key: 'dtlsPort' | 'wsPort' | 'wssPort', kind: MovablePort): number | undefined => {
+    const set = optionalInt(options[key]);
+    if (set !== undefined) return set === 0 ? undefined : set;
+    const p = derived(key, `--${kind}-port`);
+    if (p !== 0) movable.push(kind);
+    return p;
+  };
+  const apiSet = optionalInt(options.apiPort);
+  return {
+    port,
+    apiPort: apiSet ?? (use.api ? derived('apiPort', '--api-port') : 0),
+    dtlsPort: transport('dtlsPort', 'dtls'),
+    wsPort: transport('wsPort', 'ws'),
+    wssPort: transport('wssPort', 'wss'),
+    movable,
+    apiDerived: apiSet === undefined,
+  };
+}
+
+/** A derived API port that is taken: the one line says where it came from and which flag sets it. */
+function apiPortTaken(err: unknown, ports: ServePorts, host: string): unknown {
+  const e = err as NodeJS.ErrnoException & { port?: number };
+  if (!ports.apiDerived || e.code !== 'EADDRINUSE' || (e.port !== undefined && e.port !== ports.apiPort))
+    return err;
+  return new CommandError(
+    'ERR_LISTEN',
+    `unity-relay: port ${ports.apiPort} is already in use (${host}:${ports.apiPort}): it is the allocation API's default (--port + ${PORT_OFFSETS.apiPort}); choose one with --api-port (config unity-relay.apiPort)`,
+    1,
+    { cause: err },
+  );
+}
 
 export interface UnityRelayOptions {
   /** UDP bind address. Default 0.0.0.0. */
@@ -136,6 +210,13 @@ export interface UnityRelayOptions {
    * in Redis and accepts BINDs for allocations placed on it by the fleet's allocators.
    */
   fleet?: RelayNodeOptions;
+  /**
+   * Transports whose port may move to a free one when it is taken (logged at warn): the CLI
+   * passes the ones it derived from `--port` rather than ones the user set. Default: none.
+   */
+  movablePorts?: readonly MovablePort[];
+  /** A relay node's announcement is handed to this instead of run at once (`ServerContext.deferAnnouncement`). */
+  deferAnnouncement?: ServerContext['deferAnnouncement'];
   /** Extra store settings (clock, secret, regions…), mostly for tests. */
   store?: StoreOptions;
   metrics?: ProtocolMetrics;
@@ -143,6 +224,9 @@ export interface UnityRelayOptions {
 }
 
 export type DataplaneChoice = 'auto' | 'native' | 'js';
+
+/** The transports whose port can be derived from `--port` (and so may move). */
+export type MovablePort = 'dtls' | 'ws' | 'wss';
 
 /** What a fleet member needs: Redis, the shared secret, and how often it heartbeats. */
 export interface FleetCommonOptions {
@@ -246,13 +330,28 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     // The DTLS port goes native too, unless a recording must see it (it sees only JavaScript's sockets).
     const dtlsNative =
       options.dtlsPort !== undefined && trafficRecorder() === undefined && plane.dtls === 'native';
-    const native = NativeRelaySocket.open({
-      host,
-      port: options.port ?? DEFAULT_RELAY_PORT,
-      ...(dtlsNative ? { dtlsPort: options.dtlsPort } : {}),
-      ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
-      ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
-    });
+    const open = (dtlsPort: number | undefined) =>
+      NativeRelaySocket.open({
+        host,
+        port: options.port ?? DEFAULT_RELAY_PORT,
+        ...(dtlsNative ? { dtlsPort } : {}),
+        ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
+        ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
+      });
+    let native: NativeRelaySocket;
+    try {
+      native = open(options.dtlsPort);
+    } catch (err) {
+      // A DTLS port derived from --port that is taken moves, as on the JavaScript plane.
+      const e = err as NodeJS.ErrnoException & { port?: number };
+      const dtlsTaken = dtlsNative && e.code === 'EADDRINUSE' && e.port === options.dtlsPort;
+      if (!dtlsTaken || !options.movablePorts?.includes('dtls') || options.dtlsPort === 0) throw err;
+      native = open(0);
+      log.warn(
+        { transport: 'dtls', port: options.dtlsPort },
+        `unity-relay dtls: port ${options.dtlsPort} (derived from --port) is in use; listening on a free port instead (set --dtls-port to choose)`,
+      );
+    }
     nativeMirror = new NativeDataplaneMirror(native);
     if (dtlsNative) {
       nativeDtls = new NativeDtlsRecords(native);
@@ -319,6 +418,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
   let api: FastifyInstance | undefined;
   let redis: RedisConnection | undefined;
   let presence: RelayNodePresence | undefined;
+  let announceNode: (() => Promise<void>) | undefined;
   let fleetNodes: (() => Promise<FleetNodeView[]>) | undefined;
   let draining = options.drain ?? false;
   try {
@@ -331,18 +431,37 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       idleTimeoutMs: Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
       ...options.ws,
     };
+    const movable = new Set(options.movablePorts ?? []);
+    /** Listens on `port`, or, for a movable transport whose port is taken, on a free one. */
+    const listenMovable = async <T>(kind: MovablePort, port: number, listen: (p: number) => Promise<T>) => {
+      try {
+        return await listen(port);
+      } catch (err) {
+        if (!movable.has(kind) || port === 0 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE')
+          throw err;
+        const flag = `--${kind}-port`;
+        const moved = await listen(0);
+        log.warn(
+          { transport: kind, port },
+          `unity-relay ${kind}: port ${port} (derived from --port) is in use; listening on a free port instead (set ${flag} to choose)`,
+        );
+        return moved;
+      }
+    };
     if (options.dtlsPort !== undefined) {
-      dtls = await startDtlsEndpoint(relay, store, metrics, log, {
-        host,
-        port: options.dtlsPort,
-        // The association outlives no binding (it is closed with it), and never dies before it.
-        associationIdleTimeoutMs: 2 * Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
-        ...(options.maxDatagramBytes !== undefined
-          ? { maxRecordPlaintext: options.maxDatagramBytes + 64 }
-          : {}),
-        ...options.dtls,
-        native: nativeDtls,
-      });
+      dtls = await listenMovable('dtls', options.dtlsPort, (port) =>
+        startDtlsEndpoint(relay, store, metrics, log, {
+          host,
+          port,
+          // The association outlives no binding (it is closed with it), and never dies before it.
+          associationIdleTimeoutMs: 2 * Math.max(store.idleTimeoutMs, store.hostAloneTimeoutMs),
+          ...(options.maxDatagramBytes !== undefined
+            ? { maxRecordPlaintext: options.maxDatagramBytes + 64 }
+            : {}),
+          ...options.dtls,
+          native: nativeDtls,
+        }),
+      );
       const d = dtls;
       closers.push(() => d.close());
       endpoints.push({
@@ -354,7 +473,9 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       serverEndpoints.push(serverEndpoint('dtls', publicHost, d.port));
     }
     if (options.wsPort !== undefined) {
-      ws = await startWsEndpoint(relay, metrics, log, { ...wsCommon, port: options.wsPort, secure: false });
+      ws = await listenMovable('ws', options.wsPort, (port) =>
+        startWsEndpoint(relay, metrics, log, { ...wsCommon, port, secure: false }),
+      );
       const w = ws;
       closers.push(() => w.close());
       endpoints.push({
@@ -386,13 +507,10 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       }
     }
     if (options.wssPort !== undefined && cert !== undefined && key !== undefined) {
-      wss = await startWsEndpoint(relay, metrics, log, {
-        ...wsCommon,
-        port: options.wssPort,
-        secure: true,
-        cert,
-        key,
-      });
+      const [c, k] = [cert, key];
+      wss = await listenMovable('wss', options.wssPort, (port) =>
+        startWsEndpoint(relay, metrics, log, { ...wsCommon, port, secure: true, cert: c, key: k }),
+      );
       const w = wss;
       closers.push(() => w.close());
       endpoints.push({
@@ -420,38 +538,45 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       closers.push(() => a.close());
       await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
     } else {
-      // A relay node: announce it (Redis must answer at start; afterwards an outage only delays heartbeats).
+      // A relay node: Redis must answer at start (afterwards an outage only delays heartbeats);
+      // it is announced once everything listens.
       redis = await connectRedis(fleet.redisUrl, {
         ...(fleet.redisPrefix !== undefined ? { prefix: fleet.redisPrefix } : {}),
         onStatus: redisStatusLogger(log, 'relay'),
       });
       const r = redis;
       const registry = new RedisNodeRegistry(r, { ttlMs: fleet.heartbeatTtlMs ?? 10_000 });
-      const announcement = await registry.announce({
-        id: nodeId!,
-        kind: RELAY_NODE_KIND,
-        region,
-        endpoints: serverEndpoints.map((e) => ({ transport: e.connectionType, host: e.host, port: e.port })),
-        capacity: store.maxAllocations,
-        load: 0,
-        draining,
-        startedAt: Date.now(),
-        meta: { allocations: '0' },
-      });
-      presence = new RelayNodePresence(
-        announcement,
-        registry.heartbeatMs,
-        (withHeld) => sampleLoad(store, withHeld),
-        metrics,
-        new HeldAllocationRecords(r, nodeId!, registry.ttlMs),
-      );
-      const p = presence;
       closers.push(async () => {
-        await p.stop();
+        await presence?.stop();
         await r.close();
       });
       fleetNodes = async () => (await registry.live(RELAY_NODE_KIND)).map(fleetView);
-      log.info({ node: nodeId, region, ttlMs: registry.ttlMs }, 'relay node announced in Redis');
+      announceNode = async () => {
+        const announcement = await registry.announce({
+          id: nodeId!,
+          kind: RELAY_NODE_KIND,
+          region,
+          endpoints: serverEndpoints.map((e) => ({
+            transport: e.connectionType,
+            host: e.host,
+            port: e.port,
+          })),
+          capacity: store.maxAllocations,
+          load: 0,
+          draining,
+          startedAt: Date.now(),
+          meta: { allocations: '0' },
+        });
+        presence = new RelayNodePresence(
+          announcement,
+          registry.heartbeatMs,
+          (withHeld) => sampleLoad(store, withHeld),
+          metrics,
+          new HeldAllocationRecords(r, nodeId!, registry.ttlMs),
+        );
+        log.info({ node: nodeId, region, ttlMs: registry.ttlMs }, 'relay node announced in Redis');
+      };
+      if (options.deferAnnouncement === undefined) await announceNode();
     }
   } catch (err) {
     await closeAll();
@@ -468,7 +593,8 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       port: apiPort,
       description: 'allocation API (/v1/allocate, /v1/joincode, /v1/join, /v1/regions)',
     });
-  const nodePresence = presence;
+  if (announceNode !== undefined && options.deferAnnouncement !== undefined)
+    options.deferAnnouncement(announceNode);
   const fleetAdmin: FleetAdmin = {
     role: fleet === undefined ? 'all' : 'relay',
     nodeId,
@@ -478,7 +604,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     async drain() {
       if (!draining) log.info({ node: nodeId }, 'draining: no new allocations, current ones finish');
       draining = true;
-      await nodePresence?.drain();
+      await presence?.drain();
     },
     fleet: async () => (fleetNodes === undefined ? undefined : fleetNodes()),
   };
@@ -762,9 +888,9 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'apiPort',
       flag: '--api-port <port>',
-      description: 'unity-relay: allocation API port (HTTP)',
+      description: `unity-relay: allocation API port (HTTP); default --port + ${PORT_OFFSETS.apiPort} (${DEFAULT_API_PORT})`,
       type: 'int',
-      default: DEFAULT_API_PORT,
+      unit: 'port',
     },
     {
       key: 'apiHost',
@@ -783,9 +909,8 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'dtlsPort',
       flag: '--dtls-port <port>',
-      description: 'unity-relay: DTLS port (UDP); 0 disables',
+      description: `unity-relay: DTLS port (UDP); 0 disables; default --port + ${PORT_OFFSETS.dtlsPort} (${DEFAULT_DTLS_PORT}), a free one if that is taken`,
       type: 'int',
-      default: DEFAULT_DTLS_PORT,
       min: 0,
       max: 65535,
       unit: 'port',
@@ -793,9 +918,8 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'wsPort',
       flag: '--ws-port <port>',
-      description: 'unity-relay: WebSocket port (TCP); 0 disables',
+      description: `unity-relay: WebSocket port (TCP); 0 disables; default --port + ${PORT_OFFSETS.wsPort} (${DEFAULT_WS_PORT}), a free one if that is taken`,
       type: 'int',
-      default: DEFAULT_WS_PORT,
       min: 0,
       max: 65535,
       unit: 'port',
@@ -803,9 +927,8 @@ export const unityRelayServer: ServerDefinition = {
     {
       key: 'wssPort',
       flag: '--wss-port <port>',
-      description: 'unity-relay: secure WebSocket port (TCP, TLS); 0 disables',
+      description: `unity-relay: secure WebSocket port (TCP, TLS); 0 disables; default --port + ${PORT_OFFSETS.wssPort} (${DEFAULT_WSS_PORT}), a free one if that is taken`,
       type: 'int',
-      default: DEFAULT_WSS_PORT,
       min: 0,
       max: 65535,
       unit: 'port',
@@ -973,6 +1096,7 @@ export const unityRelayServer: ServerDefinition = {
         'unity-relay: prefix of every Redis key of this fleet (several fleets can share one Redis); every allocator and relay node of a fleet needs the same',
       type: 'string',
       default: 'gamewire:',
+      requires: 'redis',
     },
     {
       key: 'relaySecret',
@@ -994,6 +1118,7 @@ export const unityRelayServer: ServerDefinition = {
       flag: '--node-id <id>',
       description: "unity-relay: this relay node's id in the fleet (default: relay- and 8 random hex digits)",
       type: 'string',
+      requires: 'redis',
     },
     {
       key: 'region',
@@ -1001,6 +1126,7 @@ export const unityRelayServer: ServerDefinition = {
       description: 'unity-relay: the region this relay node serves',
       type: 'string',
       default: 'local-1',
+      requires: 'redis',
     },
     {
       key: 'heartbeatTtlMs',
@@ -1012,6 +1138,7 @@ export const unityRelayServer: ServerDefinition = {
       min: 300,
       max: 600_000,
       unit: 'ms',
+      requires: 'redis',
     },
     {
       key: 'drain',
@@ -1024,11 +1151,12 @@ export const unityRelayServer: ServerDefinition = {
       key: 'workers',
       flag: '--workers <n>',
       description:
-        'unity-relay: start one allocator and N relay processes (one per core) on consecutive ports; needs --redis',
+        'unity-relay: start one allocator and N relay processes (one per core) on consecutive ports',
       type: 'int',
       default: 0,
       min: 0,
       max: 256,
+      requires: 'redis',
     },
   ],
   async start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer> {
@@ -1048,9 +1176,11 @@ export const unityRelayServer: ServerDefinition = {
         throw new ConfigError('--workers needs --redis redis://host:port', 'unity-relay.redis');
       if (ctx.selfCommand === undefined)
         throw new ConfigError('--workers runs only from the gamewire command', 'unity-relay.workers');
+      const ports = servePorts(options);
       return startWorkers({
         count: workers,
         command: ctx.selfCommand,
+        ports,
         // The children share one secret: a random one when none was given.
         options:
           secret === undefined ? { ...options, relaySecret: randomBytes(32).toString('hex') } : options,
@@ -1085,8 +1215,8 @@ export const unityRelayServer: ServerDefinition = {
         ...(heartbeatTtlMs !== undefined ? { heartbeatTtlMs } : {}),
         ...(redisPrefix !== undefined ? { redisPrefix } : {}),
       };
-      const apiPort = optionalInt(options.apiPort);
-      if (apiPort !== undefined) a.apiPort = apiPort;
+      const ports = servePorts(options);
+      a.apiPort = ports.apiPort;
       const apiHost = optionalString(options.apiHost);
       if (apiHost !== undefined) a.apiHost = apiHost;
       const apiKey = optionalString(options.apiKey);
@@ -1094,7 +1224,9 @@ export const unityRelayServer: ServerDefinition = {
       const perMinute = optionalInt(options.apiRequestsPerMinute);
       if (perMinute !== undefined) a.apiRateLimitPerMinute = perMinute;
       a.apiLimits = apiLimitsOf(options);
-      return startUnityRelayAllocator(a);
+      return startUnityRelayAllocator(a).catch((err: unknown) => {
+        throw apiPortTaken(err, ports, apiHost ?? '127.0.0.1');
+      });
     }
     const o: UnityRelayOptions = { log: ctx.log, metrics: ctx.metrics };
     if (role === 'relay') {
@@ -1117,9 +1249,10 @@ export const unityRelayServer: ServerDefinition = {
     const set = <K extends keyof UnityRelayOptions>(k: K, v: UnityRelayOptions[K] | undefined) => {
       if (v !== undefined) o[k] = v;
     };
+    const ports = servePorts(options, { api: role !== 'relay' });
     set('host', optionalString(options.host));
-    set('port', optionalInt(options.port));
-    set('apiPort', optionalInt(options.apiPort));
+    o.port = ports.port;
+    o.apiPort = ports.apiPort;
     set('apiHost', optionalString(options.apiHost));
     set('publicHost', optionalString(options.publicHost));
     set('apiKey', optionalString(options.apiKey));
@@ -1134,14 +1267,12 @@ export const unityRelayServer: ServerDefinition = {
     set('wsMaxConnectionsPerIp', optionalInt(options.maxWsConnectionsPerIp));
     set('apiRateLimitPerMinute', optionalInt(options.apiRequestsPerMinute));
     o.apiLimits = apiLimitsOf(options);
-    // On the command line 0 disables a transport.
-    const port = (v: unknown) => {
-      const n = optionalInt(v);
-      return n === undefined || n === 0 ? undefined : n;
-    };
-    set('wsPort', port(options.wsPort));
-    set('wssPort', port(options.wssPort));
-    set('dtlsPort', port(options.dtlsPort));
+    // On the command line 0 disables a transport; one not set is derived from --port (servePorts).
+    set('wsPort', ports.wsPort);
+    set('wssPort', ports.wssPort);
+    set('dtlsPort', ports.dtlsPort);
+    o.movablePorts = ports.movable;
+    o.deferAnnouncement = ctx.deferAnnouncement;
     const certFile = optionalString(options.wssCert);
     const keyFile = optionalString(options.wssKey);
     if ((certFile === undefined) !== (keyFile === undefined))
@@ -1151,6 +1282,8 @@ export const unityRelayServer: ServerDefinition = {
       o.wssKey = await readFile(keyFile);
     }
     o.dataDir = ctx.dataDir;
-    return startUnityRelay(o);
+    return startUnityRelay(o).catch((err: unknown) => {
+      throw apiPortTaken(err, ports, o.apiHost ?? '127.0.0.1');
+    });
   },
 };

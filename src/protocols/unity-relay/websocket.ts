@@ -241,13 +241,20 @@ export async function startWsEndpoint(
   }, options.sweepIntervalMs ?? 1000);
   sweep.unref();
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port, options.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    // Nothing listens: leave nothing behind (the caller may try another port).
+    clearInterval(sweep);
+    wss.close();
+    throw err;
+  }
   server.on('error', (err) => log.warn({ err }, `${transport} server error`));
   const address = server.address();
   const port = typeof address === 'object' && address !== null ? address.port : 0;

@@ -3,7 +3,7 @@
  * allocator and N relay nodes as child processes of the same command (`gamewire serve
  * unity-relay --role …`), each on its own ports, and stops them all with the parent.
  *
- * - Ports: the allocator takes `--api-port`; relay i (from 0) takes each enabled transport port
+ * - Ports: the allocator takes the API port; relay i (from 0) takes each enabled transport port
  *   plus i × the span of the transport ports (defaults 37000–37003: relay 0 on 37000–37003, relay 1
  *   on 37004–37007, …). Port 0 stays 0 (a free port each).
  * - Secrets (the Redis URL, the relay secret, the API key) reach the children through their
@@ -27,6 +27,11 @@ export interface WorkersOptions {
   command: readonly string[];
   /** The resolved `unity-relay` options of the parent (forwarded to the children). */
   options: Record<string, unknown>;
+  /**
+   * The parent's ports: the relay's and the API's, and each transport's (undefined: off, 0: a
+   * free one), as resolved from `--port` and the transport flags.
+   */
+  ports: WorkerBasePorts;
   /** The option declarations, to turn values back into flags and environment variables. */
   definitions: readonly ServeOption[];
   log: Logger;
@@ -65,38 +70,50 @@ interface Worker {
   stopping: boolean;
 }
 
-/** The ports of relay `index`: each enabled transport port shifted by `index` × their span. */
-export function workerPorts(
-  base: { port: number; dtlsPort: number; wsPort: number; wssPort: number },
-  index: number,
-): { port: number; dtlsPort: number; wsPort: number; wssPort: number } {
-  const enabled = [base.port, base.dtlsPort, base.wsPort, base.wssPort].filter((p) => p !== 0);
-  const span = enabled.length === 0 ? 1 : Math.max(...enabled) - Math.min(...enabled) + 1;
-  const shift = (p: number) => (p === 0 ? 0 : p + index * span);
+/** A relay's ports: its own, and each transport's (undefined: off; 0: a free one). */
+export interface RelayPorts {
+  port: number;
+  dtlsPort: number | undefined;
+  wsPort: number | undefined;
+  wssPort: number | undefined;
+}
+
+export interface WorkerBasePorts extends RelayPorts {
+  apiPort: number;
+}
+
+/** The ports of relay `index`: each fixed port shifted by `index` × the span of the fixed ones. */
+export function workerPorts(base: RelayPorts, index: number): RelayPorts {
+  const fixed = [base.port, base.dtlsPort, base.wsPort, base.wssPort].filter(
+    (p): p is number => p !== undefined && p !== 0,
+  );
+  const span = fixed.length === 0 ? 1 : Math.max(...fixed) - Math.min(...fixed) + 1;
+  const shift = (p: number | undefined) => (p === undefined || p === 0 ? p : p + index * span);
   return {
-    port: shift(base.port),
+    port: shift(base.port)!,
     dtlsPort: shift(base.dtlsPort),
     wsPort: shift(base.wsPort),
     wssPort: shift(base.wssPort),
   };
 }
 
-function int(v: unknown, fallback: number): number {
-  return typeof v === 'number' && Number.isInteger(v) ? v : fallback;
+/** A transport's flag for a child: 0 turns it off on the command line; a free port is its default there. */
+function transportFlag(flag: string, port: number | undefined): string[] {
+  if (port === undefined) return [flag, '0'];
+  // Only derived from `--port 0`: the child derives a free one from its own `--port 0`.
+  if (port === 0) return [];
+  return [flag, String(port)];
 }
 
 export async function startWorkers(o: WorkersOptions): Promise<RunningServer> {
   const opts = o.options;
-  const base = {
-    port: int(opts.port, 37000),
-    dtlsPort: int(opts.dtlsPort, 0),
-    wsPort: int(opts.wsPort, 0),
-    wssPort: int(opts.wssPort, 0),
-  };
-  const apiPort = int(opts.apiPort, 37080);
+  const base = o.ports;
+  const apiPort = base.apiPort;
   const last = workerPorts(base, o.count - 1);
-  const lowest = Math.min(...[base.port, base.dtlsPort, base.wsPort, base.wssPort].filter((p) => p !== 0));
-  const highest = Math.max(last.port, last.dtlsPort, last.wsPort, last.wssPort);
+  const fixed = (p: RelayPorts) =>
+    [p.port, p.dtlsPort, p.wsPort, p.wssPort].filter((x): x is number => x !== undefined && x !== 0);
+  const lowest = Math.min(...fixed(base));
+  const highest = Math.max(...fixed(last));
   if (apiPort !== 0 && base.port !== 0 && apiPort >= lowest && apiPort <= highest)
     throw new ConfigError(
       `--workers ${o.count}: the relays use ports ${lowest}-${highest}, which include --api-port ${apiPort}; move one of them`,
@@ -196,12 +213,9 @@ export async function startWorkers(o: WorkersOptions): Promise<RunningServer> {
         'relay',
         '--port',
         String(p.port),
-        '--dtls-port',
-        String(p.dtlsPort),
-        '--ws-port',
-        String(p.wsPort),
-        '--wss-port',
-        String(p.wssPort),
+        ...transportFlag('--dtls-port', p.dtlsPort),
+        ...transportFlag('--ws-port', p.wsPort),
+        ...transportFlag('--wss-port', p.wssPort),
       ];
       if (typeof opts.nodeId === 'string') args.push('--node-id', `${opts.nodeId}-${i + 1}`);
       starts.push(launch(`relay-${i + 1}`, args));

@@ -7,50 +7,59 @@ import { tempDir } from './helpers.js';
 
 // The CLI is built once for the whole run by test/global-setup.ts.
 
+/** Tests that spawn many commands one after the other (create-demo alone takes seconds on a loaded machine). */
+const SPAWNS_TIMEOUT_MS = 180_000;
+
 describe('gamewire js5 (spawned)', () => {
   const children: ChildProcess[] = [];
   afterAll(() => {
     for (const c of children) c.kill('SIGKILL');
   });
 
-  test('cache create-demo, verify and info; a damaged cache fails verify with exit 1', () => {
-    const dir = path.join(tempDir(), 'demo');
-    const created = run(['js5', 'cache', 'create-demo', dir]);
-    expect(created.code).toBe(0);
-    const summary = JSON.parse(created.stdout);
-    expect(summary).toMatchObject({ profile: '530', archives: 28, groups: 212 });
-    const verified = run(['js5', 'cache', 'verify', dir]);
-    expect(verified.code).toBe(0);
-    expect(JSON.parse(verified.stdout)).toMatchObject({ ok: true, groups: 212, problems: [] });
-    const info = JSON.parse(run(['js5', 'cache', 'info', dir]).stdout);
-    expect(info.kind).toBe('disk');
-    expect(info.archives.map((a: { archive: number }) => a.archive)).toEqual([...Array(28).keys()]);
-    expect(info.masterIndex).toHaveLength(28);
-    expect(info.masterIndex.filter((e: { checksum: number }) => e.checksum === 0)).toEqual([]);
-    // One measure of bytes, with one name, in every command.
-    expect(JSON.parse(verified.stdout).storedBytes).toBe(summary.storedBytes);
-    expect(info.storedBytes).toBe(summary.storedBytes);
-    expect(summary.unpackedBytes).toBeGreaterThan(0);
-    for (const [profile, archives] of [
-      ['435', 13],
-      ['osrs', 26],
-    ] as const) {
-      const d = path.join(tempDir(), `demo-${profile}`);
-      const r = run(['js5', 'cache', 'create-demo', d, '--profile', profile]);
-      expect(JSON.parse(r.stdout)).toMatchObject({ profile, archives });
-    }
-    expect(run(['js5', 'cache', 'create-demo', path.join(tempDir(), 'x'), '--profile', '999']).code).toBe(2);
-    // Flip one byte of a group's data in the dat2 file (sector 1 holds archive 0 group 0).
-    const dat = path.join(dir, 'main_file_cache.dat2');
-    const bytes = fs.readFileSync(dat);
-    bytes[520 + 8 + 6]! ^= 0xff;
-    fs.writeFileSync(dat, bytes);
-    const bad = run(['js5', 'cache', 'verify', dir]);
-    expect(bad.code).toBe(1);
-    expect(JSON.parse(bad.stdout).problems).toHaveLength(1);
-    expect(JSON.parse(bad.stderr.trim()).error.code).toBe('ERR_JS5_VERIFY');
-    expect(run(['js5', 'cache', 'create-demo', dir]).code).toBe(2);
-  });
+  test(
+    'cache create-demo, verify and info; a damaged cache fails verify with exit 1',
+    () => {
+      const dir = path.join(tempDir(), 'demo');
+      const created = run(['js5', 'cache', 'create-demo', dir]);
+      expect(created.code).toBe(0);
+      const summary = JSON.parse(created.stdout);
+      expect(summary).toMatchObject({ profile: '530', archives: 28, groups: 212 });
+      const verified = run(['js5', 'cache', 'verify', dir]);
+      expect(verified.code).toBe(0);
+      expect(JSON.parse(verified.stdout)).toMatchObject({ ok: true, groups: 212, problems: [] });
+      const info = JSON.parse(run(['js5', 'cache', 'info', dir]).stdout);
+      expect(info.kind).toBe('disk');
+      expect(info.archives.map((a: { archive: number }) => a.archive)).toEqual([...Array(28).keys()]);
+      expect(info.masterIndex).toHaveLength(28);
+      expect(info.masterIndex.filter((e: { checksum: number }) => e.checksum === 0)).toEqual([]);
+      // One measure of bytes, with one name, in every command.
+      expect(JSON.parse(verified.stdout).storedBytes).toBe(summary.storedBytes);
+      expect(info.storedBytes).toBe(summary.storedBytes);
+      expect(summary.unpackedBytes).toBeGreaterThan(0);
+      for (const [profile, archives] of [
+        ['435', 13],
+        ['osrs', 26],
+      ] as const) {
+        const d = path.join(tempDir(), `demo-${profile}`);
+        const r = run(['js5', 'cache', 'create-demo', d, '--profile', profile]);
+        expect(JSON.parse(r.stdout)).toMatchObject({ profile, archives });
+      }
+      expect(run(['js5', 'cache', 'create-demo', path.join(tempDir(), 'x'), '--profile', '999']).code).toBe(
+        2,
+      );
+      // Flip one byte of a group's data in the dat2 file (sector 1 holds archive 0 group 0).
+      const dat = path.join(dir, 'main_file_cache.dat2');
+      const bytes = fs.readFileSync(dat);
+      bytes[520 + 8 + 6]! ^= 0xff;
+      fs.writeFileSync(dat, bytes);
+      const bad = run(['js5', 'cache', 'verify', dir]);
+      expect(bad.code).toBe(1);
+      expect(JSON.parse(bad.stdout).problems).toHaveLength(1);
+      expect(JSON.parse(bad.stderr.trim()).error.code).toBe('ERR_JS5_VERIFY');
+      expect(run(['js5', 'cache', 'create-demo', dir]).code).toBe(2);
+    },
+    SPAWNS_TIMEOUT_MS,
+  );
 
   test('decode/encode js5 round trip, decode-only formats, and errors', () => {
     const up = run(['decode', 'js5', '--from', 'client', '--hex', '0f00000212 06000003 01ff00ff 00010002']);
@@ -111,71 +120,75 @@ describe('gamewire js5 (spawned)', () => {
     expect(run(['encode', 'js5-container', '--json', '{}']).code).toBe(2);
   });
 
-  test('serve js5 on port 0 (demo cache generated into --data-dir), download it, verify it, stop on SIGTERM', async () => {
-    const data = tempDir();
-    const child = spawn(
-      process.execPath,
-      [
-        bin,
-        'serve',
-        'js5',
-        '--port',
-        '0',
-        '--host',
-        '127.0.0.1',
-        '--data-dir',
-        data,
-        '--log-level',
-        'silent',
-      ],
-      {
-        cwd: root,
-      },
-    );
-    children.push(child);
-    let out = '';
-    const port = await new Promise<number>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`no listen line: ${out}`)), 30_000);
-      child.stdout!.on('data', (d: Buffer) => {
-        out += d.toString();
-        const m = /js5 tcp 127\.0\.0\.1:(\d+)/.exec(out);
-        if (m) {
-          clearTimeout(t);
-          resolve(Number(m[1]));
-        }
+  test(
+    'serve js5 on port 0 (demo cache generated into --data-dir), download it, verify it, stop on SIGTERM',
+    async () => {
+      const data = tempDir();
+      const child = spawn(
+        process.execPath,
+        [
+          bin,
+          'serve',
+          'js5',
+          '--port',
+          '0',
+          '--host',
+          '127.0.0.1',
+          '--data-dir',
+          data,
+          '--log-level',
+          'silent',
+        ],
+        {
+          cwd: root,
+        },
+      );
+      children.push(child);
+      let out = '';
+      const port = await new Promise<number>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no listen line: ${out}`)), 30_000);
+        child.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /js5 tcp 127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) {
+            clearTimeout(t);
+            resolve(Number(m[1]));
+          }
+        });
       });
-    });
-    expect(port).toBeGreaterThan(0);
-    expect(fs.existsSync(path.join(data, 'js5-demo-cache-530-v2', 'main_file_cache.idx255'))).toBe(true);
-    const dl = path.join(tempDir(), 'dl');
-    const got = run(['js5', 'download', '--port', String(port), '--out', dl, '--xor', '9']);
-    expect(got.code).toBe(0);
-    const downloaded = JSON.parse(got.stdout);
-    expect(downloaded).toMatchObject({ archives: 28, groups: 212, downloaded: 212 });
-    const check = JSON.parse(run(['js5', 'cache', 'verify', dl]).stdout);
-    expect(check.ok).toBe(true);
-    expect(check.storedBytes).toBe(downloaded.storedBytes);
-    expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(false);
-    const wrongBuild = run([
-      'js5',
-      'download',
-      '--port',
-      String(port),
-      '--out',
-      path.join(tempDir(), 'x'),
-      '--build',
-      '400',
-    ]);
-    expect(wrongBuild.code).toBe(1);
-    const refusal = JSON.parse(wrongBuild.stderr.trim()).error;
-    expect(refusal.code).toBe('ERR_JS5_OUT_OF_DATE');
-    // Which build the server wants, and what to pass: not "refused with status 6".
-    expect(refusal.message).toMatch(/refused build 400/);
-    expect(refusal.message).toMatch(/expects build 530; pass --build 530/);
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    child.kill('SIGTERM');
-    expect(await exited).toBe(0);
-  });
+      expect(port).toBeGreaterThan(0);
+      expect(fs.existsSync(path.join(data, 'js5-demo-cache-530-v2', 'main_file_cache.idx255'))).toBe(true);
+      const dl = path.join(tempDir(), 'dl');
+      const got = run(['js5', 'download', '--port', String(port), '--out', dl, '--xor', '9']);
+      expect(got.code).toBe(0);
+      const downloaded = JSON.parse(got.stdout);
+      expect(downloaded).toMatchObject({ archives: 28, groups: 212, downloaded: 212 });
+      const check = JSON.parse(run(['js5', 'cache', 'verify', dl]).stdout);
+      expect(check.ok).toBe(true);
+      expect(check.storedBytes).toBe(downloaded.storedBytes);
+      expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(false);
+      const wrongBuild = run([
+        'js5',
+        'download',
+        '--port',
+        String(port),
+        '--out',
+        path.join(tempDir(), 'x'),
+        '--build',
+        '400',
+      ]);
+      expect(wrongBuild.code).toBe(1);
+      const refusal = JSON.parse(wrongBuild.stderr.trim()).error;
+      expect(refusal.code).toBe('ERR_JS5_OUT_OF_DATE');
+      // Which build the server wants, and what to pass: not "refused with status 6".
+      expect(refusal.message).toMatch(/refused build 400/);
+      expect(refusal.message).toMatch(/expects build 530; pass --build 530/);
+      const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    },
+    SPAWNS_TIMEOUT_MS,
+  );
 
   /** Spawns `gamewire serve js5 …` on port 0 and resolves with its port. */
   async function serve(args: string[]): Promise<{ child: ChildProcess; port: number }> {
@@ -200,43 +213,47 @@ describe('gamewire js5 (spawned)', () => {
     return { child, port };
   }
 
-  test('verify never says ok for an empty folder, a wrong folder, or an interrupted download', async () => {
-    const empty = tempDir();
-    const r1 = run(['js5', 'cache', 'verify', empty]);
-    expect(r1.code).toBe(1);
-    expect(r1.stdout).not.toMatch(/"ok":true/);
-    expect(JSON.parse(r1.stderr.trim()).error.code).toBe('ERR_JS5_EMPTY_CACHE');
-    const wrong = tempDir();
-    fs.writeFileSync(path.join(wrong, 'notes.txt'), 'not a cache');
-    fs.mkdirSync(path.join(wrong, 'src'));
-    const r2 = run(['js5', 'cache', 'verify', wrong]);
-    expect(r2.code).toBe(1);
-    expect(JSON.parse(r2.stderr.trim()).error.code).toBe('ERR_JS5_EMPTY_CACHE');
-    expect(run(['js5', 'cache', 'info', wrong]).code).toBe(1);
-    const missing = run(['js5', 'cache', 'verify', path.join(wrong, 'nope')]);
-    expect(missing.code).toBe(1);
-    expect(JSON.parse(missing.stderr.trim()).error.code).toBe('ERR_JS5_NO_CACHE');
+  test(
+    'verify never says ok for an empty folder, a wrong folder, or an interrupted download',
+    async () => {
+      const empty = tempDir();
+      const r1 = run(['js5', 'cache', 'verify', empty]);
+      expect(r1.code).toBe(1);
+      expect(r1.stdout).not.toMatch(/"ok":true/);
+      expect(JSON.parse(r1.stderr.trim()).error.code).toBe('ERR_JS5_EMPTY_CACHE');
+      const wrong = tempDir();
+      fs.writeFileSync(path.join(wrong, 'notes.txt'), 'not a cache');
+      fs.mkdirSync(path.join(wrong, 'src'));
+      const r2 = run(['js5', 'cache', 'verify', wrong]);
+      expect(r2.code).toBe(1);
+      expect(JSON.parse(r2.stderr.trim()).error.code).toBe('ERR_JS5_EMPTY_CACHE');
+      expect(run(['js5', 'cache', 'info', wrong]).code).toBe(1);
+      const missing = run(['js5', 'cache', 'verify', path.join(wrong, 'nope')]);
+      expect(missing.code).toBe(1);
+      expect(JSON.parse(missing.stderr.trim()).error.code).toBe('ERR_JS5_NO_CACHE');
 
-    // A download cut off half way: the server's cache lists a group its store lacks, so the
-    // server closes the connection when it reaches it (after what was queued before).
-    const cache = path.join(tempDir(), 'broken');
-    expect(run(['js5', 'cache', 'create-demo', cache, '--flat']).code).toBe(0);
-    fs.rmSync(path.join(cache, '2', '20.dat'));
-    const { child, port } = await serve(['--cache', cache]);
-    const dl = path.join(tempDir(), 'dl');
-    const got = run(['js5', 'download', '--port', String(port), '--out', dl]);
-    expect(got.code).toBe(1);
-    expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(true);
-    const v = run(['js5', 'cache', 'verify', dl]);
-    expect(v.code).toBe(1);
-    expect(v.stdout).not.toMatch(/"ok":true/);
-    const err = JSON.parse(v.stderr.trim()).error;
-    expect(err.code).toBe('ERR_JS5_INCOMPLETE');
-    expect(err.message).toMatch(/did not finish.*gamewire js5 download/);
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    child.kill('SIGTERM');
-    expect(await exited).toBe(0);
-  });
+      // A download cut off half way: the server's cache lists a group its store lacks, so the
+      // server closes the connection when it reaches it (after what was queued before).
+      const cache = path.join(tempDir(), 'broken');
+      expect(run(['js5', 'cache', 'create-demo', cache, '--flat']).code).toBe(0);
+      fs.rmSync(path.join(cache, '2', '20.dat'));
+      const { child, port } = await serve(['--cache', cache]);
+      const dl = path.join(tempDir(), 'dl');
+      const got = run(['js5', 'download', '--port', String(port), '--out', dl]);
+      expect(got.code).toBe(1);
+      expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(true);
+      const v = run(['js5', 'cache', 'verify', dl]);
+      expect(v.code).toBe(1);
+      expect(v.stdout).not.toMatch(/"ok":true/);
+      const err = JSON.parse(v.stderr.trim()).error;
+      expect(err.code).toBe('ERR_JS5_INCOMPLETE');
+      expect(err.message).toMatch(/did not finish.*gamewire js5 download/);
+      const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    },
+    SPAWNS_TIMEOUT_MS,
+  );
 
   test('download refuses to write into a folder that is neither empty nor a cache', () => {
     const dir = tempDir();

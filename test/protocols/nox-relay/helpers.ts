@@ -77,11 +77,16 @@ export async function rawTcp(
 }
 
 /** Waits until `check()` is true (polling), or fails after `ms`. */
-export async function until(check: () => boolean, ms = 2000, what = 'condition'): Promise<void> {
+export async function until(
+  check: () => boolean,
+  ms = 2000,
+  what = 'condition',
+  everyMs = 10,
+): Promise<void> {
   const end = Date.now() + ms;
   while (!check()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
+    await sleep(everyMs);
   }
 }
 

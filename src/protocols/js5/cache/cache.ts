@@ -6,11 +6,11 @@
 
 import fs from 'node:fs';
 import path from 'node:path';
-import { DecodeError } from '../../../wire/errors.js';
 import { Js5Error } from '../errors.js';
-import { type CompressionName, decodeContainer, encodeContainer, splitTrailer } from './container.js';
+import { type CompressionName, decodeContainer, encodeContainer } from './container.js';
 import { IndexFlags, type Js5Group, type Js5Index, readIndex, writeIndex } from './js5-index.js';
-import { crc32, createMasterIndex } from './master-index.js';
+import { crc32, masterIndexFrom } from './master-index.js';
+import { type CacheProblem, checkGroup, problemOf, readIndexStates } from './scan.js';
 import type { Store } from './store.js';
 import { whirlpool } from './whirlpool.js';
 
@@ -121,11 +121,8 @@ export class CacheWriter {
   }
 }
 
-export interface VerifyProblem {
-  archive: number;
-  group: number;
-  problem: string;
-}
+/** A problem `verify` lists: the archive and group, and the typed error (code, message). */
+export type VerifyProblem = CacheProblem;
 
 export interface VerifyResult {
   archives: number;
@@ -169,59 +166,54 @@ export function readDownloadState(dir: string): DownloadState | undefined {
   }
 }
 
-/** Counts the groups `verifyCache` will check (for a progress bar). */
+/** Counts the groups `verifyCache` will check (for a progress bar); bad indexes count none. */
 export function countGroups(store: Store): number {
   let n = 0;
-  for (const a of indexedArchives(store)) n += readArchiveIndex(store, a)?.groups.length ?? 0;
+  for (const state of readIndexStates(store).states) n += state.index?.groups.length ?? 0;
   return n;
 }
 
 /**
- * Checks the CRC and version of every group against its archive's index. `onGroup` is called
- * once per group checked.
+ * Checks every group against its archive's index: present, readable, the CRC and version the
+ * index gives, and a container that decompresses. Never throws for a damaged cache: each bad
+ * index and group is listed in `problems` (an index as archive 255, group = its archive), and
+ * the check goes on. The groups of an index that does not decode cannot be checked (nothing says
+ * which exist): only the index is listed. `onGroup` is called once per group checked.
  */
 export function verifyCache(store: Store, onGroup?: () => void): VerifyResult {
   const result: VerifyResult = { archives: 0, groups: 0, storedBytes: 0, problems: [] };
   const unfinished = readDownloadState(store.dir);
   if (unfinished !== undefined) result.unfinishedDownload = unfinished;
-  for (const archive of indexedArchives(store)) {
-    let idx: Js5Index | undefined;
-    try {
-      idx = readArchiveIndex(store, archive);
-    } catch (e) {
-      result.problems.push({ archive: 255, group: archive, problem: `bad index: ${(e as Error).message}` });
-      continue;
-    }
-    if (idx === undefined) continue;
+  const { states, problems } = readIndexStates(store);
+  result.problems.push(...problems);
+  for (const { archive, index } of states) {
+    if (index === undefined) continue;
     result.archives++;
-    for (const g of idx.groups) {
+    for (const entry of index.groups) {
       result.groups++;
       onGroup?.();
-      const problem = checkGroup(store, archive, g, result);
-      if (problem !== undefined) result.problems.push({ archive, group: g.id, problem });
+      let stored: Buffer | undefined;
+      try {
+        stored = store.read(archive, entry.id);
+      } catch (e) {
+        result.problems.push(problemOf(archive, entry.id, e));
+        continue;
+      }
+      if (stored === undefined) {
+        result.problems.push({
+          archive,
+          group: entry.id,
+          code: 'ERR_JS5_MISSING',
+          message: 'listed in the index, absent from the store',
+        });
+        continue;
+      }
+      result.storedBytes += stored.length;
+      const problem = checkGroup(archive, entry, stored);
+      if (problem !== undefined) result.problems.push(problem);
     }
   }
   return result;
-}
-
-function checkGroup(store: Store, archive: number, g: Js5Group, result: VerifyResult): string | undefined {
-  let stored: Buffer | undefined;
-  try {
-    stored = store.read(archive, g.id);
-  } catch (e) {
-    return e instanceof DecodeError ? e.message : String(e);
-  }
-  if (stored === undefined) return 'missing';
-  result.storedBytes += stored.length;
-  try {
-    const { container, version } = splitTrailer(stored);
-    if (crc32(container) !== g.checksum) return `crc ${crc32(container)} != index ${g.checksum}`;
-    if (version === undefined) return 'no version trailer';
-    if (version !== (g.version & 0xffff)) return `version ${version} != index ${g.version & 0xffff}`;
-  } catch (e) {
-    return e instanceof DecodeError ? e.message : String(e);
-  }
-  return undefined;
 }
 
 export interface ArchiveInfo {
@@ -236,7 +228,8 @@ export interface ArchiveInfo {
 
 /**
  * A summary of every indexed archive, plus the VERSIONED master index a server would send (the
- * CRCs a 550 login compares against).
+ * CRCs a 550 login compares against). Indexes that cannot be read or decoded are left out of
+ * `archives` and listed in `problems`; unreadable groups count 0 bytes.
  */
 export function cacheInfo(store: Store): {
   kind: string;
@@ -245,13 +238,20 @@ export function cacheInfo(store: Store): {
   storedBytes: number;
   archives: ArchiveInfo[];
   masterIndex: { archive: number; checksum: number; version: number }[];
+  problems: CacheProblem[];
 } {
+  const { states, problems } = readIndexStates(store);
   const archives: ArchiveInfo[] = [];
-  for (const archive of indexedArchives(store)) {
-    const idx = readArchiveIndex(store, archive);
+  for (const { archive, index: idx } of states) {
     if (idx === undefined) continue;
     let storedBytes = 0;
-    for (const g of idx.groups) storedBytes += store.read(archive, g.id)?.length ?? 0;
+    for (const g of idx.groups) {
+      try {
+        storedBytes += store.read(archive, g.id)?.length ?? 0;
+      } catch {
+        // an unreadable group counts nothing (`verify` lists it)
+      }
+    }
     archives.push({
       archive,
       protocol: idx.protocol,
@@ -262,7 +262,7 @@ export function cacheInfo(store: Store): {
       storedBytes,
     });
   }
-  const masterIndex = createMasterIndex(store, 'versioned').entries.map((e, archive) => ({
+  const masterIndex = masterIndexFrom(states, 'versioned').entries.map((e, archive) => ({
     archive,
     checksum: e.checksum,
     version: e.version,
@@ -273,5 +273,6 @@ export function cacheInfo(store: Store): {
     storedBytes: archives.reduce((n, a) => n + a.storedBytes, 0),
     archives,
     masterIndex,
+    problems,
   };
 }

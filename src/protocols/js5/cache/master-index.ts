@@ -6,13 +6,15 @@
  * RS3 LENGTHS format are not done).
  */
 
-import zlib from 'node:zlib';
 import { DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { WireReader } from '../../../wire/reader.js';
 import { Js5Error } from '../errors.js';
-import { decodeContainer } from './container.js';
-import { readIndex } from './js5-index.js';
-import { type Store, StoreCorruptError } from './store.js';
+import { crc32 } from './crc.js';
+import { type IndexState, readIndexStates } from './scan.js';
+import type { Store } from './store.js';
+
+export { crc32 } from './crc.js';
+
 import { whirlpool } from './whirlpool.js';
 
 export type MasterIndexFormat = 'original' | 'versioned' | 'digests';
@@ -117,37 +119,31 @@ export function masterIndexContainer(index: MasterIndex): Buffer {
   return out;
 }
 
-/** CRC32 as a signed 32-bit int (how Js5Index and the master index store it). */
-export function crc32(bytes: Uint8Array): number {
-  return zlib.crc32(bytes) | 0;
-}
-
 /**
  * Builds the master index from a store: for each archive 0..max, the CRC of its stored index
- * container and the index's own version; absent (or corrupt) archives below the max are (0, 0).
+ * container and the index's own version. An index the store cannot read (a broken chain: clients
+ * never remove unused indexes from idx255, so they break when the dat2 is truncated) counts as
+ * absent, as in OpenRS2; absent archives below the max are (0, 0). An index that reads but does
+ * not decode still has stored bytes: its entry is their CRC (what a client checks what it
+ * downloads against), with version 0, since the version is inside what does not decode.
  */
 export function createMasterIndex(store: Store, format: MasterIndexFormat): MasterIndex {
+  return masterIndexFrom(readIndexStates(store).states, format);
+}
+
+/** The master index of already-read index states (see `createMasterIndex`). */
+export function masterIndexFrom(states: readonly IndexState[], format: MasterIndexFormat): MasterIndex {
   const entries: MasterIndexEntry[] = [];
-  for (const a of store.list(255)) {
-    if (a >= 255) continue;
-    let stored: Buffer | undefined;
-    try {
-      stored = store.read(255, a);
-    } catch (e) {
-      // Like OpenRS2: clients never remove unused indexes from idx255, so after the dat2 is
-      // truncated their chains are broken. A corrupt index counts as absent.
-      if (e instanceof StoreCorruptError) continue;
-      throw e;
-    }
+  for (const state of states) {
+    const stored = state.stored;
     if (stored === undefined) continue;
-    const index = readIndex(decodeContainer(stored, 'none').data);
-    while (entries.length < a)
+    while (entries.length < state.archive)
       entries.push(
         format === 'digests'
           ? { checksum: 0, version: 0, digest: Buffer.alloc(64) }
           : { checksum: 0, version: 0 },
       );
-    const entry: MasterIndexEntry = { checksum: crc32(stored), version: index.version };
+    const entry: MasterIndexEntry = { checksum: crc32(stored), version: state.index?.version ?? 0 };
     if (format === 'digests') entry.digest = whirlpool(stored);
     entries.push(entry);
   }

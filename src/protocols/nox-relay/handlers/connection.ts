@@ -17,6 +17,9 @@ import { ipv4Bytes, type RelayClient } from '../session.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
 
+/** Handshakes answered per session (the first, the cookie's, a retry). */
+export const MAX_HANDSHAKES = 3;
+
 /** Seconds for the Handshake's u16 fields (at least 1, so a client never sees 0). */
 function seconds(ms: number): number {
   return Math.min(0xffff, Math.max(1, Math.ceil(ms / 1000)));
@@ -78,6 +81,12 @@ export function handleHandshake(
   if (bytes.length > client.sendBudget) {
     // Never answer an (unproven, spoofable) UDP source with much more than it sent.
     ctx.metrics.drop(DropReason.UdpAmplification);
+    return;
+  }
+  // A client handshakes once, twice with gamewire's cookie, maybe once more after a lost reply;
+  // a source that keeps repeating it is flooding, and is not answered again.
+  if (++client.handshakes > MAX_HANDSHAKES) {
+    ctx.metrics.drop(DropReason.HandshakeRepeated);
     return;
   }
   client.handshaked = true;
@@ -232,6 +241,12 @@ export function handleSessions(
   const per = sessionsPerPage(ctx.options.maxPacketSize);
   const total = Math.min(255, Math.ceil(listed.length / per));
   const page = m.page < total ? listed.slice(m.page * per, (m.page + 1) * per) : [];
+  // An unproven UDP client sees its own aliases (docs/security.md, instance aliases).
+  const aliases = ctx.instanceAliases(client);
+  const wireId = (id: number) => {
+    const alias = aliases?.aliasOf[id] ?? -1;
+    return alias >= 0 ? alias : id;
+  };
   ctx.send(
     client,
     uid,
@@ -239,7 +254,7 @@ export function handleSessions(
       type: 'Sessions',
       instances: page.map((i) => ({
         flags: i.flags >>> 0,
-        internalId: i.id,
+        internalId: wireId(i.id),
         masterId: i.masterId,
         currentPlayers: Math.min(0xffff, i.players.size),
         capacity: i.capacity,

@@ -210,7 +210,13 @@ export async function startRmcFleet(
     throw err;
   }
 
-  try {
+  // Records of dead nodes go when a script meets them; this sweep catches the ones nobody meets
+  // (an account that never logs in again, a session nobody joins), every ten TTLs with jitter,
+  // in small steps spread over time (sweep.ts), so it never holds Redis for long.
+  const sweeper = new FleetSweeper([store, sessions], 10 * o.nodeTtlMs);
+  let gaugeTimer: NodeJS.Timeout | undefined;
+  let draining = o.drain;
+  const announce = async () => {
     announcement = await registry.announce({
       id: nodeId,
       kind,
@@ -218,33 +224,33 @@ export async function startRmcFleet(
       endpoints: nodeEndpoints(listening.endpoints),
       capacity: o.capacity,
       load: players,
-      draining: o.drain,
+      draining,
       startedAt: Date.now(),
       meta: { stationUrl: o.secureUrl ?? listening.secureUrl, role: o.role, incarnation },
     });
-  } catch (err) {
-    await listening.close();
-    await redis.close();
-    throw err;
-  }
-  const heartbeatAge = () => {
-    const ageMs = Math.min(announcement!.heartbeatAgeMs(), 3_600_000);
-    ctx.metrics.gauges.set('heartbeat_age_ms', ageMs);
-    ctx.metrics.nodeGauges.set('node_heartbeat_age_seconds', new Map([[nodeId, ageMs / 1000]]));
+    const a = announcement;
+    const heartbeatAge = () => {
+      const ageMs = Math.min(a.heartbeatAgeMs(), 3_600_000);
+      ctx.metrics.gauges.set('heartbeat_age_ms', ageMs);
+      ctx.metrics.nodeGauges.set('node_heartbeat_age_seconds', new Map([[nodeId, ageMs / 1000]]));
+    };
+    gaugeTimer = setInterval(heartbeatAge, 1000);
+    gaugeTimer.unref();
+    sweeper.start();
+    heartbeatAge();
+    publishLoad();
+    log.info({ role: o.role, region: o.region, url: a.info.meta?.stationUrl }, 'rmc: fleet node announced');
   };
-  const gaugeTimer = setInterval(heartbeatAge, 1000);
-  gaugeTimer.unref();
-  // Records of dead nodes go when a script meets them; this sweep catches the ones nobody meets
-  // (an account that never logs in again, a session nobody joins), every ten TTLs with jitter,
-  // in small steps spread over time (sweep.ts), so it never holds Redis for long.
-  const sweeper = new FleetSweeper([store, sessions], 10 * o.nodeTtlMs);
-  sweeper.start();
-  heartbeatAge();
-  publishLoad();
-  log.info(
-    { role: o.role, region: o.region, url: announcement.info.meta?.stationUrl },
-    'rmc: fleet node announced',
-  );
+  if (ctx.deferAnnouncement !== undefined) ctx.deferAnnouncement(announce);
+  else {
+    try {
+      await announce();
+    } catch (err) {
+      await listening.close();
+      await redis.close();
+      throw err;
+    }
+  }
 
   let closed: Promise<void> | undefined;
   return {
@@ -252,9 +258,10 @@ export async function startRmcFleet(
     role: o.role,
     node: nodeRef,
     async drain() {
-      announcement!.update({ draining: true });
+      draining = true;
+      announcement?.update({ draining: true });
       log.info('rmc: draining: no new logins are sent here');
-      await announcement!.flush().catch(() => {
+      await announcement?.flush().catch(() => {
         // Published at the next heartbeat once Redis answers.
       });
     },
@@ -266,7 +273,7 @@ export async function startRmcFleet(
         clearInterval(gaugeTimer);
         await sweeper.close();
         // The record goes first: other nodes stop counting on this one's players at once.
-        await announcement!.stop();
+        await announcement?.stop();
         await listening.close(graceMs);
         // Disconnect hooks (logouts, session leaves) have been started; give them a moment.
         await new Promise((r) => setTimeout(r, 50));

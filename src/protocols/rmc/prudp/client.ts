@@ -116,9 +116,13 @@ export class PrudpClientConnection {
         reject(err);
       });
       const connect = () =>
-        socket.connect(options.port, options.host, () => {
+        // dgram hands a failed lookup (ENOTFOUND) to this callback, not to 'error'.
+        socket.connect(options.port, options.host, (err?: Error) => {
           socket.removeAllListeners('error');
-          resolve();
+          if (err) {
+            socket.close();
+            reject(err);
+          } else resolve();
         });
       if (options.localAddress === undefined) connect();
       else socket.bind(0, options.localAddress, connect);

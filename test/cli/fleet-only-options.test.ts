@@ -1,0 +1,117 @@
+/**
+ * Options that only mean something in a fleet (issue 21 item 11): `rmc --drain` without `--redis`
+ * was accepted and did nothing. Every option declared `requires: 'redis'` is refused without it,
+ * and `serve --help` says which protocols a shared flag drives.
+ */
+import { Option } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { resolveServeOptions } from '../../src/cli/serve.js';
+import type { ServeOption } from '../../src/core/server.js';
+import { loadProtocols } from '../../src/protocols/registry.js';
+import { errorOf, runCli } from '../helpers/cli.js';
+
+const servers = (await loadProtocols()).filter((p) => p.server !== undefined);
+
+/** A value other than the option's default, as a flag would give it. */
+function notDefault(o: ServeOption): unknown {
+  if (o.type === 'bool') return o.default !== true;
+  if (o.type === 'int') return typeof o.default === 'number' ? o.default + 1 : (o.min ?? 0) + 1;
+  if (o.type === 'list') return ['x'];
+  return o.choices?.find((c) => c !== o.default) ?? 'fleet-only-value';
+}
+
+describe('fleet-only options need --redis', () => {
+  const fleetOnly = servers.flatMap((p) =>
+    p.server!.options.filter((o) => o.requires !== undefined).map((o) => ({ p, o })),
+  );
+
+  it('rmc and unity-relay declare their fleet-only options', () => {
+    const names = fleetOnly.map(({ p, o }) => `${p.name}.${o.key}`).sort();
+    expect(names).toEqual(
+      [
+        'rmc.connectionIdBlock',
+        'rmc.drain',
+        'rmc.heartbeatTtlMs',
+        'rmc.nodeId',
+        'rmc.redisPrefix',
+        'rmc.region',
+        'rmc.storeTimeoutMs',
+        'unity-relay.heartbeatTtlMs',
+        'unity-relay.nodeId',
+        'unity-relay.redisPrefix',
+        'unity-relay.region',
+        'unity-relay.workers',
+      ].sort(),
+    );
+    // Every one names an option that exists in its section.
+    for (const { p, o } of fleetOnly) expect(p.server!.options.some((x) => x.key === o.requires)).toBe(true);
+  });
+
+  for (const { p, o } of fleetOnly) {
+    it(`${p.name} ${o.flag.split(' ')[0]}: refused without redis (flag, config, environment), accepted with it or at its default`, () => {
+      const value = notDefault(o);
+      const env = {};
+      const message = new RegExp(
+        `${p.name}: ${o.flag.split(' ')[0]} \\(config ${p.name}\\.${o.key}\\) needs --redis`,
+      );
+      // Flags are looked up under commander's name for the flag (`--rmc-drain` → rmcDrain).
+      const flag = new Option(o.flag).attributeName();
+      expect(() => resolveServeOptions(p, {}, { [flag]: value }, '127.0.0.1', env)).toThrow(message);
+      expect(() => resolveServeOptions(p, { [o.key]: value }, {}, '127.0.0.1', env)).toThrow(message);
+      // With Redis from the environment, the config file or a flag: accepted.
+      const redisEnv = {
+        [`GAMEWIRE_${p.name.replace('-', '_').toUpperCase()}_REDIS`]: 'redis://127.0.0.1:6379',
+      };
+      expect(resolveServeOptions(p, { [o.key]: value }, {}, '127.0.0.1', redisEnv)[o.key]).toEqual(value);
+      expect(
+        resolveServeOptions(p, { [o.key]: value, redis: 'redis://127.0.0.1:6379' }, {}, '127.0.0.1', env)[
+          o.key
+        ],
+      ).toEqual(value);
+      // Its default (what every config example has) is never refused.
+      if (o.default !== undefined)
+        expect(resolveServeOptions(p, { [o.key]: o.default }, {}, '127.0.0.1', env)[o.key]).toEqual(
+          o.default,
+        );
+    });
+  }
+
+  it('gamewire serve rmc --drain without --redis: exit 2, one line naming both flags, nothing started', () => {
+    const r = runCli([
+      'serve',
+      'rmc',
+      '--drain',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      '0',
+      '--log-level',
+      'silent',
+    ]);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    const e = errorOf(r);
+    expect(e.code).toBe('ERR_CONFIG');
+    expect(e.message).toBe(
+      'rmc: --drain (config rmc.drain) needs --redis (config rmc.redis): without it, it does nothing',
+    );
+  });
+
+  it('unity-relay --drain needs no Redis (it drains the single process too)', () => {
+    const relay = servers.find((p) => p.name === 'unity-relay')!;
+    expect(resolveServeOptions(relay, {}, { drain: true }, '127.0.0.1', {}).drain).toBe(true);
+  });
+});
+
+describe('serve --help', () => {
+  it('names every protocol a shared flag drives', () => {
+    const r = runCli(['serve', '--help']);
+    expect(r.code).toBe(0);
+    const lines = r.stdout.split('\n');
+    for (const flag of ['--redis', '--node-id', '--region', '--drain', '--heartbeat-ttl-ms']) {
+      const line = lines.find((l) => l.trimStart().startsWith(`${flag} `));
+      expect(line, flag).toBeDefined();
+      expect(line, flag).toMatch(/rmc: .*; unity-relay: /);
+    }
+  });
+});

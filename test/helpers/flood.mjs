@@ -1,0 +1,184 @@
+/**
+ * The attackers of the crowd tests, in a process of their own so that their sending loop never
+ * delays the legitimate players' timers in the test process. Given one JSON argument, it binds a
+ * socket to every attacker address (the whole 127/8 is local on Linux), runs for `durationMs`
+ * and prints one JSON line of what it did, per address where the tests need it.
+ *
+ * {
+ *   host, udpPort?, tcpPort?, httpPort?,
+ *   addresses: string[],
+ *   durationMs, intervalMs,
+ *   udpFlood?: hex[],                     // every round, from each address's long-lived socket,
+ *                                         // spread over the round (a steady flood, not one burst)
+ *   udpSessions?: { rounds, packets: hex[], gapMs, patch?: { packet, offset, base, modulo } },
+ *                                         // `rounds` times, beside the flood: a fresh socket per address
+ *                                         // sends `packets` in order (a new source port: a new session)
+ *   tcpHold?: hex,                        // one connection per address that sends these bytes and holds
+ *   tcpChurn?: hex,                       // every round, per address: connect, send, close
+ *   http?: { method, path, body, perRound }, // requests per address per round (new connection each)
+ * }
+ *
+ * Replies are counted per address, for the "never more than 3x to an unproven source" checks.
+ */
+import dgram from 'node:dgram';
+import http from 'node:http';
+import net from 'node:net';
+
+const config = JSON.parse(process.argv[2]);
+const host = config.host ?? '127.0.0.1';
+const stats = new Map();
+const tally = (address) => {
+  let t = stats.get(address);
+  if (t === undefined) {
+    t = { out: 0, in: 0, http: {} };
+    stats.set(address, t);
+  }
+  return t;
+};
+const totals = { udpSent: 0, udpReceived: 0, tcpConnected: 0, tcpRefused: 0, tcpClosedEarly: 0, http: {} };
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const hex = (h) => Buffer.from(h, 'hex');
+
+async function udpSocket(address) {
+  const s = dgram.createSocket('udp4');
+  s.on('error', () => {});
+  s.on('message', (m) => {
+    tally(address).in += m.length;
+    totals.udpReceived += m.length;
+  });
+  await new Promise((r) => s.bind(0, address, () => r()));
+  return s;
+}
+
+function udpSend(s, address, b) {
+  tally(address).out += b.length;
+  totals.udpSent += b.length;
+  s.send(b, config.udpPort, host);
+}
+
+const flood = (config.udpFlood ?? []).map(hex);
+const sockets = [];
+if (config.udpPort !== undefined && flood.length > 0)
+  for (const a of config.addresses) sockets.push([a, await udpSocket(a)]);
+
+const stopAt = performance.now() + config.durationMs;
+const held = [];
+if (config.tcpHold !== undefined) {
+  const bytes = hex(config.tcpHold);
+  for (const a of config.addresses) {
+    const t = net.connect({ host, port: config.tcpPort, localAddress: a });
+    t.on('error', () => {});
+    let connected = false;
+    t.on('connect', () => {
+      connected = true;
+      totals.tcpConnected++;
+      t.write(bytes);
+    });
+    t.on('close', () => {
+      if (!connected) totals.tcpRefused++;
+      else if (performance.now() < stopAt) totals.tcpClosedEarly++;
+    });
+    held.push(t);
+    if (held.length % 100 === 0) await sleep(5);
+  }
+}
+
+/** Runs `each` over `items` in slices of 50, spread over about `spanMs` (a steady flood, not bursts). */
+async function spread(items, spanMs, each) {
+  const slices = Math.ceil(items.length / 50);
+  for (let k = 0; k < slices; k++) {
+    for (const item of items.slice(k * 50, (k + 1) * 50)) each(item);
+    await sleep(spanMs / slices);
+  }
+}
+
+async function sessionRound(round) {
+  const u = config.udpSessions;
+  const fresh = [];
+  for (const [i, a] of config.addresses.entries()) fresh.push([i, a, await udpSocket(a)]);
+  for (let p = 0; p < u.packets.length; p++) {
+    await spread(fresh, u.gapMs ?? 20, ([i, a, s]) => {
+      let b = hex(u.packets[p]);
+      if (u.patch !== undefined && u.patch.packet === p) {
+        b = Buffer.from(b);
+        b[u.patch.offset] = u.patch.base + ((i + round) % u.patch.modulo);
+      }
+      udpSend(s, a, b);
+    });
+  }
+  return fresh.map(([, , s]) => s);
+}
+
+function httpRequest(address) {
+  const h = config.http;
+  return new Promise((resolve) => {
+    const req = http.request(
+      {
+        host,
+        port: config.httpPort,
+        localAddress: address,
+        method: h.method,
+        path: h.path,
+        agent: false,
+        headers: { 'content-type': 'application/json' },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode));
+      },
+    );
+    req.on('error', () => resolve(0));
+    req.setTimeout(5000, () => req.destroy());
+    req.end(h.body === undefined ? undefined : JSON.stringify(h.body));
+  }).then((code) => {
+    totals.http[code] = (totals.http[code] ?? 0) + 1;
+  });
+}
+
+const sessionSockets = [];
+// Blind sessions run beside the flood rounds, one batch after the other (all of them, even if
+// that takes longer than the flood).
+const sessions = (async () => {
+  for (let r = 0; r < (config.udpSessions?.rounds ?? 0); r++) sessionSockets.push(...(await sessionRound(r)));
+})();
+let rounds = 0;
+while (performance.now() < stopAt) {
+  const started = performance.now();
+  await spread(sockets, config.intervalMs * 0.8, ([a, s]) => {
+    for (const b of flood) udpSend(s, a, b);
+  });
+  if (config.tcpChurn !== undefined) {
+    const bytes = hex(config.tcpChurn);
+    for (const a of config.addresses) {
+      const t = net.connect({ host, port: config.tcpPort, localAddress: a });
+      t.on('error', () => {});
+      t.on('connect', () => t.end(bytes));
+    }
+  }
+  if (config.http !== undefined) {
+    const pending = [];
+    for (const a of config.addresses)
+      for (let i = 0; i < (config.http.perRound ?? 1); i++) pending.push(httpRequest(a));
+    await Promise.all(pending);
+  }
+  rounds++;
+  await sleep(Math.max(1, config.intervalMs - (performance.now() - started)));
+}
+await sessions;
+// Late replies still count against the 3x bound.
+await sleep(300);
+for (const t of held) t.destroy();
+await Promise.all(
+  [...sockets.map(([, s]) => s), ...sessionSockets].map((s) => new Promise((r) => s.close(() => r()))),
+);
+let over = 0;
+let worst = 0;
+const perAddress = {};
+for (const [a, t] of stats) {
+  if (t.in > 3 * t.out) over++;
+  if (t.out > 0) worst = Math.max(worst, t.in / t.out);
+  if (config.perAddress) perAddress[a] = [t.out, t.in];
+}
+process.stdout.write(
+  `${JSON.stringify({ rounds, ...totals, addressesOver3x: over, worstRatio: worst, perAddress })}\n`,
+);

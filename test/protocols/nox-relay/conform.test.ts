@@ -1,0 +1,266 @@
+/**
+ * `gamewire conform nox-relay`: every check passes against gamewire's relay over TCP and UDP,
+ * and each rule broken on purpose (a packet-level proxy in front of the real relay) makes exactly
+ * the check for that rule fail, with evidence that points at it.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type CheckResult, runChecks } from '../../../src/core/conform.js';
+import { noxRelayConform } from '../../../src/protocols/nox-relay/conform/index.js';
+import { type NoxRelayOptions, NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+import { type NoxMutation, NoxTcpProxy } from './conform-proxy.js';
+
+/** Short timeouts so the keep-alive and timeout checks take seconds, not the default 15 s. */
+const FAST: NoxRelayOptions = { connectionTimeoutMs: 3000, keepAliveIntervalMs: 1000 };
+/** Many conform runs share one relay below: an instance without a capacity. */
+const OPEN: NoxRelayOptions = { instances: [{ id: 0, capacity: 0 }] };
+
+async function relay(options: NoxRelayOptions = {}): Promise<NoxRelayServer> {
+  const s = new NoxRelayServer({ host: '127.0.0.1', port: 0, ...FAST, ...options });
+  await s.start();
+  return s;
+}
+
+async function conform(port: number, transport: 'tcp' | 'udp'): Promise<CheckResult[]> {
+  const ctx = await noxRelayConform.prepare({ host: '127.0.0.1', port }, { transport });
+  return runChecks(noxRelayConform, ctx);
+}
+
+const failed = (rs: CheckResult[]) => rs.filter((r) => r.status === 'fail').map((r) => r.id);
+const detail = (rs: CheckResult[]) =>
+  JSON.stringify(rs.filter((r) => r.status !== 'pass').map((r) => [r.id, r.message]));
+
+describe('against gamewire nox-relay', () => {
+  test('tcp: every check passes', async () => {
+    const s = await relay();
+    try {
+      const results = await conform(s.port, 'tcp');
+      expect(failed(results), detail(results)).toEqual([]);
+      expect(results.filter((r) => r.status === 'skip')).toEqual([]);
+    } finally {
+      await s.close();
+    }
+  }, 60_000);
+
+  // The checks behave like the reference v1 client: no address cookie over UDP. Its player id
+  // echoed in its own transforms proves its address, so the Joins it waits for are not held back
+  // by the reply budget of unproven sources.
+  test('udp: every check passes (as a reference v1 client, no cookie)', async () => {
+    const s = await relay();
+    try {
+      const results = await conform(s.port, 'udp');
+      expect(failed(results), detail(results)).toEqual([]);
+      expect(results.filter((r) => r.status === 'skip')).toEqual([]);
+    } finally {
+      await s.close();
+    }
+  }, 60_000);
+});
+
+describe('against a relay that breaks one rule', () => {
+  let s: NoxRelayServer;
+  beforeAll(async () => {
+    s = await relay(OPEN);
+  });
+  afterAll(async () => {
+    await s.close();
+  });
+
+  const type = (p: Buffer) => p[4];
+  const withUid = (p: Buffer, uid: number) => {
+    const out = Buffer.from(p);
+    out.writeUInt16BE(uid, 2);
+    return out;
+  };
+  /** When each player id last entered (from the Enter replies the proxy sees). */
+  const enteredAt = new Map<number, number>();
+
+  const cases: { rule: string; check: string; message: RegExp; mutation: NoxMutation }[] = [
+    {
+      rule: 'the Handshake reply without the request uid',
+      check: 'handshake.fields',
+      message: /has uid 0, not the request's 1/,
+      mutation: { down: (p) => [type(p) === 0x01 ? withUid(p, 0) : p] },
+    },
+    {
+      rule: 'a keep-alive interval equal to the timeout',
+      check: 'keep-alive.advertised',
+      message: /is not shorter than the \d+ s timeout/,
+      mutation: {
+        down: (p) => {
+          if (type(p) !== 0x01) return [p];
+          const out = Buffer.from(p);
+          out.writeUInt16BE(p.readUInt16BE(18), 20);
+          return [out];
+        },
+      },
+    },
+    {
+      rule: 'the Latency client timestamp changed',
+      check: 'latency',
+      message: /client timestamp is \d+, not \d+/,
+      mutation: {
+        down: (p) => {
+          if (type(p) !== 0x04) return [p];
+          const out = Buffer.from(p);
+          out[12]! ^= 0x01;
+          return [out];
+        },
+      },
+    },
+    {
+      rule: 'the Authentification reply without the request uid',
+      check: 'auth',
+      message: /no Authentification reply \(uid \d+\)/,
+      mutation: { down: (p) => [type(p) === 0x05 ? withUid(p, 0) : p] },
+    },
+    {
+      rule: 'the Enter reply without the request uid',
+      check: 'enter',
+      message: /no Enter reply \(uid \d+\)/,
+      mutation: { down: (p) => [type(p) === 0x06 ? withUid(p, 0) : p] },
+    },
+    {
+      rule: 'no Leave when a player quits',
+      check: 'join-leave',
+      message: /no Leave for player \d+/,
+      mutation: { down: (p) => (type(p) === 0x11 ? [] : [p]) },
+    },
+    {
+      rule: 'no Join for the players already there',
+      check: 'join.catch-up',
+      message: /no Join for player \d+ \(already in the instance\)/,
+      mutation: {
+        down: (p, conn) => {
+          if (type(p) === 0x06 && p[6] === 0) enteredAt.set(p.readUInt16BE(11), performance.now());
+          if (type(p) !== 0x10 || conn.playerId === undefined) return [p];
+          const joined = enteredAt.get(p.readUInt16BE(10));
+          const mine = enteredAt.get(conn.playerId);
+          return joined !== undefined && mine !== undefined && joined < mine ? [] : [p];
+        },
+      },
+    },
+    {
+      rule: 'a relayed transform that loses its position',
+      check: 'transform.relay',
+      message: /does not carry the position sent/,
+      mutation: {
+        down: (p) => {
+          if (type(p) !== 0x0b || p.readUInt16BE(9) !== 0 || (p[11]! & 0x01) === 0) return [p];
+          const out = Buffer.from(p);
+          out.writeFloatBE(0, 12);
+          return [out];
+        },
+      },
+    },
+    {
+      rule: 'every move relayed, however small',
+      check: 'transform.threshold',
+      message: /was relayed/,
+      // The relay under the proxy keeps its threshold: make the small move big on the way in.
+      mutation: {
+        up: (p) => {
+          if (type(p) !== 0x0b || p.readUInt16BE(9) !== 0 || (p[11]! & 0x01) === 0) return [p];
+          const x = p.readFloatBE(12);
+          if (x === 0 || Math.abs(x) >= 0.01) return [p];
+          const out = Buffer.from(p);
+          out.writeFloatBE(x * 1000, 12);
+          return [out];
+        },
+      },
+    },
+    {
+      rule: 'Segmentation ignored',
+      check: 'segmentation',
+      message: /reassembled request/,
+      mutation: { up: (p) => (type(p) === 0x02 ? [] : [p]) },
+    },
+    {
+      rule: 'Reliable entries handled last first',
+      check: 'reliable',
+      message: /out of order/,
+      mutation: {
+        up: (p) => {
+          if (type(p) !== 0x03) return [p];
+          const entries: Buffer[] = [];
+          let off = 6;
+          for (let i = 0; i < p[5]!; i++) {
+            const len = p.readUInt16BE(off);
+            entries.push(p.subarray(off, off + 2 + len));
+            off += 2 + len;
+          }
+          return [Buffer.concat([p.subarray(0, 6), ...entries.reverse()])];
+        },
+      },
+    },
+    {
+      rule: 'Latency does not count as activity',
+      check: 'keep-alive.kept',
+      message: /disconnected although it sent Latency every \d+ s/,
+      // The proxy answers Latency itself, so the relay never hears of it.
+      mutation: {
+        up: (p, conn) => {
+          if (type(p) !== 0x04) return [p];
+          const reply = Buffer.alloc(21);
+          reply.writeUInt16BE(21, 0);
+          p.copy(reply, 2, 2, 4);
+          reply[4] = 0x04;
+          p.copy(reply, 5, 5, 13);
+          reply.writeBigInt64BE(BigInt(Date.now()), 13);
+          conn.toClient(reply);
+          return [];
+        },
+      },
+    },
+    {
+      rule: 'silent clients never timed out',
+      check: 'keep-alive.timeout',
+      message: /no Leave for player \d+ \d+ s after it went silent/,
+      // The proxy pings the relay for a client that has gone quiet.
+      mutation: {
+        tick: (conn) => {
+          if (performance.now() - conn.lastFromClient < 800) return;
+          const ping = Buffer.alloc(13);
+          ping.writeUInt16BE(13, 0);
+          ping.writeUInt16BE(0xfffe, 2);
+          ping[4] = 0x04;
+          ping.writeBigInt64BE(BigInt(Date.now()), 5);
+          conn.toServer(ping);
+        },
+        down: (p) => (type(p) === 0x04 && p.readUInt16BE(2) === 0xfffe ? [] : [p]),
+      },
+    },
+    {
+      rule: 'no Disconnect confirmation',
+      check: 'disconnect',
+      message: /no Disconnect confirmation/,
+      mutation: { down: (p) => (type(p) === 0x00 ? [] : [p]) },
+    },
+  ];
+
+  test('the proxy alone changes nothing', async () => {
+    const proxy = await NoxTcpProxy.start(s.port);
+    try {
+      const results = await conform(proxy.port, 'tcp');
+      expect(failed(results), detail(results)).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
+  test.concurrent.each(cases)(
+    '$rule: only $check fails',
+    async ({ check, message, mutation }) => {
+      const proxy = await NoxTcpProxy.start(s.port, mutation);
+      try {
+        const results = await conform(proxy.port, 'tcp');
+        expect(failed(results), detail(results)).toEqual([check]);
+        const f = results.find((r) => r.id === check)!;
+        expect(f.message).toMatch(message);
+        expect(f.clientReaction).toBeTruthy();
+      } finally {
+        await proxy.close();
+      }
+    },
+    90_000,
+  );
+});
