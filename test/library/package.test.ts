@@ -18,6 +18,7 @@ const ALLOWED: readonly RegExp[] = [
   /^bin\/gamewire\.js$/,
   /^dist\/src\/(?:[\w.-]+\/)*[\w.-]+\.(?:js|d\.ts)$/,
   /^web\/dashboard\/[\w.-]+\.(?:html|js|css)$/,
+  /^src\/protocols\/[\w-]+\/dashboard\/[\w.-]+\.js$/,
   /^prebuilds\/linux-(?:x64|arm64)\/relay_dataplane\.node$/,
   /^native\/binding\.gyp$/,
   /^native\/[\w-]+\.[ch]$/,
