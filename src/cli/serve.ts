@@ -514,6 +514,7 @@ async function runServers(
         metrics: m,
         admin: server.admin,
         decode: server.admin?.decode ?? (codec === undefined ? undefined : codecDecoder(codec)),
+        page: p.dashboard,
       });
       plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {

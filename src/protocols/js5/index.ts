@@ -43,6 +43,9 @@ export {
   StoreCorruptError,
   StoreReadError,
 } from './cache/store.js';
+
+import { protocolPageDir } from '../../core/admin/static.js';
+
 export { downloadCache, Js5Client, Js5HandshakeError, probeServerBuild } from './client.js';
 export { Js5Error } from './errors.js';
 export { framedLength, frameResponse, unframeResponse, xorInPlace } from './framing.js';
@@ -164,6 +167,8 @@ export const js5: ProtocolModule = {
   summary: 'RuneScape JS5 cache download protocol (435, 530, OSRS) and on-disk cache',
   codecs: [js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec],
   conform: async () => (await import('./conform/index.js')).js5Conform,
+  inspection: async () => (await import('./inspect.js')).inspection,
+  dashboard: { dir: protocolPageDir(import.meta.url) },
   server: {
     summary: 'serves a dat2/idx or flat-file cache with fair, sliced scheduling',
     defaultPort: 43594,
