@@ -9,6 +9,7 @@
 import { performance } from 'node:perf_hooks';
 import { CaptureParser } from '../src/inspect/capture.js';
 import { recordJson } from '../src/inspect/output.js';
+import { loadFlowProtocols } from '../src/inspect/protocols.js';
 import { inspectBuffer } from '../src/inspect/run.js';
 import { ipPacket, LinkType, pcapFileHeader, pcapRecord } from '../src/inspect/writer.js';
 import { frameResponse } from '../src/protocols/js5/framing.js';
@@ -134,16 +135,25 @@ export const suite: BenchSuite = {
     });
     let records = 0;
     let bytesOut = 0;
+    const protocols = await loadFlowProtocols();
     const subject = time(() => {
-      inspectBuffer(capture, (r) => {
-        records++;
-        bytesOut += JSON.stringify(recordJson(r)).length + 1;
-      });
+      inspectBuffer(
+        capture,
+        (r) => {
+          records++;
+          bytesOut += JSON.stringify(recordJson(r)).length + 1;
+        },
+        { protocols },
+      );
     });
     const decodeOnly = time(() => {
-      inspectBuffer(capture, () => {
-        records++;
-      });
+      inspectBuffer(
+        capture,
+        () => {
+          records++;
+        },
+        { protocols },
+      );
     });
     if (sink === -1) console.log(sink);
     const rows: BenchRow[] = [

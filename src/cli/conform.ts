@@ -12,15 +12,17 @@ import {
   type AnyConformSuite,
   type CheckResult,
   type ConformOptionValues,
-  type ConformTarget,
   checksMarkdown,
   type Evidence,
   formatSource,
+  parseTarget,
   runChecks,
   selectChecks,
 } from '../core/conform.js';
 import { CommandError, parseIntOption, UsageError } from '../core/errors.js';
 import { type ProtocolEntry, registry } from '../protocols/registry.js';
+
+export { parseTarget };
 
 /** Bytes of evidence shown per field in the text report (the JSON report carries up to 64 KiB). */
 const TEXT_EVIDENCE_BYTES = 96;
@@ -44,15 +46,6 @@ export async function conformSections(): Promise<[string, string][]> {
 
 function defaultValues(suite: AnyConformSuite): ConformOptionValues {
   return Object.fromEntries(suite.options.map((o) => [o.key, o.defaultValue]));
-}
-
-/** Parses `HOST:PORT`, `[v6]:PORT`. */
-export function parseTarget(value: string): ConformTarget {
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(value) ?? /^([^:\s]+):(\d+)$/.exec(value);
-  if (m === null) throw new UsageError(`--target takes HOST:PORT (or [IPv6]:PORT), not "${value}"`);
-  const port = Number(m[2]);
-  if (port < 1 || port > 65535) throw new UsageError(`--target port must be 1-65535, not ${m[2]}`);
-  return { host: m[1]!, port };
 }
 
 async function loadSuite(entry: ProtocolEntry): Promise<AnyConformSuite> {

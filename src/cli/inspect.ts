@@ -7,22 +7,27 @@ import type { Command } from 'commander';
 import { generateDissectors } from '../inspect/dissector.js';
 import type { InspectRecord, PortMapping } from '../inspect/inspector.js';
 import { accepts, type RecordFilter, recordJson, tableLine } from '../inspect/output.js';
-import { PROTOCOLS } from '../inspect/protocols.js';
+import { loadFlowProtocols } from '../inspect/protocols.js';
 import { inspectChunks } from '../inspect/run.js';
 import type { RmcVariant } from '../protocols/rmc/messages.js';
 import { CliError, parseIntOption, UsageError } from './errors.js';
 
-const PROTOCOL_NAMES = PROTOCOLS.map((p) => p.name);
+/** The names `--port` and `--protocol` accept: every protocol's flows (prudp too), tls and dtls. */
+export async function flowNames(): Promise<string[]> {
+  return (await loadFlowProtocols()).map((p) => p.name);
+}
 
-/** `40000=js5`, `40000/udp=nox-relay`. */
+/** Refuses a name no flow protocol has, listing the known ones. */
+export function checkFlowName(name: string, known: readonly string[]): void {
+  if (!known.includes(name)) throw new UsageError(`unknown protocol "${name}" (known: ${known.join(', ')})`);
+}
+
+/** `40000=js5`, `40000/udp=nox-relay` (the protocol's name is checked by the command, against the registry). */
 export function parsePortMapping(value: string, previous: PortMapping[] = []): PortMapping[] {
   const m = /^(\d{1,5})(?:\/(tcp|udp))?=([a-z0-9-]+)$/.exec(value);
   if (m === null) throw new UsageError(`--port takes PORT=PROTOCOL or PORT/tcp=PROTOCOL, got "${value}"`);
   const port = Number(m[1]);
   if (port > 65_535) throw new UsageError(`port ${port} is out of range`);
-  if (!PROTOCOL_NAMES.includes(m[3]!)) {
-    throw new UsageError(`unknown protocol "${m[3]}" (known: ${PROTOCOL_NAMES.join(', ')})`);
-  }
   const mapping: PortMapping = { port, protocol: m[3]! };
   if (m[2] !== undefined) mapping.transport = m[2] as 'tcp' | 'udp';
   return [...previous, mapping];
@@ -118,7 +123,10 @@ export function addInspectCommand(program: Command): void {
       parsePortMapping,
       [],
     )
-    .option('--protocol <list>', `only these protocols (comma-separated: ${PROTOCOL_NAMES.join(', ')})`)
+    .option(
+      '--protocol <list>',
+      'only these protocols (comma-separated: the names of `gamewire protocols`, prudp, tls, dtls)',
+    )
     .option('--flow <flow>', 'only this flow: its label, one endpoint (host:port) or a port')
     .option('--type <list>', 'only these message types (comma-separated; "error" for decode failures)')
     .option('--rmc-variant <variant>', 'RMC envelope: hyperscape, nex-verbose or classic', 'hyperscape')
@@ -144,11 +152,10 @@ export function addInspectCommand(program: Command): void {
       if (flags.prudpChecksum !== '1' && flags.prudpChecksum !== '4') {
         throw new UsageError('--prudp-checksum takes 1 or 4');
       }
+      const known = await flowNames();
+      for (const m of flags.port) checkFlowName(m.protocol, known);
       const protocols = list(flags.protocol);
-      for (const p of protocols ?? []) {
-        if (!PROTOCOL_NAMES.includes(p))
-          throw new UsageError(`unknown protocol "${p}" (known: ${PROTOCOL_NAMES.join(', ')})`);
-      }
+      for (const p of protocols ?? []) checkFlowName(p, known);
       const filter: RecordFilter = {};
       if (protocols !== undefined) filter.protocols = protocols;
       if (flags.flow !== undefined) filter.flow = flags.flow;
@@ -187,10 +194,11 @@ export function addDissectorCommand(program: Command): void {
     .command('dissector')
     .description('write Wireshark Lua dissectors for every protocol, generated from the message declarations')
     .requiredOption('--out <dir>', 'folder to write the .lua files into (created if missing)')
-    .action((flags: { out: string }) => {
+    .action(async (flags: { out: string }) => {
+      const dissectors = await generateDissectors();
       try {
         fs.mkdirSync(flags.out, { recursive: true });
-        for (const d of generateDissectors()) {
+        for (const d of dissectors) {
           const file = path.join(flags.out, d.file);
           fs.writeFileSync(file, d.lua);
           process.stdout.write(`${file}\n`);

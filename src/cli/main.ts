@@ -12,6 +12,7 @@ import { readFile } from 'node:fs/promises';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { CommandError, connectFailure, UsageError } from '../core/errors.js';
 import type { CodecOptions, Direction, ProtocolCodec, ProtocolModule } from '../core/protocol.js';
+import { loadPlugins } from '../protocols/plugins.js';
 import { codecFlags, codecNames, loadCodec, loadProtocols, registry } from '../protocols/registry.js';
 import { DecodeError, EncodeError, GamewireError } from '../wire/errors.js';
 import { parseHex } from '../wire/hex.js';
@@ -304,6 +305,7 @@ export function reportError(err: unknown): number {
 export async function main(argv: readonly string[]): Promise<number> {
   guardProcess();
   try {
+    await loadPlugins();
     const program = await buildProgram(argv);
     await program.parseAsync(argv as string[], { from: 'user' });
     return 0;

@@ -10,7 +10,7 @@ import { PcapngRecorder } from '../inspect/recorder.js';
 import { replay } from '../inspect/replay.js';
 import type { RmcVariant } from '../protocols/rmc/messages.js';
 import { CliError, connectFailure, parseIntOption, UsageError } from './errors.js';
-import { parsePortMapping } from './inspect.js';
+import { checkFlowName, flowNames, parsePortMapping } from './inspect.js';
 import { writeOut } from './stdio.js';
 
 /** The recording flags of `serve`. */
@@ -84,6 +84,8 @@ export function addReplayCommand(program: Command): void {
         flags: { target: string; port: any[]; ignore?: string; stepTimeoutMs: number; rmcVariant: string },
       ) => {
         const target = parseTarget(flags.target);
+        const known = await flowNames();
+        for (const m of flags.port) checkFlowName(m.protocol, known);
         let capture: Buffer;
         try {
           capture = fs.readFileSync(file);

@@ -425,6 +425,22 @@ async function runServers(
     return o === undefined ? 'its connection limit' : `${flagName(o)}, config ${name}.${o.key}`;
   });
 
+  // Every protocol's options, checked before anything starts (a bad value or a fleet-only option
+  // without Redis stops `serve` with nothing listening yet).
+  const resolved: [ProtocolModule, Record<string, unknown>][] = [];
+  for (const p of selected) {
+    const flagWarnings: string[] = [];
+    const options = resolveServeOptions(
+      p,
+      checked?.values.get(p.name) ?? {},
+      flags,
+      serveValues.host as string,
+      process.env,
+      flagWarnings,
+    );
+    for (const w of flagWarnings) log.warn(w);
+    resolved.push([p, options]);
+  }
   // What the admin endpoint shows: each server as it starts.
   const entries: AdminServerEntry[] = [];
   // Fleet announcements the servers handed over (ServerContext.deferAnnouncement), run in order
@@ -470,18 +486,8 @@ async function runServers(
         } else throw adminListenError(err, adminHost, port, given);
       }
     }
-    for (const p of selected) {
+    for (const [p, options] of resolved) {
       if (signalName !== undefined) break;
-      const flagWarnings: string[] = [];
-      const options = resolveServeOptions(
-        p,
-        checked?.values.get(p.name) ?? {},
-        flags,
-        serveValues.host as string,
-        process.env,
-        flagWarnings,
-      );
-      for (const w of flagWarnings) log.warn(w);
       const m = new ProtocolMetrics(p.name);
       metrics.push(m);
       const plog = log.child({ protocol: p.name });
@@ -508,6 +514,7 @@ async function runServers(
         metrics: m,
         admin: server.admin,
         decode: server.admin?.decode ?? (codec === undefined ? undefined : codecDecoder(codec)),
+        page: p.dashboard,
       });
       plog.info({ endpoints: server.endpoints.map((e) => `${e.transport} ${e.host}:${e.port}`) }, 'started');
       for (const e of server.endpoints) {

@@ -422,7 +422,7 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
   {
     key: 'dataDir',
     flag: '--data-dir <dir>',
-    description: 'folder for generated state such as the js5 demo cache',
+    description: 'folder for generated state (demo caches, stores)',
     type: 'string',
     default: 'data',
   },

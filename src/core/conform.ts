@@ -120,6 +120,8 @@ export interface ConformSuite<C> {
   options: readonly ConformOption[];
   /** How many checks may run at once (default 1). Independent checks of slow servers gain from more. */
   concurrency?: number;
+  /** Deadline of a check that names none (default 10 s). */
+  defaultTimeoutMs?: number;
   /** One line describing the setup for the report header (`profile 530, build 530`). */
   describe(ctx: C): string;
   /**
@@ -246,7 +248,7 @@ export async function runChecks<C>(
         break;
       pending.splice(i--, 1);
       if (c.exclusive === true) exclusiveRunning = true;
-      const p = runOne(c, ctx, options).then((r) => {
+      const p = runOne(c, ctx, options, suite.defaultTimeoutMs).then((r) => {
         results.set(c.id, r);
         running.delete(c.id);
         if (c.exclusive === true) exclusiveRunning = false;
@@ -274,8 +276,13 @@ function skipResult<C>(c: ConformCheck<C>, reason: string): CheckResult {
   return { id: c.id, title: c.title, status: 'skip', ms: 0, message: reason, sources: c.sources };
 }
 
-async function runOne<C>(c: ConformCheck<C>, ctx: C, options: RunOptions): Promise<CheckResult> {
-  const timeoutMs = options.timeoutMs ?? c.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+async function runOne<C>(
+  c: ConformCheck<C>,
+  ctx: C,
+  options: RunOptions,
+  suiteDefault?: number,
+): Promise<CheckResult> {
+  const timeoutMs = options.timeoutMs ?? c.timeoutMs ?? suiteDefault ?? DEFAULT_TIMEOUT_MS;
   const controller = new AbortController();
   const cleanups: (() => unknown)[] = [];
   const started = performance.now();
@@ -347,6 +354,15 @@ function failureResult<C>(c: ConformCheck<C>, err: unknown, ms: number): CheckRe
 
 function elapsed(started: number): number {
   return Math.round(performance.now() - started);
+}
+
+/** Parses `HOST:PORT` or `[v6]:PORT` (a usage error names `flag`). */
+export function parseTarget(value: string, flag = '--target'): ConformTarget {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(value) ?? /^([^:\s]+):(\d+)$/.exec(value);
+  if (m === null) throw new UsageError(`${flag} takes HOST:PORT (or [IPv6]:PORT), not "${value}"`);
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) throw new UsageError(`${flag} port must be 1-65535, not ${m[2]}`);
+  return { host: m[1]!, port };
 }
 
 /** Formats a citation as `owner/repo path (symbol)`. */

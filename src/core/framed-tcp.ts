@@ -20,6 +20,7 @@
  * - **Produced output.** A protocol whose output is a queue drained over many turns (JS5 serves
  *   large groups a slice at a time) gives its sink a `produce()`; the seam calls it in fair
  *   round-robin turns while the peer reads (under `maxQueuedBytes`), pausing on backpressure.
+ *   With `outputTurnsPerAddress`, the turns are shared per address first, then per connection.
  * - **Error isolation.** A `DecodeError` from the handler closes that connection as `malformed`
  *   (or the protocol's `malformedReason`); any other exception as `handler_error`. Replies already
  *   written still go out first.
@@ -139,6 +140,14 @@ export interface FramedTcpOptions extends Partial<Omit<FramedTcpLimits, 'maxFram
   malformedReason?(err: DecodeError): string;
   /** Close reason when the first frame (a handshake) is overdue (default `frame_timeout`). */
   firstFrameTimeoutReason?: string;
+  /**
+   * Produce turns are shared per address (IPv4, or IPv6 /64): each round, the connections of one
+   * address get at most this many turns between them, one each while they are fewer. So many
+   * clients behind one address (a NAT, a venue) are all served, sharing that address's part of the
+   * bandwidth, instead of one address outweighing others by its connection count. Unset or 0: one
+   * turn per connection.
+   */
+  outputTurnsPerAddress?: number;
   /** Accept the connection: return its sink (a refused one: `connection.close(...)`, then any sink). */
   onConnection(connection: FramedConnection): FrameSink;
 }
@@ -151,6 +160,14 @@ export interface FramedTcpServer {
   readonly bufferedBytes: number;
   connections(): Iterable<FramedConnection>;
   close(graceMs?: number): Promise<void>;
+}
+
+/** The connections of one address waiting for produce turns (`outputTurnsPerAddress`). */
+interface AddressOutput {
+  readonly key: string;
+  conns: Conn[];
+  head: number;
+  inRing: boolean;
 }
 
 /** A connection stops reading while this many input bytes wait behind its turn. */
@@ -317,6 +334,11 @@ class FramedTcpServerImpl implements FramedTcpServer {
   /** Connections waiting for a produce turn, round-robin. */
   private outRing: Conn[] = [];
   private outHead = 0;
+  /** With `outputTurnsPerAddress`: addresses with connections waiting, round-robin, and their queues. */
+  private addressRing: AddressOutput[] = [];
+  private addressHead = 0;
+  private readonly addressOutput = new Map<string, AddressOutput>();
+  private readonly turnsPerAddress: number;
   private readonly corked: Conn[] = [];
   private scheduled = false;
   bufferedBytes = 0;
@@ -341,6 +363,7 @@ class FramedTcpServerImpl implements FramedTcpServer {
       maxQueuedBytes: options.maxQueuedBytes ?? d.maxQueuedBytes,
       framesPerTurn: Math.max(1, options.framesPerTurn ?? d.framesPerTurn),
     };
+    this.turnsPerAddress = Math.max(0, Math.floor(options.outputTurnsPerAddress ?? 0));
   }
 
   get port(): number {
@@ -562,9 +585,13 @@ class FramedTcpServerImpl implements FramedTcpServer {
       this.ring = this.ring.slice(this.ringHead);
       this.ringHead = 0;
     }
-    if (this.outHead < this.outRing.length) this.produceRound();
-    if (this.ringHead < this.ring.length || this.outHead < this.outRing.length) this.schedule();
+    if (this.outputWaiting) this.produceRound();
+    if (this.ringHead < this.ring.length || this.outputWaiting) this.schedule();
   };
+
+  private get outputWaiting(): boolean {
+    return this.outHead < this.outRing.length || this.addressHead < this.addressRing.length;
+  }
 
   /** Queues `c` for a produce turn (when it has output to produce and the peer reads). */
   enqueueOutput(c: Conn): void {
@@ -574,7 +601,20 @@ class FramedTcpServerImpl implements FramedTcpServer {
       return;
     }
     c.inOutRing = true;
-    this.outRing.push(c);
+    if (this.turnsPerAddress > 0) {
+      let a = this.addressOutput.get(c.addressKey);
+      if (a === undefined) {
+        a = { key: c.addressKey, conns: [], head: 0, inRing: false };
+        this.addressOutput.set(c.addressKey, a);
+      }
+      a.conns.push(c);
+      if (!a.inRing) {
+        a.inRing = true;
+        this.addressRing.push(a);
+      }
+    } else {
+      this.outRing.push(c);
+    }
     this.schedule();
   }
 
@@ -584,33 +624,16 @@ class FramedTcpServerImpl implements FramedTcpServer {
    */
   private produceRound(): void {
     let budget = RUN_OUTPUT_BYTES;
-    while (budget > 0 && this.outHead < this.outRing.length) {
-      const c = this.outRing[this.outHead++]!;
-      c.inOutRing = false;
-      if (!c.wantsOutput || c.closed || c.failed || c.waitingDrain) continue;
-      if (!c.corked) {
-        c.corked = true;
-        c.socket.cork();
-        this.corked.push(c);
+    if (this.turnsPerAddress > 0) {
+      budget = this.produceByAddress(budget);
+    } else {
+      while (budget > 0 && this.outHead < this.outRing.length) {
+        const c = this.outRing[this.outHead++]!;
+        c.inOutRing = false;
+        const sent = this.produceTurn(c);
+        if (sent < 0) break;
+        budget -= sent;
       }
-      const before = c.sentBytes;
-      let more: boolean;
-      c.inTurn = true;
-      try {
-        more = c.sink.produce?.() === true;
-      } catch (err) {
-        c.inTurn = false;
-        this.fail(c, err);
-        continue;
-      }
-      c.inTurn = false;
-      this.flush(c);
-      const sent = c.sentBytes - before;
-      budget -= sent;
-      c.wantsOutput = more && !c.failed;
-      if (!c.failed && !c.closed) this.settle(c);
-      // A turn that made no progress: leave the rest to the next run (timers and I/O first).
-      if (sent === 0 && more) break;
     }
     for (const c of this.corked) {
       c.corked = false;
@@ -621,6 +644,80 @@ class FramedTcpServerImpl implements FramedTcpServer {
       this.outRing = this.outRing.slice(this.outHead);
       this.outHead = 0;
     }
+    if (this.addressHead === this.addressRing.length || this.addressHead > 1024) {
+      this.addressRing = this.addressRing.slice(this.addressHead);
+      this.addressHead = 0;
+    }
+  }
+
+  /**
+   * Produce turns shared per address: each visit of an address serves at most
+   * `outputTurnsPerAddress` of the connections it had waiting, one turn each, then the address
+   * goes to the back of the ring. Returns the budget left.
+   */
+  private produceByAddress(budget: number): number {
+    while (budget > 0 && this.addressHead < this.addressRing.length) {
+      // `a.inRing` stays true through the visit: a connection served now queues again in `a`
+      // (behind the others) without putting the address in the ring a second time.
+      const a = this.addressRing[this.addressHead++]!;
+      // Only those waiting now: a connection served in this visit queues again behind them.
+      let turns = Math.min(this.turnsPerAddress, a.conns.length - a.head);
+      let stalled = false;
+      while (turns > 0 && a.head < a.conns.length) {
+        const c = a.conns[a.head++]!;
+        c.inOutRing = false;
+        turns--;
+        const sent = this.produceTurn(c);
+        if (sent < 0) {
+          stalled = true;
+          break;
+        }
+        budget -= sent;
+      }
+      if (a.head === a.conns.length) {
+        a.conns.length = 0;
+        a.head = 0;
+        a.inRing = false;
+        this.addressOutput.delete(a.key);
+      } else {
+        if (a.head > 64) {
+          a.conns = a.conns.slice(a.head);
+          a.head = 0;
+        }
+        this.addressRing.push(a);
+      }
+      if (stalled) break;
+    }
+    return budget;
+  }
+
+  /**
+   * One produce turn of `c`: the bytes it wrote, or -1 when it made no progress while it has more
+   * (the rest waits for the next run: timers and I/O first).
+   */
+  private produceTurn(c: Conn): number {
+    if (!c.wantsOutput || c.closed || c.failed || c.waitingDrain) return 0;
+    if (!c.corked) {
+      c.corked = true;
+      c.socket.cork();
+      this.corked.push(c);
+    }
+    const before = c.sentBytes;
+    let more: boolean;
+    c.inTurn = true;
+    try {
+      more = c.sink.produce?.() === true;
+    } catch (err) {
+      c.inTurn = false;
+      this.fail(c, err);
+      return 0;
+    }
+    c.inTurn = false;
+    this.flush(c);
+    const sent = c.sentBytes - before;
+    c.wantsOutput = more && !c.failed;
+    if (!c.failed && !c.closed) this.settle(c);
+    return sent === 0 && more ? -1 : sent;
   }
 
   /** Holds delivery and production for `c` until its socket drains. */

@@ -9,6 +9,10 @@
  * libuv, never retried in a loop, and dropped at exit. Lines beyond `maxBacklogBytes` of queued
  * output are dropped and counted (a stalled reader must not grow the server's memory); after a
  * stream error (the reader closed) every later line is dropped.
+ *
+ * Lines logged in one turn of the event loop are written together (one write per turn, or per
+ * 64 KiB), as sonic-boom does, rather than one write per line; what is still gathered when the
+ * process exits is handed to the stream then (a non-blocking attempt on a pipe).
  */
 import type { Writable } from 'node:stream';
 
@@ -17,6 +21,16 @@ export interface LogDestinationOptions {
   maxBacklogBytes?: number;
   /** Turns a pino JSON line into what is written (pino-pretty's formatter on a terminal). */
   format?: (line: string) => string;
+}
+
+/** Gathered text is written at once beyond this size, without waiting for the end of the turn. */
+const GATHER_BYTES = 64 * 1024;
+
+/** Destinations with gathered text, written out when the process exits. */
+const live = new Set<LogDestination>();
+let exitHook = false;
+function writeAllAtExit(): void {
+  for (const d of live) d.writeGathered();
 }
 
 export class LogDestination {
@@ -29,6 +43,13 @@ export class LogDestination {
   private readonly format: ((line: string) => string) | undefined;
   /** Drops not yet reported in the stream (reported once the reader catches up). */
   private unreported = 0;
+  /** Lines of this turn, not yet handed to the stream. */
+  private gathered = '';
+  private scheduled = false;
+  /** Writes handed to the stream and not yet taken (their callbacks have not run). */
+  private inFlight = 0;
+  /** `flush` callbacks waiting for those writes. */
+  private waiters: ((err?: Error) => void)[] = [];
 
   constructor(stream: Writable, options: LogDestinationOptions = {}) {
     this.stream = stream;
@@ -39,11 +60,26 @@ export class LogDestination {
 
   private readonly onError = (): void => {
     this.failed = true;
+    this.gathered = '';
+    this.release();
   };
+
+  private readonly written = (): void => {
+    this.inFlight--;
+    if (this.inFlight <= 0) this.release();
+  };
+
+  private release(): void {
+    for (const cb of this.waiters.splice(0)) cb();
+  }
 
   /** pino calls this with one serialized line (newline included). */
   write(line: string): void {
-    if (this.failed || this.stream.destroyed || this.stream.writableLength > this.maxBacklogBytes) {
+    if (
+      this.failed ||
+      this.stream.destroyed ||
+      this.stream.writableLength + this.gathered.length > this.maxBacklogBytes
+    ) {
       this.dropped++;
       this.unreported++;
       return;
@@ -51,46 +87,67 @@ export class LogDestination {
     if (this.unreported > 0) {
       const n = this.unreported;
       this.unreported = 0;
-      this.put(
+      this.gather(
         `${JSON.stringify({ level: 40, time: Date.now(), dropped: n, msg: `${n} log lines were dropped: stderr was not being read` })}\n`,
       );
     }
-    this.put(line);
+    this.gather(line);
   }
 
-  private put(line: string): void {
+  private gather(line: string): void {
+    this.gathered += this.format === undefined ? line : this.format(line);
+    if (this.gathered.length >= GATHER_BYTES) {
+      this.writeGathered();
+      return;
+    }
+    if (!this.scheduled) {
+      this.scheduled = true;
+      live.add(this);
+      if (!exitHook) {
+        exitHook = true;
+        process.once('exit', writeAllAtExit);
+      }
+      setImmediate(this.endOfTurn);
+    }
+  }
+
+  private readonly endOfTurn = (): void => {
+    this.scheduled = false;
+    live.delete(this);
+    this.writeGathered();
+  };
+
+  /** Hands what was gathered to the stream (never waits for it to be taken). */
+  writeGathered(): void {
+    if (this.gathered === '') return;
+    const text = this.gathered;
+    this.gathered = '';
+    if (this.failed || this.stream.destroyed) return;
     try {
-      this.stream.write(this.format === undefined ? line : this.format(line));
+      this.inFlight++;
+      this.stream.write(text, this.written);
     } catch {
+      this.inFlight--;
       // A stream that throws synchronously (closed under us) is a failed one.
       this.failed = true;
     }
   }
 
   /**
-   * pino's `logger.flush(cb)`: calls back once what is queued has been taken by the reader, or at
-   * once when nothing is queued or the stream failed. It never waits for a reader that is gone.
+   * pino's `logger.flush(cb)`: writes what was gathered, then calls back once the reader has
+   * taken what is queued, or at once when nothing is queued or the stream failed. It never waits
+   * for a reader that is gone.
    */
   flush(cb?: (err?: Error) => void): void {
+    this.writeGathered();
     if (cb === undefined) return;
-    if (this.failed || this.stream.destroyed || this.stream.writableLength === 0) {
-      cb();
-      return;
-    }
-    let called = false;
-    const done = () => {
-      if (called) return;
-      called = true;
-      this.stream.off('drain', done);
-      this.stream.off('error', done);
-      cb();
-    };
-    this.stream.once('drain', done);
-    this.stream.once('error', done);
+    if (this.failed || this.stream.destroyed || this.inFlight <= 0) cb();
+    else this.waiters.push(cb);
   }
 
   /** Stops listening to the stream (for tests that make many destinations on one stream). */
   detach(): void {
     this.stream.off('error', this.onError);
+    live.delete(this);
   }
 }

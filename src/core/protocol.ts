@@ -6,6 +6,7 @@
 import type { Command } from 'commander';
 import type { Json } from '../wire/codec.js';
 import type { AnyConformSuite } from './conform.js';
+import type { ProtocolInspection } from './flow.js';
 import type { LoadDefinition } from './load/types.js';
 import type { ServerDefinition } from './server.js';
 
@@ -69,4 +70,21 @@ export interface ProtocolModule {
    * does not import it until asked.
    */
   load?(): Promise<LoadDefinition>;
+  /** Loads what the inspector and the dissector generator use (src/core/flow.ts). */
+  inspection?(): Promise<ProtocolInspection>;
+  /** Its dashboard page, served by the admin endpoint (see `DashboardPage`). */
+  dashboard?: DashboardPage;
+}
+
+/**
+ * A protocol's dashboard page: an ES module in `dir` (served at `/assets/protocols/<name>/`)
+ * whose `entry` exports `mount(main, ctx, kit)`. The dashboard's shell finds it through
+ * `/api/servers` (`page`), and hands it everything it needs in `kit` (web/dashboard/kit.js), so a
+ * page imports nothing from the shell.
+ */
+export interface DashboardPage {
+  /** Absolute path of the folder holding the page's files. */
+  dir: string;
+  /** The module to load, relative to `dir`. Default `page.js`. */
+  entry?: string;
 }

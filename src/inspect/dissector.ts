@@ -2,20 +2,25 @@
  * `gamewire dissector`: Wireshark Lua dissectors generated from the protocols' declarations.
  *
  * Every declared message becomes a schema table (names, types, byte order, lengths, conditions,
- * value names) interpreted by a small Lua runtime (lua-runtime.ts); each protocol adds its
- * framing in a short hand-written glue: NoxVR packets over TCP (reassembled) and UDP, with
- * Reliable batches and Segmentation sessions; Unity Relay datagrams; JS5 handshake, requests
- * and framed responses (block markers removed, XOR after a rekey); RMC u32 frames with the
- * built-in methods' arguments and results by name. Field abbreviations are
+ * value names) interpreted by a small Lua runtime (lua-runtime.ts). Each protocol declares its
+ * dissector in `src/protocols/<name>/inspect.ts`, reached through its registry entry: either a
+ * `FlowDeclaration` (messages and length-prefix framing: the whole dissector, framing included,
+ * is generated here, the same declaration giving the inspector's decoder), or a
+ * `DissectorDeclaration` (the schema plus the protocol's own Lua glue for what cannot be
+ * declared: reassembly, XOR, block markers, nested packets). Field abbreviations are
  * `gw_<protocol>.<Message>.<field>[.<sub>]`, so a display filter such as
  * `gw_nox.Handshake.engine == "unity"` works.
  */
 
-import { Handshake, HandshakeReply, Js5Request } from '../protocols/js5/messages.js';
-import { clientMessages, serverMessages } from '../protocols/nox-relay/messages.js';
-import { HyperscapeFailureBody, VerboseRequestBody, VerboseSuccessBody } from '../protocols/rmc/messages.js';
-import { BUILTIN_PROTOCOLS } from '../protocols/rmc/protocols/index.js';
-import { RelayFrame } from '../protocols/unity-relay/messages.js';
+import {
+  type CustomDissection,
+  type DissectorDeclaration,
+  type FlowDeclaration,
+  isFlowDeclaration,
+  prefixWidth,
+  type SchemaItem,
+} from '../core/flow.js';
+import { registry } from '../protocols/registry.js';
 import type { Codec, CodecInfo, FieldInfo, LengthInfo } from '../wire/codec.js';
 import { LUA_RUNTIME } from './lua-runtime.js';
 
@@ -51,9 +56,24 @@ function sanitize(s: string): string {
 class SchemaWriter {
   readonly fields: string[] = [];
   private readonly prefix: string;
+  private readonly custom: Readonly<Record<string, CustomDissection>>;
 
-  constructor(prefix: string) {
+  constructor(prefix: string, custom: Readonly<Record<string, CustomDissection>> = {}) {
     this.prefix = prefix;
+    this.custom = custom;
+  }
+
+  /** A schema entry as Lua. */
+  item(item: SchemaItem): string {
+    if ('node' in item)
+      return this.node(item.node, item.path, item.label ?? item.path, undefined, item.depth ?? 0);
+    if ('union' in item) return this.union(item.union.info as any, item.path ?? '', 0);
+    if ('field' in item) {
+      const f = item.field;
+      return this.field(f.path, f.label, f.type, f.display ?? '', f.doc);
+    }
+    const rows = item.table.map(([k, v]) => `[${luaString(k)}] = ${v === undefined ? 'nil' : this.item(v)}`);
+    return rows.length === 0 ? '{}' : `{\n  ${rows.join(',\n  ')}\n}`;
   }
 
   /**
@@ -162,12 +182,16 @@ class SchemaWriter {
       case 'lazy':
         return this.node(info.target(), path, label, doc, depth + 1);
       case 'custom': {
-        const ctor = CUSTOM_FIELD_TYPES[info.name] ?? ['bytes', 'base.NONE'];
-        const f = this.field(path, label, ctor[0], ctor[1], doc ?? info.description);
+        const c = this.custom[info.name];
+        const f = this.field(
+          path,
+          label,
+          c?.type ?? 'bytes',
+          c?.display ?? 'base.NONE',
+          doc ?? info.description,
+        );
         const f2 =
-          info.name === 'nox-relay.enter-threshold'
-            ? `, f2 = ${this.field(`${path}_u8`, label, 'uint8', 'base.DEC')}`
-            : '';
+          c?.second === undefined ? '' : `, f2 = ${this.field(`${path}_u8`, label, c.second, 'base.DEC')}`;
         return `{ k = "custom", name = ${luaString(info.name)}, f = ${f}${f2} }`;
       }
       default:
@@ -202,19 +226,6 @@ class SchemaWriter {
     return c === undefined ? 'false' : conditionLua(c);
   }
 }
-
-const CUSTOM_FIELD_TYPES: Record<string, [string, string]> = {
-  'nox-relay.optional-string': ['string', 'base.UNICODE'],
-  'nox-relay.optional-u16': ['uint16', 'base.DEC'],
-  'nox-relay.enter-threshold': ['float', ''],
-  'nox-relay.address-cookie': ['bytes', 'base.NONE'],
-  'rmc.rest': ['bytes', 'base.NONE'],
-  'rmc.Buffer16': ['bytes', 'base.NONE'],
-  'rmc.Buffer32': ['bytes', 'base.NONE'],
-  'rmc.UUID': ['bytes', 'base.NONE'],
-  'rmc.qResult': ['uint32', 'base.DEC'],
-  'rmc.StationURL': ['string', 'base.UNICODE'],
-};
 
 function conditionLua(c: Condition): string {
   const x = c as any;
@@ -321,6 +332,20 @@ function header(proto: string, description: string): string {
 `;
 }
 
+function customLua(custom: Readonly<Record<string, CustomDissection>>): string {
+  const out: string[] = [];
+  for (const [name, c] of Object.entries(custom)) {
+    const body = c.lua
+      .split('\n')
+      .map((l) => `  ${l}`)
+      .join('\n');
+    out.push(`gw.custom[${luaString(name)}] = function(node, tvb, off, lim, tree)\n${body}\nend`);
+  }
+  return out.length === 0
+    ? ''
+    : `-- Hand-written parts of the declarations (custom codecs), by name.\n${out.join('\n')}\n`;
+}
+
 function assemble(
   protoName: string,
   abbrev: string,
@@ -329,11 +354,12 @@ function assemble(
   w: SchemaWriter,
   schema: string,
   glue: string,
+  custom: Readonly<Record<string, CustomDissection>> = {},
 ): string {
   return `${header(protoName, description)}
 local P = Proto(${luaString(abbrev)}, ${luaString(title)})
 local F = {}
-${LUA_RUNTIME}
+${LUA_RUNTIME}${customLua(custom)}
 -- Fields.
 ${w.fields.join('\n')}
 local F_MSG = ProtoField.string(${luaString(`${abbrev}.message`)}, "message")
@@ -346,506 +372,168 @@ P.fields = F
 `;
 }
 
-// ---- NoxVR --------------------------------------------------------------------------------------
+/** A dissector from a declaration and its glue. */
+export function dissectorFrom(d: DissectorDeclaration): Dissector {
+  const w = new SchemaWriter(d.abbrev, d.custom);
+  const schema = d.schema.map(([name, item]) => `local ${name} = ${w.item(item)}`).join('\n');
+  return {
+    protocol: d.protocol,
+    file: `gamewire-${d.protocol}.lua`,
+    lua: assemble(`gamewire-${d.protocol}`, d.abbrev, d.title, d.description, w, schema, d.glue, d.custom),
+  };
+}
 
-function noxDissector(): Dissector {
-  const w = new SchemaWriter('gw_nox');
-  const uid = w.field('uid', 'uid', 'uint16', 'base.DEC', 'request id echoed in the reply (0xFFFF: system)');
-  const len = w.field('hdr.length', 'length', 'uint16', 'base.DEC');
-  const up = w.union(clientMessages.info as any, '', 0);
-  const down = w.union(serverMessages.info as any, '', 0);
-  const schema = `local UP = ${up}\nlocal DOWN = ${down}\nlocal F_UID = ${uid}\nlocal F_LEN = ${len}`;
+function prefixLua(f: FlowDeclaration['tcp']): string {
+  if (f === undefined) return 'nil';
+  const n = prefixWidth(f.prefix);
+  return `{ at = ${f.at ?? 0}, n = ${n}, le = ${f.prefix.endsWith('le')}, rest = ${f.counts === 'rest'} }`;
+}
+
+function messagesItem(codec: Codec<unknown>, path: string): SchemaItem {
+  return codec.info.kind === 'union'
+    ? { union: codec, path }
+    : { node: codec, path, label: 'message', depth: 0 };
+}
+
+/**
+ * The whole dissector of a declared flow: its messages from the declaration, and framing,
+ * direction, ports and content detection generated from the same declaration the inspector's
+ * decoder uses (`declaredFlow` in src/core/flow.ts).
+ */
+export function declaredDissector(decl: FlowDeclaration): DissectorDeclaration {
+  const sig = decl.clientSignature;
+  const ports = [
+    ...decl.tcpPorts.map((p) => `DissectorTable.get("tcp.port"):add(${p}, P)`),
+    ...decl.udpPorts.map((p) => `DissectorTable.get("udp.port"):add(${p}, P)`),
+  ].join('\n');
+  const heuristics =
+    sig === undefined
+      ? ''
+      : [
+          decl.tcp === undefined
+            ? ''
+            : 'P:register_heuristic("tcp", function(tvb, pinfo, tree) return heuristic(tvb, pinfo, tree, TCP_PREFIX) end)',
+          decl.udp === undefined
+            ? ''
+            : 'P:register_heuristic("udp", function(tvb, pinfo, tree) return heuristic(tvb, pinfo, tree, UDP_PREFIX) end)',
+        ]
+          .filter((l) => l !== '')
+          .join('\n');
   const glue = String.raw`
-local state = {}
-local function conv(pinfo)
-  local k = gw.conv_key(pinfo)
-  local s = state[k]
-  if s == nil then s = { segments = { client = {}, server = {} } }; state[k] = s end
-  return s
-end
-
-local packet
-
--- Segmentation: reassemble by segment id per direction; returns the whole inner packet once complete.
-local function segment(s, dir, id, total, index, data)
-  local map = s.segments[dir]
-  local sess = map[id]
-  if sess == nil then sess = { total = total, parts = {}, count = 0 }; map[id] = sess end
-  if sess.parts[index] == nil then sess.count = sess.count + 1 end
-  sess.parts[index] = data
-  if sess.count < sess.total then return nil end
-  map[id] = nil
-  local ba = ByteArray.new()
-  for i = 0, sess.total - 1 do ba:append(sess.parts[i]) end
-  return ba
-end
-
-packet = function(tvb, off, stop, pinfo, tree, isClient, depth)
-  local item = tree:add(P, tvb(off, stop - off))
-  item:add(F_LEN, tvb(off, 2))
-  item:add(F_UID, tvb(off + 2, 2))
-  local union = isClient and UP or DOWN
-  local tag = tvb(off + 4, 1):uint()
-  local name = union.names[tag] or ("type " .. tag)
-  item:add(F_MSG, tvb(off + 4, 1), name)
-  item:add(F_DIR, tvb(off + 4, 1), isClient and "client" or "server")
-  item:append_text(": " .. name)
-  local ok, _, v = pcall(gw.walk, union, tvb, off + 4, stop, item)
-  if not ok then
-    item:add_expert_info(PI_MALFORMED, PI_ERROR, "malformed " .. name)
-    return
-  end
-  if depth > 4 then return end
-  if name == "Reliable" then
-    local n = tvb(off + 5, 1):uint()
-    local p = off + 6
-    for _ = 1, n do
-      local l = tvb(p, 2):uint()
-      if l >= 5 then packet(tvb, p + 2, p + 2 + l, pinfo, tree, isClient, depth + 1) end
-      p = p + 2 + l
-    end
-  elseif name == "Segmentation" and not pinfo.visited then
-    local s = conv(pinfo)
-    local whole = segment(s, isClient and "client" or "server", v.segmentId, v.totalSegments, v.currentSegment,
-      gw.range(tvb, off + 11, stop - off - 11):bytes())
-    if whole ~= nil and whole:len() >= 5 then
-      local t = whole:tvb("Reassembled NoxVR packet")
-      packet(t, 0, t:len(), pinfo, tree, isClient, depth + 1)
-    end
-  end
-end
-
-local function padded_handshake_end(tvb)
-  local n = tvb:len()
-  if n < 5 or tvb(4, 1):uint() ~= 1 then return -1 end
-  local l = tvb(0, 2):uint()
-  if l < 5 or l > n then return -1 end
-  for i = l, n - 1 do if tvb(i, 1):uint() ~= 0 then return -1 end end
-  return l
-end
+local COLUMN = ${luaString(decl.column)}
+local TCP_PREFIX = ${prefixLua(decl.tcp)}
+local UDP_PREFIX = ${decl.udp === 'datagram' ? 'nil' : prefixLua(decl.udp)}
+local SIGNATURE = ${sig === undefined ? 'nil' : `{ offset = ${sig.offset}, bytes = { ${sig.bytes.join(', ')} } }`}
+local servers = {}
 
 local function server_port(pinfo)
-  local s = conv(pinfo)
-  if s.server == nil then s.server = pinfo.match_uint ~= 0 and pinfo.match_uint or pinfo.dst_port end
-  return s.server
+  local k = gw.conv_key(pinfo)
+  if servers[k] == nil then servers[k] = pinfo.match_uint ~= 0 and pinfo.match_uint or pinfo.dst_port end
+  return servers[k]
+end
+
+-- One message in tvb[off, stop), shown under an item spanning [from, stop).
+local function message(tvb, from, off, stop, tree, isClient)
+  local node = isClient and UP or DOWN
+  local item = tree:add(P, tvb(from, stop - from))
+  local name = "message"
+  if node.k == "union" and stop - off >= node.tag.n then
+    local tag = gw.uint(tvb, off, node.tag.n, node.tag.le, false)
+    name = node.names[tag] or ("type " .. tag)
+    item:add(F_MSG, tvb(off, node.tag.n), name)
+  end
+  item:add(F_DIR, gw.range(tvb, off, 0), isClient and "client" or "server")
+  item:append_text(": " .. name)
+  local ok, after = pcall(gw.walk, node, tvb, off, stop, item)
+  if not ok then
+    item:add_expert_info(PI_MALFORMED, PI_ERROR, "malformed " .. name)
+  elseif after ~= stop then
+    item:add_expert_info(PI_MALFORMED, PI_ERROR, (stop - after) .. " trailing byte(s)")
+  end
+end
+
+-- The whole frame's length from its prefix.
+local function frame_length(tvb, off, prefix)
+  local v = gw.uint(tvb, off + prefix.at, prefix.n, prefix.le, false)
+  if prefix.rest then return prefix.at + prefix.n + v end
+  return v
 end
 
 function P.dissector(tvb, pinfo, tree)
-  pinfo.cols.protocol = "NoxVR"
+  pinfo.cols.protocol = COLUMN
   local isClient = pinfo.dst_port == server_port(pinfo)
   local udp = pinfo.port_type == 3
-  local off, n = 0, tvb:len()
+  local n = tvb:len()
+  -- Not "udp and UDP_PREFIX or TCP_PREFIX": a nil UDP_PREFIX (one message per datagram) would fall through.
+  local prefix = TCP_PREFIX
+  if udp then prefix = UDP_PREFIX end
+  if prefix == nil then
+    message(tvb, 0, 0, n, tree, isClient)
+    return n
+  end
+  local head = prefix.at + prefix.n
+  local off = 0
   while off < n do
-    if n - off < 2 then
-      if udp then return n end
+    if n - off < head then
+      if udp then tree:add_expert_info(PI_MALFORMED, PI_ERROR, "frame cut short"); return n end
       pinfo.desegment_offset = off
       pinfo.desegment_len = DESEGMENT_ONE_MORE_SEGMENT
       return n
     end
-    local l = tvb(off, 2):uint()
-    if l < 5 or off + l > n then
-      if udp then
-        -- A first Handshake may be padded with zeros up to the size of its reply.
-        local e = padded_handshake_end(tvb)
-        if e > 0 and off <= e then
-          if off == 0 then packet(tvb, 0, e, pinfo, tree, isClient, 0) end
-        else
-          tree:add_expert_info(PI_MALFORMED, PI_ERROR, "bad NoxVR length")
-        end
-        return n
-      end
-      if l < 5 then tree:add_expert_info(PI_MALFORMED, PI_ERROR, "bad NoxVR length"); return n end
+    local l = frame_length(tvb, off, prefix)
+    if l < head then tree:add_expert_info(PI_MALFORMED, PI_ERROR, "bad frame length"); return n end
+    if off + l > n then
+      if udp then tree:add_expert_info(PI_MALFORMED, PI_ERROR, "frame cut short"); return n end
       pinfo.desegment_offset = off
       pinfo.desegment_len = off + l - n
       return n
     end
-    packet(tvb, off, off + l, pinfo, tree, isClient, 0)
+    message(tvb, off, off + head, off + l, tree, isClient)
     off = off + l
   end
   return n
 end
 
-DissectorTable.get("tcp.port"):add(23032, P)
-DissectorTable.get("udp.port"):add(23032, P)
+${ports}
 
--- Heuristic: a Handshake (type 1) whose length fits the payload, sent by the client.
-local function heuristic(tvb, pinfo, tree)
-  if tvb:len() < 9 then return false end
-  local l = tvb(0, 2):uint()
-  if l < 9 or l > tvb:len() or tvb(4, 1):uint() ~= 1 or tvb(5, 2):uint() ~= 1 then return false end
-  local s = conv(pinfo)
-  s.server = pinfo.dst_port
+-- Content detection: a client's first message starts with the declared signature.
+local function heuristic(tvb, pinfo, tree, prefix)
+  if SIGNATURE == nil then return false end
+  local at = (prefix == nil and 0 or prefix.at + prefix.n) + SIGNATURE.offset
+  if tvb:len() < at + #SIGNATURE.bytes then return false end
+  for i, b in ipairs(SIGNATURE.bytes) do
+    if tvb(at + i - 1, 1):uint() ~= b then return false end
+  end
+  -- The first message seen decides the server (a reply matching the signature must not flip it).
+  local k = gw.conv_key(pinfo)
+  if servers[k] == nil then servers[k] = pinfo.dst_port end
   pinfo.conversation = P
   P.dissector(tvb, pinfo, tree)
   return true
 end
-P:register_heuristic("udp", heuristic)
-P:register_heuristic("tcp", heuristic)
+${heuristics}
 `;
   return {
-    protocol: 'nox-relay',
-    file: 'gamewire-nox-relay.lua',
-    lua: assemble(
-      'gamewire-nox-relay',
-      'gw_nox',
-      'gamewire NoxVR Relay',
-      'NoxVR Relay v1 over TCP and UDP.',
-      w,
-      schema,
-      glue,
-    ),
+    protocol: decl.name,
+    abbrev: decl.abbrev,
+    title: decl.title,
+    description: decl.description,
+    schema: [
+      ['UP', messagesItem(decl.messages.client, '')],
+      ['DOWN', messagesItem(decl.messages.server, '')],
+    ],
+    glue,
   };
 }
 
-// ---- Unity Relay --------------------------------------------------------------------------------
-
-function unityDissector(): Dissector {
-  const w = new SchemaWriter('gw_unity');
-  const frame = w.node(RelayFrame as Codec<unknown>, '', 'frame', undefined, 0);
-  const schema = `local FRAME = ${frame}`;
-  const glue = String.raw`
-local state = {}
-local NAMES = FRAME.fields[3].node.names
-
-function P.dissector(tvb, pinfo, tree)
-  pinfo.cols.protocol = "Unity Relay"
-  local k = gw.conv_key(pinfo)
-  if state[k] == nil then state[k] = pinfo.match_uint ~= 0 and pinfo.match_uint or pinfo.dst_port end
-  local isClient = pinfo.dst_port == state[k]
-  local off, n = 0, tvb:len()
-  while off + 4 <= n and tvb(off, 2):uint() == 0xda72 do
-    local name = NAMES[tvb(off + 3, 1):uint()] or "unknown"
-    local item = tree:add(P, tvb(off, n - off))
-    item:add(F_MSG, tvb(off + 3, 1), name)
-    item:add(F_DIR, tvb(off + 3, 1), isClient and "client" or "server")
-    item:append_text(": " .. name)
-    local ok, after = pcall(gw.walk, FRAME, tvb, off, n, item)
-    if not ok then
-      item:add_expert_info(PI_MALFORMED, PI_ERROR, "malformed " .. name)
-      return n
-    end
-    item:set_len(after - off)
-    off = after
-  end
-  return n
-end
-
-DissectorTable.get("udp.port"):add(37000, P)
-
-local function heuristic(tvb, pinfo, tree)
-  if tvb:len() < 4 or tvb(0, 2):uint() ~= 0xda72 or tvb(2, 1):uint() ~= 0 then return false end
-  local t = tvb(3, 1):uint()
-  local k = gw.conv_key(pinfo)
-  -- BIND_RECEIVED, ACCEPTED, REJECTED and ERROR come only from the relay.
-  if state[k] == nil then
-    if t == 1 or t == 6 or t == 8 or t == 12 then state[k] = pinfo.src_port else state[k] = pinfo.dst_port end
-  end
-  pinfo.conversation = P
-  P.dissector(tvb, pinfo, tree)
-  return true
-end
-P:register_heuristic("udp", heuristic)
-`;
-  return {
-    protocol: 'unity-relay',
-    file: 'gamewire-unity-relay.lua',
-    lua: assemble(
-      'gamewire-unity-relay',
-      'gw_unity',
-      'gamewire Unity Relay',
-      'Unity Relay message protocol over UDP.',
-      w,
-      schema,
-      glue,
-    ),
-  };
-}
-
-// ---- JS5 ----------------------------------------------------------------------------------------
-
-function js5Dissector(): Dissector {
-  const w = new SchemaWriter('gw_js5');
-  const hs = w.node(Handshake as Codec<unknown>, 'handshake', 'handshake', undefined, 0);
-  const reply = w.node(HandshakeReply as Codec<unknown>, 'handshakeReply', 'handshakeReply', undefined, 0);
-  const req = w.union(Js5Request.info as any, '', 0);
-  const r = (name: string, ctor: string, extra: string, doc?: string) =>
-    w.field(`response.${name}`, name, ctor, extra, doc);
-  const resp = {
-    archive: r('archive', 'uint8', 'base.DEC'),
-    group: r('group', 'uint16', 'base.DEC'),
-    prefetch: r(
-      'prefetch',
-      'uint8',
-      'base.DEC, { [0] = "false", [1] = "true" }',
-      '0x80 bit of the compression byte',
-    ),
-    compression: r(
-      'compression',
-      'uint8',
-      'base.DEC, { [0] = "none", [1] = "bzip2", [2] = "gzip", [3] = "lzma" }',
-    ),
-    length: w.field('response.hdr.length', 'length', 'int32', 'base.DEC'),
-    uncompressedLength: r('uncompressedLength', 'int32', 'base.DEC'),
-    data: r('data', 'bytes', 'base.NONE', 'container data, still compressed'),
-    xor: w.field('hdr.xor', 'xor key', 'uint8', 'base.DEC'),
-  };
-  const schema = `local HANDSHAKE = ${hs}\nlocal REPLY = ${reply}\nlocal REQUEST = ${req}\nlocal R = {
-  archive = ${resp.archive}, group = ${resp.group}, prefetch = ${resp.prefetch}, compression = ${resp.compression},
-  length = ${resp.length}, uncompressedLength = ${resp.uncompressedLength}, data = ${resp.data}, xor = ${resp.xor} }`;
-  const glue = String.raw`
-local state = {}
--- The XOR key and handshake state in force at the start of each frame (frames can be revisited).
-local at_frame = {}
-
-local function conv(pinfo)
-  local k = gw.conv_key(pinfo)
-  local s = state[k]
-  if s == nil then s = { key = 0, sawHandshake = false, replyPending = false, server = nil }; state[k] = s end
-  return s
-end
-
-local function client_side(tvb, pinfo, tree, s)
-  local off, n = 0, tvb:len()
-  while off < n do
-    if not s.sawHandshake and tvb(off, 1):uint() == 15 then
-      if n - off < 5 then pinfo.desegment_offset = off; pinfo.desegment_len = 5 - (n - off); return n end
-      s.sawHandshake = true
-      s.replyPending = true
-      local item = tree:add(P, tvb(off, 5))
-      item:add(F_MSG, tvb(off, 1), "handshake")
-      item:add(F_DIR, tvb(off, 1), "client")
-      pcall(gw.walk, HANDSHAKE, tvb, off, off + 5, item)
-      item:append_text(": handshake")
-      off = off + 5
-    else
-      s.sawHandshake = true
-      if n - off < 4 then pinfo.desegment_offset = off; pinfo.desegment_len = 4 - (n - off); return n end
-      local item = tree:add(P, tvb(off, 4))
-      local name = REQUEST.names[tvb(off, 1):uint()] or "unknown"
-      item:add(F_MSG, tvb(off, 1), name)
-      item:add(F_DIR, tvb(off, 1), "client")
-      item:append_text(": " .. name)
-      local ok = pcall(gw.walk, REQUEST, tvb, off, off + 4, item)
-      if not ok then item:add_expert_info(PI_MALFORMED, PI_ERROR, "malformed request") end
-      if name == "rekey" then s.key = tvb(off + 1, 1):uint() end
-      off = off + 4
-    end
-  end
-  return n
-end
-
-local function framed_length(container)
-  local total = 3 + container
-  if total <= 512 then return total end
-  return total + math.ceil((total - 512) / 511)
-end
-
-local function server_side(tvb, pinfo, tree, s, key)
-  if key ~= 0 then
-    local ba = tvb():bytes()
-    for i = 0, ba:len() - 1 do ba:set_index(i, bit32.bxor(ba:get_index(i), key)) end
-    tvb = ba:tvb("JS5 (XOR " .. key .. " removed)")
-  end
-  local off, n = 0, tvb:len()
-  while off < n do
-    if s.replyPending then
-      s.replyPending = false
-      local item = tree:add(P, tvb(off, 1))
-      item:add(F_MSG, tvb(off, 1), "handshakeReply")
-      item:add(F_DIR, tvb(off, 1), "server")
-      pcall(gw.walk, REPLY, tvb, off, off + 1, item)
-      item:append_text(": handshakeReply")
-      off = off + 1
-    else
-      if n - off < 8 then pinfo.desegment_offset = off; pinfo.desegment_len = DESEGMENT_ONE_MORE_SEGMENT; return n end
-      local ctype = tvb(off + 3, 1):uint()
-      local c = bit32.band(ctype, 0x7f)
-      local length = tvb(off + 4, 4):int()
-      if c > 3 or length < 0 then tree:add_expert_info(PI_MALFORMED, PI_ERROR, "bad JS5 response header"); return n end
-      local framed = framed_length(length + (c == 0 and 5 or 9))
-      if n - off < framed then pinfo.desegment_offset = off; pinfo.desegment_len = framed - (n - off); return n end
-      -- Remove the 0xFF marker at every response offset that is a positive multiple of 512.
-      local plain = ByteArray.new()
-      local first = math.min(512, framed)
-      plain:append(tvb(off, first):bytes())
-      local i = first
-      while i < framed do
-        if tvb(off + i, 1):uint() ~= 0xff then tree:add_expert_info(PI_MALFORMED, PI_ERROR, "missing 0xFF block marker"); return n end
-        i = i + 1
-        local take = math.min(511, framed - i)
-        if take > 0 then plain:append(tvb(off + i, take):bytes()) end
-        i = i + take
-      end
-      local t = plain:tvb("JS5 response (markers removed)")
-      local item = tree:add(P, tvb(off, framed))
-      item:add(F_MSG, tvb(off, 1), "response")
-      item:add(F_DIR, tvb(off, 1), "server")
-      if key ~= 0 then item:add(R.xor, tvb(off, 1), key) end
-      item:add(R.archive, t(0, 1))
-      item:add(R.group, t(1, 2))
-      item:add(R.prefetch, t(3, 1), bit32.rshift(ctype, 7))
-      item:add(R.compression, t(3, 1), c)
-      item:add(R.length, t(4, 4))
-      local h = 8
-      if c ~= 0 then item:add(R.uncompressedLength, t(8, 4)); h = 12 end
-      item:add(R.data, gw.range(t, h, t:len() - h))
-      item:append_text(": response " .. t(0, 1):uint() .. "/" .. t(1, 2):uint())
-      off = off + framed
-    end
-  end
-  return n
-end
-
-function P.dissector(tvb, pinfo, tree)
-  pinfo.cols.protocol = "JS5"
-  local s = conv(pinfo)
-  if s.server == nil then s.server = pinfo.match_uint ~= 0 and pinfo.match_uint or pinfo.dst_port end
-  local key = at_frame[pinfo.number]
-  if key == nil then key = s.key; at_frame[pinfo.number] = key end
-  if pinfo.dst_port == s.server then return client_side(tvb, pinfo, tree, s) end
-  return server_side(tvb, pinfo, tree, s, key)
-end
-
-DissectorTable.get("tcp.port"):add(43594, P)
-
-local function heuristic(tvb, pinfo, tree)
-  local n = tvb:len()
-  if n < 5 or tvb(0, 1):uint() ~= 15 or (n ~= 5 and (n - 5) % 4 ~= 0) then return false end
-  local s = conv(pinfo)
-  s.server = pinfo.dst_port
-  pinfo.conversation = P
-  P.dissector(tvb, pinfo, tree)
-  return true
-end
-P:register_heuristic("tcp", heuristic)
-`;
-  return {
-    protocol: 'js5',
-    file: 'gamewire-js5.lua',
-    lua: assemble('gamewire-js5', 'gw_js5', 'gamewire JS5', 'JS5 cache protocol over TCP.', w, schema, glue),
-  };
-}
-
-// ---- RMC ----------------------------------------------------------------------------------------
-
-function rmcDissector(): Dissector {
-  const w = new SchemaWriter('gw_rmc');
-  const request = w.node(VerboseRequestBody as Codec<unknown>, 'request', 'request', undefined, 0);
-  const success = w.node(VerboseSuccessBody as Codec<unknown>, 'response', 'response', undefined, 0);
-  const failure = w.node(HyperscapeFailureBody as Codec<unknown>, 'error', 'error', undefined, 0);
-  const protoRequest = w.field('request.protocol', 'protocol', 'string', 'base.UNICODE');
-  const protoResponse = w.field('response.protocol', 'protocol', 'string', 'base.UNICODE');
-  const protoError = w.field('error.protocol', 'protocol', 'string', 'base.UNICODE');
-  const methods: string[] = [];
-  for (const p of BUILTIN_PROTOCOLS as any[]) {
-    for (const [short, m] of p.byName as Map<string, any>) {
-      const full = `${p.name}::${short}`;
-      const a =
-        m.args !== undefined ? w.node(m.args, `${p.name}.${short}.args`, 'args', undefined, 1) : 'nil';
-      const r =
-        m.results !== undefined
-          ? w.node(m.results, `${p.name}.${short}.results`, 'results', undefined, 1)
-          : 'nil';
-      methods.push(`[${luaString(full)}] = { args = ${a}, results = ${r} }`);
-    }
+/** Every generated dissector: each registered protocol's, in registry order. */
+export async function generateDissectors(): Promise<Dissector[]> {
+  const out: Dissector[] = [];
+  for (const entry of registry) {
+    if (entry.loadInspection === undefined) continue;
+    const inspection = await entry.loadInspection();
+    for (const d of inspection.dissectors ?? []) out.push(dissectorFrom(d));
+    for (const f of inspection.flows) if (isFlowDeclaration(f)) out.push(dissectorFrom(declaredDissector(f)));
   }
-  const schema = `local REQUEST = ${request}\nlocal SUCCESS = ${success}\nlocal FAILURE = ${failure}
-local F_PROTO = { request = ${protoRequest}, response = ${protoResponse}, error = ${protoError} }
-local METHODS = {\n  ${methods.join(',\n  ')}\n}`;
-  const glue = String.raw`
-local QSTRING = { k = "string", nul = true, len = { t = "prefix", p = { n = 2, le = true } } }
-
--- The arguments or results by name when the method is declared and they fill their bytes exactly.
-local function typed(node, tvb, off, stop, item, fallback)
-  if node ~= nil then
-    local ok, after = pcall(gw.walk, node, tvb, off, stop, gw.NULL_TREE)
-    if ok and after == stop then
-      gw.walk(node, tvb, off, stop, item)
-      return
-    end
-  end
-  item:add(fallback, gw.range(tvb, off, stop - off))
-end
-
-local function frame(tvb, off, stop, pinfo, tree, dir)
-  local item = tree:add(P, tvb(off, stop - off))
-  item:add(F_DIR, tvb(off, 4), dir)
-  local ok, err = pcall(function()
-    local p = off + 4
-    local afterProto, protocol = gw.walk(QSTRING, tvb, p, stop, item)
-    gw.need(tvb, afterProto, 1, stop)
-    local isRequest = tvb(afterProto, 1):uint() == 1
-    p = afterProto + 1
-    if isRequest then
-      item:add(F_MSG, tvb(afterProto, 1), "request")
-      item:add(F_PROTO.request, gw.range(tvb, off + 4, afterProto - off - 4), protocol)
-      -- callId, method, classVersions, then the arguments (everything left).
-      local fields = REQUEST.fields
-      local obj = {}
-      for i = 1, 3 do p, obj[fields[i].name] = gw.walk(fields[i].node, tvb, p, stop, item) end
-      local m = METHODS[obj.method]
-      typed(m and m.args, tvb, p, stop, item, fields[4].node.f)
-      item:append_text(": request " .. obj.method)
-    else
-      gw.need(tvb, p, 1, stop)
-      local success = tvb(p, 1):uint() == 1
-      p = p + 1
-      if success then
-        item:add(F_MSG, tvb(afterProto, 1), "response")
-        item:add(F_PROTO.response, gw.range(tvb, off + 4, afterProto - off - 4), protocol)
-        local fields = SUCCESS.fields
-        local obj = {}
-        for i = 1, 2 do p, obj[fields[i].name] = gw.walk(fields[i].node, tvb, p, stop, item) end
-        local method = obj.method
-        local m = (method:sub(-1) == "*") and METHODS[method:sub(1, -2)] or nil
-        typed(m and m.results, tvb, p, stop, item, fields[3].node.f)
-        item:append_text(": response " .. method)
-      else
-        item:add(F_MSG, tvb(afterProto, 1), "error")
-        item:add(F_PROTO.error, gw.range(tvb, off + 4, afterProto - off - 4), protocol)
-        gw.walk(FAILURE, tvb, p, stop, item)
-        item:append_text(": error")
-      end
-    end
-  end)
-  if not ok then item:add_expert_info(PI_MALFORMED, PI_ERROR, "malformed RMC packet") end
-end
-
-local servers = {}
-function P.dissector(tvb, pinfo, tree)
-  pinfo.cols.protocol = "RMC"
-  local k = gw.conv_key(pinfo)
-  if servers[k] == nil then servers[k] = pinfo.match_uint ~= 0 and pinfo.match_uint or pinfo.dst_port end
-  local dir = pinfo.dst_port == servers[k] and "client" or "server"
-  local off, n = 0, tvb:len()
-  while off < n do
-    if n - off < 4 then pinfo.desegment_offset = off; pinfo.desegment_len = DESEGMENT_ONE_MORE_SEGMENT; return n end
-    local size = tvb(off, 4):le_uint()
-    if off + 4 + size > n then pinfo.desegment_offset = off; pinfo.desegment_len = off + 4 + size - n; return n end
-    frame(tvb, off, off + 4 + size, pinfo, tree, dir)
-    off = off + 4 + size
-  end
-  return n
-end
-
-DissectorTable.get("tcp.port"):add(9103, P)
-`;
-  return {
-    protocol: 'rmc',
-    file: 'gamewire-rmc.lua',
-    lua: assemble(
-      'gamewire-rmc',
-      'gw_rmc',
-      'gamewire Rendez-Vous RMC',
-      'RMC over TCP (HyperScape envelope).',
-      w,
-      schema,
-      glue,
-    ),
-  };
-}
-
-/** Every generated dissector. */
-export function generateDissectors(): Dissector[] {
-  return [js5Dissector(), rmcDissector(), unityDissector(), noxDissector()];
+  return out;
 }

@@ -12,7 +12,7 @@ export {
 } from './inspector.js';
 export { accepts, type RecordFilter, recordJson, tableLine } from './output.js';
 export { PacketDecoder } from './packet.js';
-export { PROTOCOLS } from './protocols.js';
+export { loadFlowProtocols } from './protocols.js';
 export { TcpReassembler } from './tcp.js';
 export {
   ipPacket,

@@ -8,19 +8,18 @@
  */
 
 import { ConfigError } from '../core/errors.js';
+import type { FlowProtocol } from '../core/flow.js';
 import type { Direction } from '../core/protocol.js';
 import type { Json } from '../wire/codec.js';
 import type { DecodeError } from '../wire/errors.js';
 import type { CapturedPacket } from './capture.js';
 import { PacketDecoder, type PacketLimits, type Segment, TcpFlag } from './packet.js';
 import {
-  DEFAULT_DECODER_OPTIONS,
   type DecoderOptions,
+  decoderDefaults,
   type Emitter,
   type FlowDecoder,
   findProtocol,
-  PROTOCOLS,
-  type ProtocolEntry,
 } from './protocols.js';
 import { type TcpLimits, TcpReassembler } from './tcp.js';
 
@@ -44,6 +43,8 @@ export interface PortMapping {
 }
 
 export interface InspectOptions {
+  /** The protocols to decode, from `loadFlowProtocols()` (src/inspect/protocols.ts). */
+  protocols: readonly FlowProtocol<any>[];
   ports: PortMapping[];
   /** Try content detection for flows no port maps (default true). */
   detect: boolean;
@@ -63,6 +64,7 @@ export interface InspectOptions {
 }
 
 export const DEFAULT_INSPECT_OPTIONS: InspectOptions = {
+  protocols: [],
   ports: [],
   detect: true,
   maxFlows: 65_536,
@@ -94,7 +96,7 @@ class Flow {
   readonly aPort: number;
   readonly bPort: number;
   readonly b: string;
-  protocol: ProtocolEntry | null | undefined = undefined;
+  protocol: FlowProtocol<any> | null | undefined = undefined;
   /** Which side (0 = a, 1 = b) is the client; set with the protocol. */
   clientSide: 0 | 1 = 0;
   label = '';
@@ -128,7 +130,7 @@ class Flow {
     return side === this.clientSide ? 'client' : 'server';
   }
 
-  assign(protocol: ProtocolEntry | null, clientSide: 0 | 1): void {
+  assign(protocol: FlowProtocol<any> | null, clientSide: 0 | 1): void {
     this.protocol = protocol;
     this.clientSide = clientSide;
     const c = clientSide === 0 ? endpoint(this.a, this.aPort) : endpoint(this.b, this.bPort);
@@ -143,8 +145,8 @@ export class Inspector {
   private readonly packets: PacketDecoder;
   private readonly decoderOptions: DecoderOptions;
   private readonly onRecord: (r: InspectRecord) => void;
-  private readonly tcpPorts = new Map<number, ProtocolEntry>();
-  private readonly udpPorts = new Map<number, ProtocolEntry>();
+  private readonly tcpPorts = new Map<number, FlowProtocol<any>>();
+  private readonly udpPorts = new Map<number, FlowProtocol<any>>();
   private readonly explicitTcp = new Set<number>();
   private readonly explicitUdp = new Set<number>();
   private now = 0;
@@ -163,13 +165,14 @@ export class Inspector {
     this.options = { ...DEFAULT_INSPECT_OPTIONS, ...options };
     this.onRecord = onRecord;
     this.packets = new PacketDecoder(this.options.packet);
-    this.decoderOptions = { ...DEFAULT_DECODER_OPTIONS, ...this.options.decoder };
-    for (const p of PROTOCOLS) {
+    const protocols = this.options.protocols;
+    this.decoderOptions = { ...decoderDefaults(protocols), ...this.options.decoder };
+    for (const p of protocols) {
       for (const port of p.tcpPorts) this.tcpPorts.set(port, p);
       for (const port of p.udpPorts) this.udpPorts.set(port, p);
     }
     for (const m of this.options.ports) {
-      const p = findProtocol(m.protocol);
+      const p = findProtocol(protocols, m.protocol);
       if (p === undefined) throw new ConfigError(`unknown protocol ${m.protocol}`, 'ports');
       if (m.transport !== 'udp') {
         this.tcpPorts.set(m.port, p);
@@ -259,7 +262,7 @@ export class Inspector {
     this.setProtocol(flow, protocol, server === 1 ? 0 : 1);
   }
 
-  private setProtocol(flow: Flow, protocol: ProtocolEntry | null, clientSide: 0 | 1): void {
+  private setProtocol(flow: Flow, protocol: FlowProtocol<any> | null, clientSide: 0 | 1): void {
     flow.assign(protocol, clientSide);
     if (protocol === null) {
       this.stats.unknownFlows++;
@@ -275,7 +278,7 @@ export class Inspector {
   /** Content detection on the first bytes a side sent. */
   private detect(flow: Flow, side: 0 | 1, first: Buffer): void {
     if (this.options.detect) {
-      for (const p of PROTOCOLS) {
+      for (const p of this.options.protocols) {
         const sender = p.detect?.(flow.transport, first);
         if (sender === undefined) continue;
         let clientSide: 0 | 1 = sender === 'client' ? side : side === 0 ? 1 : 0;

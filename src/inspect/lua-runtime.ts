@@ -210,42 +210,6 @@ function gw.walk(node, tvb, off, lim, tree)
   error("unknown node kind " .. tostring(k))
 end
 
--- Hand-written parts of the declarations (custom codecs), by name.
-gw.custom["nox-relay.optional-string"] = function(node, tvb, off, lim, tree)
-  if off >= lim then return off, nil end
-  return gw.walk({ k = "string", len = { t = "prefix", p = { n = 2, le = false } }, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["nox-relay.optional-u16"] = function(node, tvb, off, lim, tree)
-  if lim - off < 2 then return off, nil end
-  return gw.walk({ k = "int", n = 2, le = false, signed = false, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["nox-relay.enter-threshold"] = function(node, tvb, off, lim, tree)
-  if lim - off == 1 then return gw.walk({ k = "int", n = 1, f = node.f2 }, tvb, off, lim, tree) end
-  return gw.walk({ k = "float", n = 4, le = false, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["nox-relay.address-cookie"] = function(node, tvb, off, lim, tree)
-  if off >= lim then return off, nil end
-  return gw.walk({ k = "bytes", len = { t = "fixed", n = 8 }, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["rmc.rest"] = function(node, tvb, off, lim, tree)
-  return gw.walk({ k = "bytes", len = { t = "rest" }, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["rmc.Buffer16"] = function(node, tvb, off, lim, tree)
-  return gw.walk({ k = "bytes", len = { t = "prefix", p = { n = 2, le = true } }, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["rmc.Buffer32"] = function(node, tvb, off, lim, tree)
-  return gw.walk({ k = "bytes", len = { t = "prefix", p = { n = 4, le = true } }, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["rmc.UUID"] = function(node, tvb, off, lim, tree)
-  return gw.walk({ k = "bytes", len = { t = "fixed", n = 16 }, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["rmc.qResult"] = function(node, tvb, off, lim, tree)
-  return gw.walk({ k = "int", n = 4, le = true, signed = false, f = node.f }, tvb, off, lim, tree)
-end
-gw.custom["rmc.StationURL"] = function(node, tvb, off, lim, tree)
-  return gw.walk({ k = "string", nul = true, len = { t = "prefix", p = { n = 2, le = true } }, f = node.f }, tvb, off, lim, tree)
-end
-
 -- Dissects one message node over tvb[off, lim) under a new protocol item; returns the end.
 function gw.message(proto, node, tvb, off, lim, tree, label)
   local item = tree:add(proto, tvb(off, lim - off))

@@ -13,7 +13,13 @@ import net from 'node:net';
 import type { Direction } from '../core/protocol.js';
 import type { Json } from '../wire/codec.js';
 import type { DecodeError } from '../wire/errors.js';
-import { DEFAULT_DECODER_OPTIONS, type DecoderOptions, type Emitter, findProtocol } from './protocols.js';
+import {
+  type DecoderOptions,
+  decoderDefaults,
+  type Emitter,
+  findProtocol,
+  loadFlowProtocols,
+} from './protocols.js';
 import { inspectBuffer, type RunOptions } from './run.js';
 
 type Step = { send: Buffer } | { reply: Json };
@@ -46,7 +52,8 @@ export interface ReplayOptions extends RunOptions {
 }
 
 /** The client sends and server messages of every decodable session in a capture, in order. */
-export function recordedFlows(capture: Buffer, options: RunOptions = {}): RecordedFlow[] {
+export async function recordedFlows(capture: Buffer, options: RunOptions = {}): Promise<RecordedFlow[]> {
+  const protocols = options.protocols ?? (await loadFlowProtocols());
   const flows = new Map<string, RecordedFlow>();
   const flowOf = (label: string, transport: 'tcp' | 'udp', protocol: string): RecordedFlow => {
     let f = flows.get(label);
@@ -65,6 +72,7 @@ export function recordedFlows(capture: Buffer, options: RunOptions = {}): Record
     },
     {
       ...options,
+      protocols,
       onPayload: (label, transport, protocol, direction, bytes) => {
         if (direction === 'client')
           flowOf(label, transport, protocol).steps.push({ send: Buffer.from(bytes) });
@@ -122,8 +130,9 @@ async function replayFlow(flow: RecordedFlow, options: ReplayOptions): Promise<J
       if (d === 'server') errors.push(e);
     },
   };
-  const decoderOptions: DecoderOptions = { ...DEFAULT_DECODER_OPTIONS, ...options.decoder };
-  const decoder = findProtocol(flow.protocol)!.create(emitter, decoderOptions);
+  const protocols = await loadFlowProtocols();
+  const decoderOptions: DecoderOptions = { ...decoderDefaults(protocols), ...options.decoder };
+  const decoder = findProtocol(protocols, flow.protocol)!.create(emitter, decoderOptions);
   const waitFor = async (count: number): Promise<void> => {
     const deadline = Date.now() + options.stepTimeoutMs;
     while (got.length < count && Date.now() < deadline) {
@@ -182,7 +191,7 @@ export interface ReplayResult {
 
 /** Replays every flow of a capture against one target. */
 export async function replay(capture: Buffer, options: ReplayOptions): Promise<ReplayResult> {
-  const flows = recordedFlows(capture, options);
+  const flows = await recordedFlows(capture, options);
   const result: ReplayResult = { flows: flows.length, messages: 0, differences: [] };
   for (const flow of flows) {
     const recorded = flow.steps.flatMap((s) => ('reply' in s ? [s.reply] : []));

@@ -1,9 +1,14 @@
 /**
  * Every protocol gamewire speaks, as light entries: names and loaders, no protocol code. The CLI
  * starts fast because it imports a protocol's code only when a command uses it (`decode js5`
- * loads the js5 codecs, nothing else). Add a protocol by adding its entry here; the test in
- * test/cli/registry.test.ts checks each entry against the module it loads.
+ * loads the js5 codecs, nothing else). An entry is the one place a protocol is plugged in: the
+ * CLI, `serve`, the inspector, the dissector generator, the admin endpoint and the dashboard
+ * reach everything of a protocol through it. Add a built-in protocol by adding its entry here
+ * (test/cli/registry.test.ts checks each entry against the module it loads); add one from
+ * outside with `GAMEWIRE_PLUGINS` (plugins.ts, docs/plugins.md).
  */
+import { CommandError, EXIT_USAGE } from '../core/errors.js';
+import type { ProtocolInspection } from '../core/flow.js';
 import type { CodecFlag, ProtocolCodec, ProtocolModule } from '../core/protocol.js';
 import { PRUDP_CODEC_FLAGS } from './rmc/prudp/flags.js';
 
@@ -27,9 +32,12 @@ export interface ProtocolEntry {
   loadCodecs(): Promise<readonly ProtocolCodec[]>;
   /** Loads the whole module (server, commands). */
   load(): Promise<ProtocolModule>;
+  /** Loads what the inspector and the dissector generator use (flows, dissectors); absent: none. */
+  loadInspection?(): Promise<ProtocolInspection>;
 }
 
-export const registry: readonly ProtocolEntry[] = [
+/** The built-in protocols, then any plug-in added with `registerProtocol` (in that order). */
+export const registry: ProtocolEntry[] = [
   {
     name: 'rmc',
     summary: 'Rendez-Vous RMC (HyperScape string-named variant by default; nex-verbose and classic packed)',
@@ -37,13 +45,14 @@ export const registry: readonly ProtocolEntry[] = [
     codecFlags: PRUDP_CODEC_FLAGS,
     hasServer: true,
     hasCommands: true,
-    hasConform: false,
+    hasConform: true,
     hasLoad: true,
     loadCodecs: async () => [
       (await import('./rmc/codec.js')).rmcCodec,
       (await import('./rmc/prudp/codec.js')).prudpCodec,
     ],
     load: async () => (await import('./rmc/index.js')).rmc,
+    loadInspection: async () => (await import('./rmc/inspect.js')).inspection,
   },
   {
     name: 'js5',
@@ -58,6 +67,7 @@ export const registry: readonly ProtocolEntry[] = [
       return [m.js5Codec, m.js5ContainerCodec, m.js5IndexCodec, m.js5MasterIndexCodec];
     },
     load: async () => (await import('./js5/index.js')).js5,
+    loadInspection: async () => (await import('./js5/inspect.js')).inspection,
   },
   {
     name: 'vcmp-rpc',
@@ -80,6 +90,7 @@ export const registry: readonly ProtocolEntry[] = [
     hasLoad: true,
     loadCodecs: async () => [(await import('./unity-relay/codec.js')).unityRelayCodec],
     load: async () => (await import('./unity-relay/index.js')).unityRelay,
+    loadInspection: async () => (await import('./unity-relay/inspect.js')).inspection,
   },
   {
     name: 'nox-relay',
@@ -91,8 +102,35 @@ export const registry: readonly ProtocolEntry[] = [
     hasLoad: true,
     loadCodecs: async () => [(await import('./nox-relay/codec.js')).noxRelayCodec],
     load: async () => (await import('./nox-relay/index.js')).noxRelay,
+    loadInspection: async () => (await import('./nox-relay/inspect.js')).inspection,
   },
 ];
+
+function pluginError(message: string): CommandError {
+  return new CommandError('ERR_PLUGIN', message, EXIT_USAGE);
+}
+
+/** A protocol's name: lowercase letters, digits and dashes (it is a flag value, a config section, a URL part). */
+export const PROTOCOL_NAME = /^[a-z][a-z0-9-]{0,39}$/;
+
+/**
+ * Adds a protocol from outside (a plug-in) after the built-in ones. Its name and codec names
+ * must be new; throws ERR_PLUGIN (exit 2) otherwise.
+ */
+export function registerProtocol(entry: ProtocolEntry): void {
+  if (!PROTOCOL_NAME.test(entry.name)) {
+    throw pluginError(`protocol name "${entry.name}" must be lowercase letters, digits and dashes`);
+  }
+  if (registry.some((p) => p.name === entry.name))
+    throw pluginError(`protocol "${entry.name}" is already registered`);
+  for (const c of entry.codecs) {
+    if (!PROTOCOL_NAME.test(c))
+      throw pluginError(`codec name "${c}" must be lowercase letters, digits and dashes`);
+    const owner = entryForCodec(c);
+    if (owner !== undefined) throw pluginError(`codec "${c}" already belongs to ${owner.name}`);
+  }
+  registry.push(entry);
+}
 
 /** Every format name `decode` accepts, in registry order. */
 export function codecNames(): string[] {

@@ -3,6 +3,9 @@
  * was accepted and did nothing. Every option declared `requires: 'redis'` is refused without it,
  * and `serve --help` says which protocols a shared flag drives.
  */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Option } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { resolveServeOptions } from '../../src/cli/serve.js';
@@ -95,6 +98,29 @@ describe('fleet-only options need --redis', () => {
     expect(e.message).toBe(
       'rmc: --drain (config rmc.drain) needs --redis (config rmc.redis): without it, it does nothing',
     );
+  });
+
+  it('with several protocols, the refusal comes before any of them starts', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-fleet-only-'));
+    const file = path.join(dir, 'config.json');
+    writeFileSync(file, JSON.stringify({ js5: { port: 0 }, rmc: { port: 0 } }));
+    const r = runCli([
+      'serve',
+      'js5',
+      'rmc',
+      '--drain',
+      '--host',
+      '127.0.0.1',
+      '--config',
+      file,
+      '--data-dir',
+      dir,
+    ]);
+    rmSync(dir, { recursive: true, force: true });
+    expect(r.code).toBe(2);
+    // No js5 endpoint line: js5 never started.
+    expect(r.stdout).toBe('');
+    expect(errorOf(r).message).toMatch(/^rmc: --drain .* needs --redis/);
   });
 
   it('unity-relay --drain needs no Redis (it drains the single process too)', () => {

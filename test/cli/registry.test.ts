@@ -24,6 +24,9 @@ describe('the light registry', () => {
       expect(entry.hasServer, entry.name).toBe(m.server !== undefined);
       expect(entry.hasCommands, entry.name).toBe(m.registerCommands !== undefined);
       expect(entry.hasConform, entry.name).toBe(m.conform !== undefined);
+      expect(entry.loadInspection !== undefined, entry.name).toBe(m.inspection !== undefined);
+      if (m.inspection !== undefined)
+        expect(await entry.loadInspection!(), entry.name).toBe(await m.inspection());
       expect(entry.hasLoad, entry.name).toBe(m.load !== undefined);
       const codecs = await entry.loadCodecs();
       expect(codecs, entry.name).toEqual(m.codecs);

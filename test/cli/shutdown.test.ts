@@ -159,7 +159,7 @@ describe('serve exits on a signal whatever happened to stdout and stderr', { tim
       env: cliEnv(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    await waitFor(child.stdout!, (s) => s.includes('gamewire: admin http'));
+    await waitFor(child.stdout!, (s) => s.includes('gamewire: dashboard http'));
     // The readers go away, as `head` does after its lines.
     child.stdout!.destroy();
     child.stderr!.destroy();
@@ -197,7 +197,7 @@ describe('serve exits on a signal whatever happened to stdout and stderr', { tim
       env: cliEnv(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    await waitFor(child.stdout!, (s) => s.includes('gamewire: admin http'));
+    await waitFor(child.stdout!, (s) => s.includes('gamewire: dashboard http'));
     child.kill('SIGTERM');
     const exit = await exitOf(child, 30_000);
     expect(exit).toEqual({ code: 0, signal: null });
@@ -229,7 +229,7 @@ describe('serve exits on a signal whatever happened to stdout and stderr', { tim
       [BIN, 'serve', '--config', allServersConfig(dir), '--data-dir', dir, '--shutdown-timeout-ms', '120000'],
       { cwd: ROOT, env: cliEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
     );
-    await waitFor(child.stdout!, (s) => s.includes('gamewire: admin http'));
+    await waitFor(child.stdout!, (s) => s.includes('gamewire: dashboard http'));
     child.stdout!.destroy();
     child.stderr!.destroy();
     child.kill('SIGTERM');
@@ -252,7 +252,7 @@ describe('serve exits on a signal whatever happened to stdout and stderr', { tim
       ],
       { cwd: ROOT, env: cliEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
     );
-    await waitFor(child.stdout!, (s) => s.split('\n').length > 5 && s.includes('gamewire: admin http'));
+    await waitFor(child.stdout!, (s) => s.split('\n').length > 5 && s.includes('gamewire: dashboard http'));
     // npm's own process, the shell it runs the script in, and the gamewire process under it.
     const tree = descendants(child.pid!);
     expect(tree.length).toBeGreaterThan(0);
@@ -339,7 +339,7 @@ describe('the shutdown backstop', { timeout: 60_000 }, () => {
     child.stderr!.on('data', (d: Buffer) => {
       stderr += d.toString();
     });
-    await waitFor(child.stdout!, (s) => s.includes('gamewire: admin http'));
+    await waitFor(child.stdout!, (s) => s.includes('gamewire: dashboard http'));
     // A peer that never closes its side: the server's close waits up to its 2 s grace for it.
     const peer = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
     await new Promise<void>((resolve) => peer.once('connect', () => resolve()));

@@ -3,7 +3,10 @@
  * nobody reads, and drops everything once the stream failed. Streams here are real Node
  * Writables whose reader is slow, stalled or gone.
  */
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
 import { Writable } from 'node:stream';
+import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { LogDestination } from '../../src/core/log-destination.js';
 
@@ -40,9 +43,48 @@ describe('LogDestination', () => {
       },
     });
     const d = new LogDestination(stream, { maxBacklogBytes: 100 });
-    for (let i = 0; i < 1000; i++) d.write(`line ${i}\n`);
-    expect(out).toHaveLength(1000);
+    for (let i = 0; i < 1000; i++) {
+      d.write(`line ${i}\n`);
+      d.flush(); // a reader that keeps up: nothing stays queued between lines
+    }
+    expect(out.join('')).toBe(Array.from({ length: 1000 }, (_, i) => `line ${i}\n`).join(''));
     expect(d.dropped).toBe(0);
+  });
+
+  it('writes the lines of one turn of the event loop together, in order', async () => {
+    const writes: string[] = [];
+    const stream = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        writes.push(chunk.toString());
+        cb();
+      },
+    });
+    const d = new LogDestination(stream);
+    for (let i = 0; i < 100; i++) d.write(`${i}\n`);
+    expect(writes).toEqual([]);
+    await new Promise((r) => setImmediate(r));
+    expect(writes).toHaveLength(1);
+    expect(writes[0]).toBe(Array.from({ length: 100 }, (_, i) => `${i}\n`).join(''));
+  });
+
+  it('lines logged just before process.exit() still reach stderr (a real process)', () => {
+    const url = pathToFileURL(path.resolve('src/core/log-destination.ts')).href;
+    const r = spawnSync(
+      process.execPath,
+      [
+        '--experimental-strip-types',
+        '--no-warnings',
+        '--input-type=module',
+        '-e',
+        `const { LogDestination } = await import(${JSON.stringify(url)});
+         const d = new LogDestination(process.stderr);
+         d.write('last words\\n');
+         process.exit(3);`,
+      ],
+      { encoding: 'utf8', timeout: 30_000 },
+    );
+    expect(r.status, r.stderr).toBe(3);
+    expect(r.stderr).toBe('last words\n');
   });
 
   it('drops lines beyond the backlog cap when nobody reads, then says how many once read again', async () => {
@@ -50,20 +92,23 @@ describe('LogDestination', () => {
     const d = new LogDestination(s.stream, { maxBacklogBytes: 64 });
     const line = `${'x'.repeat(31)}\n`; // 32 bytes
     for (let i = 0; i < 100; i++) d.write(line);
-    // Queued up to just over the cap (the cap is checked before each write), the rest dropped.
+    d.flush();
+    // Queued up to just over the cap (the cap is checked before each line), the rest dropped.
     expect(s.stream.writableLength).toBeLessThanOrEqual(64 + line.length);
     expect(d.dropped).toBeGreaterThanOrEqual(96);
     const dropped = d.dropped;
     s.release();
     await new Promise<void>((resolve) => d.flush(() => resolve()));
     d.write('after\n');
-    const notice = s.taken.find((t) => t.includes('were dropped'));
+    d.flush();
+    const lines = s.taken.join('').split('\n');
+    const notice = lines.find((t) => t.includes('were dropped'));
     expect(JSON.parse(notice!)).toMatchObject({
       level: 40,
       dropped,
       msg: `${dropped} log lines were dropped: stderr was not being read`,
     });
-    expect(s.taken.at(-1)).toBe('after\n');
+    expect(lines.at(-2)).toBe('after');
   });
 
   it('drops everything after a stream error, and never throws', () => {
@@ -75,6 +120,7 @@ describe('LogDestination', () => {
     });
     const d = new LogDestination(stream);
     d.write('first\n');
+    d.flush();
     return new Promise<void>((resolve) => {
       stream.once('close', () => {
         expect(d.failed).toBe(true);
@@ -94,6 +140,7 @@ describe('LogDestination', () => {
     });
     expect(flushed).toBe(true);
     for (let i = 0; i < 10; i++) d.write('0123456789\n');
+    d.flush();
     flushed = false;
     const done = new Promise<void>((resolve) =>
       d.flush(() => {
@@ -117,6 +164,7 @@ describe('LogDestination', () => {
     });
     const d = new LogDestination(stream, { format: (l) => `> ${l}` });
     d.write('{"msg":"hi"}\n');
+    d.flush();
     expect(out).toEqual(['> {"msg":"hi"}\n']);
   });
 });

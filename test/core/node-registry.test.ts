@@ -1,3 +1,5 @@
+import { randomBytes } from 'node:crypto';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   MemoryNodeRegistry,
@@ -14,8 +16,7 @@ import {
   storeCall,
 } from '../../src/core/redis.js';
 import { freePort, haveRedisServer, type RedisServer, startRedis } from '../helpers/redis.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { elapse, waitFor } from '../helpers/wait.js';
 
 function node(id: string, load: number, extra: Partial<NodeInfo> = {}): NodeInfo {
   return {
@@ -48,16 +49,69 @@ describe('pickLeastLoaded', () => {
   });
 });
 
-function registryContract(name: string, make: () => NodeRegistry | undefined) {
-  describe(name, () => {
+// One redis-server for the file: the contract's Redis runs and the Redis-only tests below.
+let shared: RedisServer | undefined;
+const sharedConnections: RedisConnection[] = [];
+beforeAll(async () => {
+  shared = await startRedis();
+});
+afterAll(async () => {
+  await Promise.all(sharedConnections.map((c) => c.close()));
+  await shared?.dispose();
+});
+
+/** A RedisNodeRegistry on the shared server under its own key prefix (its own fleet). */
+async function redisRegistry(prefix = `nr${randomBytes(4).toString('hex')}:`): Promise<RedisNodeRegistry> {
+  const conn = await connectRedis(shared!.url, { prefix });
+  sharedConnections.push(conn);
+  return new RedisNodeRegistry(conn, { ttlMs: 1000, heartbeatMs: 200 });
+}
+
+const without = (r: NodeRecord): NodeInfo => {
+  const { heartbeatAgeMs: _age, ...info } = r;
+  return info;
+};
+
+/** What a node's info may hold: ids and regions as node ids are written, any endpoints and meta. */
+const nodeInfoArb: fc.Arbitrary<NodeInfo> = fc.record(
+  {
+    id: fc.stringMatching(/^[A-Za-z0-9._-]{1,64}$/),
+    kind: fc.constant('unity-relay'),
+    region: fc.stringMatching(/^[a-z0-9-]{1,16}$/),
+    endpoints: fc.array(
+      fc.record({
+        transport: fc.constantFrom('udp', 'dtls', 'ws', 'wss', 'tcp', 'prudp', 'http'),
+        host: fc.oneof(fc.ipV4(), fc.ipV6(), fc.domain()),
+        port: fc.integer({ min: 1, max: 65535 }),
+      }),
+      { maxLength: 5 },
+    ),
+    capacity: fc.nat({ max: 1_000_000 }),
+    load: fc.nat({ max: 1_000_000 }),
+    draining: fc.boolean(),
+    startedAt: fc.integer({ min: 0, max: 4_102_444_800_000 }),
+    meta: fc.dictionary(fc.string({ maxLength: 12 }), fc.string({ maxLength: 40 }), { maxKeys: 4 }),
+  },
+  { requiredKeys: ['id', 'kind', 'region', 'endpoints', 'capacity', 'load', 'draining', 'startedAt'] },
+);
+
+/**
+ * The NodeRegistry contract, run against both implementations (MemoryNodeRegistry for one
+ * process, RedisNodeRegistry for a fleet). Registries here live 1000 ms without a heartbeat and
+ * heartbeat every 200 ms.
+ */
+function registryContract(name: string, make: () => Promise<NodeRegistry | undefined>) {
+  describe(`NodeRegistry contract: ${name}`, () => {
     it('lists announced nodes by kind and region, and forgets a stopped one', async (ctx) => {
-      const reg = make();
+      const reg = await make();
       if (reg === undefined) return ctx.skip();
       const a = await reg.announce(node('a', 3));
       const b = await reg.announce(node('b', 1, { region: 'us' }));
       const s = await reg.announce(node('s', 0, { kind: 'rmc-secure' }));
       expect((await reg.live('unity-relay')).map((n) => n.id).sort()).toEqual(['a', 'b']);
       expect((await reg.live('unity-relay', 'us')).map((n) => n.id)).toEqual(['b']);
+      expect(await reg.live('unity-relay', 'nowhere')).toEqual([]);
+      expect(await reg.live('no-such-kind')).toEqual([]);
       expect((await reg.live('rmc-secure')).map((n) => n.id)).toEqual(['s']);
       expect((await reg.pick('unity-relay'))?.id).toBe('b');
       b.update({ load: 9 });
@@ -74,10 +128,10 @@ function registryContract(name: string, make: () => NodeRegistry | undefined) {
     });
 
     it('keeps a heartbeating node alive past its TTL, with a fresh heartbeat age', async (ctx) => {
-      const reg = make();
+      const reg = await make();
       if (reg === undefined) return ctx.skip();
       const alive = await reg.announce(node('alive', 0));
-      await sleep(1400); // the TTL in these tests is 1000 ms
+      await elapse(1400, 'longer than the 1000 ms TTL: only heartbeats can keep the record');
       const rec = (await reg.live('unity-relay')).find((n) => n.id === 'alive');
       expect(rec).toBeDefined();
       expect(rec!.heartbeatAgeMs).toBeLessThan(1000);
@@ -85,24 +139,93 @@ function registryContract(name: string, make: () => NodeRegistry | undefined) {
       await reg.close();
       expect(await reg.live('unity-relay')).toEqual([]);
     });
+
+    it('a change without flush is published by the next heartbeat', async (ctx) => {
+      const reg = await make();
+      if (reg === undefined) return ctx.skip();
+      const a = await reg.announce(node('a', 1));
+      await reg.announce(node('b', 2));
+      expect((await reg.pick('unity-relay'))?.id).toBe('a');
+      a.update({ load: 10 });
+      const picked = await waitFor(async () => (await reg.pick('unity-relay'))?.id === 'b', {
+        what: "node a's new load, published by a heartbeat",
+      });
+      expect(picked).toBe(true);
+      expect((await reg.live('unity-relay')).find((n) => n.id === 'a')?.load).toBe(10);
+      await reg.close();
+    });
+
+    it("lists a node's info as announced, whatever the caller changes afterwards (fast-check)", async (ctx) => {
+      const reg = await make();
+      if (reg === undefined) return ctx.skip();
+      await fc.assert(
+        fc.asyncProperty(nodeInfoArb, async (info) => {
+          const announced = structuredClone(info);
+          const announcement = await reg.announce(info);
+          // The caller's object is not the record: changing it changes nothing.
+          info.endpoints.push({ transport: 'udp', host: 'elsewhere', port: 1 });
+          info.region = 'changed';
+          if (info.meta !== undefined) info.meta.extra = 'x';
+          const listed = (await reg.live('unity-relay', announced.region)).find((n) => n.id === announced.id);
+          expect(listed).toBeDefined();
+          expect(without(listed!)).toEqual(announced);
+          expect(listed!.heartbeatAgeMs).toBeGreaterThanOrEqual(0);
+          await announcement.stop();
+          expect((await reg.live('unity-relay')).some((n) => n.id === announced.id)).toBe(false);
+        }),
+        { numRuns: 40 },
+      );
+      await reg.close();
+    });
+
+    it('one record per kind and id: announcing an id again replaces it', async (ctx) => {
+      const reg = await make();
+      if (reg === undefined) return ctx.skip();
+      await reg.announce(node('same', 1));
+      await reg.announce(node('same', 7, { region: 'us' }));
+      await reg.announce(node('same', 0, { kind: 'rmc-secure' }));
+      const listed = await reg.live('unity-relay');
+      expect(listed.map((n) => [n.id, n.load, n.region])).toEqual([['same', 7, 'us']]);
+      expect((await reg.live('rmc-secure')).map((n) => n.id)).toEqual(['same']);
+      await reg.close();
+    });
+
+    it('pick finds nothing when every node is full, draining or without capacity', async (ctx) => {
+      const reg = await make();
+      if (reg === undefined) return ctx.skip();
+      expect(await reg.pick('unity-relay')).toBeUndefined();
+      await reg.announce(node('full', 10, { capacity: 10 }));
+      await reg.announce(node('draining', 0, { draining: true }));
+      await reg.announce(node('none', 0, { capacity: 0 }));
+      expect(await reg.pick('unity-relay')).toBeUndefined();
+      await reg.announce(node('room', 9, { capacity: 10, region: 'us' }));
+      expect((await reg.pick('unity-relay'))?.id).toBe('room');
+      expect(await reg.pick('unity-relay', 'eu')).toBeUndefined();
+      await reg.close();
+    });
+
+    it('close() stops every announcement and removes its records; a stopped announcement stays stopped', async (ctx) => {
+      const reg = await make();
+      if (reg === undefined) return ctx.skip();
+      const a = await reg.announce(node('a', 0));
+      await reg.announce(node('b', 0));
+      await reg.close();
+      expect(await reg.live('unity-relay')).toEqual([]);
+      // A flush after stop publishes nothing; stop twice is harmless.
+      await a.flush();
+      await a.stop();
+      expect(await reg.live('unity-relay')).toEqual([]);
+    });
   });
 }
 
-registryContract('MemoryNodeRegistry', () => new MemoryNodeRegistry({ ttlMs: 1000, heartbeatMs: 200 }));
+registryContract('MemoryNodeRegistry', async () => new MemoryNodeRegistry({ ttlMs: 1000, heartbeatMs: 200 }));
+registryContract('RedisNodeRegistry', async () => (shared === undefined ? undefined : redisRegistry()));
 
 describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', () => {
-  let server: RedisServer;
-  const connections: RedisConnection[] = [];
-  beforeAll(async () => {
-    server = (await startRedis())!;
-  });
-  afterAll(async () => {
-    await Promise.all(connections.map((c) => c.close()));
-    await server.dispose();
-  });
   const connect = async (prefix = 'test:') => {
-    const c = await connectRedis(server.url, { prefix });
-    connections.push(c);
+    const c = await connectRedis(shared!.url, { prefix });
+    sharedConnections.push(c);
     return c;
   };
 
@@ -128,7 +251,7 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     expect((await watcher.live('unity-relay')).map((n) => n.id)).toEqual(['dying']);
     // kill -9 of the process: its connection drops, nothing deregisters it.
     conn.client.disconnect();
-    await sleep(1300);
+    await elapse(1300, 'past the 1000 ms TTL with no heartbeat: Redis must have expired the record');
     expect(await watcher.live('unity-relay')).toEqual([]);
   });
 
@@ -142,7 +265,7 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     await own.start();
     const states: boolean[] = [];
     const conn = await connectRedis(own.url, { prefix: 'down:', onStatus: (up) => states.push(up) });
-    connections.push(conn);
+    sharedConnections.push(conn);
     const reg = new RedisNodeRegistry(conn, { ttlMs: 5000, heartbeatMs: 1000 });
     await reg.announce(node('n', 0));
     await own.stop();
@@ -150,11 +273,11 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     await expect(reg.live('unity-relay')).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(Date.now() - started).toBeLessThan(3000);
     await own.start();
-    const deadline = Date.now() + 10_000;
-    while (!conn.up && Date.now() < deadline) await sleep(50);
-    expect(conn.up).toBe(true);
+    await waitFor(() => conn.up, { what: 'the connection back up' });
     // The record was lost with the server (no persistence); the next heartbeat brings it back.
-    await sleep(1500);
+    await waitFor(async () => (await reg.live('unity-relay')).some((n) => n.id === 'n'), {
+      what: 'the record back after a heartbeat',
+    });
     expect((await reg.live('unity-relay')).map((n) => n.id)).toEqual(['n']);
     expect(states).toEqual([true, false, true]);
     await reg.close();
@@ -169,20 +292,17 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     const own = new RedisServer(await freePort(), fs.mkdtempSync(path.join(os.tmpdir(), 'gamewire-redis-')));
     await own.start();
     const conn = await connectRedis(own.url, { prefix: 'back:', maxBackoffMs: 100 });
-    connections.push(conn);
+    sharedConnections.push(conn);
     // The next tick is 20 s away: only a beat on reconnection can bring the record back sooner.
     const reg = new RedisNodeRegistry(conn, { ttlMs: 60_000, heartbeatMs: 20_000 });
     await reg.announce(node('n', 0));
     await own.stop();
-    const deadline = Date.now() + 10_000;
-    while (conn.up && Date.now() < deadline) await sleep(5);
-    expect(conn.up).toBe(false);
+    await waitFor(() => !conn.up, { what: 'the connection to notice the outage', intervalMs: 5 });
     // Restarted empty (no persistence): the record is back only if the node heartbeated.
     await own.start();
     const watching = await connectRedis(own.url, { prefix: 'back:' });
     const watcher = new RedisNodeRegistry(watching, { ttlMs: 60_000 });
-    while (!conn.up && Date.now() < deadline) await sleep(2);
-    expect(conn.up).toBe(true);
+    await waitFor(() => conn.up, { what: 'the connection back up', intervalMs: 2 });
     // The moment the connection says it is up, its record is back.
     expect((await watcher.live('unity-relay')).map((n) => n.id)).toEqual(['n']);
     await reg.close();
@@ -195,15 +315,14 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     const admin = await connect('quiet:');
     const reg = new RedisNodeRegistry(conn, { ttlMs: 1000, heartbeatMs: 200 });
     await reg.announce(node('q', 0));
-    await sleep(700);
+    await elapse(700, 'several steady heartbeats, none of which may set fleet:recovering');
     expect(await admin.client.exists('quiet:fleet:recovering:unity-relay')).toBe(0);
     expect(Number(await admin.client.get('quiet:fleet:beat-due:unity-relay'))).toBeGreaterThan(0);
     // No heartbeat reaches Redis for longer than one period plus a quarter of the rest of the TTL.
     conn.client.disconnect();
-    await sleep(700);
+    await elapse(700, 'a silence longer than a heartbeat period plus a quarter of the rest of the TTL');
     conn.client.connect().catch(() => {});
-    const deadline = Date.now() + 10_000;
-    while (!conn.up && Date.now() < deadline) await sleep(5);
+    await waitFor(() => conn.up, { what: 'the connection back up', intervalMs: 5 });
     const pttl = await admin.client.pttl('quiet:fleet:recovering:unity-relay');
     // Two TTLs, but at least a TTL plus 8 s (the reconnection's backoff and hooks).
     expect(pttl).toBeGreaterThan(8000);

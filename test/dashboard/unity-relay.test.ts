@@ -247,7 +247,7 @@ describe.each(planes)('the admin API over unity-relay (%s data plane)', (datapla
         },
       ]);
       expect(state).toMatchObject({ role: 'relay', nodeId: 'relay-a', draining: false });
-      expect(await source.actions.drain!(undefined)).toEqual({ ok: true });
+      expect(await source.actions.drain!.run(undefined)).toEqual({ ok: true });
       expect(drained).toBe(true);
       source.wire?.close();
     } finally {

@@ -135,6 +135,7 @@ export interface FloodConfig {
     patch?: { packet: number; offset: number; base: number; modulo: number };
   };
   tcpHold?: string;
+  tcpHolds?: { hex: string; perAddress?: number; addresses?: number }[];
   tcpChurn?: string;
   http?: { method: string; path: string; body?: unknown; perRound?: number };
   perAddress?: boolean;

@@ -14,6 +14,9 @@
  *                                         // `rounds` times, beside the flood: a fresh socket per address
  *                                         // sends `packets` in order (a new source port: a new session)
  *   tcpHold?: hex,                        // one connection per address that sends these bytes and holds
+ *                                         // (it never reads: what the server sends waits in the kernel)
+ *   tcpHolds?: [{ hex, perAddress?, addresses? }], // more of those: `perAddress` connections each
+ *                                         // from the first `addresses` addresses (default all)
  *   tcpChurn?: hex,                       // every round, per address: connect, send, close
  *   http?: { method, path, body, perRound }, // requests per address per round (new connection each)
  * }
@@ -63,9 +66,14 @@ if (config.udpPort !== undefined && flood.length > 0)
 
 const stopAt = performance.now() + config.durationMs;
 const held = [];
-if (config.tcpHold !== undefined) {
-  const bytes = hex(config.tcpHold);
-  for (const a of config.addresses) {
+const holds = [
+  ...(config.tcpHold === undefined ? [] : [{ hex: config.tcpHold }]),
+  ...(config.tcpHolds ?? []),
+];
+for (const hold of holds) {
+  const bytes = hex(hold.hex);
+  const targets = config.addresses.slice(0, hold.addresses ?? config.addresses.length);
+  for (const a of targets.flatMap((x) => Array.from({ length: hold.perAddress ?? 1 }, () => x))) {
     const t = net.connect({ host, port: config.tcpPort, localAddress: a });
     t.on('error', () => {});
     let connected = false;

@@ -17,6 +17,8 @@ export interface Served {
   port(transport: Endpoint['transport'], what?: RegExp): number;
   /** What the server wrote to stderr so far (its logs). */
   stderr(): string;
+  /** The admin endpoint's port, from its start-up line (undefined with --no-admin). */
+  adminPort(): number | undefined;
   /** SIGTERM, then SIGKILL after 5 s; removes the data folder. */
   stop(): Promise<void>;
 }
@@ -35,7 +37,10 @@ export async function startServe(
   child.stderr!.on('data', (d: Buffer) => {
     err += d.toString();
   });
-  child.stdout!.resume();
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
       const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -76,6 +81,10 @@ export async function startServe(
         return e.port;
       },
       stderr: () => err,
+      adminPort: () => {
+        const m = /gamewire: admin http [^\s]*:(\d+) /.exec(out);
+        return m === null ? undefined : Number(m[1]);
+      },
       stop,
     };
   } catch (e) {

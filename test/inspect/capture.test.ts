@@ -11,6 +11,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { CaptureError, CaptureParser, readCapture } from '../../src/inspect/capture.js';
 import type { InspectRecord } from '../../src/inspect/inspector.js';
+import { loadFlowProtocols } from '../../src/inspect/protocols.js';
 import { inspectBuffer } from '../../src/inspect/run.js';
 import {
   ipPacket,
@@ -74,12 +75,15 @@ function pcap(linkType: number, frames: Buffer[], t0 = 1_700_000_000_000_000): B
   return Buffer.concat([pcapFileHeader(linkType), ...frames.map((f, i) => pcapRecord(t0 + i * 1000, f))]);
 }
 
+// Every protocol's flows, loaded through the registry as `gamewire inspect` does.
+const protocols = await loadFlowProtocols();
+
 function run(
   file: Buffer,
   options = {},
 ): { records: InspectRecord[]; stats: ReturnType<typeof inspectBuffer> } {
   const records: InspectRecord[] = [];
-  const stats = inspectBuffer(file, (r) => records.push(r), options);
+  const stats = inspectBuffer(file, (r) => records.push(r), { protocols, ...options });
   return { records, stats };
 }
 
@@ -308,6 +312,7 @@ describe('bad captures and bad messages', () => {
               frames.map((f) => Buffer.from(f)),
             ),
             (r) => records.push(r),
+            { protocols },
           );
         },
       ),

@@ -37,16 +37,18 @@ describe('dissector generator', () => {
     expect(inferCondition((m) => m.kind > 10, before)).toBeUndefined();
   });
 
-  it('writes one Lua file per protocol with its fields, value names and ports', () => {
+  it('writes one Lua file per protocol with its fields, value names and ports', async () => {
     const dir = tempDir();
     const r = runCli(['dissector', '--out', dir]);
     expect(r.code).toBe(0);
     const files = fs.readdirSync(dir).sort();
-    expect(files).toEqual(
-      generateDissectors()
-        .map((d) => d.file)
-        .sort(),
-    );
+    expect(files).toEqual((await generateDissectors()).map((d) => d.file).sort());
+    expect(files).toEqual([
+      'gamewire-js5.lua',
+      'gamewire-nox-relay.lua',
+      'gamewire-rmc.lua',
+      'gamewire-unity-relay.lua',
+    ]);
     const nox = fs.readFileSync(path.join(dir, 'gamewire-nox-relay.lua'), 'utf8');
     expect(nox).toContain('"gw_nox.Handshake.engine"');
     expect(nox).toContain('[5] = "Authentification"');

@@ -4,7 +4,7 @@
  * fallback build, the user documentation, README and LICENSE. Anything else (benches, test
  * helpers, source maps, stale files) fails; so does a missing part.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/cli.js';
@@ -18,6 +18,7 @@ const ALLOWED: readonly RegExp[] = [
   /^bin\/gamewire\.js$/,
   /^dist\/src\/(?:[\w.-]+\/)*[\w.-]+\.(?:js|d\.ts)$/,
   /^web\/dashboard\/[\w.-]+\.(?:html|js|css)$/,
+  /^src\/protocols\/[\w-]+\/dashboard\/[\w.-]+\.js$/,
   /^prebuilds\/linux-(?:x64|arm64)\/relay_dataplane\.node$/,
   /^native\/binding\.gyp$/,
   /^native\/[\w-]+\.[ch]$/,
@@ -94,6 +95,17 @@ describe('the package tarball', () => {
       .map((f) => path.relative(ROOT, f))
       .sort();
     expect(packed.files.filter((f) => f.startsWith('web/'))).toEqual(page);
+  });
+
+  it("ships each protocol's dashboard page from its folder, and nothing else of src/", () => {
+    const pages = readdirSync(path.join(ROOT, 'src', 'protocols'))
+      .flatMap((p) => {
+        const dir = path.join(ROOT, 'src', 'protocols', p, 'dashboard');
+        return existsSync(dir) ? readdirSync(dir).map((f) => `src/protocols/${p}/dashboard/${f}`) : [];
+      })
+      .sort();
+    expect(pages.length).toBeGreaterThan(0);
+    expect(packed.files.filter((f) => f.startsWith('src/'))).toEqual(pages);
   });
 
   it('ships the native data plane prebuilt for linux-x64, and linux-arm64 where the cross compiler exists', (ctx) => {

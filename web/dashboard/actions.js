@@ -19,7 +19,7 @@ export function toast(text, kind = 'error') {
 
 /** Resolves true when the user confirms. */
 export function confirmAction(text, okLabel) {
-  const dialog = document.getElementById('confirm');
+  const dialog = /** @type {HTMLDialogElement} */ (document.getElementById('confirm'));
   document.getElementById('confirm-text').textContent = text;
   document.getElementById('confirm-ok').textContent = okLabel;
   return new Promise((resolve) => {
@@ -27,7 +27,7 @@ export function confirmAction(text, okLabel) {
     dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
     dialog.showModal();
     // The safe choice has focus: Enter alone never ends someone's session.
-    dialog.querySelector('[value="cancel"]').focus();
+    dialog.querySelector(/** @type {'button'} */ ('[value="cancel"]')).focus();
   });
 }
 

@@ -1,22 +1,23 @@
 // The dashboard's shell: session, navigation, the hash router and the one /api/stream connection
-// of the current view. Views (overview.js, one module per protocol, wire.js) get the stream's
-// events through onTick/onState/onWire.
+// of the current view. Views (overview.js, wire.js, and each protocol's own page, found through
+// `page` in /api/servers and loaded from the protocol's folder) get the stream's events through
+// onTick/onState/onWire. The shell names no protocol: a protocol without a page gets the
+// generic view (its counters and its state as a tree).
 
+import { toast } from './actions.js';
 import { ApiError, getJson, loadSession, onUnauthorized, openStream } from './api.js';
 import { destroyAllCharts, updateCharts } from './charts.js';
 import { fill, h } from './dom.js';
 import * as fmt from './format.js';
 import { mountGeneric } from './generic.js';
 import { addTick } from './history.js';
-import { mountJs5 } from './js5.js';
-import { mountNoxRelay } from './nox-relay.js';
+import { kit } from './kit.js';
 import { mountOverview } from './overview.js';
 import { notRunning } from './protocol-page.js';
-import { mountRmc } from './rmc.js';
-import { mountUnityRelay } from './unity-relay.js';
 import { mountWire } from './wire.js';
 
-const PAGES = { 'unity-relay': mountUnityRelay, 'nox-relay': mountNoxRelay, rmc: mountRmc, js5: mountJs5 };
+/** @type {Map<string, Promise<import('./kit.js').PageModule>>} Page modules loaded, by URL. */
+const pages = new Map();
 const RETRY_MS = 3000;
 
 /** Hooks for the browser tests and for curious users in the console (no secrets in here). */
@@ -141,18 +142,45 @@ function connect() {
   );
 }
 
-function mount() {
+/** The protocol's own page module, or undefined (the generic view) when it has none or it fails to load. */
+async function pageModule(server) {
+  if (server?.page == null) return undefined;
+  let loading = pages.get(server.page);
+  if (loading === undefined) {
+    loading = import(server.page);
+    pages.set(server.page, loading);
+  }
+  try {
+    return await loading;
+  } catch (err) {
+    pages.delete(server.page);
+    toast(`the ${server.protocol} page did not load (${err.message}): showing its state as a tree`);
+    return undefined;
+  }
+}
+
+let mounting = 0;
+async function mount() {
   if (locked) return;
+  const token = ++mounting;
   closeView();
   const { protocol, sub } = parseRoute();
   window.gamewireDashboard.route = protocol === '' ? '/' : `/${protocol}${sub ? `/${sub}` : ''}`;
   renderNav();
-  if (protocol === '') view = mountOverview(main, ctx);
-  else if (!servers.some((s) => s.protocol === protocol)) {
+  const server = servers.find((s) => s.protocol === protocol);
+  let next;
+  if (protocol === '') next = mountOverview(main, ctx);
+  else if (server === undefined) {
     notRunning(main, protocol);
-    view = { stream: {} };
-  } else if (sub === 'wire') view = mountWire(main, ctx, protocol);
-  else view = (PAGES[protocol] ?? mountGeneric)(main, ctx, protocol);
+    next = { stream: {} };
+  } else if (sub === 'wire') next = mountWire(main, ctx, protocol);
+  else {
+    const page = await pageModule(server);
+    // Another route was chosen while the page loaded: that one wins.
+    if (token !== mounting || locked) return;
+    next = page === undefined ? mountGeneric(main, ctx, protocol) : page.mount(main, ctx, kit);
+  }
+  view = next;
   document.title = protocol === '' ? 'gamewire dashboard' : `${protocol}${sub ? ` ${sub}` : ''} · gamewire`;
   connect();
   ctx.refreshState();

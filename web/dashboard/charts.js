@@ -3,6 +3,7 @@
 import { h } from './dom.js';
 import * as fmt from './format.js';
 import { series, WINDOW_MS } from './history.js';
+// @ts-expect-error: served from the uplot package at /assets/vendor/uplot/ (not a file of this folder)
 import uPlot from './vendor/uplot/uPlot.esm.js';
 
 function cssVar(name, fallback) {

@@ -37,6 +37,7 @@ export function fill(el, ...children) {
 /**
  * A semantic table: `columns` are {label, num?}; `rows` are arrays of cells (text or nodes, or
  * {value, text, testid} for a cell carrying its raw value in data-value). Empty rows show `empty`.
+ * @param {{ caption?: string, columns: any[], rows: any[], testid?: string, rowTestid?: string, rowKey?: (row: any) => string, empty?: string }} options
  */
 export function table({ caption, columns, rows, testid, rowTestid, rowKey, empty = 'none' }) {
   const thead = h(
@@ -102,6 +103,7 @@ function setCell(td, spec, numeric) {
  * A table updated in place each sample: rows are keyed, cells rewritten only when their text
  * changes, and cells built by `create` (buttons) are made once per row, so focus and clicks
  * survive the once-a-second refresh. `columns`: {label, num?, cell(item) | create(item)}.
+ * @param {{ caption?: string, columns: any[], testid?: string, rowTestid?: string, empty?: string, key: (item: any) => string | number }} options
  */
 export function liveTable({ caption, columns, testid, rowTestid, empty = 'none', key }) {
   const tbody = h('tbody');

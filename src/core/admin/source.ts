@@ -1,7 +1,7 @@
 /**
  * What a running server gives the admin endpoint (docs/dashboard-api.md): its live state, built
- * only when asked; the actions it supports; and its wire tap. Protocols fill this in; the admin
- * HTTP server (src/core/admin/server.ts) never knows any protocol.
+ * only when asked; the actions it declares; and its wire tap. Protocols fill this in; the admin
+ * HTTP server (src/core/admin/) never knows any protocol.
  */
 import type { Json } from '../../wire/codec.js';
 import type { WireTap } from '../wire-tap.js';
@@ -10,18 +10,31 @@ import type { WireDecoder } from './wire-json.js';
 /** What an action answers: done, or an HTTP status with a reason. */
 export type AdminActionResult = { ok: true } | { status: 400 | 404 | 409; error: string };
 
-/** One action on one object (`id` is the path's `:id`, absent for server-wide actions). */
+/** Runs one action (`id` is the path's `:id`, absent for server-wide actions). */
 export type AdminAction = (id: string | undefined) => AdminActionResult | Promise<AdminActionResult>;
 
-export interface AdminActions {
-  /** `POST /api/servers/:protocol/connections/:id/disconnect` (unity-relay: an allocation id, unbound like a CLOSE). */
-  disconnect?: AdminAction;
-  /** `POST /api/servers/unity-relay/allocations/:id/end`. */
-  endAllocation?: AdminAction;
-  /** `POST /api/servers/nox-relay/instances/:id/end`. */
-  endInstance?: AdminAction;
-  /** `POST /api/servers/:protocol/drain`. */
-  drain?: AdminAction;
+/**
+ * One action a protocol declares. With a `collection`, it acts on one object of it:
+ * `POST /api/servers/:protocol/:collection/:id/:verb`; without, on the whole server:
+ * `POST /api/servers/:protocol/:verb`.
+ */
+export interface AdminActionDefinition {
+  collection?: string;
+  verb: string;
+  run: AdminAction;
+}
+
+/** The actions of a server, by the name `/api/servers` lists (`disconnect`, `endAllocation`, …). */
+export type AdminActions = Record<string, AdminActionDefinition>;
+
+/** An action on one object of `collection` (`POST …/:collection/:id/:verb`). */
+export function objectAction(collection: string, verb: string, run: AdminAction): AdminActionDefinition {
+  return { collection, verb, run };
+}
+
+/** An action on the whole server (`POST /api/servers/:protocol/:verb`). */
+export function serverAction(verb: string, run: AdminAction): AdminActionDefinition {
+  return { verb, run };
 }
 
 export interface AdminSource {

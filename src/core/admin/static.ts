@@ -86,3 +86,22 @@ export async function readStatic(root: string, relative: string): Promise<Static
     return undefined;
   }
 }
+
+/**
+ * The `dashboard/` folder beside a protocol's module (`import.meta.url` of its index): the page
+ * files are plain browser modules that stay in the sources (the package ships them from
+ * `src/protocols/<name>/dashboard/`), so a module running from `dist/` finds them under the same
+ * path in the package root. A plug-in outside the package gets the folder beside its module.
+ */
+export function protocolPageDir(moduleUrl: string): string {
+  const here = path.dirname(fileURLToPath(moduleUrl));
+  const beside = path.join(here, 'dashboard');
+  if (existsSync(beside)) return beside;
+  const root = packageRoot(here);
+  if (root !== undefined) {
+    const relative = path.relative(path.join(root, 'dist'), here);
+    if (!relative.startsWith('..') && !path.isAbsolute(relative))
+      return path.join(root, relative, 'dashboard');
+  }
+  return beside;
+}

@@ -5,22 +5,10 @@
 import type { Json } from '../../wire/codec.js';
 import type { CodecOptions, Direction, ProtocolCodec } from '../protocol.js';
 import type { TappedMessage } from '../wire-tap.js';
+import type { WireMessageJson } from './api-types.js';
 import { blankValues, redactFields } from './redact.js';
 
-export interface WireMessageJson {
-  seq: number;
-  at: number;
-  direction: Direction;
-  connection: string | null;
-  transport: string;
-  name: string | null;
-  fields: Json | null;
-  hex: string;
-  length: number;
-  truncated: boolean;
-  error: string | null;
-  [key: string]: Json;
-}
+export type { WireMessageJson } from './api-types.js';
 
 /**
  * Decodes one message's bytes: what `gamewire decode <codec> --from <direction>` prints. A

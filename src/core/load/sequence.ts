@@ -72,6 +72,11 @@ export class SequenceTracker {
     return true;
   }
 
+  /** The highest number seen so far (-1 before the first). */
+  get latest(): number {
+    return this.highest;
+  }
+
   /** Numbers the receiver should have had: first to highest. */
   get expected(): number {
     return this.first < 0 ? 0 : this.highest - this.first + 1;

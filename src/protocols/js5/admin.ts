@@ -7,7 +7,7 @@
  * first state request, a few hundred groups per event-loop turn, and is then kept
  * (`storedBytesComplete` says when it is done). Until then `storedBytes` is what was read so far.
  */
-import { type AdminSource, done, notFound } from '../../core/admin/source.js';
+import { type AdminSource, done, notFound, objectAction } from '../../core/admin/source.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Store } from './cache/store.js';
 import type { Js5Server } from './server.js';
@@ -78,11 +78,11 @@ export function js5Admin(server: Js5Server, store: Store, wireOptions: WireTapOp
       };
     },
     actions: {
-      disconnect(id) {
+      disconnect: objectAction('connections', 'disconnect', (id) => {
         if (id === undefined || !/^\d+$/.test(id) || !server.disconnect(Number(id)))
           return notFound('connection');
         return done;
-      },
+      }),
     },
   };
 }

@@ -15,9 +15,10 @@ import { masterFormat, registerCommands } from './cli.js';
 import { js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec } from './codec.js';
 import { PROFILE_NAMES, PROFILES, parseProfile } from './profiles.js';
 import {
+  DEFAULT_MAX_HANDSHAKING,
   DEFAULT_MAX_INPUT_BYTES,
   DEFAULT_MAX_INPUT_BYTES_PER_IP,
-  DEFAULT_MAX_PER_IP,
+  DEFAULT_TURNS_PER_IP,
   Js5Server,
   MIN_SLICE_BYTES,
   type MissingGroupBehaviour,
@@ -42,6 +43,9 @@ export {
   StoreCorruptError,
   StoreReadError,
 } from './cache/store.js';
+
+import { protocolPageDir } from '../../core/admin/static.js';
+
 export { downloadCache, Js5Client, Js5HandshakeError, probeServerBuild } from './client.js';
 export { Js5Error } from './errors.js';
 export { framedLength, frameResponse, unframeResponse, xorInPlace } from './framing.js';
@@ -123,7 +127,12 @@ async function start(options: Record<string, unknown>, ctx: ServerContext): Prom
       ? {}
       : { masterIndexFormat: masterFormat(opt(options, 'masterIndex')) }),
     maxClients: Number(opt(options, 'maxClients') ?? 1000),
-    maxPerIp: Number(opt(options, 'maxPerIp') ?? DEFAULT_MAX_PER_IP),
+    ...(opt(options, 'maxPerIp') === undefined ? {} : { maxPerIp: Number(opt(options, 'maxPerIp')) }),
+    turnsPerIp: Number(opt(options, 'turnsPerIp') ?? DEFAULT_TURNS_PER_IP),
+    maxHandshaking: positive(
+      opt(options, 'maxHandshaking') ?? DEFAULT_MAX_HANDSHAKING,
+      '--js5-max-handshaking',
+    ),
     handshakeTimeoutMs: positive(opt(options, 'handshakeTimeoutMs') ?? 10_000, '--js5-handshake-timeout-ms'),
     idleTimeoutMs: Number(opt(options, 'idleTimeoutMs') ?? 30_000),
     logIntervalMs: Number(opt(options, 'logIntervalMs') ?? 10_000),
@@ -158,6 +167,8 @@ export const js5: ProtocolModule = {
   summary: 'RuneScape JS5 cache download protocol (435, 530, OSRS) and on-disk cache',
   codecs: [js5Codec, js5ContainerCodec, js5IndexCodec, js5MasterIndexCodec],
   conform: async () => (await import('./conform/index.js')).js5Conform,
+  inspection: async () => (await import('./inspect.js')).inspection,
+  dashboard: { dir: protocolPageDir(import.meta.url) },
   server: {
     summary: 'serves a dat2/idx or flat-file cache with fair, sliced scheduling',
     defaultPort: 43594,
@@ -232,9 +243,25 @@ export const js5: ProtocolModule = {
         aliases: ['js5MaxPerIp'],
         flag: '--js5-max-per-ip <n>',
         description:
-          'js5: connections per address, counted from accept; one more gets 9 (IP limit). 0 = no limit (behind a proxy)',
+          'js5: connections per address, counted from accept; one more gets 9 (IP limit). 0 = no limit (behind a proxy). Default max(8, max-clients/4)',
         type: 'int',
-        default: DEFAULT_MAX_PER_IP,
+      },
+      {
+        key: 'turnsPerIp',
+        min: 0,
+        flag: '--js5-turns-per-ip <n>',
+        description:
+          "js5: output turns the connections of one address share per round (a crowd behind one address gets that many players' bandwidth when the server is busy); 0 = one per connection",
+        type: 'int',
+        default: DEFAULT_TURNS_PER_IP,
+      },
+      {
+        key: 'maxHandshaking',
+        min: 1,
+        flag: '--js5-max-handshaking <n>',
+        description: 'js5: connections still in their handshake; one more closes the oldest of them',
+        type: 'int',
+        default: DEFAULT_MAX_HANDSHAKING,
       },
       {
         key: 'handshakeTimeoutMs',

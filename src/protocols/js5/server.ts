@@ -13,11 +13,18 @@
  * is held (its input is no longer delivered, then no longer read: TCP throttles the client); a
  * connection with `maxBufferedBytes` of output waiting for the peer gets no turn until `drain`.
  *
- * Admission: connections are counted per remote address as they are accepted (`maxPerIp`, reply
- * 9 beyond it); a connection must complete its handshake within `handshakeTimeoutMs`, and any later
- * request within the same time of its first byte; a JS5 session is closed after `idleTimeoutMs`
- * without a request (keep-alives such as logged-in do not count) unless the server is still
- * sending it responses it asked for.
+ * Admission: connections are counted per remote address as they are accepted (`maxPerIp`, a
+ * quarter of the server by default, reply 9 beyond it); a connection must complete its handshake
+ * within `handshakeTimeoutMs`, and any later request within the same time of its first byte; at
+ * most `maxHandshaking` connections may be in their handshake at once, a newcomer closing the
+ * oldest (`evicted`); a JS5 session is closed after `idleTimeoutMs` without a request (keep-alives
+ * such as logged-in do not count) unless the server is still sending it responses it asked for.
+ *
+ * Crowds: many clients behind one address (a venue, a campus NAT) are all served; the seam shares
+ * output turns per address (`turnsPerIp` per round between that address's connections), so a crowd
+ * gets all the bandwidth it asks for when there is enough, and the share of `turnsPerIp` players
+ * when the server is contended, rather than its clients being refused (the 530 client gives up
+ * after four refusals: docs/js5.md).
  */
 
 import type { Logger } from 'pino';
@@ -57,8 +64,16 @@ export interface Js5ServerOptions {
   /**
    * Connections per remote address (counted from accept, handshaken or not); one more gets 9
    * (IP limit) at once and is closed. 0 = no limit (behind a proxy every client shares one address).
+   * Default max(8, maxClients / 4): 250.
    */
   maxPerIp?: number;
+  /**
+   * Output turns the connections of one address share per scheduler round (one each while they
+   * are fewer); 0 = one turn per connection. Default 8.
+   */
+  turnsPerIp?: number;
+  /** Connections still in their handshake; one more closes the oldest of them. Default 1024. */
+  maxHandshaking?: number;
   /** A connection that has not sent its whole handshake this long after accept is closed. */
   handshakeTimeoutMs?: number;
   /**
@@ -98,10 +113,19 @@ interface Queued {
 export const MIN_SLICE_BYTES = 512;
 
 /**
- * Default connections per address. One player needs one JS5 connection (two briefly while it
- * reconnects); a few players may share an address behind NAT. Behind a proxy, raise it or use 0.
+ * Default connections per address: a quarter of the server (at least 8), so a venue or a campus
+ * NAT is served, and one address still cannot take every slot. One player needs one JS5
+ * connection (two briefly while it reconnects). Behind a proxy, use 0.
  */
-export const DEFAULT_MAX_PER_IP = 8;
+export function defaultMaxPerIp(maxClients: number): number {
+  return Math.max(8, Math.floor(maxClients / 4));
+}
+
+/** Default output turns one address's connections share per round (the bandwidth of 8 players). */
+export const DEFAULT_TURNS_PER_IP = 8;
+
+/** Default connections in their handshake at once. */
+export const DEFAULT_MAX_HANDSHAKING = 1024;
 
 /** Default input budgets (the framed TCP seam's): across all connections, and per address. */
 export const DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024;
@@ -168,6 +192,8 @@ export class Js5Server {
   };
   private readonly options: Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
   private readonly sessions = new Set<Session>();
+  /** Connections still in their handshake, oldest first (O(1) eviction). */
+  private readonly handshaking = new Set<Session>();
   /** The admin endpoint's wire view; one boolean check per request and response otherwise. */
   wireTap: WireTap | undefined;
   private tcp: FramedTcpServer | undefined;
@@ -182,9 +208,12 @@ export class Js5Server {
   constructor(options: Js5ServerOptions) {
     this.profile = PROFILES[options.profile];
     this.build = options.build ?? this.profile.defaultBuild;
+    const maxClients = options.maxClients ?? 1000;
     this.options = {
-      maxClients: 1000,
-      maxPerIp: DEFAULT_MAX_PER_IP,
+      maxClients,
+      maxPerIp: defaultMaxPerIp(maxClients),
+      turnsPerIp: DEFAULT_TURNS_PER_IP,
+      maxHandshaking: DEFAULT_MAX_HANDSHAKING,
       handshakeTimeoutMs: 10_000,
       idleTimeoutMs: 30_000,
       logIntervalMs: 10_000,
@@ -205,6 +234,8 @@ export class Js5Server {
     for (const k of [
       'maxClients',
       'maxPerIp',
+      'turnsPerIp',
+      'maxHandshaking',
       'handshakeTimeoutMs',
       'idleTimeoutMs',
       'logIntervalMs',
@@ -215,6 +246,8 @@ export class Js5Server {
     }
     if (this.options.handshakeTimeoutMs === 0)
       throw new Js5Error('ERR_JS5_BAD_OPTION', 'handshakeTimeoutMs must be positive');
+    if (this.options.maxHandshaking === 0)
+      throw new Js5Error('ERR_JS5_BAD_OPTION', 'maxHandshaking must be positive');
     this.notice = new RateLimitedLog(this.options.log, this.options.logIntervalMs);
     this.responses = new ResponseSource(options.store, {
       masterIndexFormat: options.masterIndexFormat ?? this.profile.masterIndexFormat,
@@ -272,8 +305,9 @@ export class Js5Server {
       protocol: 'js5',
       measure: this.handshakeMeasure(),
       maxFrameBytes: 21,
-      // Room above the JS5 cap so that extra clients can be told "full" (7) rather than dropped.
-      maxConnections: o.maxClients + 64,
+      // Room above the JS5 cap for connections in their handshake (evicted oldest first beyond
+      // maxHandshaking), and for extra clients to be told "full" (7) rather than dropped.
+      maxConnections: o.maxClients + o.maxHandshaking + 64,
       // Counted here, so that a refused client is told 9 (IP limit) rather than dropped.
       maxConnectionsPerIp: 0,
       // Our own idle rule (requests only) replaces the transport's any-byte timer.
@@ -283,6 +317,7 @@ export class Js5Server {
       maxBufferedBytes: o.maxInputBytes,
       maxBufferedBytesPerIp: o.maxInputBytesPerIp,
       maxQueuedBytes: o.maxBufferedBytes,
+      outputTurnsPerAddress: o.turnsPerIp,
       malformedReason: (e) => (e.code === ErrorCode.UNKNOWN_TYPE ? 'unknown_opcode' : 'malformed'),
       metrics: o.metrics,
       log: o.log,
@@ -346,6 +381,16 @@ export class Js5Server {
     this.options.log.debug({ remote: ip, port: c.remotePort }, 'js5 connection open');
     const s = new Session(c);
     this.sessions.add(s);
+    // Connections that never finish their handshake cannot hold the server: past
+    // `maxHandshaking`, the oldest of them makes room (a real client handshakes at once).
+    if (this.handshaking.size >= this.options.maxHandshaking) {
+      for (const oldest of this.handshaking) {
+        this.handshaking.delete(oldest);
+        this.drop(oldest, 'evicted');
+        break;
+      }
+    }
+    this.handshaking.add(s);
     return {
       onFrame: (buf, start, end) => this.onFrame(s, buf, start, end),
       produce: () => this.produce(s),
@@ -356,6 +401,7 @@ export class Js5Server {
         );
         s.closed = true;
         this.sessions.delete(s);
+        this.handshaking.delete(s);
         if (s.mode === MODE_JS5) this.js5Sessions--;
         const n = (this.perIp.get(s.ip) ?? 1) - 1;
         if (n <= 0) this.perIp.delete(s.ip);
@@ -501,6 +547,7 @@ export class Js5Server {
   }
 
   private onHandshake(s: Session, buf: Buffer, start: number): boolean {
+    this.handshaking.delete(s);
     const build = buf.readUInt32BE(start + 1);
     const reply = (status: number, reason?: string) => {
       s.conn.writer.u8(status);

@@ -5,7 +5,7 @@
  * instance actions; and the wire tap. State is built when asked.
  */
 import { collect, REDACTED } from '../../core/admin/redact.js';
-import { type AdminSource, done, notFound } from '../../core/admin/source.js';
+import { type AdminSource, done, notFound, objectAction } from '../../core/admin/source.js';
 import type { WireDecoder } from '../../core/admin/wire-json.js';
 import type { Direction } from '../../core/protocol.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
@@ -129,13 +129,13 @@ export function noxRelayAdmin(server: NoxRelayServer, wireOptions: WireTapOption
       };
     },
     actions: {
-      disconnect(id) {
+      disconnect: objectAction('connections', 'disconnect', (id) => {
         const c = id === undefined || !/^\d+$/.test(id) ? undefined : server.clients.get(Number(id));
         if (c === undefined) return notFound('connection');
         server.disconnect(c, 'Disconnected by the server administrator.', QuitType.ModerationKick);
         return done;
-      },
-      endInstance(id) {
+      }),
+      endInstance: objectAction('instances', 'end', (id) => {
         const inst = id === undefined || !/^\d+$/.test(id) ? undefined : server.instances.get(Number(id));
         if (inst === undefined) return notFound('instance');
         for (const p of [...inst.members])
@@ -149,7 +149,7 @@ export function noxRelayAdmin(server: NoxRelayServer, wireOptions: WireTapOption
             true,
           );
         return done;
-      },
+      }),
     },
   };
 }

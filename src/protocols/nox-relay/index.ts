@@ -4,6 +4,7 @@
  */
 
 import { readFileSync } from 'node:fs';
+import { protocolPageDir } from '../../core/admin/static.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { ServeOption, ServerDefinition } from '../../core/server.js';
 import { noxRelayAdmin } from './admin.js';
@@ -165,5 +166,7 @@ export const noxRelay: ProtocolModule = {
   server,
   registerCommands,
   conform: async () => (await import('./conform/index.js')).noxRelayConform,
+  inspection: async () => (await import('./inspect.js')).inspection,
+  dashboard: { dir: protocolPageDir(import.meta.url) },
   load: async () => (await import('./load.js')).noxRelayLoad,
 };

@@ -20,7 +20,7 @@ import {
   SequenceTracker,
   untilStopped,
 } from '../../core/load/index.js';
-import { WireWriter } from '../../wire/index.js';
+import { DecodeError, WireWriter } from '../../wire/index.js';
 import { NoxRelayClient } from './client.js';
 import { DEFAULT_PORT, EnterResult, TransformType } from './constants.js';
 import { NoxRelayClientError } from './errors.js';
@@ -89,6 +89,7 @@ async function prepare(run: LoadRun) {
   const duplicates = stats.counter('duplicates');
   const reordered = stats.counter('reordered');
   const retries = stats.counter('retries');
+  const repeats = stats.counter('repeats');
   const origin = performance.now();
   const period = 1000 / o.tickRate;
   const segmentWriter = new WireWriter({ initialCapacity: 256 });
@@ -113,8 +114,10 @@ async function prepare(run: LoadRun) {
       else failedEarly ??= err;
     };
     c.on('error', (err: Error) => {
-      // A reply that does not decode: the relay sent something no client can read.
-      stats.violation('malformed_packet', err.message);
+      // A packet that does not decode: the relay sent something no client can read. Socket
+      // errors (a reset while leaving, an ICMP unreachable) are the connection's, counted only.
+      if (err instanceof DecodeError) stats.violation('malformed_packet', err.message);
+      else stats.error(codeOf(err), err.message);
     });
     c.on('disconnect', (reason: string | null) =>
       failWith(
@@ -153,17 +156,25 @@ async function prepare(run: LoadRun) {
         );
         return;
       }
-      received.add();
       let t = trackers.get(sender);
       if (t === undefined) {
         t = new SequenceTracker();
         trackers.set(sender, t);
       }
+      if (seq === t.latest) {
+        // The current state again: the relay sends a newcomer the stored transforms of everyone
+        // it is introduced to, and then the update it was holding back (tps) goes to everyone.
+        // A transform is state, not an event: receiving the latest one twice changes nothing.
+        repeats.add();
+        return;
+      }
       if (!t.see(seq)) {
-        // UDP may deliver a datagram twice (the network's doing); over TCP it is the relay's.
+        // An older transform again: UDP may deliver a datagram twice (the network's doing);
+        // over TCP it is the relay's, and it would move the avatar back.
         if (transport === 'tcp') stats.violation('duplicate_transform', `from session ${sender}, #${seq}`);
         return;
       }
+      received.add();
       const sentUs = p.x * 1_000_000 + p.y;
       relay.record(((performance.now() - origin) * 1000 - sentUs) / 1000);
     });

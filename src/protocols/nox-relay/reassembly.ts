@@ -3,6 +3,10 @@
  * overwrite, a timeout) with memory caps: per session, per client, per source address and
  * server-wide. A segment that would pass a cap is dropped and counted; nothing is allocated for
  * it first.
+ *
+ * `storeSegment` is the one reassembly of NoxVR segments: the relay (`Reassembly`, with its
+ * budgets) and the inspector (src/protocols/nox-relay/inspect.ts, per flow and direction) both
+ * run it. The generated Wireshark dissector carries the same steps in Lua (inspect.ts).
  */
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { ResolvedOptions } from './options.js';
@@ -16,17 +20,140 @@ export interface SegmentMessage {
   segmentData: Uint8Array;
 }
 
+export interface SegmentLimits {
+  /** Largest `totalSegments` accepted. */
+  maxSegments: number;
+  /** Sessions open at once for one sender. */
+  maxSegmentSessions: number;
+  /** Largest reassembled packet. */
+  maxReassembledBytes: number;
+  /** A session with no segment for this long is forgotten (Infinity: never). */
+  segmentationTimeoutMs: number;
+  /** When the sender's sessions are full: forget the oldest (true) or refuse the new one. */
+  evictOldest: boolean;
+}
+
+/** What `storeSegment` reports besides its result, and the memory budget it asks. */
+export interface SegmentHooks {
+  /** A segment or session was dropped for `reason` (a `DropReason` value). */
+  drop(reason: string, m: SegmentMessage): void;
+  /** The reason `growth` more bytes cannot be held, or undefined when they can. */
+  refuse?(growth: number): string | undefined;
+  /** Bytes held changed by `delta` (positive on store, negative when a session is forgotten). */
+  account?(delta: number): void;
+}
+
+/** Removes one session and returns its bytes to the budget. */
+export function forgetSegmentSession(
+  sessions: Map<number, SegmentSession>,
+  id: number,
+  s: SegmentSession,
+  hooks: SegmentHooks,
+): void {
+  if (sessions.get(id) !== s) return;
+  sessions.delete(id);
+  hooks.account?.(-s.bytes);
+}
+
+/**
+ * Stores one segment of one sender. Returns the whole packet when this segment completed its
+ * session (a fresh buffer the caller owns), otherwise undefined.
+ */
+export function storeSegment(
+  sessions: Map<number, SegmentSession>,
+  m: SegmentMessage,
+  now: number,
+  o: SegmentLimits,
+  hooks: SegmentHooks,
+): Buffer | undefined {
+  if (m.totalSegments === 0 || m.currentSegment >= m.totalSegments || m.totalSegments > o.maxSegments) {
+    hooks.drop(DropReason.BadSegment, m);
+    return undefined;
+  }
+  let s = sessions.get(m.segmentId);
+  if (s !== undefined && (now - s.lastUpdate >= o.segmentationTimeoutMs || s.total !== m.totalSegments)) {
+    forgetSegmentSession(sessions, m.segmentId, s, hooks);
+    hooks.drop(DropReason.SegmentExpired, m);
+    s = undefined;
+  }
+  const previous = s?.parts[m.currentSegment];
+  const growth = m.segmentData.length - (previous?.length ?? 0);
+  if (growth > 0 && hooks.refuse !== undefined) {
+    const refused = hooks.refuse(growth);
+    if (refused !== undefined) {
+      // Memory cap: new segments wait until others complete or expire.
+      hooks.drop(refused, m);
+      return undefined;
+    }
+  }
+  if (s === undefined) {
+    if (sessions.size >= o.maxSegmentSessions) {
+      if (!o.evictOldest || sessions.size === 0) {
+        hooks.drop(DropReason.SegmentSessions, m);
+        return undefined;
+      }
+      const [oldId, old] = sessions.entries().next().value!;
+      forgetSegmentSession(sessions, oldId, old, hooks);
+    }
+    s = {
+      total: m.totalSegments,
+      parts: new Array(m.totalSegments),
+      received: 0,
+      bytes: 0,
+      lastUpdate: now,
+    };
+    sessions.set(m.segmentId, s);
+  }
+  const bytes = s.bytes + growth;
+  if (bytes > o.maxReassembledBytes) {
+    forgetSegmentSession(sessions, m.segmentId, s, hooks);
+    hooks.drop(DropReason.SegmentTooLarge, m);
+    return undefined;
+  }
+  if (previous === undefined) s.received++;
+  // The datagram or frame is only valid during this call: keep a copy.
+  s.parts[m.currentSegment] = Buffer.from(m.segmentData);
+  hooks.account?.(growth);
+  s.bytes = bytes;
+  s.lastUpdate = now;
+  if (s.received < s.total) return undefined;
+  forgetSegmentSession(sessions, m.segmentId, s, hooks);
+  return Buffer.concat(s.parts as Buffer[], s.bytes);
+}
+
+/** The relay's reassembly: `storeSegment` per client, under the server-wide and per-address budgets. */
 export class Reassembly {
   /** Bytes held, all clients together. */
   private total = 0;
   /** Bytes held per source address. */
   private readonly byIp = new Map<string, number>();
   private readonly options: ResolvedOptions;
+  private readonly limits: SegmentLimits;
   private readonly metrics: ProtocolMetrics;
+  /** The client of the call in progress (the hooks below are made once, not per segment). */
+  private client: RelayClient | undefined;
+  private readonly hooks: SegmentHooks;
 
   constructor(options: ResolvedOptions, metrics: ProtocolMetrics) {
     this.options = options;
     this.metrics = metrics;
+    this.limits = {
+      maxSegments: options.maxSegments,
+      maxSegmentSessions: options.maxSegmentSessions,
+      maxReassembledBytes: options.maxReassembledBytes,
+      segmentationTimeoutMs: options.segmentationTimeoutMs,
+      evictOldest: false,
+    };
+    this.hooks = {
+      drop: (reason) => this.metrics.drop(reason),
+      refuse: (growth) => {
+        if (this.total + growth > this.options.maxReassemblyBudget) return DropReason.ReassemblyBudget;
+        if (this.bytesHeldBy(this.client!.addressKey) + growth > this.options.maxReassemblyBytesPerIp)
+          return DropReason.ReassemblyBudgetIp;
+        return undefined;
+      },
+      account: (delta) => this.account(this.client!.addressKey, delta),
+    };
   }
 
   /** Bytes currently held, all clients together. */
@@ -51,67 +178,16 @@ export class Reassembly {
    * fresh buffer the caller owns), otherwise undefined.
    */
   accept(client: RelayClient, m: SegmentMessage, now: number): Buffer | undefined {
-    const o = this.options;
-    if (m.totalSegments === 0 || m.currentSegment >= m.totalSegments || m.totalSegments > o.maxSegments) {
-      this.metrics.drop(DropReason.BadSegment);
-      return undefined;
-    }
-    let s = client.segments.get(m.segmentId);
-    if (s !== undefined && (now - s.lastUpdate >= o.segmentationTimeoutMs || s.total !== m.totalSegments)) {
-      this.forget(client, m.segmentId, s);
-      this.metrics.drop(DropReason.SegmentExpired);
-      s = undefined;
-    }
-    const previous = s?.parts[m.currentSegment];
-    const growth = m.segmentData.length - (previous?.length ?? 0);
-    if (growth > 0) {
-      if (this.total + growth > o.maxReassemblyBudget) {
-        // Memory cap: new segments wait until others complete or expire.
-        this.metrics.drop(DropReason.ReassemblyBudget);
-        return undefined;
-      }
-      if (this.bytesHeldBy(client.addressKey) + growth > o.maxReassemblyBytesPerIp) {
-        this.metrics.drop(DropReason.ReassemblyBudgetIp);
-        return undefined;
-      }
-    }
-    if (s === undefined) {
-      if (client.segments.size >= o.maxSegmentSessions) {
-        this.metrics.drop(DropReason.SegmentSessions);
-        return undefined;
-      }
-      s = {
-        total: m.totalSegments,
-        parts: new Array(m.totalSegments),
-        received: 0,
-        bytes: 0,
-        lastUpdate: now,
-      };
-      client.segments.set(m.segmentId, s);
-    }
-    const bytes = s.bytes + growth;
-    if (bytes > o.maxReassembledBytes) {
-      this.forget(client, m.segmentId, s);
-      this.metrics.drop(DropReason.SegmentTooLarge);
-      return undefined;
-    }
-    if (previous === undefined) s.received++;
-    // The datagram or frame is only valid during this call: keep a copy.
-    s.parts[m.currentSegment] = Buffer.from(m.segmentData);
-    this.account(client.addressKey, growth);
-    s.bytes = bytes;
-    s.lastUpdate = now;
-    if (s.received < s.total) return undefined;
-    this.forget(client, m.segmentId, s);
-    this.metrics.count(Counter.SegmentsReassembled);
-    return Buffer.concat(s.parts as Buffer[], s.bytes);
+    this.client = client;
+    const whole = storeSegment(client.segments, m, now, this.limits, this.hooks);
+    if (whole !== undefined) this.metrics.count(Counter.SegmentsReassembled);
+    return whole;
   }
 
   /** Removes one session and returns its bytes to the budgets. */
   forget(client: RelayClient, id: number, s: SegmentSession): void {
-    if (client.segments.get(id) !== s) return;
-    client.segments.delete(id);
-    this.account(client.addressKey, -s.bytes);
+    this.client = client;
+    forgetSegmentSession(client.segments, id, s, this.hooks);
   }
 
   /** Removes every session of a client that is going away. */

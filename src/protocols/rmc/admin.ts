@@ -4,7 +4,7 @@
  * disconnect action; and the wire tap (whole RMC frames, after PRUDP). Built when asked.
  */
 import { collect, REDACTED } from '../../core/admin/redact.js';
-import { type AdminSource, done, notFound } from '../../core/admin/source.js';
+import { type AdminSource, done, notFound, objectAction, serverAction } from '../../core/admin/source.js';
 import type { WireDecoder } from '../../core/admin/wire-json.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Json } from '../../wire/codec.js';
@@ -144,17 +144,17 @@ export function rmcAdmin(parts: RmcAdminParts): AdminSource {
       ...(parts.drain === undefined
         ? {}
         : {
-            drain: async () => {
+            drain: serverAction('drain', async () => {
               await parts.drain!();
               return done;
-            },
+            }),
           }),
-      disconnect(id) {
+      disconnect: objectAction('connections', 'disconnect', (id) => {
         const c = find(id);
         if (c === undefined) return notFound('connection');
         c.close();
         return done;
-      },
+      }),
     },
   };
 }

@@ -4,6 +4,7 @@
  * the built-in HyperScape protocols, and a client. See docs/rmc.md.
  */
 
+import { protocolPageDir } from '../../core/admin/static.js';
 import { ConfigError, UsageError } from '../../core/errors.js';
 import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
 import type { ProtocolModule } from '../../core/protocol.js';
@@ -290,6 +291,8 @@ export const rmc: ProtocolModule = {
   name: 'rmc',
   summary: 'Rendez-Vous RMC (HyperScape string-named variant by default; nex-verbose and classic packed)',
   codecs: [rmcCodec, prudpCodec],
+  inspection: async () => (await import('./inspect.js')).inspection,
+  dashboard: { dir: protocolPageDir(import.meta.url) },
   server: {
     summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
     defaultPort: 9103,
@@ -414,5 +417,6 @@ export const rmc: ProtocolModule = {
     },
   },
   registerCommands,
+  conform: async () => (await import('./conform/index.js')).rmcConform,
   load: async () => (await import('./load.js')).rmcLoad,
 };

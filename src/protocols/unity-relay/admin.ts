@@ -10,7 +10,14 @@
  * wire view is armed, every binding is served by the JavaScript plane (the tap then sees them),
  * and goes back to the native plane when the view disarms (10 s after the last read).
  */
-import { type AdminActions, type AdminSource, done, notFound } from '../../core/admin/source.js';
+import {
+  type AdminActions,
+  type AdminSource,
+  done,
+  notFound,
+  objectAction,
+  serverAction,
+} from '../../core/admin/source.js';
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Json } from '../../wire/codec.js';
 import type { Allocation, AllocationStore } from './allocations.js';
@@ -97,10 +104,10 @@ function drainAction(fleet: FleetAdmin | undefined): AdminActions {
   // A lone relay (`--role all`) has nowhere to send new allocations: 409.
   if (fleet === undefined || fleet.role === 'all') return {};
   return {
-    drain: async () => {
+    drain: serverAction('drain', async () => {
       await fleet.drain();
       return done;
-    },
+    }),
   };
 }
 
@@ -156,19 +163,20 @@ export function relayAdmin(parts: RelayAdminParts): AdminSource {
     },
     actions: {
       ...drainAction(parts.fleet),
-      disconnect(id) {
+      // The id of a connection is its allocation's: a relay client is its allocation.
+      disconnect: objectAction('connections', 'disconnect', (id) => {
         const a = live(id);
         if (a === undefined) return notFound('allocation');
         if (a.state !== 'bound') return { status: 409, error: 'that allocation is not bound' };
         relay.unbindNow(a);
         return done;
-      },
-      endAllocation(id) {
+      }),
+      endAllocation: objectAction('allocations', 'end', (id) => {
         const a = live(id);
         if (a === undefined) return notFound('allocation');
         relay.expireNow(a);
         return done;
-      },
+      }),
     },
   };
 }

@@ -3,6 +3,8 @@
  * its allocation API, a client library and a chat demo, over UDP, DTLS, WebSocket and secure
  * WebSocket. See docs/unity-relay.md.
  */
+
+import { protocolPageDir } from '../../core/admin/static.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import { registerCommands } from './cli.js';
 import { unityRelayCodec } from './codec.js';
@@ -32,6 +34,8 @@ export const unityRelay: ProtocolModule = {
   summary: 'Unity Relay: relay server for stock Unity Transport clients, allocation API, client',
   codecs: [unityRelayCodec],
   server: unityRelayServer,
+  inspection: async () => (await import('./inspect.js')).inspection,
+  dashboard: { dir: protocolPageDir(import.meta.url) },
   registerCommands,
   conform: async () => (await import('./conform/index.js')).unityRelayConform,
   load: async () => (await import('./load.js')).unityRelayLoad,

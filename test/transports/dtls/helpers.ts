@@ -8,6 +8,7 @@ import {
   DtlsServer,
   type DtlsServerOptions,
 } from '../../../src/transports/dtls/index.js';
+import { waitFor as waitUntil } from '../../helpers/wait.js';
 
 /**
  * Which record layer the echo servers of these tests use: `js` (the default: the server's own
@@ -126,13 +127,7 @@ export async function waitFor(
   what: string | (() => string),
   timeoutMs = 20_000,
 ): Promise<void> {
-  const start = Date.now();
-  while (!predicate()) {
-    if (Date.now() - start > timeoutMs) {
-      throw new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`);
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitUntil(predicate, { what, timeoutMs, intervalMs: 20 });
 }
 
 /** A spawned program with its stdout/stderr collected, killed by `stop()`. */

@@ -16,6 +16,7 @@ import {
   startEchoServer,
   startProxy,
   testIdentity,
+  type UdpProxy,
   waitFor,
 } from './helpers.js';
 
@@ -33,6 +34,44 @@ function sClient(srv: EchoServer, cipher: string, env?: NodeJS.ProcessEnv): Spaw
     `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${srv.port} -quiet ` +
     `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher ${cipher}`;
   return spawnProgram('sh', ['-c', script], env);
+}
+
+/** s_client with the echo server's identity and key, to `port` (the server, or a proxy in front of it). */
+function sClientScript(srv: EchoServer, port: number): string {
+  return (
+    `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${port} -quiet ` +
+    `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`
+  );
+}
+
+const isHelloVerify = (d: Buffer) => plaintextHandshakeTypes(d).join() === '3';
+const isServerHelloFlight = (d: Buffer) => plaintextHandshakeTypes(d).join() === '2,14';
+const isFinalFlight = (d: Buffer) => recordTypes(d).join() === '20,22';
+
+/**
+ * The server's datagrams at the proxy as letters: H (HelloVerifyRequest), S (ServerHello +
+ * ServerHelloDone), F (ChangeCipherSpec + Finished), ? (anything else); application data
+ * is left out.
+ */
+function flights(proxy: UdpProxy): string {
+  return proxy.fromServer
+    .filter((d) => !recordTypes(d).includes(23))
+    .map((d) => (isHelloVerify(d) ? 'H' : isServerHelloFlight(d) ? 'S' : isFinalFlight(d) ? 'F' : '?'))
+    .join('');
+}
+
+/**
+ * The server's handshake as seen on the wire, by content rather than position (a loaded machine
+ * makes s_client's 1 s timer fire, and each retransmitted flight gets its answer again): only
+ * small HelloVerifyRequests until a cookie proves the address, then ServerHello + ServerHelloDone
+ * in one datagram, then ChangeCipherSpec + Finished in one.
+ */
+function expectHandshakeFlights(proxy: UdpProxy): void {
+  expect(plaintextHandshakeTypes(proxy.fromClient[0]!)).toEqual([1]);
+  expect(flights(proxy)).toMatch(/^H+S+F+$/);
+  // No reply larger than the request before the cookie proves the address.
+  for (const d of proxy.fromServer.filter(isHelloVerify))
+    expect(d.length).toBeLessThanOrEqual(proxy.fromClient[0]!.length);
 }
 
 let dir = '';
@@ -113,21 +152,53 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 against DtlsServer', () =
   it('the first reply to a ClientHello is a small HelloVerifyRequest, then the handshake completes', async () => {
     const srv = await startEchoServer();
     const proxy = await startProxy(srv.port);
-    const script =
-      `exec openssl s_client -dtls1_2 -connect 127.0.0.1:${proxy.port} -quiet ` +
-      `-psk ${srv.psk.toString('hex')} -psk_identity "$(printf '${octal(srv.identity)}')" -cipher PSK-AES128-GCM-SHA256`;
-    const client = spawnProgram('sh', ['-c', script]);
+    const client = spawnProgram('sh', ['-c', sClientScript(srv, proxy.port)]);
     try {
       await waitFor(() => srv.associations.length === 1, 'a handshake');
-      // The server's last flight is sent as the association starts: wait for it to pass the proxy.
-      await waitFor(() => proxy.fromServer.length >= 3, 'the final flight at the proxy');
-      expect(plaintextHandshakeTypes(proxy.fromClient[0]!)).toEqual([1]);
-      expect(plaintextHandshakeTypes(proxy.fromServer[0]!)).toEqual([3]);
-      // No reply larger than the request before the cookie proves the address.
-      expect(proxy.fromServer[0]!.length).toBeLessThanOrEqual(proxy.fromClient[0]!.length);
-      // Then ServerHello + ServerHelloDone in one datagram, and CCS + Finished in the last.
-      expect(plaintextHandshakeTypes(proxy.fromServer[1]!)).toEqual([2, 14]);
-      expect(recordTypes(proxy.fromServer[2]!)).toEqual([20, 22]);
+      // The server's last flight goes out as the association starts: wait until it passed the
+      // proxy (counting datagrams is not enough: a retransmission adds some).
+      await waitFor(
+        () => proxy.fromServer.some(isFinalFlight),
+        () => `the final flight at the proxy (${flights(proxy)})`,
+      );
+      expectHandshakeFlights(proxy);
+    } finally {
+      await client.stop();
+      await proxy.close();
+      await srv.close();
+    }
+  });
+
+  it('every handshake datagram of the client twice (retransmissions under load): the same flights, one association', async () => {
+    const srv = await startEchoServer();
+    let proxy: UdpProxy | undefined;
+    proxy = await startProxy(srv.port, (direction, datagram) => {
+      // A second copy of each epoch-0 datagram, as a client whose timer fired early sends it.
+      if (direction === 'to-server' && datagram.readUInt16BE(3) === 0) proxy?.inject(datagram);
+      return false;
+    });
+    const client = spawnProgram('sh', ['-c', sClientScript(srv, proxy.port)]);
+    try {
+      await waitFor(
+        () => srv.associations.length === 1,
+        () => `a handshake (${client.stderr()})`,
+      );
+      await waitFor(
+        () => proxy.fromServer.some(isFinalFlight),
+        () => `the final flight at the proxy (${flights(proxy)})`,
+      );
+      client.child.stdin!.write('after copies');
+      await waitFor(
+        () => client.stdout().includes('echo:after copies'),
+        () => `the echo (${client.stderr()})`,
+      );
+      expectHandshakeFlights(proxy);
+      // Each copy of the first ClientHello got its own small HelloVerifyRequest, the copy of the
+      // cookie-carrying one a resent ServerHello flight; still one association.
+      const kinds = flights(proxy);
+      expect(kinds.match(/H/g)?.length ?? 0).toBeGreaterThanOrEqual(2);
+      expect(kinds.match(/S/g)?.length ?? 0).toBeGreaterThanOrEqual(2);
+      expect(srv.associations).toHaveLength(1);
     } finally {
       await client.stop();
       await proxy.close();

@@ -302,13 +302,19 @@ export async function openWebSocket(
       buffered = buffered.subarray(at + len);
       const opcode = b0 & 0x0f;
       // Unity's client: masked frames and RSV bits close with 1002, text with 1003, > 1386 with 1009.
-      if (masked) return violation('the server sent a masked frame (Unity closes with 1002)');
-      if ((b0 & 0x70) !== 0) return violation('the server set RSV bits (Unity closes with 1002)');
-      if (opcode === 1) return violation('the server sent a text frame (Unity closes with 1003)');
-      if ((opcode === 2 || opcode === 0) && len > UTP_MAX_WS_PAYLOAD)
-        return violation(
-          `the server sent a ${len}-byte frame; Unity accepts ${UTP_MAX_WS_PAYLOAD} and aborts with 1009`,
-        );
+      const broken = masked
+        ? 'the server sent a masked frame (Unity closes with 1002)'
+        : (b0 & 0x70) !== 0
+          ? 'the server set RSV bits (Unity closes with 1002)'
+          : opcode === 1
+            ? 'the server sent a text frame (Unity closes with 1003)'
+            : (opcode === 2 || opcode === 0) && len > UTP_MAX_WS_PAYLOAD
+              ? `the server sent a ${len}-byte frame; Unity accepts ${UTP_MAX_WS_PAYLOAD} and aborts with 1009`
+              : undefined;
+      if (broken !== undefined) {
+        violation(broken);
+        return;
+      }
       if (opcode === 9) sendFrame(payload, 10);
       else if (opcode === 8) {
         inbox.close(

@@ -1,9 +1,5 @@
 // #/rmc: connections (TCP and PRUDP), logged-in players, sessions and the recent calls with their
 // method, latency and result.
-import { actionButton, enc } from './actions.js';
-import { h, liveTable, section } from './dom.js';
-import * as fmt from './format.js';
-import { offers, protocolFrame } from './protocol-page.js';
 
 const BASE = '/api/servers/rmc';
 
@@ -20,7 +16,14 @@ function attributes(a) {
     : entries.map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ');
 }
 
-export function mountRmc(main, ctx) {
+/**
+ * @param {HTMLElement} main
+ * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
+ * @param {import('../../../../web/dashboard/kit.js').Kit} kit
+ * @returns {import('../../../../web/dashboard/kit.js').View}
+ */
+export function mount(main, ctx, kit) {
+  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, section } = kit;
   const frame = protocolFrame(main, ctx, 'rmc', 'state');
   const refresh = () => ctx.refreshState();
   const drainBox = h('div', { class: 'toolbar' });

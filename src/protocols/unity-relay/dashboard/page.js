@@ -1,13 +1,16 @@
 // #/unity-relay: allocations (transport, bound address, peers, traffic), join codes, relay nodes
 // when the relay is scaled out, and the drain action where the server supports it.
-import { actionButton, enc } from './actions.js';
-import { h, liveTable, section } from './dom.js';
-import * as fmt from './format.js';
-import { offers, protocolFrame, rateTracker } from './protocol-page.js';
 
 const BASE = '/api/servers/unity-relay';
 
-export function mountUnityRelay(main, ctx) {
+/**
+ * @param {HTMLElement} main
+ * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
+ * @param {import('../../../../web/dashboard/kit.js').Kit} kit
+ * @returns {import('../../../../web/dashboard/kit.js').View}
+ */
+export function mount(main, ctx, kit) {
+  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, rateTracker, section } = kit;
   const frame = protocolFrame(main, ctx, 'unity-relay', 'state');
   const rates = rateTracker();
   const refresh = () => ctx.refreshState();

@@ -1,12 +1,15 @@
 // #/js5: connections with their queue depths and bytes served, and the cache's archives.
-import { actionButton, enc } from './actions.js';
-import { h, liveTable, section } from './dom.js';
-import * as fmt from './format.js';
-import { offers, protocolFrame, rateTracker } from './protocol-page.js';
 
 const BASE = '/api/servers/js5';
 
-export function mountJs5(main, ctx) {
+/**
+ * @param {HTMLElement} main
+ * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
+ * @param {import('../../../../web/dashboard/kit.js').Kit} kit
+ * @returns {import('../../../../web/dashboard/kit.js').View}
+ */
+export function mount(main, ctx, kit) {
+  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, rateTracker, section } = kit;
   const frame = protocolFrame(main, ctx, 'js5', 'state');
   const refresh = () => ctx.refreshState();
   const rates = rateTracker();

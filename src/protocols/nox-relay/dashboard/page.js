@@ -1,17 +1,21 @@
 // #/nox-relay: instances and their players with a live top-down map, and the connections.
-import { actionButton, enc } from './actions.js';
-import { h, liveTable, section } from './dom.js';
-import * as fmt from './format.js';
 import { createMap } from './map.js';
-import { offers, protocolFrame } from './protocol-page.js';
 
 const BASE = '/api/servers/nox-relay';
 
-function vec(p) {
+/** @param {{ num(n: number): string }} fmt */
+function vec(fmt, p) {
   return p === null || p === undefined ? '–' : `${fmt.num(p.x)}, ${fmt.num(p.y)}, ${fmt.num(p.z)}`;
 }
 
-export function mountNoxRelay(main, ctx) {
+/**
+ * @param {HTMLElement} main
+ * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
+ * @param {import('../../../../web/dashboard/kit.js').Kit} kit
+ * @returns {import('../../../../web/dashboard/kit.js').View}
+ */
+export function mount(main, ctx, kit) {
+  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, section } = kit;
   const frame = protocolFrame(main, ctx, 'nox-relay', 'state');
   const refresh = () => ctx.refreshState();
   const canvas = h('canvas', {
@@ -71,7 +75,7 @@ export function mountNoxRelay(main, ctx) {
       {
         label: 'position x, y, z',
         num: true,
-        cell: (p) => ({ text: vec(p.position), testid: 'player-position' }),
+        cell: (p) => ({ text: vec(fmt, p.position), testid: 'player-position' }),
       },
       { label: 'updated', cell: (p) => (p.updatedAt ? fmt.ago(p.updatedAt) : '–') },
       {

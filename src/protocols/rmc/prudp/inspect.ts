@@ -5,20 +5,24 @@
  * each whole RMC message decoded with the `rmc` codec. Without `--access-key` the checksum
  * cannot be checked, and the packets are reported as such rather than guessed.
  */
-import type { Direction } from '../core/protocol.js';
-import { decodeStream } from '../protocols/rmc/codec.js';
-import { accessKeyByte, type ChecksumWidth } from '../protocols/rmc/prudp/checksum.js';
-import { FLAG_NAMES, PACKET_TYPE_NAMES, PacketType, StreamType } from '../protocols/rmc/prudp/constants.js';
-import { type ChecksumConfig, newPacket, readPacket } from '../protocols/rmc/prudp/packet.js';
-import { ClassicPayloadCodec } from '../protocols/rmc/prudp/payload.js';
-import type { Json } from '../wire/codec.js';
-import { asDecodeError, DecodeError, ErrorCode } from '../wire/errors.js';
-import type { DecoderOptions, Emitter, FlowDecoder } from './protocols.js';
+import type { BaseDecoderOptions, Emitter, FlowDecoder, FlowProtocol } from '../../../core/flow.js';
+import type { Direction } from '../../../core/protocol.js';
+import type { Json } from '../../../wire/codec.js';
+import { asDecodeError, DecodeError, ErrorCode } from '../../../wire/errors.js';
+import { decodeStream } from '../codec.js';
+import type { RmcVariant } from '../messages.js';
+import { accessKeyByte } from './checksum.js';
+import { FLAG_NAMES, PACKET_TYPE_NAMES, PacketType, StreamType } from './constants.js';
+import { type ChecksumConfig, newPacket, readPacket } from './packet.js';
+import { ClassicPayloadCodec } from './payload.js';
 
 export interface PrudpInspectOptions {
-  /** The game's access key (the checksum depends on it). */
-  accessKey: string | undefined;
-  checksumWidth: ChecksumWidth;
+  /** RMC envelope variant of the messages inside. */
+  rmcVariant: RmcVariant;
+  /** The game's access key (the checksum depends on it); without it packets are not decoded. */
+  prudpAccessKey: string | undefined;
+  /** PRUDP checksum width: 1 (classic) or 4 bytes. */
+  prudpChecksum: 1 | 4;
 }
 
 /** Sequence ids remembered per direction to show a retransmission once. */
@@ -29,7 +33,7 @@ function coded(vport: number): boolean {
   return s === StreamType.OLD_RV_SECURE || s === StreamType.RV_SECURE;
 }
 
-export function prudpDecoder(out: Emitter, options: DecoderOptions): FlowDecoder {
+function prudpDecoder(out: Emitter, options: BaseDecoderOptions & PrudpInspectOptions): FlowDecoder {
   const key = options.prudpAccessKey;
   const cfg: ChecksumConfig | undefined =
     key === undefined ? undefined : { width: options.prudpChecksum, keyByte: accessKeyByte(key) };
@@ -140,3 +144,12 @@ export function prudpDecoder(out: Emitter, options: DecoderOptions): FlowDecoder
     gap() {},
   };
 }
+
+export const prudpFlow: FlowProtocol<PrudpInspectOptions> = {
+  name: 'prudp',
+  tcpPorts: [],
+  // The RMC server's PRUDP transport shares its port number with RMC over TCP.
+  udpPorts: [9103],
+  defaults: { rmcVariant: 'hyperscape', prudpAccessKey: undefined, prudpChecksum: 1 },
+  create: prudpDecoder,
+};
