@@ -349,8 +349,7 @@ export function fillOptions(
   for (const o of options) {
     const given = values[o.key];
     if (given !== undefined) out[o.key] = given;
-    else if (o.default !== undefined)
-      out[o.key] = o.parse === undefined ? o.default : o.parse(o.default);
+    else if (o.default !== undefined) out[o.key] = o.parse === undefined ? o.default : o.parse(o.default);
     else if (!(o.key in out)) out[o.key] = undefined;
   }
   checkRequires(section, options, out);

@@ -41,8 +41,6 @@ export {
   RelayMessages,
 } from '../protocols/unity-relay/messages.js';
 export type { NativeDataplaneStats } from '../protocols/unity-relay/native-dataplane.js';
-export type { RelayOptions } from '../protocols/unity-relay/relay.js';
-export { RelayServer } from '../protocols/unity-relay/relay.js';
 export {
   DEFAULT_API_PORT,
   DEFAULT_DTLS_PORT,
@@ -50,6 +48,8 @@ export {
   DEFAULT_WS_PORT,
   DEFAULT_WSS_PORT,
 } from '../protocols/unity-relay/options.js';
+export type { RelayOptions } from '../protocols/unity-relay/relay.js';
+export { RelayServer } from '../protocols/unity-relay/relay.js';
 export { unityRelayServer } from '../protocols/unity-relay/server.js';
 /** The DTLS transport's error (thrown by the relay's DTLS endpoint and by `gamewire/dtls`). */
 export { DtlsError } from '../transports/dtls/errors.js';

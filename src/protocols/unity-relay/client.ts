@@ -18,9 +18,9 @@ import { WebSocket } from 'ws';
 import { ConfigError } from '../../core/errors.js';
 import { DtlsClient } from '../../transports/dtls/index.js';
 import { DecodeError, EncodeError, ErrorCode } from '../../wire/errors.js';
-import { RelayApiError, RelayClientError } from './errors.js';
 import { toHex } from '../../wire/hex.js';
 import type { AllocationJson } from './api.js';
+import { RelayApiError, RelayClientError } from './errors.js';
 import {
   ALLOCATION_ID_LENGTH,
   BIND_SIGNED_LENGTH,

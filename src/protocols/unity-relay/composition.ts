@@ -42,7 +42,12 @@ import { loadNativeDataplane, NativeDataplaneMirror, NativeRelaySocket } from '.
 import { NativeDtlsRecords } from './native-dtls.js';
 import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT, type MovablePort } from './options.js';
 import { RelayServer } from './relay.js';
-import { ensureSelfSignedCert, startWsEndpoint, type WsEndpoint, type WsEndpointOptions } from './websocket.js';
+import {
+  ensureSelfSignedCert,
+  startWsEndpoint,
+  type WsEndpoint,
+  type WsEndpointOptions,
+} from './websocket.js';
 
 export interface UnityRelayOptions {
   /** UDP bind address. Default 0.0.0.0. */

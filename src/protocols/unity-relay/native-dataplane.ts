@@ -15,9 +15,9 @@
 import { EventEmitter } from 'node:events';
 import { isIPv4 } from 'node:net';
 import type { ProtocolMetrics } from '../../core/metrics.js';
-import { NativeDataplaneError } from './errors.js';
 import type { Allocation, AllocationObserver, AllocationStore } from './allocations.js';
 import type { DtlsLink } from './dtls.js';
+import { NativeDataplaneError } from './errors.js';
 import { loadAddon } from './native-addon.js';
 
 /** What the mirror needs of the DTLS record offload (native-dtls.ts). */

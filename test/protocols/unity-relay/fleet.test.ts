@@ -394,10 +394,7 @@ describe('unity-relay fleet on Redis (in-process)', () => {
       serveStart({ ...base, role: 'allocator', redis: 'redis://127.0.0.1:1' }, ctx),
     ).rejects.toThrow(/relay secret/);
     await expect(
-      serveStart(
-        { ...base, role: 'relay', redis: 'redis://127.0.0.1:1', relaySecret: 'short' },
-        ctx,
-      ),
+      serveStart({ ...base, role: 'relay', redis: 'redis://127.0.0.1:1', relaySecret: 'short' }, ctx),
     ).rejects.toThrow(/at least 32 characters/);
     await expect(serveStart({ ...base, workers: 2 }, ctx)).rejects.toThrow(
       /--workers \(config unity-relay\.workers\) needs --redis/,
