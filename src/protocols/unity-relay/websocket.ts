@@ -25,6 +25,9 @@ import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
 
+/** Default WebSocket connections per client address, each of ws and wss (many players can share one NAT address). */
+export const DEFAULT_WS_MAX_CONNECTIONS_PER_IP = 256;
+
 export interface WsEndpointOptions {
   host: string;
   port: number;
@@ -127,7 +130,7 @@ export async function startWsEndpoint(
   const transport = options.secure ? 'wss' : 'ws';
   const now = options.now ?? Date.now;
   const maxConnections = options.maxConnections ?? 10_000;
-  const maxPerIp = options.maxConnectionsPerIp ?? 256;
+  const maxPerIp = options.maxConnectionsPerIp ?? DEFAULT_WS_MAX_CONNECTIONS_PER_IP;
   const idleMs = options.idleTimeoutMs ?? 60_000;
   const bindMs = options.bindTimeoutMs ?? 15_000;
   const maxBuffered = options.maxBufferedBytes ?? 256 * 1024;
