@@ -16,10 +16,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type ConnectionType,
   RelayApiClient,
-  RelayApiError,
   relayServerData,
   UnityRelayClient,
 } from '../../../src/protocols/unity-relay/client.js';
+import { RelayApiError } from '../../../src/protocols/unity-relay/errors.js';
 import { type Served, spawnServe } from '../../helpers/crowd.js';
 import { waitFor } from '../../helpers/wait.js';
 
