@@ -24,6 +24,7 @@ import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
 import { PrudpServer, plainConnect } from './server.js';
+import { defaultKeyWorkers, Md5ChainPool, UserKeyCache } from './user-keys.js';
 
 export const RMC_TRANSPORTS = ['both', 'prudp', 'tcp'] as const;
 
@@ -74,6 +75,23 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
     type: 'string',
     default: 'gamewire',
     secret: true,
+  },
+  {
+    key: 'prudpKeyWorkers',
+    flag: '--prudp-key-workers <n>',
+    description: 'rmc (classic): worker threads that derive Kerberos user keys (0: CPUs - 1, at least 1)',
+    type: 'int',
+    default: 0,
+    min: 0,
+  },
+  {
+    key: 'prudpKeyQueue',
+    flag: '--prudp-key-queue <n>',
+    description:
+      'rmc (classic): key derivations waiting for a worker before further logins are refused (RendezVous::ConnectionFailure)',
+    type: 'int',
+    default: 1024,
+    min: 0,
   },
   {
     key: 'prudpMaxConnections',
@@ -266,6 +284,20 @@ export async function startRmcTransports(
     secureUrl = `prudps:/address=${publicHost};port=${port};CID=1;PID=2;sid=1;stream=3;type=2`;
     if (authority !== undefined) {
       const password = typeof options.prudpPassword === 'string' ? options.prudpPassword : 'gamewire';
+      // Kerberos user keys come from worker threads, and the server-wide password's 1024 keys are
+      // derived once now (about 0.1 s, off the event loop): logins then never wait for one.
+      const workers = num(options, 'prudpKeyWorkers', 0, 0);
+      const pool = new Md5ChainPool({
+        workers: workers === 0 ? defaultKeyWorkers() : workers,
+        maxQueued: num(options, 'prudpKeyQueue', 1024, 0),
+      });
+      closers.push(() => pool.close());
+      const userKeys = new UserKeyCache(pool);
+      if (wiring.role !== 'secure')
+        userKeys.warm(password).catch((err: unknown) => {
+          // Not fatal: each login then derives its own key (and reports its own failure).
+          ctx.log.warn({ err }, 'Kerberos key table could not be derived at start');
+        });
       // In a fleet the auth role answers logins and the secure role registers stations; the
       // Kerberos key they share is the data folder's (give every process the same one).
       if (wiring.role !== 'secure')
@@ -276,6 +308,7 @@ export async function startRmcTransports(
             authority,
             passwordFor: () => password,
             secureUrl: wiring.secureUrl ?? secureUrl,
+            userKeys,
           }),
         );
       if (wiring.role !== 'auth')
