@@ -19,7 +19,7 @@ import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
 import type { AccountStore } from '../store.js';
-import { PRUDP_DEFAULTS, PRUDP_PROFILES, type PrudpProfile } from './constants.js';
+import { defaultMaxConnectionsPerIp, PRUDP_DEFAULTS, PRUDP_PROFILES, type PrudpProfile } from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
@@ -104,17 +104,25 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
   {
     key: 'prudpMaxConnectionsPerIp',
     flag: '--prudp-max-connections-per-ip <n>',
-    description: 'rmc: most PRUDP connections from one IP address',
+    description:
+      'rmc: most PRUDP connections from one IP address (default max(64, prudp-max-connections / 4): a NAT of players fits)',
     type: 'int',
-    default: PRUDP_DEFAULTS.maxConnectionsPerIp,
     min: 1,
   },
   {
     key: 'prudpMaxHalfOpen',
     flag: '--prudp-max-half-open <n>',
-    description: 'rmc: most PRUDP connections between SYN and CONNECT',
+    description: 'rmc: most PRUDP connections between SYN and CONNECT; when full, a SYN evicts the oldest',
     type: 'int',
     default: PRUDP_DEFAULTS.maxHalfOpen,
+    min: 1,
+  },
+  {
+    key: 'prudpMaxHalfOpenPerIp',
+    flag: '--prudp-max-half-open-per-ip <n>',
+    description: 'rmc: most PRUDP connections between SYN and CONNECT from one IP address',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxHalfOpenPerIp,
     min: 1,
   },
   {
@@ -255,6 +263,7 @@ export async function startRmcTransports(
     let prudp: PrudpServer | undefined;
     if (transport !== 'tcp') {
       const checksum = str(options, 'prudpChecksum', ['auto', '1', '4'] as const, 'auto');
+      const maxConnections = num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1);
       prudp = new PrudpServer({
         dispatcher: server.dispatcher,
         log: ctx.log,
@@ -262,9 +271,15 @@ export async function startRmcTransports(
         profile,
         accessKey: typeof options.prudpAccessKey === 'string' ? options.prudpAccessKey : 'auto',
         checksumWidth: checksum === 'auto' ? 'auto' : (Number(checksum) as 1 | 4),
-        maxConnections: num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1),
-        maxConnectionsPerIp: num(options, 'prudpMaxConnectionsPerIp', PRUDP_DEFAULTS.maxConnectionsPerIp, 1),
+        maxConnections,
+        maxConnectionsPerIp: num(
+          options,
+          'prudpMaxConnectionsPerIp',
+          defaultMaxConnectionsPerIp(maxConnections),
+          1,
+        ),
         maxHalfOpen: num(options, 'prudpMaxHalfOpen', PRUDP_DEFAULTS.maxHalfOpen, 1),
+        maxHalfOpenPerIp: num(options, 'prudpMaxHalfOpenPerIp', PRUDP_DEFAULTS.maxHalfOpenPerIp, 1),
         idleTimeoutMs: num(options, 'prudpIdleTimeoutMs', PRUDP_DEFAULTS.idleTimeoutMs, 0),
         maxReassemblyBytes: num(options, 'prudpMaxReassemblyBytes', PRUDP_DEFAULTS.maxReassemblyBytes, 1024),
         retransmitMs: num(options, 'prudpRetransmitMs', PRUDP_DEFAULTS.retransmitMs, 10),

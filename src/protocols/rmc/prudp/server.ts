@@ -5,9 +5,14 @@
  * unchanged on top.
  *
  * Limits (each an option): connections in all and per IP, half-open connections (a SYN without
- * a CONNECT yet) and how long they live, reassembly bytes, idle timeout, and no reply to a
- * source without a connection larger than `maxUnprovenReplyFactor` times its datagram. Every
- * dropped datagram is counted in ProtocolMetrics (`dropped`), by reason.
+ * a CONNECT yet) in all and per IP and how long they live, reassembly bytes, idle timeout, and no
+ * reply to a source without a connection larger than `maxUnprovenReplyFactor` times its datagram.
+ * Every dropped datagram is counted in ProtocolMetrics (`dropped`), by reason.
+ *
+ * Proven connections (CONNECT completed, so the source received our SYN-ACK) come first: a SYN
+ * that finds the half-open table (or the whole table) full evicts the oldest half-open connection
+ * rather than being refused, so spoofed SYNs from many addresses cannot lock players out, and
+ * never touch an open connection.
  */
 import { randomBytes } from 'node:crypto';
 import type dgram from 'node:dgram';
@@ -18,7 +23,7 @@ import { bindUdp, closeUdp } from '../../../core/udp.js';
 import { DecodeError, WireWriter } from '../../../wire/index.js';
 import type { RmcConnection, RmcDispatcher, RmcSink } from '../dispatcher.js';
 import { accessKeyByte, type ChecksumWidth, learnFromSyn } from './checksum.js';
-import { Flag, PacketType, PRUDP_DEFAULTS, type PrudpProfile } from './constants.js';
+import { defaultMaxConnectionsPerIp, Flag, PacketType, PRUDP_DEFAULTS, type PrudpProfile } from './constants.js';
 import { type LinkOptions, PrudpLink } from './link.js';
 import {
   type ChecksumConfig,
@@ -67,8 +72,10 @@ export interface PrudpServerOptions extends LinkOptions {
   idleTimeoutMs?: number;
   halfOpenTimeoutMs?: number;
   maxConnections?: number;
+  /** Default max(64, maxConnections / 4). */
   maxConnectionsPerIp?: number;
   maxHalfOpen?: number;
+  maxHalfOpenPerIp?: number;
   maxUnprovenReplyFactor?: number;
   /** Timer resolution for retransmissions (ms, default 50). */
   tickMs?: number;
@@ -120,6 +127,10 @@ export class PrudpServer {
   private readonly o: PrudpServerOptions;
   private readonly peers = new Map<string, Peer>();
   private readonly perIp = new Map<string, number>();
+  /** Half-open peers, oldest first (the first to be evicted). */
+  private readonly halfOpenPeers = new Map<string, Peer>();
+  private readonly halfOpenPerIp = new Map<string, number>();
+  private readonly maxPerIp: number;
   private halfOpen = 0;
   private openCount = 0;
   private socket: dgram.Socket | undefined;
@@ -140,6 +151,9 @@ export class PrudpServer {
     this.log = options.log;
     const key = options.accessKey ?? 'auto';
     this.fixedKeyByte = key === 'auto' ? undefined : accessKeyByte(key);
+    this.maxPerIp =
+      options.maxConnectionsPerIp ??
+      defaultMaxConnectionsPerIp(options.maxConnections ?? PRUDP_DEFAULTS.maxConnections);
   }
 
   /** Connections fully open. */
@@ -276,18 +290,27 @@ export class PrudpServer {
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
     const o = this.o;
-    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen)) {
-      this.metrics.drop('prudp_half_open_limit');
-      return;
-    }
-    if (this.peers.size >= (o.maxConnections ?? PRUDP_DEFAULTS.maxConnections)) {
-      this.metrics.drop('prudp_connection_limit');
-      return;
-    }
     const ipCount = this.perIp.get(address) ?? 0;
-    if (ipCount >= (o.maxConnectionsPerIp ?? PRUDP_DEFAULTS.maxConnectionsPerIp)) {
+    if (ipCount >= this.maxPerIp) {
       this.metrics.drop('prudp_per_ip_limit');
       return;
+    }
+    const ipHalfOpen = this.halfOpenPerIp.get(address) ?? 0;
+    if (ipHalfOpen >= (o.maxHalfOpenPerIp ?? PRUDP_DEFAULTS.maxHalfOpenPerIp)) {
+      this.metrics.drop('prudp_half_open_per_ip_limit');
+      return;
+    }
+    // Full: the oldest half-open connection makes room; open ones are never evicted for a SYN.
+    if (
+      this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen) ||
+      this.peers.size >= (o.maxConnections ?? PRUDP_DEFAULTS.maxConnections)
+    ) {
+      const oldest = this.halfOpenPeers.values().next().value;
+      if (oldest === undefined) {
+        this.metrics.drop('prudp_connection_limit');
+        return;
+      }
+      this.remove(oldest, 'half_open_evicted');
     }
     const serverSignature = randomSignature();
     const w = this.scratch;
@@ -329,7 +352,9 @@ export class PrudpServer {
       writer: undefined,
     };
     this.peers.set(key, peer);
-    this.perIp.set(address, ipCount + 1);
+    this.perIp.set(address, (this.perIp.get(address) ?? 0) + 1);
+    this.halfOpenPeers.set(key, peer);
+    this.halfOpenPerIp.set(address, (this.halfOpenPerIp.get(address) ?? 0) + 1);
     this.halfOpen++;
     this.metrics.count('prudp_syn');
     this.send(peer, synAck);
@@ -450,7 +475,7 @@ export class PrudpServer {
     peer.link = link;
     peer.writer = writer;
     peer.state = State.Open;
-    this.halfOpen--;
+    this.forgetHalfOpen(peer);
     this.openCount++;
     this.metrics.open++;
     this.metrics.count('prudp_connections');
@@ -540,8 +565,9 @@ export class PrudpServer {
     if (n <= 0) this.perIp.delete(peer.address);
     else this.perIp.set(peer.address, n);
     if (peer.state === State.HalfOpen) {
-      this.halfOpen--;
-      if (reason !== 'server_close') this.metrics.count('prudp_half_open_expired');
+      this.forgetHalfOpen(peer);
+      if (reason === 'half_open_evicted') this.metrics.count('prudp_half_open_evicted');
+      else if (reason !== 'server_close') this.metrics.count('prudp_half_open_expired');
       return;
     }
     this.openCount--;
@@ -549,6 +575,14 @@ export class PrudpServer {
     this.metrics.close(reason);
     peer.link?.stop();
     if (peer.rmc !== undefined) this.dispatcher.closeConnection(peer.rmc);
+  }
+
+  private forgetHalfOpen(peer: Peer): void {
+    this.halfOpen--;
+    this.halfOpenPeers.delete(peer.key);
+    const n = (this.halfOpenPerIp.get(peer.address) ?? 1) - 1;
+    if (n <= 0) this.halfOpenPerIp.delete(peer.address);
+    else this.halfOpenPerIp.set(peer.address, n);
   }
 
   private tick(): void {
