@@ -19,7 +19,12 @@ import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
 import type { AccountStore } from '../store.js';
-import { defaultMaxConnectionsPerIp, PRUDP_DEFAULTS, PRUDP_PROFILES, type PrudpProfile } from './constants.js';
+import {
+  defaultMaxConnectionsPerIp,
+  PRUDP_DEFAULTS,
+  PRUDP_PROFILES,
+  type PrudpProfile,
+} from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';

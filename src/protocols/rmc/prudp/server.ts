@@ -23,7 +23,13 @@ import { bindUdp, closeUdp } from '../../../core/udp.js';
 import { DecodeError, WireWriter } from '../../../wire/index.js';
 import type { RmcConnection, RmcDispatcher, RmcSink } from '../dispatcher.js';
 import { accessKeyByte, type ChecksumWidth, learnFromSyn } from './checksum.js';
-import { defaultMaxConnectionsPerIp, Flag, PacketType, PRUDP_DEFAULTS, type PrudpProfile } from './constants.js';
+import {
+  defaultMaxConnectionsPerIp,
+  Flag,
+  PacketType,
+  PRUDP_DEFAULTS,
+  type PrudpProfile,
+} from './constants.js';
 import { type LinkOptions, PrudpLink } from './link.js';
 import {
   type ChecksumConfig,
