@@ -87,9 +87,10 @@ export function configReference(protocols: readonly ProtocolModule[]): string {
     '`--port` sets the port of the one protocol being served; with several protocols, set each',
     "protocol's `port` in the file.",
     '',
-    'An option marked "needs `redis`" only means something in a fleet: setting it (to anything but',
-    'its default) without `redis` in the same section (flag, file or environment) is refused with',
-    'one line, before anything starts, instead of being accepted and ignored.',
+    'An option marked "needs `X`" means nothing without `X` (most: `redis`, only a fleet uses them):',
+    'setting it (to anything but its default) without `X` in the same section (flag, file or',
+    'environment) is refused with one line, before anything starts, instead of being accepted and',
+    'ignored.',
     '',
   ];
   for (const [section, options] of configSchema(protocols)) {

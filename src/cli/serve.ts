@@ -19,9 +19,9 @@ import { packageRoot } from '../core/admin/static.js';
 import { codecDecoder } from '../core/admin/wire-json.js';
 import {
   checkConfigFile,
-  checkRequires,
   checkValue,
   defaultsOf,
+  fillOptions,
   flagName,
   flagParser,
   readConfigFile,
@@ -106,8 +106,10 @@ export function configSchema(protocols: readonly ProtocolModule[]): Map<string, 
 
 /**
  * A server's options: defaults, then its config-file section, then environment variables, then
- * command-line flags. Flags are looked up under commander's name for each flag
- * (`--unity-idle-timeout` → `unityIdleTimeout`), which may differ from the option's key.
+ * command-line flags, then the defaults of what none of them set (`fillOptions`). Flags are
+ * looked up under commander's name for each flag (`--unity-idle-timeout` → `unityIdleTimeout`),
+ * which may differ from the option's key. The section's values were checked with the config
+ * file (`checkConfigFile`).
  */
 export function resolveServeOptions(
   p: ProtocolModule,
@@ -119,18 +121,16 @@ export function resolveServeOptions(
 ): Record<string, unknown> {
   const def = p.server!;
   const options = sectionOptions(def.defaultPort, def.options);
-  const out: Record<string, unknown> = { host: serveHost, ...defaultsOf(options) };
-  Object.assign(out, section, valuesFromEnv(p.name, options, env));
-  if (flags.host !== undefined) out.host = flags.host;
-  if (flags.port !== undefined) out.port = flags.port;
+  const values: Record<string, unknown> = { ...section, ...valuesFromEnv(p.name, options, env) };
+  if (flags.host !== undefined) values.host = flags.host;
+  if (flags.port !== undefined) values.port = flags.port;
   for (const o of def.options) {
     const value = flagValue(o, flags, warnings);
     // A shared flag was parsed against every protocol's choices: check this protocol's own.
     if (value !== undefined)
-      out[o.key] = checkValue(o, value, { kind: 'flag', flag: `${p.name} ${flagName(o)}` });
+      values[o.key] = checkValue(o, value, { kind: 'flag', flag: `${p.name} ${flagName(o)}` });
   }
-  checkRequires(p.name, options, out);
-  return out;
+  return fillOptions(p.name, options, values, serveHost);
 }
 
 export function addServeCommand(program: Command, protocols: readonly ProtocolModule[]): void {

@@ -6,17 +6,20 @@
  */
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
-import type { ServeOption } from './server.js';
+import type { ServeOption, ServerDefinition } from './server.js';
 
 /** Where a value came from, for messages that say exactly what to fix. */
 export type ValueSource =
   | { kind: 'flag'; flag: string }
   | { kind: 'file'; file: string; key: string }
-  | { kind: 'env'; name: string };
+  | { kind: 'env'; name: string }
+  /** A value a library caller passed (`completeOptions`): `key` is `<section>.<key>`. */
+  | { kind: 'value'; key: string };
 
 function describeSource(s: ValueSource): string {
   if (s.kind === 'flag') return s.flag;
   if (s.kind === 'env') return `environment variable ${s.name}`;
+  if (s.kind === 'value') return s.key;
   return `${s.key} in ${s.file}`;
 }
 
@@ -24,7 +27,8 @@ function sourceKey(s: ValueSource): string {
   return s.kind === 'flag' ? s.flag : s.kind === 'env' ? s.name : s.key;
 }
 
-function sourceName(s: ValueSource): string {
+function sourceName(s: ValueSource): string | undefined {
+  if (s.kind === 'value') return undefined;
   return s.kind === 'file' ? s.file : s.kind === 'flag' ? 'command line' : 'environment';
 }
 
@@ -72,11 +76,13 @@ function checkChoice(option: ServeOption, value: string, source: ValueSource): v
 }
 
 /**
- * Checks (and converts) one value. Strings come from flags and environment variables; config
- * files give JSON values, which must already have the right type (no "abc" where a number goes).
+ * Checks one value against its option's type, range and choices, converting text (flags and
+ * environment variables) to the type. Config files give JSON values, which must already have the
+ * right type (no "abc" where a number goes). Converted values pass again unchanged, so a value can
+ * be checked once per protocol that shares its flag.
  */
-export function checkValue(option: ServeOption, raw: unknown, source: ValueSource): unknown {
-  const fromText = typeof raw === 'string' && source.kind !== 'file';
+export function checkKind(option: ServeOption, raw: unknown, source: ValueSource): unknown {
+  const fromText = typeof raw === 'string' && source.kind !== 'file' && source.kind !== 'value';
   switch (option.type) {
     case 'int': {
       let n: number;
@@ -110,9 +116,32 @@ export function checkValue(option: ServeOption, raw: unknown, source: ValueSourc
           .map((s) => s.trim())
           .filter((s) => s !== '');
       else return fail(source, `expected a list, got ${JSON.stringify(raw)}`);
-      for (const item of items) if (typeof item === 'string') checkChoice(option, item, source);
+      for (const item of items) {
+        if (typeof item === 'string') checkChoice(option, item, source);
+        // Items other than strings are for the option's own parse to judge.
+        else if (option.parse === undefined)
+          fail(source, `expected a list of strings, got ${JSON.stringify(item)} in it`);
+      }
       return items;
     }
+    case 'json':
+      return raw;
+  }
+}
+
+/**
+ * Checks and converts one value: its type, range and choices (`checkKind`), then the option's
+ * own `parse`, if it has one. An error names where the value came from.
+ */
+export function checkValue(option: ServeOption, raw: unknown, source: ValueSource): unknown {
+  const value = checkKind(option, raw, source);
+  if (option.parse === undefined) return value;
+  try {
+    return option.parse(value);
+  } catch (err) {
+    // A ConfigError already says what and where (an instance file's own errors).
+    if (err instanceof ConfigError) throw err;
+    return fail(source, (err as Error).message ?? String(err));
   }
 }
 
@@ -299,17 +328,75 @@ export function checkRequires(
     const other = options.find((x) => x.key === o.requires);
     const name = other === undefined ? o.requires : `${flagName(other)} (config ${section}.${other.key})`;
     throw new ConfigError(
-      `${section}: ${flagName(o)} (config ${section}.${o.key}) needs ${name}: without it, it does nothing`,
+      `${section}: ${flagName(o)} (config ${section}.${o.key}) needs ${name}: ${o.requiresWhy ?? 'without it, it does nothing'}`,
       `${section}.${o.key}`,
     );
   }
 }
 
-/** A commander argument parser for an option: converts and validates, naming the flag on error. */
+/**
+ * A section's complete options from values already checked (`checkValue`): every option not
+ * given takes its default (through its `parse`, if it has one), `host` is `host` unless given,
+ * and an option set without the one it `requires` is refused. What `start()` receives.
+ */
+export function fillOptions(
+  section: string,
+  options: readonly ServeOption[],
+  values: Record<string, unknown>,
+  host = '0.0.0.0',
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { host };
+  for (const o of options) {
+    const given = values[o.key];
+    if (given !== undefined) out[o.key] = given;
+    else if (o.default !== undefined) out[o.key] = o.parse === undefined ? o.default : o.parse(o.default);
+    else if (!(o.key in out)) out[o.key] = undefined;
+  }
+  checkRequires(section, options, out);
+  return out;
+}
+
+/**
+ * The options `start()` of `server` receives, from values a library caller gives (the same
+ * values as a config-file section, or already converted ones): each is checked as the config file
+ * would be, unknown keys are refused, defaults are filled in. `gamewire serve` does the same
+ * from the config file, the environment and the flags.
+ *
+ * ```ts
+ * const running = await js5.server.start(completeOptions('js5', js5.server, { port: 0 }), ctx);
+ * ```
+ */
+export function completeOptions<O extends object>(
+  section: string,
+  server: ServerDefinition<O>,
+  values: Readonly<Record<string, unknown>> = {},
+): O {
+  const options = sectionOptions(server.defaultPort, server.options);
+  const checked: Record<string, unknown> = {};
+  for (const [key, raw] of Object.entries(values)) {
+    const o = options.find((x) => x.key === key);
+    if (o === undefined)
+      throw new ConfigError(
+        `${section}: unknown option "${key}" (${hint(
+          key,
+          options.map((x) => x.key),
+        )})`,
+        `${section}.${key}`,
+      );
+    if (raw !== undefined) checked[key] = checkValue(o, raw, { kind: 'value', key: `${section}.${key}` });
+  }
+  return fillOptions(section, options, checked) as O;
+}
+
+/**
+ * A commander argument parser for an option: converts and checks the type, range and choices,
+ * naming the flag on error. The option's own `parse` runs later, once per protocol
+ * (`checkValue`), since a flag several protocols share is parsed once.
+ */
 export function flagParser(option: ServeOption): ((value: string) => unknown) | undefined {
   if (option.type === 'bool') return undefined;
   const flag = flagName(option);
-  return (value: string) => checkValue(option, value, { kind: 'flag', flag });
+  return (value: string) => checkKind(option, value, { kind: 'flag', flag });
 }
 
 /** Defaults of a list of options. */

@@ -30,8 +30,16 @@ import type { Logger } from 'pino';
 import { DecodeError } from '../wire/errors.js';
 import { type FrameMeasure, StreamDeframer } from '../wire/framing.js';
 import { WireWriter } from '../wire/writer.js';
+import type { Connection } from './connection.js';
 import type { ProtocolMetrics } from './metrics.js';
-import { addressKey, CloseReason, closeReasonOf, closeSocket, listenTcp, type TcpListener } from './tcp.js';
+import {
+  CloseReason,
+  closeReasonOf,
+  closeSocket,
+  listenTcp,
+  TcpConnection,
+  type TcpListener,
+} from './tcp.js';
 
 /** Every limit of a framed TCP server. Each is a server option; see `FRAMED_TCP_DEFAULTS`. */
 export interface FramedTcpLimits {
@@ -95,12 +103,12 @@ export interface CloseOptions {
   lingerMs?: number;
 }
 
-/** One accepted connection, as the protocol sees it. */
-export interface FramedConnection {
-  readonly remoteAddress: string;
-  readonly remotePort: number;
-  /** The address key the per-address limits count under. */
-  readonly addressKey: string;
+/**
+ * One accepted connection, as the protocol sees it: a `Connection` of the seam (counters: frames
+ * in, `send` calls and writer flushes out) with what framing adds.
+ */
+export interface FramedConnection extends Connection {
+  readonly transport: 'tcp';
   /** Reply buffer: append whole frames, then `commit()`. Flushed at the end of the turn. */
   readonly writer: WireWriter;
   /** Replies were appended outside a turn (asynchronously): flush them on the next tick. */
@@ -188,11 +196,7 @@ const RUN_MIN_FRAMES = 256;
 /** Produced output written in one scheduler run (all connections), before yielding to I/O. */
 const RUN_OUTPUT_BYTES = 4 * 1024 * 1024;
 
-class Conn implements FramedConnection {
-  readonly remoteAddress: string;
-  readonly remotePort: number;
-  readonly addressKey: string;
-  readonly socket: net.Socket;
+class Conn extends TcpConnection implements FramedConnection {
   readonly deframer: StreamDeframer;
   writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
   sink!: FrameSink;
@@ -227,11 +231,8 @@ class Conn implements FramedConnection {
   private readonly owner: FramedTcpServerImpl;
 
   constructor(owner: FramedTcpServerImpl, socket: net.Socket, measure: FrameMeasure, maxFrameBytes: number) {
+    super(socket, owner.metrics);
     this.owner = owner;
-    this.socket = socket;
-    this.remoteAddress = socket.remoteAddress ?? '';
-    this.remotePort = socket.remotePort ?? 0;
-    this.addressKey = addressKey(socket.remoteAddress);
     this.deframer = new StreamDeframer(measure, { maxFrameBytes, maxRetainedBytes: RETAINED_INPUT_BYTES });
   }
 
@@ -245,6 +246,10 @@ class Conn implements FramedConnection {
 
   get closing(): boolean {
     return this.failed || this.closed;
+  }
+
+  override get open(): boolean {
+    return !this.failed && !this.closed;
   }
 
   get readingPaused(): boolean {
@@ -268,7 +273,7 @@ class Conn implements FramedConnection {
     this.owner.settle(this);
   }
 
-  close(reason: string = CloseReason.ClosedByServer, options?: CloseOptions): void {
+  override close(reason: string = CloseReason.ClosedByServer, options?: CloseOptions): void {
     if (this.closed || this.socket.destroyed) return;
     // Nothing more is read, delivered or produced; what was answered still goes out.
     this.failed = true;
@@ -293,11 +298,12 @@ class Conn implements FramedConnection {
     this.deframer.setMeasure(measure);
   }
 
-  send(bytes: Buffer): void {
+  override send(bytes: Buffer): void {
     const s = this.socket;
     if (this.closed || s.destroyed || s.writableEnded) return;
     if (this.writer.offset > 0) this.owner.flush(this);
     this.sentBytes += bytes.length;
+    this.messagesOut++;
     // Past the stream's small high-water mark writes go on, up to `maxQueuedBytes` queued.
     if (!s.write(bytes) && this.queuedBytes >= this.owner.limits.maxQueuedBytes) this.owner.waitDrain(this);
   }
@@ -386,7 +392,8 @@ class FramedTcpServerImpl implements FramedTcpServer {
       pauseOnConnect: true,
       metrics: this.metrics,
       log: this.log,
-      onConnection: (socket) => this.accept(socket),
+      createConnection: (socket) => new Conn(this, socket, this.options.measure, l.maxFrameBytes),
+      onConnection: (_socket, connection) => this.accept(connection as Conn),
     });
     const every = l.frameTimeoutMs > 0 ? Math.min(500, Math.max(10, l.frameTimeoutMs / 4)) : 500;
     this.sweepTimer = setInterval(() => this.sweep(), every);
@@ -400,8 +407,8 @@ class FramedTcpServerImpl implements FramedTcpServer {
     return this.listener.close(graceMs);
   }
 
-  private accept(socket: net.Socket): void {
-    const c = new Conn(this, socket, this.options.measure, this.limits.maxFrameBytes);
+  private accept(c: Conn): void {
+    const socket = c.socket;
     c.onFrame = (buf, start, end) => this.deliver(c, buf, start, end);
     this.live.add(c);
     socket.on('close', () => this.closed(c));
@@ -440,6 +447,7 @@ class FramedTcpServerImpl implements FramedTcpServer {
   /** The deframer's frame handler: counts the turn down, applies backpressure. */
   private deliver(c: Conn, buf: Buffer, start: number, end: number): boolean {
     c.turnLeft--;
+    c.messagesIn++;
     if (c.sink.onFrame(buf, start, end) === false) c.held = true;
     if (c.writer.offset > this.limits.maxQueuedBytes) this.flush(c);
     if (c.held || c.failed) return false;
@@ -758,6 +766,7 @@ class FramedTcpServerImpl implements FramedTcpServer {
     if (w.buf.length > WRITER_SHRINK_BYTES)
       c.writer = new WireWriter({ initialCapacity: WRITER_INITIAL_BYTES });
     c.sentBytes += out.length;
+    c.messagesOut++;
     if (!s.write(out)) this.waitDrain(c);
   }
 

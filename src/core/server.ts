@@ -6,7 +6,8 @@ import type { ProtocolMetrics } from './metrics.js';
  * One option of `gamewire serve`, also settable in the config file under the protocol's name.
  * Names follow the rule in docs/decisions.md ("Config keys and flags"). Every field after
  * `default` is optional; the config schema (src/core/config.ts) uses them to validate flags,
- * config-file values and environment variables alike.
+ * config-file values and environment variables alike. Protocols declare them through the typed
+ * builders of src/core/options.ts (`defineServer`), which also give `start()` its options' type.
  */
 export interface ServeOption {
   /** Key in the options object and the config file (camelCase), e.g. `apiPort`. */
@@ -14,7 +15,12 @@ export interface ServeOption {
   /** Commander flag, e.g. `--api-port <port>`. Several protocols may share one (`--port`). */
   flag: string;
   description: string;
-  type: 'int' | 'string' | 'bool' | 'list';
+  /**
+   * `json`: text from a flag or the environment (a file name, say), any JSON value in the config
+   * file; its `parse` makes sense of either.
+   */
+  type: 'int' | 'string' | 'bool' | 'list' | 'json';
+  /** The default, as the config file would give it (`parse`, when declared, applies to it too). */
   default?: unknown;
   /** Smallest accepted value (`int`). Ports and counts default to 0 when unset. */
   min?: number;
@@ -38,6 +44,14 @@ export interface ServeOption {
    * that one is refused before anything starts.
    */
   requires?: string;
+  /** Why `requires` holds, ending the refusal (default "without it, it does nothing"). */
+  requiresWhy?: string;
+  /**
+   * The option's own conversion after the type, range and choice checks: what `start()` receives
+   * (`rmc.datacenters`: `id=host:port` items or objects become `DatacenterConfig`s). It throws
+   * an `Error` whose message says what is wrong; the schema adds where the value came from.
+   */
+  parse?(value: unknown): unknown;
 }
 
 export interface ServerContext {
@@ -74,11 +88,20 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-export interface ServerDefinition {
+/**
+ * A protocol's server. `O` is the type of the options `start` receives: `defineServer`
+ * (src/core/options.ts) derives it from the option declarations, so `start` never parses or
+ * defaults a value itself.
+ */
+export interface ServerDefinition<O extends object = Record<string, unknown>> {
   summary: string;
   defaultPort: number;
   /** Protocol-specific options. `--port` and `--host` are common to all and always present. */
   options: readonly ServeOption[];
-  /** `options` holds `port`, `host` and every declared key, defaults filled in. */
-  start(options: Record<string, unknown>, ctx: ServerContext): Promise<RunningServer>;
+  /**
+   * `options` holds `port`, `host` and every declared key, checked, converted (`parse`) and with
+   * every default filled in: `gamewire serve` builds it from the config file, the environment and
+   * the flags; a library caller with `completeOptions` (src/core/config.ts).
+   */
+  start(options: O, ctx: ServerContext): Promise<RunningServer>;
 }

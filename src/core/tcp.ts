@@ -1,93 +1,17 @@
-import diagnosticsChannel from 'node:diagnostics_channel';
 import net from 'node:net';
 import type { Logger } from 'pino';
+import { addressKey, CloseReason, type Connection, ConnectionTable, formatRemote } from './connection.js';
 import type { ProtocolMetrics } from './metrics.js';
 import { trafficRecorder } from './recording.js';
 
-/**
- * Why a connection ended (or was refused), shared by every TCP server. Protocols add their own
- * (`malformed` is common to all framed protocols). They are the `reason` label of
- * `gamewire_connections_closed_total` and of the `gamewire:connection:*` diagnostics events.
- */
-export const CloseReason = {
-  /** The peer closed, or the connection ended without a more specific reason. */
-  PeerClosed: 'peer_closed',
-  /** Refused at accept: the server holds `maxConnections`. */
-  OverCapacity: 'over_capacity',
-  /** Refused at accept: the peer's address holds `maxConnectionsPerIp`. */
-  PerIpLimit: 'per_ip_limit',
-  /** Nothing received for `idleTimeoutMs`. */
-  IdleTimeout: 'idle_timeout',
-  /** A frame (or the first frame after connecting) did not complete within `frameTimeoutMs`. */
-  FrameTimeout: 'frame_timeout',
-  /**
-   * The input budget was spent, new connections were waiting, and this connection's partial
-   * frame had been stalled longest.
-   */
-  OverBudget: 'over_budget',
-  /** Bytes that break the protocol's framing or envelope. */
-  Malformed: 'malformed',
-  /** The socket reported an error (reset, broken pipe). */
-  SocketError: 'socket_error',
-  /** A bug in a connection handler; it cost this one connection. */
-  HandlerError: 'handler_error',
-  /** The server is shutting down. */
-  ServerClosing: 'server_closing',
-  /** The protocol ended the connection on purpose (e.g. a handler called `close()`). */
-  ClosedByServer: 'closed_by_server',
-} as const;
-export type CloseReasonName = (typeof CloseReason)[keyof typeof CloseReason];
-
-/** Payload of the `gamewire:connection:open|close|drop` diagnostics channels. */
-export interface ConnectionEvent {
-  /** The protocol module's name (`rmc`, `js5`, …). */
-  protocol: string;
-  transport: 'tcp' | 'udp' | 'websocket' | 'prudp';
-  /** `address:port` of the peer (`[v6]:port` for IPv6). */
-  remote: string;
-  /** For `close` and `drop`: one of `CloseReason` or a protocol's own. */
-  reason?: string;
-}
-
-/**
- * `node:diagnostics_channel` channels every TCP server publishes on: `open` when a connection is
- * accepted, `close` once when it ends (with its reason), `drop` when one is refused at accept.
- * Subscribing costs the servers nothing until someone subscribes.
- */
-export const connectionChannels = {
-  open: diagnosticsChannel.channel('gamewire:connection:open'),
-  close: diagnosticsChannel.channel('gamewire:connection:close'),
-  drop: diagnosticsChannel.channel('gamewire:connection:drop'),
-} as const;
-
-/** `address:port`, with brackets around IPv6 addresses. */
-export function formatRemote(address: string | undefined, port: number | undefined): string {
-  const a = address ?? '?';
-  return a.includes(':') ? `[${a}]:${port ?? 0}` : `${a}:${port ?? 0}`;
-}
-
-/**
- * The key per-address limits count under: an IPv4 address (also when mapped into IPv6), or the
- * /64 prefix of an IPv6 address, since one IPv6 host usually holds a whole /64.
- */
-export function addressKey(address: string | undefined): string {
-  if (address === undefined || address === '') return '?';
-  if (address.startsWith('::ffff:') && address.includes('.')) return address.slice(7);
-  if (!address.includes(':')) return address;
-  const zone = address.indexOf('%');
-  const a = zone >= 0 ? address.slice(0, zone) : address;
-  const halves = a.split('::');
-  const head = halves[0] === '' ? [] : halves[0]!.split(':');
-  const tail = halves.length > 1 && halves[1] !== '' ? halves[1]!.split(':') : [];
-  const groups =
-    halves.length > 1
-      ? [...head, ...new Array<string>(8 - head.length - tail.length).fill('0'), ...tail]
-      : head;
-  return `${groups
-    .slice(0, 4)
-    .map((g) => Number.parseInt(g || '0', 16).toString(16))
-    .join(':')}::/64`;
-}
+export {
+  addressKey,
+  CloseReason,
+  type CloseReasonName,
+  type ConnectionEvent,
+  connectionChannels,
+  formatRemote,
+} from './connection.js';
 
 export interface TcpListenOptions {
   host: string;
@@ -110,8 +34,16 @@ export interface TcpListenOptions {
   pauseOnConnect?: boolean;
   metrics: ProtocolMetrics;
   log: Logger;
-  /** Attaches the protocol's handlers. Socket errors are already handled (logged, counted, closed). */
-  onConnection(socket: net.Socket): void;
+  /**
+   * Attaches the protocol's handlers. Socket errors are already handled (logged, counted,
+   * closed). `connection` is the socket's place on the connection seam (counters, close).
+   */
+  onConnection(socket: net.Socket, connection: TcpConnection): void;
+  /**
+   * Makes the connection object of an accepted socket (default `new TcpConnection(socket,
+   * metrics)`): a transport built on TCP (framed TCP) makes its own subclass.
+   */
+  createConnection?(socket: net.Socket): TcpConnection;
 }
 
 export interface TcpListener {
@@ -120,6 +52,8 @@ export interface TcpListener {
   sockets: ReadonlySet<net.Socket>;
   /** Open connections per address key (see `addressKey`). */
   readonly perIp: ReadonlyMap<string, number>;
+  /** The connection seam's table of this listener (caps, diagnostics). */
+  readonly table: ConnectionTable<TcpConnection>;
   /** Stops accepting, ends every connection (flushing queued writes), then resolves. */
   close(graceMs?: number): Promise<void>;
 }
@@ -152,52 +86,78 @@ export function closeReasonOf(socket: net.Socket): string | undefined {
 }
 
 /**
+ * One accepted TCP socket on the connection seam. Bytes are the socket's own counts; a raw
+ * stream has no messages (framed TCP counts its frames).
+ */
+export class TcpConnection implements Connection {
+  readonly transport = 'tcp' as const;
+  readonly socket: net.Socket;
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly addressKey: string;
+  messagesIn = 0;
+  messagesOut = 0;
+  protected readonly metrics: ProtocolMetrics;
+
+  constructor(socket: net.Socket, metrics: ProtocolMetrics) {
+    this.socket = socket;
+    this.metrics = metrics;
+    this.remoteAddress = socket.remoteAddress ?? '';
+    this.remotePort = socket.remotePort ?? 0;
+    this.addressKey = addressKey(socket.remoteAddress);
+  }
+
+  get open(): boolean {
+    return !this.socket.destroyed && !this.socket.writableEnded && !closeReasons.has(this.socket);
+  }
+
+  get bytesIn(): number {
+    return this.socket.bytesRead;
+  }
+
+  get bytesOut(): number {
+    return this.socket.bytesWritten;
+  }
+
+  send(bytes: Buffer): void {
+    const s = this.socket;
+    if (s.destroyed || s.writableEnded) return;
+    this.messagesOut++;
+    s.write(bytes);
+  }
+
+  close(reason: string = CloseReason.ClosedByServer): void {
+    closeSocket(this.socket, reason, this.metrics, 'end');
+  }
+}
+
+/**
  * The TCP transport every gamewire TCP server shares: connection cap, per-address cap at
  * accept, idle timeout, no Nagle, lifecycle diagnostics, and errors isolated to their own
  * connection so one bad peer never reaches the others.
  */
 export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
   const { metrics, log } = options;
-  const protocol = options.protocol ?? metrics.protocol;
-  const maxPerIp = options.maxConnectionsPerIp ?? 0;
+  const table = new ConnectionTable<TcpConnection>({
+    protocol: options.protocol ?? metrics.protocol,
+    transport: 'tcp',
+    maxConnections: options.maxConnections,
+    maxConnectionsPerIp: options.maxConnectionsPerIp ?? 0,
+  });
   const sockets = new Set<net.Socket>();
-  const perIp = new Map<string, number>();
-  let closing = false;
-  const refuse = (socket: net.Socket, reason: string) => {
-    metrics.close(reason);
-    if (connectionChannels.drop.hasSubscribers) {
-      connectionChannels.drop.publish({
-        protocol,
-        transport: 'tcp',
-        remote: formatRemote(socket.remoteAddress, socket.remotePort),
-        reason,
-      } satisfies ConnectionEvent);
-    }
-    socket.on('error', () => {});
-    socket.destroy();
-  };
   const server = net.createServer({ pauseOnConnect: options.pauseOnConnect === true }, (socket) => {
-    if (closing) {
-      refuse(socket, CloseReason.ServerClosing);
+    const refused = table.refusalFor(addressKey(socket.remoteAddress));
+    if (refused !== undefined) {
+      metrics.close(refused);
+      table.refuse(socket.remoteAddress, socket.remotePort, refused);
+      socket.on('error', () => {});
+      socket.destroy();
       return;
     }
-    if (sockets.size >= options.maxConnections) {
-      refuse(socket, CloseReason.OverCapacity);
-      return;
-    }
-    const key = addressKey(socket.remoteAddress);
-    const fromIp = perIp.get(key) ?? 0;
-    if (maxPerIp > 0 && fromIp >= maxPerIp) {
-      refuse(socket, CloseReason.PerIpLimit);
-      return;
-    }
-    perIp.set(key, fromIp + 1);
+    const connection = options.createConnection?.(socket) ?? new TcpConnection(socket, metrics);
+    table.open(connection);
     sockets.add(socket);
     metrics.open = sockets.size;
-    const remote = formatRemote(socket.remoteAddress, socket.remotePort);
-    if (connectionChannels.open.hasSubscribers) {
-      connectionChannels.open.publish({ protocol, transport: 'tcp', remote } satisfies ConnectionEvent);
-    }
     socket.setNoDelay(true);
     if (options.idleTimeoutMs > 0) {
       socket.setTimeout(options.idleTimeoutMs, () => closeSocket(socket, CloseReason.IdleTimeout, metrics));
@@ -207,26 +167,19 @@ export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
         closeReasons.set(socket, CloseReason.SocketError);
         metrics.close(CloseReason.SocketError);
       }
-      log.debug({ err: err.message, remote }, 'socket error');
+      log.debug(
+        { err: err.message, remote: formatRemote(socket.remoteAddress, socket.remotePort) },
+        'socket error',
+      );
     });
     socket.on('close', () => {
       sockets.delete(socket);
-      const left = (perIp.get(key) ?? 1) - 1;
-      if (left <= 0) perIp.delete(key);
-      else perIp.set(key, left);
       metrics.open = sockets.size;
-      if (connectionChannels.close.hasSubscribers) {
-        connectionChannels.close.publish({
-          protocol,
-          transport: 'tcp',
-          remote,
-          reason: closeReasons.get(socket) ?? CloseReason.PeerClosed,
-        } satisfies ConnectionEvent);
-      }
+      table.release(connection, closeReasons.get(socket) ?? CloseReason.PeerClosed);
     });
     try {
       trafficRecorder()?.tcpConnection(socket);
-      options.onConnection(socket);
+      options.onConnection(socket, connection);
     } catch (err) {
       // A handler bug costs this one connection, never the server.
       log.error({ err }, 'connection handler failed');
@@ -245,9 +198,10 @@ export function listenTcp(options: TcpListenOptions): Promise<TcpListener> {
         server,
         port: address.port,
         sockets,
-        perIp,
+        perIp: table.perAddressCounts,
+        table,
         close(graceMs = 2000) {
-          closing = true;
+          table.closing();
           closed ??= new Promise<void>((done) => {
             server.close(() => done());
             for (const s of sockets) {

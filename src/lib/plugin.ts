@@ -18,6 +18,13 @@ export {
   serverAction,
 } from '../core/admin/source.js';
 export { protocolPageDir } from '../core/admin/static.js';
+export {
+  CloseReason,
+  type Connection,
+  type ConnectionEvent,
+  ConnectionTable,
+  type TransportKind,
+} from '../core/connection.js';
 export { CommandError, ConfigError, UsageError } from '../core/errors.js';
 export {
   type BaseDecoderOptions,
@@ -53,7 +60,14 @@ export type {
   ServerContext,
   ServerDefinition,
 } from '../core/server.js';
-export { addressKey, closeSocket, listenTcp, type TcpListener, type TcpListenOptions } from '../core/tcp.js';
+export {
+  addressKey,
+  closeSocket,
+  listenTcp,
+  TcpConnection,
+  type TcpListener,
+  type TcpListenOptions,
+} from '../core/tcp.js';
 export { bindUdp, closeUdp, type UdpBindOptions } from '../core/udp.js';
 export { WireTap } from '../core/wire-tap.js';
 export { PROTOCOL_NAME, type ProtocolEntry, registerProtocol } from '../protocols/registry.js';

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { Option } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { resolveServeOptions } from '../../src/cli/serve.js';
+import { envName } from '../../src/core/config.js';
 import type { ServeOption } from '../../src/core/server.js';
 import { loadProtocols } from '../../src/protocols/registry.js';
 import { errorOf, runCli } from '../helpers/cli.js';
@@ -28,22 +29,26 @@ describe('fleet-only options need --redis', () => {
     p.server!.options.filter((o) => o.requires !== undefined).map((o) => ({ p, o })),
   );
 
-  it('rmc and unity-relay declare their fleet-only options', () => {
-    const names = fleetOnly.map(({ p, o }) => `${p.name}.${o.key}`).sort();
+  it('rmc and unity-relay declare the options that need another', () => {
+    const names = fleetOnly.map(({ p, o }) => `${p.name}.${o.key} → ${o.requires}`).sort();
     expect(names).toEqual(
       [
-        'rmc.connectionIdBlock',
-        'rmc.drain',
-        'rmc.heartbeatTtlMs',
-        'rmc.nodeId',
-        'rmc.redisPrefix',
-        'rmc.region',
-        'rmc.storeTimeoutMs',
-        'unity-relay.heartbeatTtlMs',
-        'unity-relay.nodeId',
-        'unity-relay.redisPrefix',
-        'unity-relay.region',
-        'unity-relay.workers',
+        'rmc.connectionIdBlock → redis',
+        'rmc.drain → redis',
+        'rmc.heartbeatTtlMs → redis',
+        'rmc.nodeId → redis',
+        'rmc.redisPrefix → redis',
+        'rmc.region → redis',
+        'rmc.storeTimeoutMs → redis',
+        'unity-relay.heartbeatTtlMs → redis',
+        'unity-relay.nodeId → redis',
+        'unity-relay.redisPrefix → redis',
+        'unity-relay.region → redis',
+        'unity-relay.role → redis',
+        'unity-relay.workers → redis',
+        // A certificate without its key (or the reverse) cannot serve wss.
+        'unity-relay.wssCert → wssKey',
+        'unity-relay.wssKey → wssCert',
       ].sort(),
     );
     // Every one names an option that exists in its section.
@@ -51,25 +56,33 @@ describe('fleet-only options need --redis', () => {
   });
 
   for (const { p, o } of fleetOnly) {
-    it(`${p.name} ${o.flag.split(' ')[0]}: refused without redis (flag, config, environment), accepted with it or at its default`, () => {
+    const needed = p.server!.options.find((x) => x.key === o.requires)!;
+    it(`${p.name} ${o.flag.split(' ')[0]}: refused without ${needed.key} (flag, config, environment), accepted with it or at its default`, () => {
       const value = notDefault(o);
+      const neededValue = needed.key === 'redis' ? 'redis://127.0.0.1:6379' : notDefault(needed);
       const env = {};
       const message = new RegExp(
-        `${p.name}: ${o.flag.split(' ')[0]} \\(config ${p.name}\\.${o.key}\\) needs --redis`,
+        `${p.name}: ${o.flag.split(' ')[0]} \\(config ${p.name}\\.${o.key}\\) needs ${needed.flag.split(' ')[0]}`,
       );
       // Flags are looked up under commander's name for the flag (`--rmc-drain` → rmcDrain).
       const flag = new Option(o.flag).attributeName();
       expect(() => resolveServeOptions(p, {}, { [flag]: value }, '127.0.0.1', env)).toThrow(message);
       expect(() => resolveServeOptions(p, { [o.key]: value }, {}, '127.0.0.1', env)).toThrow(message);
-      // With Redis from the environment, the config file or a flag: accepted.
-      const redisEnv = {
-        [`GAMEWIRE_${p.name.replace('-', '_').toUpperCase()}_REDIS`]: 'redis://127.0.0.1:6379',
-      };
-      expect(resolveServeOptions(p, { [o.key]: value }, {}, '127.0.0.1', redisEnv)[o.key]).toEqual(value);
+      // With the option it needs from the environment (where it has one), the config file or a
+      // flag: accepted.
+      const neededEnv = envName(p.name, needed);
+      if (neededEnv !== undefined)
+        expect(
+          resolveServeOptions(p, { [o.key]: value }, {}, '127.0.0.1', { [neededEnv]: String(neededValue) })[
+            o.key
+          ],
+        ).toEqual(value);
       expect(
-        resolveServeOptions(p, { [o.key]: value, redis: 'redis://127.0.0.1:6379' }, {}, '127.0.0.1', env)[
-          o.key
-        ],
+        resolveServeOptions(p, { [o.key]: value, [needed.key]: neededValue }, {}, '127.0.0.1', env)[o.key],
+      ).toEqual(value);
+      const neededFlag = new Option(needed.flag).attributeName();
+      expect(
+        resolveServeOptions(p, { [o.key]: value }, { [neededFlag]: neededValue }, '127.0.0.1', env)[o.key],
       ).toEqual(value);
       // Its default (what every config example has) is never refused.
       if (o.default !== undefined)

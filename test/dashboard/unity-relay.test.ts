@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ProtocolMetrics } from '../../src/core/metrics.js';
 import { MemoryNodeRegistry } from '../../src/core/node-registry.js';
 import { relayAdmin } from '../../src/protocols/unity-relay/admin.js';
-import { fleetView, RELAY_NODE_KIND } from '../../src/protocols/unity-relay/fleet.js';
+import { fleetView, RELAY_NODE_KIND } from '../../src/protocols/unity-relay/fleet/view.js';
 import {
   RelayApiClient,
   startUnityRelay,

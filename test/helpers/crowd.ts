@@ -14,6 +14,8 @@ export interface Endpoint {
   transport: string;
   host: string;
   port: number;
+  /** The rest of the line (e.g. "Unity Relay over DTLS 1.2 …"). */
+  description: string;
 }
 
 export interface Served {
@@ -63,14 +65,21 @@ export async function spawnServe(args: string[], options: { timeoutMs?: number }
     child.once('exit', onEarlyExit);
     const onData = (d: Buffer) => {
       out += d.toString();
-      const admin = /gamewire: admin http [\d.]+:(\d+)/.exec(out);
+      // A protocol with a dashboard announces the admin endpoint as the dashboard's URL.
+      const admin = /gamewire: (?:admin http |dashboard http:\/\/)[\d.]+:(\d+)/.exec(out);
       if (admin === null) return;
       child.stdout!.off('data', onData);
       child.stdout!.resume();
       adminPort = Number(admin[1]);
-      for (const m of out.matchAll(/gamewire: (\S+) (tcp|udp|http|dtls|ws|wss) ([\d.]+):(\d+)/g)) {
+      for (const m of out.matchAll(/gamewire: (\S+) (tcp|udp|http|dtls|ws|wss) ([\d.]+):(\d+)(.*)/g)) {
         if (m[1] !== 'admin')
-          endpoints.push({ protocol: m[1]!, transport: m[2]!, host: m[3]!, port: Number(m[4]) });
+          endpoints.push({
+            protocol: m[1]!,
+            transport: m[2]!,
+            host: m[3]!,
+            port: Number(m[4]),
+            description: m[5]!.trim(),
+          });
       }
       clearTimeout(timer);
       child.off('exit', onEarlyExit);

@@ -6,7 +6,7 @@
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { NoxRelayServer } from '../../src/protocols/nox-relay/server.js';
-import { startUnityRelay, type UnityRelayInstance } from '../../src/protocols/unity-relay/server.js';
+import { startUnityRelay, type UnityRelayInstance } from '../../src/protocols/unity-relay/composition.js';
 import { startServer as startNox } from '../protocols/nox-relay/helpers.js';
 import { startServer as startRmc, type TestServer } from '../protocols/rmc/helpers.js';
 import type { AllocationJson } from '../protocols/unity-relay/utp.js';

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startUnityRelay, type UnityRelayInstance } from '../../src/protocols/unity-relay/server.js';
+import { startUnityRelay, type UnityRelayInstance } from '../../src/protocols/unity-relay/composition.js';
 import {
   type AllocationJson,
   UtpDriver,

@@ -21,7 +21,7 @@ import {
 import { WireTap, type WireTapOptions } from '../../core/wire-tap.js';
 import type { Json } from '../../wire/codec.js';
 import type { Allocation, AllocationStore } from './allocations.js';
-import type { FleetAdmin, FleetNodeView } from './fleet.js';
+import type { FleetAdmin, FleetNodeView } from './fleet/view.js';
 import {
   BIND_LENGTH,
   BIND_SIGNED_LENGTH,

@@ -26,7 +26,7 @@
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { ConfigError } from '../../core/errors.js';
 import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
-import { GamewireError } from '../../wire/errors.js';
+import { StoreFullError } from './errors.js';
 import type { RelayLink } from './links.js';
 import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
 
@@ -250,19 +250,18 @@ export const DEFAULT_REGIONS: readonly Region[] = Object.freeze([
   { id: 'local-1', description: 'gamewire self-hosted relay' },
 ]);
 
+/** The store's defaults (`gamewire serve unity-relay` declares its options with the same values). */
+export const STORE_DEFAULTS = {
+  idleTimeoutMs: 10_000,
+  hostAloneTimeoutMs: 60_000,
+  bindTimeoutMs: 60_000,
+  tombstoneMs: 600_000,
+  joinCodeTtlMs: 900_000,
+  maxAllocations: 10_000,
+} as const;
+
 /** Join code alphabet: no 0/O, 1/I/L (as in Unity's 6-character codes). */
 const JOIN_ALPHABET = 'ABCDEFGHJKMNPQRSTUVWXYZ23456789';
-
-/** The allocation store holds its maximum; the API answers 429/503 with it. */
-export class StoreFullError extends GamewireError {
-  constructor(message = 'the allocation store is full') {
-    super('ERR_RELAY_FULL', message);
-  }
-
-  override get name(): string {
-    return 'StoreFullError';
-  }
-}
 
 /**
  * Whether BIND nonce `nonce` is newer than `last` (the newest accepted so far, -1 for none), in
@@ -324,12 +323,12 @@ export class AllocationStore {
   private readonly byOwner = new Map<string, number>();
 
   constructor(options: StoreOptions = {}) {
-    this.idleTimeoutMs = options.idleTimeoutMs ?? 10_000;
-    this.hostAloneTimeoutMs = options.hostAloneTimeoutMs ?? 60_000;
-    this.bindTimeoutMs = options.bindTimeoutMs ?? 60_000;
-    this.tombstoneMs = options.tombstoneMs ?? 600_000;
-    this.joinCodeTtlMs = options.joinCodeTtlMs ?? 900_000;
-    this.maxAllocations = options.maxAllocations ?? 10_000;
+    this.idleTimeoutMs = options.idleTimeoutMs ?? STORE_DEFAULTS.idleTimeoutMs;
+    this.hostAloneTimeoutMs = options.hostAloneTimeoutMs ?? STORE_DEFAULTS.hostAloneTimeoutMs;
+    this.bindTimeoutMs = options.bindTimeoutMs ?? STORE_DEFAULTS.bindTimeoutMs;
+    this.tombstoneMs = options.tombstoneMs ?? STORE_DEFAULTS.tombstoneMs;
+    this.joinCodeTtlMs = options.joinCodeTtlMs ?? STORE_DEFAULTS.joinCodeTtlMs;
+    this.maxAllocations = options.maxAllocations ?? STORE_DEFAULTS.maxAllocations;
     this.regions = options.regions ?? DEFAULT_REGIONS;
     this.credentials =
       options.credentials ??

@@ -4,11 +4,13 @@
  * use it through `SetAllocationsServiceBasePath`. Errors use the SDK's `ErrorResponseBody`.
  */
 import { randomUUID, timingSafeEqual } from 'node:crypto';
+import net from 'node:net';
 import { type FastifyInstance, type FastifyReply, type FastifyRequest, fastify } from 'fastify';
 import type { Logger } from 'pino';
+import { ConfigError } from '../../core/errors.js';
 import { StoreUnavailableError } from '../../core/redis.js';
-import { GamewireError } from '../../wire/errors.js';
-import { type Allocation, AllocationStore, type Region, StoreFullError } from './allocations.js';
+import { type Allocation, AllocationStore, type Region } from './allocations.js';
+import { ApiError, StoreFullError } from './errors.js';
 import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
 
 /** One `serverEndpoints` entry, as the Relay SDK parses it. */
@@ -66,8 +68,22 @@ export interface ApiLimitOptions {
   limiterKeys?: number;
 }
 
-/** Default `keyedAllocationsPerSecond`: a game backend can open a thousand lobbies in a burst. */
-export const DEFAULT_KEYED_ALLOCATIONS_PER_SECOND = 1000;
+/**
+ * The API's default limits (`gamewire serve unity-relay` declares its options with the same
+ * values). `keyedAllocationsPerSecond`: a game backend can open a thousand lobbies in a burst.
+ */
+export const API_LIMIT_DEFAULTS = {
+  rateLimitPerMinute: 120,
+  allocationsPerMinutePerAddress: 120,
+  maxAllocationsPerAddress: 100,
+  globalAllocationsPerSecond: 50,
+  keyedAllocationsPerSecond: 1000,
+  authFailuresPerMinute: 10,
+  maxUrlLength: 1024,
+} as const;
+
+/** Default `keyedAllocationsPerSecond`. */
+export const DEFAULT_KEYED_ALLOCATIONS_PER_SECOND = API_LIMIT_DEFAULTS.keyedAllocationsPerSecond;
 
 /** The API's limiter tables, exposed for tests and metrics. */
 export class ApiLimits {
@@ -87,17 +103,18 @@ export class ApiLimits {
 
   constructor(o: ApiLimitOptions = {}) {
     const keys = o.limiterKeys ?? DEFAULT_LIMITER_KEYS;
-    this.perMinute = o.rateLimitPerMinute ?? 120;
-    this.maxAllocationsPerAddress = o.maxAllocationsPerAddress ?? 100;
-    this.maxUrlLength = o.maxUrlLength ?? 1024;
+    const d = API_LIMIT_DEFAULTS;
+    this.perMinute = o.rateLimitPerMinute ?? d.rateLimitPerMinute;
+    this.maxAllocationsPerAddress = o.maxAllocationsPerAddress ?? d.maxAllocationsPerAddress;
+    this.maxUrlLength = o.maxUrlLength ?? d.maxUrlLength;
     this.requests = new TokenBuckets(this.perMinute / 60, Math.max(1, this.perMinute), keys);
-    const allocs = o.allocationsPerMinutePerAddress ?? 120;
+    const allocs = o.allocationsPerMinutePerAddress ?? d.allocationsPerMinutePerAddress;
     this.allocations = allocs > 0 ? new TokenBuckets(allocs / 60, Math.min(20, allocs), keys) : undefined;
-    const global = o.globalAllocationsPerSecond ?? 50;
+    const global = o.globalAllocationsPerSecond ?? d.globalAllocationsPerSecond;
     this.global = global > 0 ? new TokenBuckets(global, global * 2, 1) : undefined;
-    const keyed = o.keyedAllocationsPerSecond ?? DEFAULT_KEYED_ALLOCATIONS_PER_SECOND;
+    const keyed = o.keyedAllocationsPerSecond ?? d.keyedAllocationsPerSecond;
     this.keyed = keyed > 0 ? new TokenBuckets(keyed, keyed * 2, 1) : undefined;
-    const auth = o.authFailuresPerMinute ?? 10;
+    const auth = o.authFailuresPerMinute ?? d.authFailuresPerMinute;
     this.authFailures = auth > 0 ? new TokenBuckets(auth / 60, auth, keys) : undefined;
   }
 
@@ -105,6 +122,23 @@ export class ApiLimits {
     this.requests.prune(now);
     this.allocations?.prune(now);
     this.authFailures?.prune(now);
+  }
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (net.isIPv4(host) && host.startsWith('127.'));
+}
+
+/** The API leaves loopback only with a key, and a key is long enough to guess at no rate. */
+export function checkApiExposure(apiHost: string, apiKey: string | undefined): void {
+  if (apiKey === undefined && !isLoopback(apiHost)) {
+    throw new ConfigError(
+      `the allocation API listens on ${apiHost} only with an API key (--api-key); without one it stays on 127.0.0.1`,
+      'unity-relay.apiHost',
+    );
+  }
+  if (apiKey !== undefined && apiKey.length < 16) {
+    throw new ConfigError('the API key must be at least 16 characters', 'unity-relay.apiKey');
   }
 }
 
@@ -256,20 +290,6 @@ export function allocationJson(
   };
   if (a.host !== undefined) out.hostConnectionData = a.host.connectionData.toString('base64');
   return out;
-}
-
-/** An error that becomes the SDK's `ErrorResponseBody`. */
-export class ApiError extends GamewireError {
-  readonly status: number;
-  readonly title: string;
-  readonly details: { key: string; value: string }[] | undefined;
-
-  constructor(status: number, title: string, detail: string, details?: { key: string; value: string }[]) {
-    super('ERR_RELAY_API', detail);
-    this.status = status;
-    this.title = title;
-    this.details = details;
-  }
 }
 
 const TITLES: Record<number, string> = {

@@ -17,9 +17,10 @@ import net from 'node:net';
 import { WebSocket } from 'ws';
 import { ConfigError } from '../../core/errors.js';
 import { DtlsClient } from '../../transports/dtls/index.js';
-import { DecodeError, EncodeError, ErrorCode, GamewireError } from '../../wire/errors.js';
+import { DecodeError, EncodeError, ErrorCode } from '../../wire/errors.js';
 import { toHex } from '../../wire/hex.js';
 import type { AllocationJson } from './api.js';
+import { RelayApiError, RelayClientError } from './errors.js';
 import {
   ALLOCATION_ID_LENGTH,
   BIND_SIGNED_LENGTH,
@@ -97,25 +98,6 @@ export function createBind(nonce: number, connectionData: Uint8Array, key: Uint8
   });
   bindHmac(key, bytes.subarray(0, BIND_SIGNED_LENGTH)).copy(bytes, BIND_SIGNED_LENGTH);
   return bytes;
-}
-
-/** A client call that cannot proceed: closed, not bound, no peer, no such endpoint. */
-export class RelayClientError extends GamewireError {
-  override get name(): string {
-    return 'RelayClientError';
-  }
-}
-
-export class RelayApiError extends GamewireError {
-  readonly status: number;
-  readonly body: unknown;
-
-  constructor(status: number, body: unknown) {
-    const detail = typeof body === 'object' && body !== null && 'detail' in body ? String(body.detail) : '';
-    super('ERR_RELAY_API', `allocation API answered ${status}${detail === '' ? '' : `: ${detail}`}`);
-    this.status = status;
-    this.body = body;
-  }
 }
 
 /** How long an allocation API request may take, answer included. */

@@ -23,15 +23,14 @@ import {
 import {
   type ConnectionType,
   RelayApiClient,
-  RelayApiError,
-  RelayClientError,
   type RelayServerData,
   relayServerData,
   UnityRelayClient,
   type UnityRelayClientOptions,
 } from './client.js';
+import { RelayApiError, RelayClientError } from './errors.js';
 import { RELAY_HEADER_LENGTH, RelayErrorCode } from './messages.js';
-import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT } from './server.js';
+import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT } from './options.js';
 
 /** seq u32, sender u32, send time f64 (ms on this process's clock), then the pattern. */
 const PAYLOAD_HEADER = 16;

@@ -15,9 +15,9 @@
 import { EventEmitter } from 'node:events';
 import { isIPv4 } from 'node:net';
 import type { ProtocolMetrics } from '../../core/metrics.js';
-import { GamewireError } from '../../wire/errors.js';
 import type { Allocation, AllocationObserver, AllocationStore } from './allocations.js';
 import type { DtlsLink } from './dtls.js';
+import { NativeDataplaneError } from './errors.js';
 import { loadAddon } from './native-addon.js';
 
 /** What the mirror needs of the DTLS record offload (native-dtls.ts). */
@@ -176,16 +176,6 @@ export interface NativeRelaySocketOptions {
   maxMessageToDtls?: number;
   /** Datagrams per recvmmsg/sendmmsg call. Default 64. */
   batch?: number;
-}
-
-export class NativeDataplaneError extends GamewireError {
-  /** For a failed bind: the address and port that could not be had (as Node's errors carry them). */
-  address?: string;
-  port?: number;
-
-  constructor(code: string, message: string) {
-    super(code, message);
-  }
 }
 
 /** Remote info of a datagram handed to JavaScript, shaped like dgram's. */

@@ -19,7 +19,8 @@ import type {
   DtlsRecordState,
   OffloadSendResult,
 } from '../../transports/dtls/offload.js';
-import { NativeDataplaneError, type NativeDtlsBindings, type NativeRelaySocket } from './native-dataplane.js';
+import { NativeDataplaneError } from './errors.js';
+import type { NativeDtlsBindings, NativeRelaySocket } from './native-dataplane.js';
 
 export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings {
   readonly socket: NativeRelaySocket;

@@ -74,6 +74,9 @@ export interface RelayOptions {
   sweepIntervalMs?: number;
 }
 
+/** Default largest datagram accepted (an Ethernet MTU's UDP payload). */
+export const DEFAULT_MAX_DATAGRAM_BYTES = 1472;
+
 /** Default most sources the rate limiters remember. */
 export const DEFAULT_ERROR_SOURCES = DEFAULT_LIMITER_KEYS;
 
@@ -113,7 +116,7 @@ export class RelayServer {
     this.store = store;
     this.metrics = metrics;
     this.log = log;
-    this.maxDatagram = options.maxDatagramBytes ?? 1472;
+    this.maxDatagram = options.maxDatagramBytes ?? DEFAULT_MAX_DATAGRAM_BYTES;
     this.maxMessageToDtls = options.maxMessageToDtls ?? DEFAULT_MAX_TO_DTLS;
     this.maxMessageToWs = options.maxMessageToWs ?? DEFAULT_MAX_TO_WS;
     const sources = options.errorSources ?? DEFAULT_ERROR_SOURCES;

@@ -25,6 +25,9 @@ import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
 
+/** Default WebSocket connections per client address, each of ws and wss (many players can share one NAT address). */
+export const DEFAULT_WS_MAX_CONNECTIONS_PER_IP = 256;
+
 export interface WsEndpointOptions {
   host: string;
   port: number;
@@ -98,8 +101,13 @@ export class WsLink implements RelayLink {
     this.ws.send(msg, { binary: true });
   }
 
+  /** Set by the endpoint: the connection has proven itself, so it is never evicted for a newcomer. */
+  onProven: (() => void) | undefined;
+
   bound(): void {
     this.everBound = true;
+    this.onProven?.();
+    this.onProven = undefined;
   }
 
   unbound(): void {}
@@ -122,7 +130,7 @@ export async function startWsEndpoint(
   const transport = options.secure ? 'wss' : 'ws';
   const now = options.now ?? Date.now;
   const maxConnections = options.maxConnections ?? 10_000;
-  const maxPerIp = options.maxConnectionsPerIp ?? 256;
+  const maxPerIp = options.maxConnectionsPerIp ?? DEFAULT_WS_MAX_CONNECTIONS_PER_IP;
   const idleMs = options.idleTimeoutMs ?? 60_000;
   const bindMs = options.bindTimeoutMs ?? 15_000;
   const maxBuffered = options.maxBufferedBytes ?? 256 * 1024;
@@ -159,21 +167,51 @@ export async function startWsEndpoint(
   // Connections per IP and in all, counted at TCP accept (before any HTTP parsing).
   const perIp = new Map<string, number>();
   let open = 0;
+  // Connections that have not bound yet, oldest first, by remote address and port (the raw TCP
+  // socket and, for wss, the TLS socket above it share those). When every slot is taken, a
+  // newcomer evicts the oldest of them: half-open upgrades from many addresses cannot lock new
+  // players out, and a bound player is never evicted.
+  const unproven = new Map<string, net.Socket>();
+  /** Sockets holding a slot, with the address they count against. */
+  const counted = new Map<net.Socket, string>();
+  const release = (socket: net.Socket) => {
+    const ip = counted.get(socket);
+    if (ip === undefined) return;
+    counted.delete(socket);
+    open--;
+    const left = (perIp.get(ip) ?? 1) - 1;
+    if (left <= 0) perIp.delete(ip);
+    else perIp.set(ip, left);
+  };
   const onConnection = (socket: net.Socket) => {
     const ip = socket.remoteAddress ?? '';
     const n = perIp.get(ip) ?? 0;
-    if (open >= maxConnections || n >= maxPerIp) {
-      metrics.drop(open >= maxConnections ? `${transport}_connection_cap` : `${transport}_per_ip_cap`);
+    if (n >= maxPerIp) {
+      metrics.drop(`${transport}_per_ip_cap`);
       socket.destroy();
       return;
     }
+    if (open >= maxConnections) {
+      const oldest = unproven.entries().next();
+      if (oldest.done === true) {
+        metrics.drop(`${transport}_connection_cap`);
+        socket.destroy();
+        return;
+      }
+      unproven.delete(oldest.value[0]);
+      metrics.close(`${transport}_evicted`);
+      // Its slot is released now ('close' comes later), so the count never exceeds the cap.
+      release(oldest.value[1]);
+      oldest.value[1].destroy();
+    }
     open++;
     perIp.set(ip, n + 1);
+    counted.set(socket, ip);
+    const key = `${ip}|${socket.remotePort ?? 0}`;
+    unproven.set(key, socket);
     socket.once('close', () => {
-      open--;
-      const left = (perIp.get(ip) ?? 1) - 1;
-      if (left <= 0) perIp.delete(ip);
-      else perIp.set(ip, left);
+      if (unproven.get(key) === socket) unproven.delete(key);
+      release(socket);
     });
   };
   // Raw TCP accept, also for wss: a connection that never finishes TLS counts too.
@@ -200,6 +238,8 @@ export async function startWsEndpoint(
         metrics,
         now(),
       );
+      const key = `${link.address}|${link.port}`;
+      link.onProven = () => unproven.delete(key);
       links.add(link);
       metrics.count(`${transport}_connections`);
       ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {

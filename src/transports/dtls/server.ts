@@ -251,6 +251,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   readonly #cookies: CookieJar;
   readonly #peers = new Map<string, Map<number, Peer>>();
   readonly #handshakesPerIp = new Map<string, number>();
+  /** Peers with a handshake in progress, oldest first (the first to go when the table is full). */
+  readonly #pendingHandshakes = new Set<Peer>();
   #handshakes = 0;
   #associations = 0;
   #handshakesCompleted = 0;
@@ -616,13 +618,21 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
       return;
     }
     if (hs === undefined) {
-      if (this.#handshakes >= this.#options.maxHandshakes) {
-        this.#drop('handshake-limit', ctx);
-        return;
-      }
       if ((this.#handshakesPerIp.get(ctx.address) ?? 0) >= this.#options.maxHandshakesPerIp) {
         this.#drop('handshake-limit-per-ip', ctx);
         return;
+      }
+      if (this.#handshakes >= this.#options.maxHandshakes) {
+        // Full: the oldest handshake makes room (a real client finishes within a round trip, so
+        // the oldest is the likeliest to be abandoned). Refusing instead would let 32 addresses
+        // lock every newcomer out for a whole handshake timeout (docs/dtls.md).
+        const oldest = this.#pendingHandshakes.values().next();
+        if (oldest.done === true) {
+          this.#drop('handshake-limit', ctx);
+          return;
+        }
+        this.#abandonHandshake(oldest.value);
+        this.#drop('handshake-evicted', oldest.value);
       }
     }
     if (existing === undefined && this.#associations >= this.#options.maxAssociations) {
@@ -660,6 +670,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     handshake.timer.unref();
     p.handshake = handshake;
     this.#handshakes++;
+    this.#pendingHandshakes.add(p);
     this.#handshakesPerIp.set(ctx.address, (this.#handshakesPerIp.get(ctx.address) ?? 0) + 1);
     ctx.peer = p;
     this.#sendServerHelloFlight(p, handshake);
@@ -941,6 +952,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
 
   #countHandshakeDone(peer: Peer): void {
     this.#handshakes--;
+    this.#pendingHandshakes.delete(peer);
     const n = (this.#handshakesPerIp.get(peer.address) ?? 1) - 1;
     if (n <= 0) this.#handshakesPerIp.delete(peer.address);
     else this.#handshakesPerIp.set(peer.address, n);

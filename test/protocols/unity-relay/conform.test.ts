@@ -11,9 +11,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type CheckResult, runChecks } from '../../../src/core/conform.js';
 import { silentLogger } from '../../../src/core/logger.js';
 import type { ConnectionType } from '../../../src/protocols/unity-relay/client.js';
+import { startUnityRelay, type UnityRelayInstance } from '../../../src/protocols/unity-relay/composition.js';
 import { unityRelayConform } from '../../../src/protocols/unity-relay/conform/index.js';
 import { bindHmac } from '../../../src/protocols/unity-relay/messages.js';
-import { startUnityRelay, type UnityRelayInstance } from '../../../src/protocols/unity-relay/server.js';
 import { DtlsServer } from '../../../src/transports/dtls/index.js';
 import { TcpHeadProxy, type UdpMutation, UdpRelayProxy } from './conform-proxy.js';
 

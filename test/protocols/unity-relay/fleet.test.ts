@@ -8,11 +8,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { completeOptions } from '../../../src/core/config.js';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import { RedisNodeRegistry } from '../../../src/core/node-registry.js';
 import { createRegistry } from '../../../src/core/prometheus.js';
 import { connectRedis } from '../../../src/core/redis.js';
+import type { ServerContext } from '../../../src/core/server.js';
 import {
   AllocationStore,
   bytesFromGuid,
@@ -32,6 +34,10 @@ import {
 } from '../../../src/protocols/unity-relay/index.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
 import { chat, fast, hostAndJoin, SECRET, until } from './fleet-helpers.js';
+
+/** `gamewire serve unity-relay`'s start, given options as a config section gives them (defaults filled). */
+const serveStart = async (values: Record<string, unknown>, ctx: ServerContext) =>
+  unityRelayServer.start(completeOptions('unity-relay', unityRelayServer, values), ctx);
 
 let redis: RedisServer | undefined;
 /** Where relay nodes with wss keep their self-signed certificate. */
@@ -381,23 +387,20 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     ).rejects.toThrow(/cannot advertise 0\.0\.0\.0.*--public-host/);
     const ctx = { log: silentLogger(), metrics: new ProtocolMetrics('unity-relay'), dataDir: '/tmp' };
     const base = { host: '127.0.0.1', port: 0, apiPort: 0 };
-    await expect(unityRelayServer.start({ ...base, role: 'relay' }, ctx)).rejects.toThrow(
-      /--role relay needs --redis/,
+    await expect(serveStart({ ...base, role: 'relay' }, ctx)).rejects.toThrow(
+      /--role \(config unity-relay\.role\) needs --redis/,
     );
     await expect(
-      unityRelayServer.start({ ...base, role: 'allocator', redis: 'redis://127.0.0.1:1' }, ctx),
+      serveStart({ ...base, role: 'allocator', redis: 'redis://127.0.0.1:1' }, ctx),
     ).rejects.toThrow(/relay secret/);
     await expect(
-      unityRelayServer.start(
-        { ...base, role: 'relay', redis: 'redis://127.0.0.1:1', relaySecret: 'short' },
-        ctx,
-      ),
+      serveStart({ ...base, role: 'relay', redis: 'redis://127.0.0.1:1', relaySecret: 'short' }, ctx),
     ).rejects.toThrow(/at least 32 characters/);
-    await expect(unityRelayServer.start({ ...base, workers: 2 }, ctx)).rejects.toThrow(
-      /--workers needs --redis/,
+    await expect(serveStart({ ...base, workers: 2 }, ctx)).rejects.toThrow(
+      /--workers \(config unity-relay\.workers\) needs --redis/,
     );
     // --role all with --redis (e.g. `serve --redis URL` for rmc's sake) stays one process.
-    const single = (await unityRelayServer.start(
+    const single = (await serveStart(
       { ...base, redis: 'redis://127.0.0.1:1', dtlsPort: 0, wsPort: 0, wssPort: 0 },
       ctx,
     )) as unknown as { role: string; close(): Promise<void> };
@@ -704,12 +707,12 @@ describe('unity-relay fleet: --unity-redis-prefix', () => {
         redisPrefix: prefix,
         dataplane: 'js',
       };
-      const relay = (await unityRelayServer.start(
+      const relay = (await serveStart(
         { ...base, role: 'relay', nodeId: `${prefix.slice(0, -1)}-node` },
         context,
       )) as unknown as { udpPort: number; close(): Promise<void> };
       running.push(relay);
-      const alloc = (await unityRelayServer.start(
+      const alloc = (await serveStart(
         { ...base, role: 'allocator' },
         context,
       )) as unknown as UnityRelayAllocatorInstance;

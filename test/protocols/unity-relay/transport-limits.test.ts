@@ -1,18 +1,26 @@
 /**
  * The transports' own limits, each enforced and tested: WebSocket connections that never bind or
  * go silent are closed, a peer that does not read gets messages dropped instead of queued without
- * bound, random frames only give counted drops, and the allocation lists all four transports.
+ * bound, random frames only give counted drops, a full WebSocket endpoint evicts connections that
+ * have not bound (never bound ones), and the allocation lists all four transports.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  RelayApiClient,
+  relayServerData,
+  UnityRelayClient,
+} from '../../../src/protocols/unity-relay/client.js';
+import {
   startUnityRelay,
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
+import { waitFor } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest } from './utp.js';
 import { RawWsClient } from './wsraw.js';
 
@@ -131,5 +139,82 @@ describe('unity-relay transport limits', () => {
       ['ws', 'tcp', false, '198.51.100.7', s.ws!.port],
       ['wss', 'tcp', true, '198.51.100.7', s.wss!.port],
     ]);
+  });
+
+  describe('a full WebSocket endpoint', () => {
+    /** A host and a joiner over ws, from 127.0.0.1; quick to give up (a refused bind fails fast). */
+    async function wsPair(s: UnityRelayInstance) {
+      const api = new RelayApiClient(s.apiUrl);
+      const hostAlloc = await api.allocate(1);
+      const joinAlloc = await api.join(await api.joinCode(hostAlloc.allocationId));
+      const options = { connectionType: 'ws' as const, retryMs: 200, maxAttempts: 10 };
+      const host = new UnityRelayClient(relayServerData(hostAlloc, 'ws'), options);
+      const joiner = new UnityRelayClient(relayServerData(joinAlloc, 'ws'), options);
+      cleanup.push(
+        () => host.close(),
+        () => joiner.close(),
+      );
+      return { host, joiner };
+    }
+
+    /** A TCP connection that sends half an upgrade request and holds. */
+    async function halfOpen(port: number, localAddress: string): Promise<net.Socket> {
+      const socket = net.connect({ port, host: '127.0.0.1', localAddress });
+      socket.on('error', () => {});
+      cleanup.push(() => socket.destroy());
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      socket.write('GET / HTTP/1.1\r\nHost: relay\r\n');
+      return socket;
+    }
+
+    /** Resolves with the next message `to` receives. */
+    const nextMessage = (to: UnityRelayClient) =>
+      new Promise<Buffer>((resolve) => to.once('message', (data: Buffer) => resolve(Buffer.from(data))));
+
+    it('a newcomer evicts the oldest connection that has not bound; bound players keep relaying', async () => {
+      const s = await start({ wsMaxConnections: 4 });
+      const { host, joiner } = await wsPair(s);
+      await host.bind();
+      // Three half-open upgrades from other addresses take every other slot.
+      const held: net.Socket[] = [];
+      for (const a of ['127.0.0.2', '127.0.0.3', '127.0.0.4']) held.push(await halfOpen(s.ws!.port, a));
+      // The joiner still gets in: its connection evicts the oldest half-open one.
+      await joiner.bind();
+      await joiner.connect();
+      const toHost = nextMessage(host);
+      joiner.send(Buffer.from('after the eviction'));
+      expect((await toHost).toString()).toBe('after the eviction');
+      expect(s.metrics.closed.get('ws_evicted')).toBe(1);
+      await waitFor(() => held[0]!.destroyed || held[0]!.readableEnded, {
+        what: 'the oldest half-open closed',
+      });
+      expect(held[1]!.destroyed || held[1]!.readableEnded).toBe(false);
+      // Two newcomers more: they evict the two half-open ones left, never the bound players.
+      await halfOpen(s.ws!.port, '127.0.0.5');
+      await halfOpen(s.ws!.port, '127.0.0.6');
+      await waitFor(() => s.metrics.closed.get('ws_evicted') === 3, { what: 'two more evictions' });
+      const toJoiner = nextMessage(joiner);
+      host.send(Buffer.from('still here'), joiner.data.allocationId);
+      expect((await toJoiner).toString()).toBe('still here');
+      expect(host.state).toBe('bound');
+      expect(joiner.state).toBe('bound');
+    });
+
+    it('when every slot is held by a bound player, a newcomer is refused', async () => {
+      const s = await start({ wsMaxConnections: 2 });
+      const { host, joiner } = await wsPair(s);
+      await host.bind();
+      await joiner.bind();
+      await joiner.connect();
+      const refused = await halfOpen(s.ws!.port, '127.0.0.2');
+      await waitFor(() => refused.destroyed || refused.readableEnded, {
+        what: 'the refused connection closed',
+      });
+      expect(s.metrics.dropped.get('ws_connection_cap')).toBe(1);
+      expect(s.metrics.closed.get('ws_evicted')).toBeUndefined();
+      const toHost = nextMessage(host);
+      joiner.send(Buffer.from('served'));
+      expect((await toHost).toString()).toBe('served');
+    });
   });
 });

@@ -311,19 +311,41 @@ describe('limits', () => {
     }
   }
 
-  it('maxHandshakes and maxHandshakesPerIp cap handshakes in progress; the timeout frees them', async () => {
-    const srv = await startEchoServer({ maxHandshakes: 2, maxHandshakesPerIp: 2, handshakeTimeoutMs: 8000 });
+  it('maxHandshakes caps handshakes in progress: a newcomer evicts the oldest; the timeout frees them', async () => {
+    const srv = await startEchoServer({ maxHandshakes: 2, maxHandshakesPerIp: 3, handshakeTimeoutMs: 8000 });
     try {
       expect(await pendingHandshake(srv.port)).toHaveLength(1);
       expect(await pendingHandshake(srv.port)).toHaveLength(1);
-      expect(await pendingHandshake(srv.port)).toHaveLength(0);
-      expect(srv.drops).toContain('handshake-limit');
+      // Full: the third is answered (a full table never locks newcomers out), the first goes.
+      expect(await pendingHandshake(srv.port)).toHaveLength(1);
+      expect(srv.drops).toEqual(['handshake-evicted']);
       expect(srv.server.stats().handshakesInProgress).toBe(2);
       await waitFor(() => srv.server.stats().handshakesInProgress === 0, 'the handshake timeout');
       expect(srv.drops.filter((d) => d === 'handshake-timeout')).toHaveLength(2);
       // Room again: a real client gets in.
       const client = await DtlsClient.connect(connectOptions(srv.port, srv.identity, srv.psk));
       client.close();
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('a real client gets in while half-open handshakes fill the table', async () => {
+    const srv = await startEchoServer({
+      maxHandshakes: 3,
+      maxHandshakesPerIp: 8,
+      handshakeTimeoutMs: 60_000,
+    });
+    try {
+      for (let i = 0; i < 3; i++) expect(await pendingHandshake(srv.port)).toHaveLength(1);
+      expect(srv.server.stats().handshakesInProgress).toBe(3);
+      // Before the attackers' handshakes time out (60 s), the client finishes its own.
+      const client = await DtlsClient.connect({
+        ...connectOptions(srv.port, srv.identity, srv.psk),
+        timeoutMs: 5000,
+      });
+      client.close();
+      expect(srv.drops).toContain('handshake-evicted');
     } finally {
       await srv.close();
     }

@@ -17,6 +17,7 @@
 import { randomBytes } from 'node:crypto';
 import type dgram from 'node:dgram';
 import type { Logger } from 'pino';
+import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../../core/connection.js';
 import type { ProtocolMetrics } from '../../../core/metrics.js';
 import type { Endpoint } from '../../../core/server.js';
 import { bindUdp, closeUdp } from '../../../core/udp.js';
@@ -95,22 +96,68 @@ export interface PrudpListenOptions {
 const State = { HalfOpen: 0, Open: 1 } as const;
 type State = (typeof State)[keyof typeof State];
 
-interface Peer {
-  key: string;
-  address: string;
-  port: number;
-  vport: number;
-  state: State;
-  checksum: ChecksumConfig;
-  serverSignature: number;
-  synAck: Buffer;
-  createdAt: number;
+/**
+ * One PRUDP peer (a source address, port and virtual port): admitted at its SYN, a `Connection`
+ * of the seam once its CONNECT is accepted. Its messages are PRUDP packets; `send` takes one
+ * whole RMC frame (fragmented and sent reliably).
+ */
+class PrudpPeer implements Connection {
+  readonly transport = 'prudp' as const;
+  readonly key: string;
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly addressKey: string;
+  readonly vport: number;
+  state: State = State.HalfOpen;
+  readonly checksum: ChecksumConfig;
+  readonly serverSignature: number;
+  readonly synAck: Buffer;
+  readonly createdAt = Date.now();
   /** Set once open. */
-  link: PrudpLink | undefined;
-  connectAck: Buffer | undefined;
-  connectSeq: number;
-  rmc: RmcConnection | undefined;
-  writer: WireWriter | undefined;
+  link: PrudpLink | undefined = undefined;
+  connectAck: Buffer | undefined = undefined;
+  connectSeq = 0;
+  rmc: RmcConnection | undefined = undefined;
+  writer: WireWriter | undefined = undefined;
+  removed = false;
+  bytesIn = 0;
+  bytesOut = 0;
+  messagesIn = 0;
+  messagesOut = 0;
+  private readonly server: PrudpServer;
+
+  constructor(
+    server: PrudpServer,
+    key: string,
+    address: string,
+    port: number,
+    vport: number,
+    checksum: ChecksumConfig,
+    serverSignature: number,
+    synAck: Buffer,
+  ) {
+    this.server = server;
+    this.key = key;
+    this.remoteAddress = address;
+    this.remotePort = port;
+    this.addressKey = addressKey(address);
+    this.vport = vport;
+    this.checksum = checksum;
+    this.serverSignature = serverSignature;
+    this.synAck = synAck;
+  }
+
+  get open(): boolean {
+    return this.state === State.Open && !this.removed;
+  }
+
+  send(bytes: Buffer): void {
+    if (this.open) this.link!.sendMessage(bytes);
+  }
+
+  close(reason: string = CloseReason.ClosedByServer): void {
+    this.server.closePeer(this, reason);
+  }
 }
 
 /** Non-zero random u32 (signatures must not be 0: 0 means "not known yet"). */
@@ -131,12 +178,12 @@ export const plainConnect: ConnectHandler = (payload) => {
 
 export class PrudpServer {
   private readonly o: PrudpServerOptions;
-  private readonly peers = new Map<string, Peer>();
-  private readonly perIp = new Map<string, number>();
-  /** Half-open peers, oldest first (the first to be evicted). */
-  private readonly halfOpenPeers = new Map<string, Peer>();
+  private readonly peers = new Map<string, PrudpPeer>();
+  /** Caps (connections in all and per address key, half-open ones included) and diagnostics. */
+  readonly table: ConnectionTable<PrudpPeer>;
+  /** Half-open peers, oldest first (the first to be evicted), and their count per address key. */
+  private readonly halfOpenPeers = new Map<string, PrudpPeer>();
   private readonly halfOpenPerIp = new Map<string, number>();
-  private readonly maxPerIp: number;
   private halfOpen = 0;
   private openCount = 0;
   private socket: dgram.Socket | undefined;
@@ -155,11 +202,16 @@ export class PrudpServer {
     this.dispatcher = options.dispatcher;
     this.metrics = options.metrics;
     this.log = options.log;
+    this.table = new ConnectionTable({
+      protocol: options.metrics.protocol,
+      transport: 'prudp',
+      maxConnections: options.maxConnections ?? PRUDP_DEFAULTS.maxConnections,
+      maxConnectionsPerIp:
+        options.maxConnectionsPerIp ??
+        defaultMaxConnectionsPerIp(options.maxConnections ?? PRUDP_DEFAULTS.maxConnections),
+    });
     const key = options.accessKey ?? 'auto';
     this.fixedKeyByte = key === 'auto' ? undefined : accessKeyByte(key);
-    this.maxPerIp =
-      options.maxConnectionsPerIp ??
-      defaultMaxConnectionsPerIp(options.maxConnections ?? PRUDP_DEFAULTS.maxConnections);
   }
 
   /** Connections fully open. */
@@ -197,6 +249,7 @@ export class PrudpServer {
   }
 
   async close(): Promise<void> {
+    this.table.closing();
     if (this.tickTimer !== undefined) clearInterval(this.tickTimer);
     if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
     for (const peer of [...this.peers.values()]) {
@@ -213,13 +266,15 @@ export class PrudpServer {
     if (socket !== undefined) await closeUdp(socket);
   }
 
-  private send(peer: { address: string; port: number }, datagram: Buffer): void {
+  private send(peer: PrudpPeer, datagram: Buffer): void {
     const s = this.socket;
     if (s === undefined) return;
     this.metrics.sent++;
     this.metrics.bytesSent += datagram.length;
+    peer.messagesOut++;
+    peer.bytesOut += datagram.length;
     try {
-      s.send(datagram, peer.port, peer.address);
+      s.send(datagram, peer.remotePort, peer.remoteAddress);
     } catch (err) {
       this.log.debug({ err }, 'PRUDP send failed');
     }
@@ -244,6 +299,8 @@ export class PrudpServer {
         off = readPacket(msg, off, peer.checksum, p);
         this.metrics.received++;
         this.metrics.bytesReceived += off - from;
+        peer.messagesIn++;
+        peer.bytesIn += off - from;
         this.onPacket(peer, p);
         if (this.peers.get(key) !== peer) return;
         // Only a packet that states its size can be followed by another.
@@ -296,27 +353,29 @@ export class PrudpServer {
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
     const o = this.o;
-    const ipCount = this.perIp.get(address) ?? 0;
-    if (ipCount >= this.maxPerIp) {
-      this.metrics.drop('prudp_per_ip_limit');
+    // Per address key: IPv4, or the IPv6 /64 (one host usually holds a whole /64).
+    const ipKey = addressKey(address);
+    let refused = this.table.refusalFor(ipKey);
+    if (refused === CloseReason.PerIpLimit || refused === CloseReason.ServerClosing) {
+      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
+      this.table.refuse(address, port, refused);
       return;
     }
-    const ipHalfOpen = this.halfOpenPerIp.get(address) ?? 0;
-    if (ipHalfOpen >= (o.maxHalfOpenPerIp ?? PRUDP_DEFAULTS.maxHalfOpenPerIp)) {
+    if ((this.halfOpenPerIp.get(ipKey) ?? 0) >= (o.maxHalfOpenPerIp ?? PRUDP_DEFAULTS.maxHalfOpenPerIp)) {
       this.metrics.drop('prudp_half_open_per_ip_limit');
+      this.table.refuse(address, port, 'half_open_per_ip_limit');
       return;
     }
     // Full: the oldest half-open connection makes room; open ones are never evicted for a SYN.
-    if (
-      this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen) ||
-      this.peers.size >= (o.maxConnections ?? PRUDP_DEFAULTS.maxConnections)
-    ) {
+    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen) || refused !== undefined) {
       const oldest = this.halfOpenPeers.values().next().value;
-      if (oldest === undefined) {
-        this.metrics.drop('prudp_connection_limit');
-        return;
-      }
-      this.remove(oldest, 'half_open_evicted');
+      if (oldest !== undefined) this.remove(oldest, 'half_open_evicted');
+      refused = this.table.refusalFor(ipKey);
+    }
+    if (refused !== undefined) {
+      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
+      this.table.refuse(address, port, refused);
+      return;
     }
     const serverSignature = randomSignature();
     const w = this.scratch;
@@ -341,32 +400,19 @@ export class PrudpServer {
       this.metrics.drop('prudp_amplification');
       return;
     }
-    const peer: Peer = {
-      key,
-      address,
-      port,
-      vport: p.source,
-      state: State.HalfOpen,
-      checksum,
-      serverSignature,
-      synAck,
-      createdAt: Date.now(),
-      link: undefined,
-      connectAck: undefined,
-      connectSeq: 0,
-      rmc: undefined,
-      writer: undefined,
-    };
+    const peer = new PrudpPeer(this, key, address, port, p.source, checksum, serverSignature, synAck);
+    this.table.admit(peer);
+    peer.messagesIn++;
+    peer.bytesIn += msg.length;
     this.peers.set(key, peer);
-    this.perIp.set(address, (this.perIp.get(address) ?? 0) + 1);
     this.halfOpenPeers.set(key, peer);
-    this.halfOpenPerIp.set(address, (this.halfOpenPerIp.get(address) ?? 0) + 1);
+    this.halfOpenPerIp.set(ipKey, (this.halfOpenPerIp.get(ipKey) ?? 0) + 1);
     this.halfOpen++;
     this.metrics.count('prudp_syn');
     this.send(peer, synAck);
   }
 
-  private onPacket(peer: Peer, p: PrudpPacket): void {
+  private onPacket(peer: PrudpPeer, p: PrudpPacket): void {
     if (peer.state === State.HalfOpen) {
       if (p.type === PacketType.SYN && (p.flags & Flag.ACK) === 0) {
         this.send(peer, peer.synAck); // our SYN-ACK was lost: the same one again
@@ -419,18 +465,18 @@ export class PrudpServer {
     }
   }
 
-  private accept(peer: Peer, p: PrudpPacket): void {
+  private accept(peer: PrudpPeer, p: PrudpPacket): void {
     let outcome: ConnectOutcome;
     try {
       // The payload view belongs to the datagram; handlers get their own copy.
       outcome = (this.o.onConnect ?? plainConnect)(Buffer.from(p.payload), {
-        remoteAddress: peer.address,
-        remotePort: peer.port,
+        remoteAddress: peer.remoteAddress,
+        remotePort: peer.remotePort,
         checksum: peer.checksum,
       });
     } catch (err) {
       this.metrics.drop('prudp_connect_refused');
-      this.log.info({ err: (err as Error).message, remote: peer.address }, 'PRUDP CONNECT refused');
+      this.log.info({ err: (err as Error).message, remote: peer.remoteAddress }, 'PRUDP CONNECT refused');
       return;
     }
     const serverSession = randomBytes(1)[0]!;
@@ -485,13 +531,14 @@ export class PrudpServer {
     this.openCount++;
     this.metrics.open++;
     this.metrics.count('prudp_connections');
+    this.table.announce(peer);
     const sink: RmcSink = {
       writer,
       commit: () => this.flushAnswers(peer),
       close: () => this.closePeer(peer, 'server'),
     };
     peer.rmc = this.dispatcher.open(
-      { transport: 'prudp', remoteAddress: peer.address, remotePort: peer.port },
+      { transport: 'prudp', remoteAddress: peer.remoteAddress, remotePort: peer.remotePort },
       sink,
     );
     if (outcome.user !== undefined) {
@@ -505,7 +552,7 @@ export class PrudpServer {
   }
 
   /** The dispatcher appended whole RMC frames: each becomes one (fragmented) message. */
-  private flushAnswers(peer: Peer): void {
+  private flushAnswers(peer: PrudpPeer): void {
     const w = peer.writer;
     const link = peer.link;
     if (w === undefined || link === undefined) return;
@@ -527,7 +574,7 @@ export class PrudpServer {
     }
   }
 
-  private onMessage(peer: Peer, message: Buffer): void {
+  private onMessage(peer: PrudpPeer, message: Buffer): void {
     const rmc = peer.rmc;
     if (rmc === undefined) return;
     try {
@@ -536,7 +583,7 @@ export class PrudpServer {
       if (err instanceof DecodeError) {
         this.metrics.drop('malformed');
         this.log.info(
-          { code: err.code, err: err.message, remote: peer.address },
+          { code: err.code, err: err.message, remote: peer.remoteAddress },
           'malformed RMC message; closing',
         );
       } else {
@@ -547,14 +594,14 @@ export class PrudpServer {
     }
   }
 
-  private onLinkFailed(peer: Peer, reason: string): void {
+  private onLinkFailed(peer: PrudpPeer, reason: string): void {
     // A limit broke the link: tell the client at once (best effort) rather than let it time out.
     if (reason !== 'retransmit_give_up' && reason !== 'peer_disconnect') peer.link?.sendDisconnect();
     this.remove(peer, reason);
   }
 
   /** Server-side close: a DISCONNECT to the client (not waited for), then forget it. */
-  private closePeer(peer: Peer, reason: string): void {
+  closePeer(peer: PrudpPeer, reason: string): void {
     if (this.peers.get(peer.key) !== peer) return;
     const link = peer.link;
     if (link !== undefined && !link.closed) {
@@ -564,12 +611,11 @@ export class PrudpServer {
     this.remove(peer, reason);
   }
 
-  private remove(peer: Peer, reason: string): void {
+  private remove(peer: PrudpPeer, reason: string): void {
     if (this.peers.get(peer.key) !== peer) return;
     this.peers.delete(peer.key);
-    const n = (this.perIp.get(peer.address) ?? 1) - 1;
-    if (n <= 0) this.perIp.delete(peer.address);
-    else this.perIp.set(peer.address, n);
+    peer.removed = true;
+    this.table.release(peer, reason === 'server_close' ? CloseReason.ServerClosing : reason);
     if (peer.state === State.HalfOpen) {
       this.forgetHalfOpen(peer);
       if (reason === 'half_open_evicted') this.metrics.count('prudp_half_open_evicted');
@@ -583,12 +629,12 @@ export class PrudpServer {
     if (peer.rmc !== undefined) this.dispatcher.closeConnection(peer.rmc);
   }
 
-  private forgetHalfOpen(peer: Peer): void {
+  private forgetHalfOpen(peer: PrudpPeer): void {
     this.halfOpen--;
     this.halfOpenPeers.delete(peer.key);
-    const n = (this.halfOpenPerIp.get(peer.address) ?? 1) - 1;
-    if (n <= 0) this.halfOpenPerIp.delete(peer.address);
-    else this.halfOpenPerIp.set(peer.address, n);
+    const n = (this.halfOpenPerIp.get(peer.addressKey) ?? 1) - 1;
+    if (n <= 0) this.halfOpenPerIp.delete(peer.addressKey);
+    else this.halfOpenPerIp.set(peer.addressKey, n);
   }
 
   private tick(): void {

@@ -4,7 +4,8 @@
  */
 import { CheckFailure, type CheckRun, type ConformTarget } from '../../../core/conform.js';
 import type { AllocationJson } from '../api.js';
-import { type ConnectionType, createBind, type RelayApiClient, RelayApiError } from '../client.js';
+import { type ConnectionType, createBind, type RelayApiClient } from '../client.js';
+import { RelayApiError } from '../errors.js';
 import { BIND_RECEIVED_BYTES, encodeMessage, padConnectionData } from '../messages.js';
 import { type LinkOptions, openLink, type RelayLinkProbe } from './link.js';
 

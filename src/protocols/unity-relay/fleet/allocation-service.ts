@@ -1,5 +1,5 @@
 /**
- * Unity Relay as a fleet on Redis: stateless allocators in front of relay nodes.
+ * The allocation service of a Unity Relay fleet: stateless allocators in front of relay nodes.
  *
  * - A relay node announces itself in the node registry (src/core/node-registry.ts, kind
  *   `unity-relay`): id, region, its endpoints per transport, capacity (`maxAllocations`), load (bound
@@ -24,85 +24,25 @@
  * its node record, then `REFRESH_SCRIPT` over the allocations it holds.
  */
 import { randomBytes } from 'node:crypto';
-import type { Logger } from 'pino';
-import type { ProtocolMetrics } from '../../core/metrics.js';
-import type { NodeAnnouncement, NodeRecord, NodeRegistry } from '../../core/node-registry.js';
-import { type RedisConnection, storeCall } from '../../core/redis.js';
+import type { NodeRecord, NodeRegistry } from '../../../core/node-registry.js';
+import { type RedisConnection, storeCall } from '../../../core/redis.js';
 import {
   bytesFromGuid,
   guidFromBytes,
   newAllocationId,
   type Region,
   type RelayCredentials,
-} from './allocations.js';
+} from '../allocations.js';
 import {
   type AllocationJson,
   type AllocationService,
-  ApiError,
   liveCapError,
   ownerOf,
   type Requester,
-  type ServerEndpointJson,
   STORE_RETRY_AFTER_SECONDS,
-  serverEndpoint,
-} from './api.js';
-
-/** The registry kind of Unity Relay nodes. */
-export const RELAY_NODE_KIND = 'unity-relay';
-
-/** One live relay node as the dashboard shows it (`fleet()` on a running allocator or node). */
-export interface FleetNodeView {
-  id: string;
-  region: string;
-  endpoints: { transport: string; host: string; port: number }[];
-  /** Bound allocations. */
-  load: number;
-  /** Most allocations it takes (`maxAllocations`). */
-  capacity: number;
-  /** Allocations it holds (bound or not yet expired), as it last reported. */
-  allocations: number;
-  draining: boolean;
-  heartbeatAgeMs: number;
-}
-
-/** What a running unity-relay server offers the admin endpoint about the fleet. */
-export interface FleetAdmin {
-  readonly role: 'allocator' | 'relay' | 'all';
-  /** This node's id (relay role). */
-  readonly nodeId: string | undefined;
-  /** Live relay nodes, or undefined when not scaled out (`--role all`). */
-  fleet(): Promise<FleetNodeView[] | undefined>;
-  /** No new allocations from now on; current ones finish. */
-  drain(): Promise<void>;
-  readonly draining: boolean;
-}
-
-export function fleetView(n: NodeRecord): FleetNodeView {
-  return {
-    id: n.id,
-    region: n.region,
-    endpoints: n.endpoints.map((e) => ({ transport: e.transport, host: e.host, port: e.port })),
-    load: n.load,
-    capacity: n.capacity,
-    allocations: Number(n.meta?.allocations ?? n.load),
-    draining: n.draining,
-    heartbeatAgeMs: n.heartbeatAgeMs,
-  };
-}
-
-/** The `serverEndpoints` and `relayServer` of a node's allocations, from what it advertises. */
-export function nodeEndpoints(n: NodeRecord): {
-  serverEndpoints: ServerEndpointJson[];
-  relayServer: { ipV4: string; port: number };
-} {
-  const serverEndpoints: ServerEndpointJson[] = [];
-  for (const e of n.endpoints) {
-    if (e.transport === 'udp' || e.transport === 'dtls' || e.transport === 'ws' || e.transport === 'wss')
-      serverEndpoints.push(serverEndpoint(e.transport, e.host, e.port));
-  }
-  const udp = serverEndpoints.find((e) => e.connectionType === 'udp') ?? serverEndpoints[0];
-  return { serverEndpoints, relayServer: { ipV4: udp?.host ?? '', port: udp?.port ?? 0 } };
-}
+} from '../api.js';
+import { ApiError } from '../errors.js';
+import { nodeEndpoints, RELAY_NODE_KIND } from './view.js';
 
 interface StoredAllocation {
   role: 'host' | 'client';
@@ -459,246 +399,4 @@ function newJoinCode(): string {
   let code = '';
   for (const b of randomBytes(6)) code += JOIN_ALPHABET[b % JOIN_ALPHABET.length];
   return code;
-}
-
-/** Logs a Redis outage once (warn) and its end once (info). */
-export function redisStatusLogger(log: Logger, role: string): (up: boolean) => void {
-  return (up) => {
-    if (up) log.info({ role }, 'Redis is back');
-    else
-      log.warn(
-        { role },
-        role === 'relay'
-          ? 'Redis is unavailable: relaying continues, heartbeats retry quietly'
-          : 'Redis is unavailable: the allocation API answers 503 until it returns',
-      );
-  };
-}
-
-/** Gauge names in `ProtocolMetrics.nodeGauges` (exported by src/core/prometheus.ts). */
-export const NODE_GAUGES = {
-  allocations: 'node_allocations',
-  load: 'node_load',
-  heartbeatAge: 'node_heartbeat_age_seconds',
-} as const;
-
-/** Writes the per-node gauges (allocations, load, heartbeat age) of `nodes` into `metrics`. */
-export function setNodeGauges(metrics: ProtocolMetrics, nodes: readonly FleetNodeView[]): void {
-  const allocations = new Map<string, number>();
-  const load = new Map<string, number>();
-  const age = new Map<string, number>();
-  for (const n of nodes) {
-    allocations.set(n.id, n.allocations);
-    load.set(n.id, n.load);
-    age.set(n.id, n.heartbeatAgeMs / 1000);
-  }
-  metrics.nodeGauges.set(NODE_GAUGES.allocations, allocations);
-  metrics.nodeGauges.set(NODE_GAUGES.load, load);
-  metrics.nodeGauges.set(NODE_GAUGES.heartbeatAge, age);
-}
-
-// A relay node's heartbeat over the allocations it holds (ids in ARGV from 4): each one is no
-// longer pending on this node, and its record, its owner entry and (for a host) its join code
-// live `max(record ttlMs, floor)` from now (never shortened; a code never past its own
-// `expiresAt`). Records gone or placed elsewhere are left alone. ARGV: key prefix, node id,
-// floor ms, ids. Returns how many records it refreshed.
-const REFRESH_SCRIPT = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local p = ARGV[1] .. 'ur:'
-local node = ARGV[2]
-local floor = tonumber(ARGV[3])
-local pending = p .. 'pending:' .. node
-local refreshed = 0
-local function extend(key, ttl)
-  local left = redis.call('PTTL', key)
-  -- -1: no expiry yet (an owner set the ZADD above just made): every key here must expire.
-  if left == -1 or (left >= 0 and left < ttl) then redis.call('PEXPIRE', key, ttl) end
-end
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  redis.call('ZREM', pending, id)
-  local key = p .. 'alloc:' .. id
-  local raw = redis.call('GET', key)
-  if raw then
-    local ok, a = pcall(cjson.decode, raw)
-    if ok and type(a) == 'table' and a.node == node then
-      local ttl = math.max(tonumber(a.ttlMs) or 0, floor)
-      extend(key, ttl)
-      if type(a.owner) == 'string' and a.owner ~= '' then
-        local ownerKey = p .. 'owner:' .. a.owner
-        local score = tonumber(redis.call('ZSCORE', ownerKey, id))
-        if not score or score < now + ttl then redis.call('ZADD', ownerKey, now + ttl, id) end
-        extend(ownerKey, ttl)
-      end
-      if a.role == 'host' then
-        local hostcode = p .. 'hostcode:' .. id
-        local code = redis.call('GET', hostcode)
-        if code then
-          local codeKey = p .. 'code:' .. code
-          local jc = redis.call('GET', codeKey)
-          if jc then
-            local ok2, c = pcall(cjson.decode, jc)
-            if ok2 and type(c) == 'table' and c.host == id then
-              local codeTtl = math.min(ttl, (tonumber(c.expiresAt) or 0) - now)
-              if codeTtl > 0 then
-                extend(codeKey, codeTtl)
-                extend(hostcode, codeTtl)
-              end
-            end
-          end
-        end
-      end
-      refreshed = refreshed + 1
-    end
-  end
-end
-return refreshed`;
-
-/** Ids per `REFRESH_SCRIPT` call, so one call never holds Redis long. */
-const REFRESH_BATCH = 500;
-
-/**
- * What a relay node keeps alive in Redis for the allocations it holds (control plane, from its
- * heartbeat only): their records, owner entries and hosts' join codes, and their removal from
- * its pending set once adopted.
- */
-export class HeldAllocationRecords {
-  private readonly redis: RedisConnection;
-  private readonly nodeId: string;
-  private readonly floorMs: number;
-
-  /** `floorMs`: the shortest life a refresh gives (the node's heartbeat TTL). */
-  constructor(redis: RedisConnection, nodeId: string, floorMs: number) {
-    this.redis = redis;
-    this.nodeId = nodeId;
-    this.floorMs = floorMs;
-  }
-
-  /** Refreshes the records of `ids` (GUIDs); returns how many it found. */
-  async refresh(ids: readonly string[]): Promise<number> {
-    let refreshed = 0;
-    for (let i = 0; i < ids.length; i += REFRESH_BATCH) {
-      const batch = ids.slice(i, i + REFRESH_BATCH);
-      refreshed += Number(
-        await storeCall('allocation refresh', () =>
-          this.redis.client.eval(
-            REFRESH_SCRIPT,
-            0,
-            this.redis.prefix,
-            this.nodeId,
-            String(this.floorMs),
-            ...batch,
-          ),
-        ),
-      );
-    }
-    return refreshed;
-  }
-}
-
-/** What a relay node reports at each heartbeat. */
-export interface NodeSample {
-  /** Bound allocations. */
-  load: number;
-  /** Allocations it holds (bound or waiting to bind). */
-  allocations: number;
-  /** The GUIDs of those allocations (empty unless asked for). */
-  held: string[];
-}
-
-/**
- * A relay node's presence in the registry: refreshes its load and allocation count every
- * heartbeat, reports its own gauges, drains on request. With `records`, every heartbeat period
- * it also publishes its record and then refreshes the allocations it holds in Redis, in that
- * order: an adopted allocation leaves the pending set only once the published load counts it.
- */
-export class RelayNodePresence {
-  readonly announcement: NodeAnnouncement;
-  private readonly timer: NodeJS.Timeout;
-  private readonly beatTimer: NodeJS.Timeout | undefined;
-  private readonly sample: (withHeld: boolean) => NodeSample;
-  private readonly metrics: ProtocolMetrics;
-  private readonly records: HeldAllocationRecords | undefined;
-  private beating: Promise<void> | undefined;
-
-  constructor(
-    announcement: NodeAnnouncement,
-    heartbeatMs: number,
-    sample: (withHeld: boolean) => NodeSample,
-    metrics: ProtocolMetrics,
-    records?: HeldAllocationRecords,
-  ) {
-    this.announcement = announcement;
-    this.sample = sample;
-    this.metrics = metrics;
-    this.records = records;
-    this.refresh();
-    this.timer = setInterval(() => this.refresh(), Math.max(50, Math.floor(heartbeatMs / 2)));
-    this.timer.unref();
-    if (records !== undefined) {
-      this.beatTimer = setInterval(() => {
-        this.beating ??= this.beat().finally(() => {
-          this.beating = undefined;
-        });
-      }, heartbeatMs);
-      this.beatTimer.unref();
-    }
-  }
-
-  get draining(): boolean {
-    return this.announcement.info.draining;
-  }
-
-  /** This node as the fleet view shows it (its own heartbeat age). */
-  view(): FleetNodeView {
-    const info = this.announcement.info;
-    const age = this.announcement.heartbeatAgeMs();
-    return {
-      id: info.id,
-      region: info.region,
-      endpoints: info.endpoints.map((e) => ({ ...e })),
-      load: info.load,
-      capacity: info.capacity,
-      allocations: Number(info.meta?.allocations ?? info.load),
-      draining: info.draining,
-      heartbeatAgeMs: Number.isFinite(age) ? age : -1,
-    };
-  }
-
-  private refresh(withHeld = false): NodeSample {
-    const sample = this.sample(withHeld);
-    this.announcement.update({ load: sample.load });
-    this.announcement.info.meta = {
-      ...this.announcement.info.meta,
-      allocations: String(sample.allocations),
-    };
-    setNodeGauges(this.metrics, [this.view()]);
-    return sample;
-  }
-
-  /** Publishes the node's load, then refreshes what it holds; quietly skipped while Redis is down. */
-  private async beat(): Promise<void> {
-    try {
-      const { held } = this.refresh(true);
-      await this.announcement.flush();
-      await this.records?.refresh(held);
-    } catch {
-      // Redis is down: the next heartbeat tries again (redisStatusLogger says so once).
-    }
-  }
-
-  /** Takes no new allocations; publishes it now if Redis answers (else at the next heartbeat). */
-  async drain(): Promise<void> {
-    this.announcement.update({ draining: true });
-    this.refresh();
-    await this.announcement.flush().catch(() => {});
-  }
-
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    if (this.beatTimer !== undefined) clearInterval(this.beatTimer);
-    await this.beating;
-    await this.announcement.stop();
-  }
 }
