@@ -175,12 +175,14 @@ describe('RMC over PRUDP', () => {
   });
 
   it('issue 24: while spoofed SYNs keep the half-open table full, a new player still connects', async () => {
-    const f = await fixture({ maxHalfOpen: 20 });
-    // 40 flooding sources on 40 addresses, each a SYN every 20 ms: the table is always full.
-    const flooders = await Promise.all(Array.from({ length: 40 }, (_, i) => rawSocket(`127.1.9.${i + 1}`)));
+    const f = await fixture({ maxHalfOpen: 50 });
+    // 100 spoofing sources on 100 addresses, 1000 SYNs a second in bursts of 10: the table is
+    // always full and an entry lasts about 50 ms (a round trip on loopback is well under that).
+    const flooders = await Promise.all(Array.from({ length: 100 }, (_, i) => rawSocket(`127.1.9.${i + 1}`)));
+    let next = 0;
     const flood = setInterval(() => {
-      for (const s of flooders) s.send(syn(), f.port, '127.0.0.1');
-    }, 20);
+      for (let i = 0; i < 10; i++) flooders[next++ % flooders.length]!.send(syn(), f.port, '127.0.0.1');
+    }, 10);
     try {
       await until(() => (f.metrics.counters.get('prudp_half_open_evicted') ?? 0) > 40);
       // (Before: every SYN past the limit was refused, and so was the player's, until the flood stopped.)
