@@ -22,6 +22,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadProtocols } from '../../src/protocols/registry.js';
 import { BIN, cliEnv, ROOT } from '../helpers/cli.js';
+import { waitFor as waitUntil } from '../helpers/wait.js';
 
 const servers = (await loadProtocols()).filter((p) => p.server !== undefined);
 const dirs: string[] = [];
@@ -116,20 +117,20 @@ async function freePort(): Promise<number> {
 
 /** Resolves once something accepts TCP connections on the port. */
 async function waitForListener(port: number, child: ChildProcess): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    if (child.exitCode !== null) throw new Error(`serve exited early with ${child.exitCode}`);
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = net.connect(port, '127.0.0.1');
-      s.once('connect', () => {
-        s.destroy();
-        resolve(true);
+  await waitUntil(
+    () => {
+      if (child.exitCode !== null) throw new Error(`serve exited early with ${child.exitCode}`);
+      return new Promise<boolean>((resolve) => {
+        const s = net.connect(port, '127.0.0.1');
+        s.once('connect', () => {
+          s.destroy();
+          resolve(true);
+        });
+        s.once('error', () => resolve(false));
       });
-      s.once('error', () => resolve(false));
-    });
-    if (ok) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error('serve never listened');
+    },
+    { what: `serve listening on ${port}`, timeoutMs: 60_000, intervalMs: 100 },
+  );
 }
 
 /** A FIFO opened read-write and non-blocking, filled until a write would block: a full pipe nobody reads. */
@@ -305,8 +306,11 @@ function alive(pid: number): boolean {
 
 /** Waits until none of `pids` runs, or `limitMs` passed (then kills what is left). */
 async function untilGone(pids: number[], limitMs: number): Promise<void> {
-  const deadline = Date.now() + limitMs;
-  while (pids.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  await waitUntil(() => !pids.some(alive), {
+    what: 'every process gone',
+    timeoutMs: limitMs,
+    intervalMs: 100,
+  }).catch(() => undefined);
   const left = pids.filter(alive);
   for (const p of left) process.kill(p, 'SIGKILL');
   if (left.length > 0) throw new Error(`still running after ${limitMs} ms: ${left.join(', ')}`);

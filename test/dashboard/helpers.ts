@@ -4,6 +4,7 @@ import { startAdminServer } from '../../src/core/admin/server.js';
 import { codecDecoder } from '../../src/core/admin/wire-json.js';
 import type { ProtocolModule } from '../../src/core/protocol.js';
 import type { RunningServer } from '../../src/core/server.js';
+import { waitFor } from '../helpers/wait.js';
 
 export interface Admin {
   admin: AdminServer;
@@ -67,19 +68,14 @@ export async function eventually<T>(
   ms = 8000,
   what = 'condition',
 ): Promise<T> {
-  const end = Date.now() + ms;
-  let last: unknown;
-  for (;;) {
-    try {
+  const got = await waitFor(
+    async () => {
       const v = await fn();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > end)
-      throw new Error(`${what} not met within ${ms} ms${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+      return v === undefined ? undefined : { v };
+    },
+    { what, timeoutMs: ms, intervalMs: 50, retryErrors: true },
+  );
+  return got.v;
 }
 
 export interface SseEvent {

@@ -146,7 +146,17 @@ export interface FloodConfig {
   tcpHold?: string;
   tcpHolds?: { hex: string; perAddress?: number; addresses?: number }[];
   tcpChurn?: string;
-  http?: { method: string; path: string; body?: unknown; perRound?: number };
+  http?: {
+    method: string;
+    path: string;
+    body?: unknown;
+    perRound?: number;
+    headers?: Record<string, string>;
+    /** The next round does not wait for this round's requests (all are awaited at the end). */
+    overlap?: boolean;
+  };
+  /** Half-open DTLS handshakes (past the cookie), `perAddress` per address, `rounds` times. */
+  dtlsHalfOpen?: { port: number; perAddress: number; rounds: number; gapMs?: number };
   perAddress?: boolean;
 }
 
@@ -158,6 +168,9 @@ export interface FloodResult {
   tcpRefused: number;
   tcpClosedEarly: number;
   http: Record<string, number>;
+  /** HelloVerifyRequests received and ServerHello flights received (handshakes the server kept). */
+  dtlsCookies: number;
+  dtlsServerHellos: number;
   /** Attacker addresses that were sent more than 3x the bytes they sent over UDP. */
   addressesOver3x: number;
   worstRatio: number;

@@ -18,11 +18,17 @@
  *   tcpHolds?: [{ hex, perAddress?, addresses? }], // more of those: `perAddress` connections each
  *                                         // from the first `addresses` addresses (default all)
  *   tcpChurn?: hex,                       // every round, per address: connect, send, close
- *   http?: { method, path, body, perRound }, // requests per address per round (new connection each)
+ *   http?: { method, path, body, perRound, headers?, overlap? }, // requests per address per round (new
+ *                                         // connection each); with `overlap` a round does not wait for them
+ *   dtlsHalfOpen?: { port, perAddress, rounds, gapMs? }, // `rounds` times, beside the flood: from a fresh
+ *                                         // socket, `perAddress` per address, a DTLS 1.2 ClientHello, then
+ *                                         // the same hello with the server's cookie (a handshake the server
+ *                                         // must keep), and never the next flight: half-open handshakes
  * }
  *
  * Replies are counted per address, for the "never more than 3x to an unproven source" checks.
  */
+import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
 import http from 'node:http';
 import net from 'node:net';
@@ -38,7 +44,16 @@ const tally = (address) => {
   }
   return t;
 };
-const totals = { udpSent: 0, udpReceived: 0, tcpConnected: 0, tcpRefused: 0, tcpClosedEarly: 0, http: {} };
+const totals = {
+  udpSent: 0,
+  udpReceived: 0,
+  tcpConnected: 0,
+  tcpRefused: 0,
+  tcpClosedEarly: 0,
+  http: {},
+  dtlsCookies: 0,
+  dtlsServerHellos: 0,
+};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const hex = (h) => Buffer.from(h, 'hex');
 
@@ -128,7 +143,7 @@ function httpRequest(address) {
         method: h.method,
         path: h.path,
         agent: false,
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...h.headers },
       },
       (res) => {
         res.resume();
@@ -143,13 +158,63 @@ function httpRequest(address) {
   });
 }
 
+/**
+ * One round of half-open DTLS handshakes: hello, cookie, hello with the cookie; the ServerHello
+ * flight that follows is counted and never answered. The hello is built with gamewire's own DTLS
+ * encoders (compiled, in dist/), offering the PSK suites Unity offers.
+ */
+async function dtlsRound(dtls) {
+  const { clientHelloBody, handshakeMessage } = await import('../../dist/src/transports/dtls/handshake.js');
+  const { plainRecord } = await import('../../dist/src/transports/dtls/record.js');
+  const hello = (cookie, random, seq) =>
+    plainRecord(
+      22,
+      cookie.length > 0 ? 0xfefd : 0xfeff,
+      0,
+      seq,
+      handshakeMessage(1, seq, clientHelloBody(random, cookie, [0x00a8, 0xc0a4], true)),
+    );
+  const opened = [];
+  // A round is spread over `gapMs`, 50 addresses at a time.
+  const pause = (dtls.gapMs ?? 0) / Math.ceil(config.addresses.length / 50);
+  for (const [i, a] of config.addresses.entries()) {
+    for (let k = 0; k < dtls.perAddress; k++) {
+      const s = await udpSocket(a);
+      const random = randomBytes(32);
+      s.on('message', (m) => {
+        if (m[0] === 22 && m[13] === 3) {
+          // HelloVerifyRequest: record 13 + handshake 12 + version 2, then the cookie vector.
+          totals.dtlsCookies++;
+          const cookie = m.subarray(28, 28 + m[27]);
+          const b = hello(cookie, random, 1);
+          tally(a).out += b.length;
+          totals.udpSent += b.length;
+          s.send(b, dtls.port, host);
+        } else if (m[0] === 22 && m[13] === 2) totals.dtlsServerHellos++;
+      });
+      const b = hello(Buffer.alloc(0), random, 0);
+      tally(a).out += b.length;
+      totals.udpSent += b.length;
+      s.send(b, dtls.port, host);
+      opened.push(s);
+    }
+    if (i % 50 === 49) await sleep(pause);
+  }
+  return opened;
+}
+
 const sessionSockets = [];
+const dtlsRounds = (async () => {
+  const d = config.dtlsHalfOpen;
+  for (let r = 0; r < (d?.rounds ?? 0); r++) sessionSockets.push(...(await dtlsRound(d)));
+})();
 // Blind sessions run beside the flood rounds, one batch after the other (all of them, even if
 // that takes longer than the flood).
 const sessions = (async () => {
   for (let r = 0; r < (config.udpSessions?.rounds ?? 0); r++) sessionSockets.push(...(await sessionRound(r)));
 })();
 let rounds = 0;
+const httpPending = [];
 while (performance.now() < stopAt) {
   const started = performance.now();
   await spread(sockets, config.intervalMs * 0.8, ([a, s]) => {
@@ -167,12 +232,16 @@ while (performance.now() < stopAt) {
     const pending = [];
     for (const a of config.addresses)
       for (let i = 0; i < (config.http.perRound ?? 1); i++) pending.push(httpRequest(a));
-    await Promise.all(pending);
+    // `overlap`: a slow server does not slow the other floods down (awaited at the end).
+    if (config.http.overlap === true) httpPending.push(...pending);
+    else await Promise.all(pending);
   }
   rounds++;
   await sleep(Math.max(1, config.intervalMs - (performance.now() - started)));
 }
 await sessions;
+await dtlsRounds;
+await Promise.all(httpPending);
 // Late replies still count against the 3x bound.
 await sleep(300);
 for (const t of held) t.destroy();

@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { waitFor } from './wait.js';
 
 export function haveRedisServer(): boolean {
   const r = spawnSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' });
@@ -85,13 +86,13 @@ export class RedisServer {
     child.stderr?.on('data', (d: Buffer) => {
       stderr += d.toString();
     });
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`redis-server exited: ${stderr}`);
-      if (await this.ping()) return;
-      if (Date.now() > deadline) throw new Error(`redis-server did not start on ${this.port}: ${stderr}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitFor(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`redis-server exited: ${stderr}`);
+        return this.ping();
+      },
+      { what: () => `redis-server answering on ${this.port} (${stderr})`, intervalMs: 50 },
+    );
   }
 
   /** Stops it cleanly (SIGTERM) and waits for the exit. */

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { runCli } from '../helpers/cli.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** True when `name` can run. In CI a missing program is an error, never a skip. */
 export function haveProgram(name: string): boolean {
@@ -64,17 +65,22 @@ export class Tcpdump {
    * scheduled late on a loaded machine), then stops tcpdump.
    */
   async stop(settleMs = 500): Promise<Buffer> {
-    const deadline = Date.now() + 10_000;
     let size = -1;
     let stableSince = Date.now();
-    while (Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
-      const now = fs.existsSync(this.file) ? fs.statSync(this.file).size : 0;
-      if (now !== size) {
-        size = now;
-        stableSince = Date.now();
-      } else if (Date.now() - stableSince >= settleMs) break;
-    }
+    // The condition: the file has not grown for `settleMs` (a quiet period is the only sign that
+    // tcpdump wrote everything; past 10 s it is stopped anyway and the test checks what it got).
+    await waitFor(
+      () => {
+        const now = fs.existsSync(this.file) ? fs.statSync(this.file).size : 0;
+        if (now !== size) {
+          size = now;
+          stableSince = Date.now();
+          return false;
+        }
+        return Date.now() - stableSince >= settleMs;
+      },
+      { what: 'the capture file to stop growing', intervalMs: 100 },
+    ).catch(() => undefined);
     this.child.kill('SIGINT');
     await this.exited;
     return fs.readFileSync(this.file);

@@ -21,6 +21,7 @@ import type { LoadSummary } from '../../src/core/load/index.js';
 import { runProtocolLoad } from '../helpers/load.js';
 import { freePort } from '../helpers/redis.js';
 import { type Served, startServe } from '../helpers/serve.js';
+import { waitFor } from '../helpers/wait.js';
 
 const SECONDS = Number(process.env.GAMEWIRE_SOAK_SECONDS ?? 60);
 const MiB = 1024 * 1024;
@@ -89,12 +90,7 @@ describe(`soak: every server under churn for ${SECONDS} s`, () => {
       );
       server = await startServe(['js5', 'rmc', 'unity-relay', 'nox-relay', '--config', config]);
       const s = server;
-      let admin = s.adminPort();
-      for (let i = 0; admin === undefined && i < 100; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        admin = s.adminPort();
-      }
-      expect(admin).toBeDefined();
+      const admin = await waitFor(() => s.adminPort(), { what: 'the admin port in the log' });
       const port = (transport: 'tcp' | 'udp' | 'http', what: RegExp) => s.port(transport, what);
       const t0 = performance.now();
       const from = Array.from({ length: 24 }, (_, i) => `127.0.2.${i + 1}`);

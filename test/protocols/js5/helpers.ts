@@ -8,6 +8,7 @@ import { createDemoCache } from '../../../src/protocols/js5/cache/demo.js';
 import { openStore } from '../../../src/protocols/js5/cache/store.js';
 import type { Js5Profile } from '../../../src/protocols/js5/profiles.js';
 import { Js5Server, type Js5ServerOptions } from '../../../src/protocols/js5/server.js';
+import { waitFor } from '../../helpers/wait.js';
 
 export function tempDir(prefix = 'gamewire-js5-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
@@ -110,8 +111,7 @@ export class RawPeer {
   }
 
   async waitClosed(timeoutMs = 5000): Promise<boolean> {
-    const deadline = Date.now() + timeoutMs;
-    while (!this.closed && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await waitFor(() => this.closed, { what: 'the connection closed', timeoutMs }).catch(() => undefined);
     return this.closed;
   }
 

@@ -18,6 +18,7 @@ import { RateLimitedLog } from '../../../src/protocols/js5/log-limit.js';
 import type { Js5Profile } from '../../../src/protocols/js5/profiles.js';
 import { Js5Server } from '../../../src/protocols/js5/server.js';
 import { StreamDeframer } from '../../../src/wire/framing.js';
+import { waitFor } from '../../helpers/wait.js';
 import { demoCache, RawPeer, startServer, tempDir } from './helpers.js';
 
 const servers: Js5Server[] = [];
@@ -195,8 +196,7 @@ function captureLog(): { log: pino.Logger; lines: Record<string, unknown>[] } {
 }
 
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond() && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
+  await waitFor(cond, { what: String(cond), timeoutMs: ms });
 }
 
 describe('operators see what clients see (info logs, rate-limited)', () => {

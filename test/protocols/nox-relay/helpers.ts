@@ -5,6 +5,7 @@ import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { writeClientPacket } from '../../../src/protocols/nox-relay/packet.js';
 import { type NoxRelayOptions, NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
 import { WireWriter } from '../../../src/wire/index.js';
+import { waitFor } from '../../helpers/wait.js';
 
 export async function startServer(options: NoxRelayOptions = {}): Promise<NoxRelayServer> {
   const s = new NoxRelayServer({ host: '127.0.0.1', port: 0, ...options });
@@ -58,8 +59,6 @@ export function next<T = any>(
   });
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** A raw TCP socket that collects everything it receives. */
 export async function rawTcp(
   port: number,
@@ -83,11 +82,7 @@ export async function until(
   what = 'condition',
   everyMs = 10,
 ): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(everyMs);
-  }
+  await waitFor(check, { what, timeoutMs: ms, intervalMs: everyMs });
 }
 
 /**
