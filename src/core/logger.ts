@@ -53,11 +53,25 @@ export function silentLogger(): Logger {
   return logger as unknown as Logger;
 }
 
+/** Limits of a `RateLimitedLog`. */
+export interface RateLimitedLogOptions {
+  /** Length of one key's window (default 10 s). */
+  intervalMs?: number;
+  /** Lines one key may log per window (default 5). */
+  perInterval?: number;
+  /** Keys remembered at once (default 1000); the oldest is forgotten first. */
+  maxKeys?: number;
+  /** The clock (tests). */
+  now?: () => number;
+}
+
 /**
- * Logs at most `perInterval` messages per `intervalMs` for one key, then one summary of how many
- * were suppressed when the interval ends. For refusals that mean misconfiguration (a client with
- * the wrong build or key, a full server): worth an info line, but a flood must not fill the disk.
- * One `RateLimitedLog` per server; keys are the refusal kinds (`wrong_build`, `full`, …).
+ * Logs at most `perInterval` lines per `intervalMs` for one key; the lines held back are counted
+ * and reported (`suppressed: N`) on the next line of that key. For refusals that mean
+ * misconfiguration or load (a client with the wrong build or key, a full server): worth an info
+ * line, but a flood must not fill the disk. One per server; keys are the refusal kinds
+ * (`wrong_build`, `full`, …). The only one: protocols use it too (js5's refusals, one per reason
+ * per `--js5-log-interval-ms`).
  */
 export class RateLimitedLog {
   private readonly windows = new Map<string, { start: number; logged: number; suppressed: number }>();
@@ -65,26 +79,28 @@ export class RateLimitedLog {
   private readonly intervalMs: number;
   private readonly perInterval: number;
   private readonly maxKeys: number;
+  private readonly now: () => number;
 
-  constructor(log: Logger, options: { intervalMs?: number; perInterval?: number; maxKeys?: number } = {}) {
+  constructor(log: Logger, options: RateLimitedLogOptions = {}) {
     this.log = log;
     this.intervalMs = options.intervalMs ?? 10_000;
     this.perInterval = options.perInterval ?? 5;
     this.maxKeys = options.maxKeys ?? 1000;
+    this.now = options.now ?? Date.now;
   }
 
-  /** Logs `msg` with `fields` at `level` unless this key already logged its share this interval. */
+  /** Logs `msg` with `fields` at `level` unless this key already logged its share this window. */
   write(
     level: 'info' | 'warn' | 'error',
     key: string,
     fields: Record<string, unknown>,
     msg: string,
-    now = Date.now(),
   ): boolean {
+    const now = this.now();
     let w = this.windows.get(key);
+    let suppressed = 0;
     if (w !== undefined && now - w.start >= this.intervalMs) {
-      if (w.suppressed > 0)
-        this.log[level]({ key, suppressed: w.suppressed }, `${w.suppressed} more like this suppressed`);
+      suppressed = w.suppressed;
       w = undefined;
       this.windows.delete(key);
     }
@@ -99,7 +115,7 @@ export class RateLimitedLog {
       return false;
     }
     w.logged++;
-    this.log[level](fields, msg);
+    this.log[level](suppressed > 0 ? { ...fields, suppressed } : fields, msg);
     return true;
   }
 

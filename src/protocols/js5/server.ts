@@ -34,6 +34,7 @@ import {
   type FrameSink,
   listenFramedTcp,
 } from '../../core/framed-tcp.js';
+import { RateLimitedLog } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
@@ -43,7 +44,6 @@ import type { MasterIndexFormat } from './cache/master-index.js';
 import type { Store } from './cache/store.js';
 import { Js5Error } from './errors.js';
 import { xorInPlace } from './framing.js';
-import { RateLimitedLog } from './log-limit.js';
 import { HandshakeStatus, INIT_JS5_OPCODE, Js5Request } from './messages.js';
 import { handshakeIsSeeded, type Js5Profile, PROFILES, type ProfileSpec } from './profiles.js';
 import { ResponseSource, requestKey } from './responses.js';
@@ -248,7 +248,11 @@ export class Js5Server {
       throw new Js5Error('ERR_JS5_BAD_OPTION', 'handshakeTimeoutMs must be positive');
     if (this.options.maxHandshaking === 0)
       throw new Js5Error('ERR_JS5_BAD_OPTION', 'maxHandshaking must be positive');
-    this.notice = new RateLimitedLog(this.options.log, this.options.logIntervalMs);
+    // One line per reason per interval; the line names its reason (docs/js5.md, "Logs").
+    this.notice = new RateLimitedLog(this.options.log, {
+      intervalMs: this.options.logIntervalMs,
+      perInterval: 1,
+    });
     this.responses = new ResponseSource(options.store, {
       masterIndexFormat: options.masterIndexFormat ?? this.profile.masterIndexFormat,
       cacheBytes: this.options.cacheBytes,
@@ -276,12 +280,17 @@ export class Js5Server {
     }
     this.responses.onProblem = (p) => {
       this.options.metrics.count('bad_group');
-      this.notice.info(
+      this.refusal(
         'bad_group',
         { archive: p.archive, group: p.group, code: p.code, message: p.message },
         'js5 cache: a bad group, answered as missing',
       );
     };
+  }
+
+  /** An info line for a refusal operators must see, at most one per reason per interval. */
+  private refusal(reason: string, fields: Record<string, unknown>, message: string): void {
+    this.notice.info(reason, { reason, ...fields }, message);
   }
 
   get port(): number {
@@ -368,7 +377,7 @@ export class Js5Server {
       // waits in their receive buffer until they read the handshake reply. Not counted per
       // address, so held briefly: long enough for the reply to be read, short enough that a
       // flood of refused connections cannot fill the listener.
-      this.notice.info(
+      this.refusal(
         'ip_limit',
         { remote: ip, open, maxPerIp: this.options.maxPerIp },
         'js5 connection refused: too many connections from this address (reply 9)',
@@ -519,15 +528,11 @@ export class Js5Server {
     const where = { archive: Math.floor(key / 65536), group: key % 65536, remote: s.ip };
     if (this.options.missingGroup === 'drop') {
       this.options.metrics.drop('missing_group');
-      this.notice.info('missing_group', where, 'js5 request for a missing group dropped');
+      this.refusal('missing_group', where, 'js5 request for a missing group dropped');
       return true;
     }
     if (!s.draining) {
-      this.notice.info(
-        'missing_group',
-        where,
-        'js5 request for a missing group: closing after queued responses',
-      );
+      this.refusal('missing_group', where, 'js5 request for a missing group: closing after queued responses');
       // No further request is delivered (the session stays held); what was queued is served.
       s.draining = true;
       if (!s.hasWork()) this.end(s, 'missing_group');
@@ -554,7 +559,7 @@ export class Js5Server {
       if (reason !== undefined) this.end(s, reason);
     };
     if (build !== this.build) {
-      this.notice.info(
+      this.refusal(
         'out_of_date',
         { remote: s.ip, clientBuild: build, serverBuild: this.build, profile: this.profile.name },
         `js5 handshake refused: client build ${build}, server expects ${this.build} (reply 6)`,
@@ -563,7 +568,7 @@ export class Js5Server {
       return false;
     }
     if (this.js5Sessions >= this.options.maxClients) {
-      this.notice.info(
+      this.refusal(
         'server_full',
         { remote: s.ip, sessions: this.js5Sessions, maxClients: this.options.maxClients },
         'js5 handshake refused: server full (reply 7)',

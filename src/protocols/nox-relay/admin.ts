@@ -13,7 +13,7 @@ import type { Json } from '../../wire/codec.js';
 import { decodePackets } from './codec.js';
 import { PlayerFlags, QuitType } from './constants.js';
 import { removePlayer } from './handlers/membership.js';
-import type { Player, StoredTransform } from './instances.js';
+import { type Player, type StoredTransform, TRANSFORM_VECTORS } from './instances.js';
 import type { NoxRelayServer } from './server.js';
 
 /** The rig shown on the map: the first one the player sent (rig 0, the head, when present). */
@@ -22,6 +22,17 @@ function mainTransform(p: Player): StoredTransform | undefined {
   if (head !== undefined) return head;
   for (const t of p.transforms.values()) return t;
   return undefined;
+}
+
+const [POSITION, ROTATION] = TRANSFORM_VECTORS;
+
+/** A vector of a stored transform, as the dashboard shows it. */
+function vectorOf(t: StoredTransform, vector: (typeof TRANSFORM_VECTORS)[number]): Json {
+  const v = t.values;
+  const at = vector.at;
+  return vector.size === 3
+    ? { x: v[at]!, y: v[at + 1]!, z: v[at + 2]! }
+    : { x: v[at]!, y: v[at + 1]!, z: v[at + 2]!, w: v[at + 3]! };
 }
 
 /** Reliable entries inside Reliable entries, as deep as the view unpacks them. */
@@ -88,10 +99,10 @@ export function noxRelayAdmin(server: NoxRelayServer, wireOptions: WireTapOption
         for (const p of inst.members) {
           const t = mainTransform(p);
           if (t !== undefined) {
-            minX = Math.min(minX, t.px);
-            maxX = Math.max(maxX, t.px);
-            minZ = Math.min(minZ, t.pz);
-            maxZ = Math.max(maxZ, t.pz);
+            minX = Math.min(minX, t.values[POSITION.at]!);
+            maxX = Math.max(maxX, t.values[POSITION.at]!);
+            minZ = Math.min(minZ, t.values[POSITION.at + 2]!);
+            maxZ = Math.max(maxZ, t.values[POSITION.at + 2]!);
           }
           players.push({
             id: String(p.id),
@@ -99,8 +110,8 @@ export function noxRelayAdmin(server: NoxRelayServer, wireOptions: WireTapOption
             connection: String(p.client.id),
             userId: p.client.userId,
             bot: (p.flags & PlayerFlags.IsBot) !== 0,
-            position: t === undefined ? null : { x: t.px, y: t.py, z: t.pz },
-            rotation: t === undefined ? null : { x: t.rx, y: t.ry, z: t.rz, w: t.rw },
+            position: t === undefined ? null : vectorOf(t, POSITION),
+            rotation: t === undefined ? null : vectorOf(t, ROTATION),
             updatedAt: t === undefined ? null : epochOf(t.lastSent),
           });
         }

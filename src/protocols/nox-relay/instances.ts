@@ -53,25 +53,38 @@ export const DEFAULT_INSTANCE: InstanceConfig = {
   bots: true,
 };
 
+/**
+ * The vectors a Transform may carry, in wire order: the flag that says it is there, its field in
+ * the message, where its components sit in `StoredTransform.values` and how many there are
+ * (x, y, z and, for the rotation, w). Merging, the threshold test and the relay writer walk this
+ * one table.
+ */
+export const TRANSFORM_VECTORS = [
+  { flag: 0x01, field: 'position', at: 0, size: 3 },
+  { flag: 0x02, field: 'rotation', at: 3, size: 4 },
+  { flag: 0x04, field: 'scale', at: 7, size: 3 },
+  { flag: 0x08, field: 'velocity', at: 10, size: 3 },
+  { flag: 0x10, field: 'angularVelocity', at: 13, size: 3 },
+] as const;
+
+/** The flags of every vector a Transform may carry. */
+export const TRANSFORM_VECTOR_FLAGS = 0x1f;
+
+/** The values a rig starts from and returns to on Reset: at the origin, no rotation, scale 1, still. */
+export const TRANSFORM_START_VALUES: Readonly<Float64Array> = Float64Array.of(
+  ...[0, 0, 0],
+  ...[0, 0, 0, 1],
+  ...[1, 1, 1],
+  ...[0, 0, 0],
+  ...[0, 0, 0],
+);
+
 export interface StoredTransform {
   rig: number;
+  /** Which vectors have been received (`TRANSFORM_VECTORS` flags). */
   flags: number;
-  px: number;
-  py: number;
-  pz: number;
-  rx: number;
-  ry: number;
-  rz: number;
-  rw: number;
-  sx: number;
-  sy: number;
-  sz: number;
-  vx: number;
-  vy: number;
-  vz: number;
-  ax: number;
-  ay: number;
-  az: number;
+  /** Every vector's components at its `TRANSFORM_VECTORS` offset. */
+  values: Float64Array;
   /** ms (performance clock) of the last relay. */
   lastSent: number;
   /** Changed since the last relay (rate-limited by the instance's TPS). */

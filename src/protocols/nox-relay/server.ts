@@ -17,6 +17,7 @@ import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint } from '../../core/server.js';
 import { addressKey } from '../../core/tcp.js';
+import { TokenBucket } from '../../core/token-bucket.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { type FrameMeasure, WireReader, WireWriter } from '../../wire/index.js';
@@ -32,7 +33,7 @@ import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './op
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
-import { RateBucket, RelayClient, type SendLimits, type TcpPeer, udpKey } from './session.js';
+import { RelayClient, type SendLimits, type TcpPeer, udpKey } from './session.js';
 import { AliasGuessBudget, handshakeEnd, InstanceAliases, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
@@ -67,7 +68,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private readonly tcpBeforeHandshake = new Set<RelayClient>();
   private readonly tcpPerIp = new Map<string, number>();
   /** Request budget per address, shared by its clients; forgotten with its last client. */
-  private readonly addressBuckets = new Map<string, { bucket: RateBucket; clients: number }>();
+  private readonly addressBuckets = new Map<string, { bucket: TokenBucket; clients: number }>();
   private tcpClients = 0;
   private nextClientId = 0;
   private readonly limits: SendLimits;
@@ -365,7 +366,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     let shared = this.addressBuckets.get(client.addressKey);
     if (shared === undefined) {
       const rate = this.options.maxRequestsPerSecondPerIp;
-      shared = { bucket: new RateBucket(rate, rate * 2, performance.now()), clients: 0 };
+      shared = { bucket: new TokenBucket(rate, rate * 2, performance.now()), clients: 0 };
       this.addressBuckets.set(client.addressKey, shared);
     }
     shared.clients++;

@@ -6,6 +6,7 @@
 import type dgram from 'node:dgram';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { addressKey } from '../../core/tcp.js';
+import { TokenBucket } from '../../core/token-bucket.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { Priority } from './constants.js';
 import type { Player } from './instances.js';
@@ -27,40 +28,6 @@ export interface SendLimits {
   /** Packets per second a client may send, and the burst allowed above that rate. */
   maxRequestsPerSecond: number;
   maxRequestBurst: number;
-}
-
-/** A token bucket: `rate` per second, at most `burst` saved up. */
-export class RateBucket {
-  private tokens: number;
-  private at: number;
-  private readonly rate: number;
-  private readonly burst: number;
-
-  constructor(rate: number, burst: number, now: number) {
-    this.rate = rate;
-    this.burst = burst;
-    this.tokens = burst;
-    this.at = now;
-  }
-
-  /** Tokens available at `now` (nothing taken). */
-  peek(now: number): number {
-    const tokens = this.tokens + ((now - this.at) * this.rate) / 1000;
-    return tokens > this.burst ? this.burst : tokens;
-  }
-
-  /** Takes one token; false (and nothing taken) when less than one is left. */
-  take(now: number): boolean {
-    let tokens = this.tokens + ((now - this.at) * this.rate) / 1000;
-    if (tokens > this.burst) tokens = this.burst;
-    this.at = now;
-    if (tokens < 1) {
-      this.tokens = tokens;
-      return false;
-    }
-    this.tokens = tokens - 1;
-    return true;
-  }
 }
 
 /**
@@ -135,9 +102,9 @@ export class RelayClient {
   /** The server's wire tap (the admin endpoint's wire view). */
   wireTap: WireTap | undefined = undefined;
   /** This client's request budget. */
-  private readonly requests: RateBucket;
+  private readonly requests: TokenBucket;
   /** The request budget of every client of this address together (shared; set by the server). */
-  addressRequests: RateBucket | undefined;
+  addressRequests: TokenBucket | undefined;
   /** UDP send budget: this client's own virtual queue, and when it was last drained. */
   private udpQueued = 0;
   private udpQueuedAt = 0;
@@ -185,7 +152,7 @@ export class RelayClient {
     this.addressProven = this.transport === 'tcp';
     this.lastSeen = performance.now();
     this.createdAt = this.lastSeen;
-    this.requests = new RateBucket(limits.maxRequestsPerSecond, limits.maxRequestBurst, this.lastSeen);
+    this.requests = new TokenBucket(limits.maxRequestsPerSecond, limits.maxRequestBurst, this.lastSeen);
   }
 
   /** Bytes this client may still be sent: unlimited once its address is proven (always on TCP). */

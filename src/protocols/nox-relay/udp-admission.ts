@@ -17,9 +17,10 @@
  *   guess; an address gets few of those (`AliasGuessBudget`). See docs/security.md.
  */
 import { createHmac, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
+import { TokenBucket } from '../../core/token-bucket.js';
 import { S2C } from './constants.js';
 import { ADDRESS_COOKIE_BYTES } from './messages.js';
-import { RateBucket, type RelayClient } from './session.js';
+import type { RelayClient } from './session.js';
 
 export class UdpAdmission {
   /** Half-open sessions, oldest first (Map and Set keep insertion order: O(1) eviction). */
@@ -175,7 +176,7 @@ export class InstanceAliases {
  * so a blind spoofer gets at most `perIp` tries per window per address it claims.
  */
 export class AliasGuessBudget {
-  private readonly buckets = new Map<string, RateBucket>();
+  private readonly buckets = new Map<string, TokenBucket>();
   private readonly perIp: number;
   private readonly windowMs: number;
   private readonly maxEntries: number;
@@ -207,7 +208,7 @@ export class AliasGuessBudget {
           break;
         }
       }
-      b = new RateBucket((this.perIp * 1000) / this.windowMs, this.perIp, now);
+      b = new TokenBucket((this.perIp * 1000) / this.windowMs, this.perIp, now);
     } else {
       this.buckets.delete(key);
     }

@@ -16,6 +16,7 @@
  *   between bound, linked peers without entering JavaScript.
  */
 import type { Logger } from 'pino';
+import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../core/connection.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
 import { type AllocationStore, bytesFromGuid, guidFromBytes } from './allocations.js';
@@ -30,18 +31,58 @@ export function allocationIdFromIdentity(identity: Buffer): Buffer | undefined {
   return undefined;
 }
 
-/** One DTLS association: the client's "address" on the relay, bound to one allocation. */
-export class DtlsLink implements RelayLink {
+/**
+ * The connection seam's close reason for a DTLS server's (kebab-case) one: the shared names
+ * where there is one, the DTLS server's own otherwise.
+ */
+export function dtlsCloseReason(reason: string): string {
+  switch (reason) {
+    case 'close-notify':
+      return CloseReason.PeerClosed;
+    case 'idle':
+      return CloseReason.IdleTimeout;
+    case 'server-close':
+      return CloseReason.ServerClosing;
+    case 'local-close':
+      return CloseReason.ClosedByServer;
+    default:
+      return reason.replaceAll('-', '_');
+  }
+}
+
+/**
+ * One DTLS association: the client's "address" on the relay, bound to one allocation, and a
+ * connection of the seam (messages: application-data records; bytes: their plaintext). On the
+ * native data plane, RELAYs forwarded in C between bound peers do not pass through it and are
+ * not in its counters.
+ */
+export class DtlsLink implements RelayLink, Connection {
   readonly transport = 'dtls' as const;
   readonly identity: Buffer;
   readonly maxMessage: number;
   readonly association: DtlsAssociation;
+  readonly addressKey: string;
   closed = false;
+  /** Why the relay closed it (the first reason); undefined: the DTLS server's reason stands. */
+  reason: string | undefined = undefined;
+  bytesIn = 0;
+  bytesOut = 0;
+  messagesIn = 0;
+  messagesOut = 0;
 
   constructor(association: DtlsAssociation, allocationId: Buffer, maxMessage: number) {
     this.association = association;
     this.identity = allocationId;
     this.maxMessage = maxMessage;
+    this.addressKey = addressKey(association.remoteAddress);
+  }
+
+  get remoteAddress(): string {
+    return this.association.remoteAddress;
+  }
+
+  get remotePort(): number {
+    return this.association.remotePort;
   }
 
   get address(): string {
@@ -57,15 +98,24 @@ export class DtlsLink implements RelayLink {
   }
 
   send(msg: Buffer): void {
-    if (!this.closed) this.association.send(msg);
+    if (this.closed) return;
+    this.messagesOut++;
+    this.bytesOut += msg.length;
+    this.association.send(msg);
   }
 
   bound(): void {}
 
   /** The binding ended: so does the association (its lifetime is the binding's). */
   unbound(): void {
+    this.close('unbound');
+  }
+
+  /** Sends close_notify and forgets the association. */
+  close(reason: string = CloseReason.ClosedByServer): void {
     if (this.closed) return;
     this.closed = true;
+    this.reason ??= reason;
     this.association.close();
   }
 }
@@ -82,6 +132,8 @@ export interface DtlsEndpoint {
   readonly server: DtlsServer;
   /** Open associations. */
   readonly links: ReadonlySet<DtlsLink>;
+  /** The connection seam's table of the associations (diagnostics; the DTLS server caps them). */
+  readonly table: ConnectionTable<DtlsLink>;
   close(): Promise<void>;
 }
 
@@ -110,6 +162,14 @@ export async function startDtlsEndpoint(
   });
   const byAssociation = new WeakMap<DtlsAssociation, DtlsLink>();
   const links = new Set<DtlsLink>();
+  // The DTLS server applies the caps (associations in all, handshakes per address) before an
+  // association exists; the table holds the associations for the seam's events and counts.
+  const table = new ConnectionTable<DtlsLink>({
+    protocol: metrics.protocol,
+    transport: 'dtls',
+    maxConnections: Number.POSITIVE_INFINITY,
+    maxConnectionsPerIp: 0,
+  });
   server.on('association', (assoc) => {
     const id = allocationIdFromIdentity(assoc.identity);
     const a = id === undefined ? undefined : store.find(id, 0);
@@ -122,6 +182,7 @@ export async function startDtlsEndpoint(
     const link = new DtlsLink(assoc, Buffer.from(id), relay.maxMessageToDtls);
     byAssociation.set(assoc, link);
     links.add(link);
+    table.open(link);
     metrics.count('dtls_associations');
     log.debug(
       { remote: `${link.address}:${link.port}`, allocation: a?.guid ?? guidFromBytes(id) },
@@ -150,6 +211,8 @@ export async function startDtlsEndpoint(
       metrics.drop('dtls_unknown_association');
       return;
     }
+    link.messagesIn++;
+    link.bytesIn += plaintext.length;
     relay.handleFrom(plaintext, link);
   });
   server.on('close', (assoc, reason) => {
@@ -157,6 +220,7 @@ export async function startDtlsEndpoint(
     if (link !== undefined) {
       link.closed = true;
       links.delete(link);
+      table.release(link, link.reason ?? dtlsCloseReason(reason));
     }
     metrics.close(`dtls_${reason}`);
   });
@@ -172,6 +236,10 @@ export async function startDtlsEndpoint(
     port: boundPort,
     server,
     links,
-    close: () => server.close(),
+    table,
+    close: () => {
+      table.closing();
+      return server.close();
+    },
   };
 }

@@ -21,6 +21,7 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../core/connection.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
@@ -60,6 +61,59 @@ export interface WsEndpointOptions {
   now?: () => number;
 }
 
+/**
+ * One accepted TCP connection of a WebSocket endpoint on the connection seam, from the accept
+ * on (before any HTTP or TLS): the caps count it there. Once upgraded it carries a `WsLink`;
+ * its messages are WebSocket binary messages, its bytes the socket's (TLS records for wss).
+ */
+export class WsConnection implements Connection {
+  readonly transport = 'websocket' as const;
+  readonly socket: net.Socket;
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly addressKey: string;
+  messagesIn = 0;
+  messagesOut = 0;
+  link: WsLink | undefined = undefined;
+  /** Why it is closing (the first reason given); undefined while open. */
+  reason: string | undefined = undefined;
+
+  constructor(socket: net.Socket) {
+    this.socket = socket;
+    this.remoteAddress = socket.remoteAddress ?? '';
+    this.remotePort = socket.remotePort ?? 0;
+    this.addressKey = addressKey(socket.remoteAddress);
+  }
+
+  get open(): boolean {
+    return this.reason === undefined && !this.socket.destroyed;
+  }
+
+  get bytesIn(): number {
+    return this.socket.bytesRead;
+  }
+
+  get bytesOut(): number {
+    return this.socket.bytesWritten;
+  }
+
+  send(bytes: Buffer): void {
+    this.link?.send(bytes);
+  }
+
+  /**
+   * Ends it for `reason`: a WebSocket close frame (`code`, default 1000) once upgraded, or at
+   * once (`terminate`, or before the upgrade).
+   */
+  close(reason: string = CloseReason.ClosedByServer, code = 1000, terminate = false): void {
+    this.reason ??= reason;
+    const ws = this.link?.ws;
+    if (ws === undefined) this.socket.destroy();
+    else if (terminate) ws.terminate();
+    else ws.close(code, reason === CloseReason.ClosedByServer ? undefined : reason);
+  }
+}
+
 /** One WebSocket connection: the client's "address" on the relay. */
 export class WsLink implements RelayLink {
   readonly transport: 'ws' | 'wss';
@@ -68,6 +122,8 @@ export class WsLink implements RelayLink {
   readonly address: string;
   readonly port: number;
   readonly ws: WebSocket;
+  /** The connection of the seam it runs on (its counters, its close reason). */
+  readonly connection: WsConnection | undefined;
   readonly openedAt: number;
   lastReceivedAt: number;
   everBound = false;
@@ -83,9 +139,11 @@ export class WsLink implements RelayLink {
     maxBuffered: number,
     metrics: ProtocolMetrics,
     now: number,
+    connection?: WsConnection,
   ) {
     this.transport = transport;
     this.ws = ws;
+    this.connection = connection;
     this.address = address;
     this.port = port;
     this.maxMessage = maxMessage;
@@ -106,6 +164,7 @@ export class WsLink implements RelayLink {
       this.metrics.drop(`${this.transport}_backpressure`);
       return;
     }
+    if (this.connection !== undefined) this.connection.messagesOut++;
     this.ws.send(msg, { binary: true });
   }
 
@@ -125,6 +184,8 @@ export interface WsEndpoint {
   readonly transport: 'ws' | 'wss';
   readonly port: number;
   readonly links: ReadonlySet<WsLink>;
+  /** The connection seam's table: every accepted connection, upgraded or not (caps, diagnostics). */
+  readonly table: ConnectionTable<WsConnection>;
   close(): Promise<void>;
 }
 
@@ -172,54 +233,56 @@ export async function startWsEndpoint(
     maxPayload: relay.maxDatagram, // larger frames: close 1009
   });
 
-  // Connections per IP and in all, counted at TCP accept (before any HTTP parsing).
-  const perIp = new Map<string, number>();
-  let open = 0;
-  // Connections that have not bound yet, oldest first, by remote address and port (the raw TCP
-  // socket and, for wss, the TLS socket above it share those). When every slot is taken, a
-  // newcomer evicts the oldest of them: half-open upgrades from many addresses cannot lock new
-  // players out, and a bound player is never evicted.
-  const unproven = new Map<string, net.Socket>();
-  /** Sockets holding a slot, with the address they count against. */
-  const counted = new Map<net.Socket, string>();
-  const release = (socket: net.Socket) => {
-    const ip = counted.get(socket);
-    if (ip === undefined) return;
-    counted.delete(socket);
-    open--;
-    const left = (perIp.get(ip) ?? 1) - 1;
-    if (left <= 0) perIp.delete(ip);
-    else perIp.set(ip, left);
-  };
+  // Connections per address (IPv4, or IPv6 /64) and in all, counted at TCP accept (before any
+  // HTTP parsing), on the connection seam.
+  const table = new ConnectionTable<WsConnection>({
+    protocol: metrics.protocol,
+    transport: 'websocket',
+    maxConnections,
+    maxConnectionsPerIp: maxPerIp,
+  });
+  // Connections that have not bound yet, oldest first. When every slot is taken, a newcomer
+  // evicts the oldest of them: half-open upgrades from many addresses cannot lock new players
+  // out, and a bound player is never evicted.
+  const unproven = new Set<WsConnection>();
+  // Accepted connections by remote address and port: the raw TCP socket and, for wss, the TLS
+  // socket above it (what the upgrade sees) share those.
+  const byRemote = new Map<string, WsConnection>();
   const onConnection = (socket: net.Socket) => {
-    const ip = socket.remoteAddress ?? '';
-    const n = perIp.get(ip) ?? 0;
-    if (n >= maxPerIp) {
+    const connection = new WsConnection(socket);
+    if (maxPerIp > 0 && table.countFor(connection.addressKey) >= maxPerIp) {
       metrics.drop(`${transport}_per_ip_cap`);
+      table.refuse(socket.remoteAddress, socket.remotePort, CloseReason.PerIpLimit);
       socket.destroy();
       return;
     }
-    if (open >= maxConnections) {
-      const oldest = unproven.entries().next();
+    if (table.size >= maxConnections) {
+      const oldest = unproven.values().next();
       if (oldest.done === true) {
         metrics.drop(`${transport}_connection_cap`);
+        table.refuse(socket.remoteAddress, socket.remotePort, CloseReason.OverCapacity);
         socket.destroy();
         return;
       }
-      unproven.delete(oldest.value[0]);
+      const evicted = oldest.value;
+      unproven.delete(evicted);
       metrics.close(`${transport}_evicted`);
       // Its slot is released now ('close' comes later), so the count never exceeds the cap.
-      release(oldest.value[1]);
-      oldest.value[1].destroy();
+      evicted.reason ??= 'evicted';
+      table.release(evicted, evicted.reason);
+      evicted.socket.destroy();
     }
-    open++;
-    perIp.set(ip, n + 1);
-    counted.set(socket, ip);
-    const key = `${ip}|${socket.remotePort ?? 0}`;
-    unproven.set(key, socket);
+    if (table.open(connection) !== undefined) {
+      socket.destroy(); // closing: refused (and published) by the table
+      return;
+    }
+    unproven.add(connection);
+    const key = `${connection.remoteAddress}|${connection.remotePort}`;
+    byRemote.set(key, connection);
     socket.once('close', () => {
-      if (unproven.get(key) === socket) unproven.delete(key);
-      release(socket);
+      unproven.delete(connection);
+      if (byRemote.get(key) === connection) byRemote.delete(key);
+      table.release(connection, connection.reason ?? CloseReason.PeerClosed);
     });
   };
   // Raw TCP accept, also for wss: a connection that never finishes TLS counts too.
@@ -227,6 +290,9 @@ export async function startWsEndpoint(
   if (options.secure) {
     server.on('tlsClientError', (_err: Error, socket: Duplex) => {
       metrics.drop('wss_tls_error');
+      const s = socket as net.Socket;
+      const connection = byRemote.get(`${s.remoteAddress ?? ''}|${s.remotePort ?? 0}`);
+      if (connection !== undefined) connection.reason ??= 'tls_error';
       socket.destroy();
     });
   }
@@ -236,6 +302,7 @@ export async function startWsEndpoint(
     socket.on('error', () => socket.destroy());
     wss.handleUpgrade(req, socket, head, (ws) => {
       const s = socket as net.Socket;
+      const connection = byRemote.get(`${s.remoteAddress ?? ''}|${s.remotePort ?? 0}`);
       const link = new WsLink(
         transport,
         ws,
@@ -245,18 +312,23 @@ export async function startWsEndpoint(
         maxBuffered,
         metrics,
         now(),
+        connection,
       );
-      const key = `${link.address}|${link.port}`;
-      link.onProven = () => unproven.delete(key);
+      if (connection !== undefined) {
+        connection.link = link;
+        link.onProven = () => unproven.delete(connection);
+      }
       links.add(link);
       metrics.count(`${transport}_connections`);
       ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
         if (!isBinary) {
           metrics.drop(`${transport}_text_frame`);
+          if (connection !== undefined) connection.reason ??= 'text_frame';
           ws.close(1003, 'binary frames only');
           return;
         }
         link.lastReceivedAt = now();
+        if (connection !== undefined) connection.messagesIn++;
         const msg = Buffer.isBuffer(data)
           ? data
           : Array.isArray(data)
@@ -266,6 +338,12 @@ export async function startWsEndpoint(
       });
       ws.on('error', (err: Error) => {
         metrics.drop(`${transport}_protocol_error`);
+        // ws names the breach: a frame over maxPayload is "too_large" (1009), the rest malformed.
+        if (connection !== undefined)
+          connection.reason ??=
+            (err as { code?: string }).code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH'
+              ? 'too_large'
+              : CloseReason.Malformed;
         log.debug({ err }, 'websocket error');
       });
       ws.on('close', () => {
@@ -280,9 +358,11 @@ export async function startWsEndpoint(
     for (const link of links) {
       if (t - link.lastReceivedAt >= idleMs) {
         metrics.close(`${transport}_idle`);
+        if (link.connection !== undefined) link.connection.reason ??= CloseReason.IdleTimeout;
         link.ws.terminate();
       } else if (!link.everBound && t - link.openedAt >= bindMs) {
         metrics.close(`${transport}_never_bound`);
+        if (link.connection !== undefined) link.connection.reason ??= 'never_bound';
         link.ws.close(1008, 'no BIND');
       }
     }
@@ -311,9 +391,12 @@ export async function startWsEndpoint(
     transport,
     port,
     links,
+    table,
     close() {
       closing ??= (async () => {
         clearInterval(sweep);
+        table.closing();
+        for (const c of table.connections()) c.reason ??= CloseReason.ServerClosing;
         for (const link of links) link.ws.terminate();
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));

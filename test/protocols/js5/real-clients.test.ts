@@ -14,7 +14,6 @@ import { createDemoCache, DEMO_ARCHIVES } from '../../../src/protocols/js5/cache
 import { createMasterIndex } from '../../../src/protocols/js5/cache/master-index.js';
 import { createStore, openStore } from '../../../src/protocols/js5/cache/store.js';
 import { frameResponse, responseMeasure, unframeResponse } from '../../../src/protocols/js5/framing.js';
-import { RateLimitedLog } from '../../../src/protocols/js5/log-limit.js';
 import type { Js5Profile } from '../../../src/protocols/js5/profiles.js';
 import { Js5Server } from '../../../src/protocols/js5/server.js';
 import { StreamDeframer } from '../../../src/wire/framing.js';
@@ -239,23 +238,5 @@ describe('operators see what clients see (info logs, rate-limited)', () => {
       archive: 0,
       group: 0xfff0,
     });
-  });
-
-  test('after the interval, the next line of a reason reports how many were held back', () => {
-    const { log, lines } = captureLog();
-    let now = 0;
-    const notice = new RateLimitedLog(log, 10_000, () => now);
-    expect(notice.info('out_of_date', { clientBuild: 1 }, 'x')).toBe(true);
-    now = 5_000;
-    expect(notice.info('out_of_date', { clientBuild: 2 }, 'x')).toBe(false);
-    expect(notice.info('server_full', {}, 'y')).toBe(true); // reasons are limited apart
-    expect(notice.info('out_of_date', { clientBuild: 3 }, 'x')).toBe(false);
-    now = 10_000;
-    expect(notice.info('out_of_date', { clientBuild: 4 }, 'x')).toBe(true);
-    expect(lines.map((l) => [l.reason, l.clientBuild, l.suppressed])).toEqual([
-      ['out_of_date', 1, undefined],
-      ['server_full', undefined, undefined],
-      ['out_of_date', 4, 2],
-    ]);
   });
 });

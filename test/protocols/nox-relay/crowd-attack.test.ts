@@ -18,7 +18,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { attackerAddresses, flood, type Served, spawnServe } from '../../helpers/crowd.js';
-import { packet, sleep, until } from './helpers.js';
+import { elapse } from '../../helpers/wait.js';
+import { packet, until } from './helpers.js';
 import { ReferenceV1Client } from './reference-client.js';
 
 const CROWD = '127.0.0.60';
@@ -144,7 +145,7 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
     // tries once more (a new session), and the time to get in counts both attempts.
     const newcomers: Promise<number>[] = [];
     for (let i = 0; i < 16; i++) {
-      await sleep(250);
+      await elapse(250, 'newcomers arrive one every 250 ms during the attack');
       newcomers.push(
         (async () => {
           const t0 = performance.now();

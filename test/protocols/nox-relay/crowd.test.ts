@@ -10,7 +10,8 @@ import { readServerPacket } from '../../../src/protocols/nox-relay/packet.js';
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
 import { AliasGuessBudget } from '../../../src/protocols/nox-relay/udp-admission.js';
 import { WireReader } from '../../../src/wire/index.js';
-import { packet, sleep, until, useFixtures } from './helpers.js';
+import { elapse } from '../../helpers/wait.js';
+import { packet, until, useFixtures } from './helpers.js';
 import { ReferenceV1Client } from './reference-client.js';
 
 const { cleanup, server } = useFixtures();
@@ -36,7 +37,7 @@ describe('issue 21 item 14: reference v1 clients in a busy instance', () => {
     // The list walk, Enter with the listed id, Travel, Ready: as Runtime/Helper.cs does it.
     for (const c of clients) await c.join(0);
     for (const c of clients) c.startMoving(10);
-    await new Promise((r) => setTimeout(r, 3000));
+    await elapse(3000, 'three seconds of play at 10 Hz: the rate is measured over a fixed span');
     for (const c of clients) c.stopMoving();
     const sent = new Map(clients.map((c) => [c.playerId, c.transformsSent]));
     const expected = (c: ReferenceV1Client) => {
@@ -132,7 +133,7 @@ describe('instance aliases: the address proof of clients without the cookie', ()
     expect(proven()).toBe(0);
     // The third session used its right alias: it is served (entered), but stays under the budget.
     expect(sessions[2]!.peer.replies.find((r) => r.type === 'Enter').result).toBe(0);
-    await sleep(100);
+    await elapse(100, 'replies over the 3x budget, if any, would arrive within this window');
     for (const x of sessions) expect(x.peer.received).toBeLessThanOrEqual(3 * x.peer.sent);
     // Another address is not affected: its reference client proves itself.
     const c = await referenceClient(s, 9, '127.0.0.31');
@@ -178,7 +179,7 @@ describe('instance aliases: the address proof of clients without the cookie', ()
     for (let i = 0; i < 10; i++) x.send(hs);
     await until(() => (s.metrics.dropped.get('handshake_repeated') ?? 0) === 7);
     await until(() => x.peer.replies.length >= 3);
-    await sleep(100);
+    await elapse(100, 'a fourth Handshake reply must not come');
     expect(x.peer.replies.filter((r) => r.type === 'Handshake').length).toBe(3);
   });
 
@@ -310,9 +311,16 @@ describe('issue 24 item 5: a full server protects proven sessions first', () => 
     // Full: one TCP connection without a Handshake and one unproven UDP session.
     const [second] = await unproven(s, '127.0.0.57', 1);
     expect(s.metrics.closed.get('evicted')).toBe(1);
-    await sleep(50);
-    expect(first!.peer.replies.some((m) => m.type === 'Disconnect')).toBe(true);
-    expect(second!.peer.replies.some((m) => m.type === 'Authentification')).toBe(true);
+    await until(
+      () => first!.peer.replies.some((m) => m.type === 'Disconnect'),
+      5000,
+      'the Disconnect to the evicted',
+    );
+    await until(
+      () => second!.peer.replies.some((m) => m.type === 'Authentification'),
+      5000,
+      'the Authentification to the newcomer',
+    );
     expect(t.isClosed).toBe(false);
   });
 });

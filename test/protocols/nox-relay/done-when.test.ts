@@ -5,6 +5,7 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+import { elapse } from '../../helpers/wait.js';
 import { startServer } from './helpers.js';
 
 interface Frame {
@@ -81,9 +82,13 @@ class Script {
       const i = this.frames.findIndex(pred);
       if (i >= 0) return this.frames.splice(i, 1)[0]!;
       if (this.closed || Date.now() > deadline) throw new Error('expected frame did not arrive');
+      // Woken by the next frame or the close, or at the deadline.
       await new Promise<void>((r) => {
-        this.waiters.push(r);
-        setTimeout(r, 50);
+        const t = setTimeout(r, Math.max(1, deadline - Date.now()));
+        this.waiters.push(() => {
+          clearTimeout(t);
+          r();
+        });
       });
     }
   }
@@ -198,7 +203,7 @@ describe('nox-relay: the issue "Done when" list over raw TCP', () => {
     const hs = frame(21, 0x01, u16(1), str('bytewise'), str('linux'));
     for (const byte of hs) {
       s.send(Buffer.from([byte]));
-      await new Promise((r) => setTimeout(r, 2));
+      await elapse(2, 'space the bytes so that they arrive in separate reads');
     }
     expect((await s.expect((f) => f.uid === 21)).type).toBe(0x01);
     s.send(Buffer.concat([frame(22, 0x04, Buffer.alloc(8)), frame(23, 0x11, u8(0))]));

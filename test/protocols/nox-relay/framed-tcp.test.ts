@@ -6,7 +6,7 @@ import type net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import type { RelayClient } from '../../../src/protocols/nox-relay/session.js';
-import { packet, rawTcp, sleep, until, useFixtures } from './helpers.js';
+import { packet, rawTcp, until, useFixtures } from './helpers.js';
 
 const { server, client, cleanup } = useFixtures();
 
@@ -58,7 +58,15 @@ describe('nox-relay TCP on the framed TCP seam', () => {
       cleanup.push(() => void raw.socket.destroy());
       raw.socket.write(partial);
     }
-    await sleep(500);
+    // Every connection holds its partial frame, or is not read (wait until each is one or the other).
+    await until(
+      () => {
+        const conns = [...s.tcpTransport!.connections()];
+        return conns.length === 20 && conns.every((c) => c.readingPaused || c.bufferedBytes === 60_000);
+      },
+      10_000,
+      'every partial frame held or its connection paused',
+    );
     const held = s.tcpTransport!.bufferedBytes;
     // Connections already reading when the budget filled may each finish one read (64 KiB);
     // the rest are not read at all. Before the seam: 20 × 60 000 = 1.2 MB held.
@@ -82,8 +90,11 @@ describe('nox-relay TCP on the framed TCP seam', () => {
     await until(() => raw.received().length >= 5, 5000, 'the handshake reply');
     // Three bytes of a 30-byte packet, then nothing.
     raw.socket.write(Buffer.from('001e00', 'hex'));
-    const closed = await Promise.race([raw.closed.then(() => true), sleep(10_000).then(() => false)]);
-    expect(closed).toBe(true);
+    let closed = false;
+    void raw.closed.then(() => {
+      closed = true;
+    });
+    await until(() => closed, 10_000, 'the slowloris closed');
     expect(s.metrics.closed.get('frame_timeout')).toBe(1);
     await until(() => s.clients.size === 0, 5000, 'the client forgotten');
   });
@@ -101,13 +112,14 @@ describe('nox-relay TCP on the framed TCP seam', () => {
     cleanup.push(() => void raw.socket.destroy());
     raw.socket.pause();
     raw.socket.write(handshake());
-    await sleep(100);
+    await until(() => s.metrics.received >= 1, 5000, 'the handshake at the server');
     // Latency requests: each answered with a Critical reply, which is never dropped.
     const one = packet(7, { type: 'Latency', timestamp: 1n });
     const burst = Buffer.concat(Array.from({ length: 4000 }, () => one));
     for (let i = 0; i < 100; i++) raw.socket.write(burst);
-    await sleep(1500);
+    // The server stops reading once the replies wait for the reader (if it never did, this fails).
     const c = [...s.tcpTransport!.connections()][0]!;
+    await until(() => c.readingPaused && c.queuedBytes > 0, 10_000, 'reading paused behind the replies');
     // Replies wait for the reader (bounded near the hard limit); the rest of its input is held.
     expect(c.queuedBytes).toBeLessThan(1024 * 1024);
     expect(s.tcpTransport!.bufferedBytes).toBeLessThan(1024 * 1024);

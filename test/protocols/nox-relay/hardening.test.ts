@@ -12,7 +12,8 @@ import type { InstanceConfig } from '../../../src/protocols/nox-relay/instances.
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
 import { RelayClient } from '../../../src/protocols/nox-relay/session.js';
 import { UdpAdmission } from '../../../src/protocols/nox-relay/udp-admission.js';
-import { next, packet, sleep, until, useFixtures } from './helpers.js';
+import { elapse } from '../../helpers/wait.js';
+import { next, packet, until, useFixtures } from './helpers.js';
 
 const { cleanup, server } = useFixtures();
 
@@ -81,7 +82,11 @@ describe('issue 17 item 1: one address cannot keep new UDP players out', () => {
     flood();
     const timer = setInterval(flood, 100);
     try {
-      await sleep(300);
+      await until(
+        () => s.halfOpenClients >= s.options.maxHalfOpenUdpPerIp,
+        5000,
+        'the flood holding the share of half-open slots of its address',
+      );
       // A real client (no cookie) and a gamewire client (cookie) both get in during the flood.
       await player(s, '1', { prove: false });
       await player(s, '2', { prove: true });
@@ -135,7 +140,9 @@ describe('per-address limits and IPv6', () => {
 
 describe('issue 17 item 2: never more than 3x to an unproven UDP source, across all its datagrams', () => {
   const settle = (s: NoxRelayServer, n: number) =>
-    until(() => s.metrics.received >= n, 3000).then(() => sleep(200));
+    until(() => s.metrics.received >= n, 3000).then(() =>
+      elapse(200, 'replies beyond the 3x cap, if any, would go out within this window'),
+    );
 
   it('Handshake + Auth(UseGuest): 19 bytes in, at most 57 out', async () => {
     const s = await server();
@@ -269,14 +276,14 @@ describe('issue 17 item 8: one client cannot degrade everyone', () => {
     const started = performance.now();
     for (let i = 0; i < 50; i++) {
       flooder.sendRaw(datagram);
-      if (i % 10 === 9) await sleep(5);
+      if (i % 10 === 9) await elapse(5, 'pace the flood so that the socket buffers do not drop it');
     }
     // While the flood is handled, a's transforms reach b.
     const got = next<any>(b, 'transform', (t) => t.position?.x === 42, 5000);
     a.sendTransform(0, 5, { position: { x: 42, y: 0, z: 0 } });
     await got;
     await until(() => (s.metrics.dropped.get('rate_limited') ?? 0) > 0, 5000);
-    await sleep(300);
+    await elapse(300, 'answers still in flight are counted before the bound is checked');
     const seconds = (performance.now() - started) / 1000;
     // At most the burst plus the rate over the elapsed time, out of 5000 requests.
     expect(pongs).toBeLessThanOrEqual(200 + 200 * seconds + 20);
@@ -299,7 +306,7 @@ describe('issue 17 item 8: one client cannot degrade everyone', () => {
     await until(() => (s.metrics.dropped.get('rate_limited') ?? 0) > 0, 5000);
     const other = await player(s, '9', { transport: 'tcp', enter: false });
     expect((await other.latency()).type).toBe('Latency');
-    await sleep(300);
+    await elapse(300, 'answers still in flight are counted before the bound is checked');
     const seconds = (performance.now() - started) / 1000;
     // 1000 requests from one address: at most its burst (2 s worth) plus its rate meanwhile.
     expect(pongs).toBeLessThanOrEqual(400 + 200 * seconds + 20);
@@ -357,11 +364,17 @@ describe('issue 17 item 8: one client cannot degrade everyone', () => {
       if (m.type === 'Custom') customs++;
     });
     const data = Buffer.alloc(60_000, 7);
-    const deadline = Date.now() + 20_000;
-    while ((s.metrics.closed.get('slow_consumer') ?? 0) === 0 && Date.now() < deadline) {
-      for (let i = 0; i < 10; i++) sender.post({ type: 'Custom', instanceId: 0, data });
-      await sleep(20);
-    }
+    // 10 datagrams of 60 KB every 20 ms until the reader that does not read is closed.
+    await until(
+      () => {
+        if ((s.metrics.closed.get('slow_consumer') ?? 0) > 0) return true;
+        for (let i = 0; i < 10; i++) sender.post({ type: 'Custom', instanceId: 0, data });
+        return false;
+      },
+      20_000,
+      'the slow consumer closed',
+      20,
+    ).catch(() => undefined);
     expect(s.metrics.closed.get('slow_consumer')).toBe(1);
     await until(() => s.clients.size === 2, 5000);
     await until(() => customs > 0, 5000);
@@ -447,7 +460,7 @@ describe('issue 17 item 11: reassembly per address, and the open gauge', () => {
       await t.disconnect();
       await u.disconnect();
       await until(() => s.clients.size === 0, 3000);
-      await sleep(50);
+      await elapse(50, 'a second decrement of the open count (the bug) would come within this window');
       expect(s.metrics.open).toBe(0);
     } finally {
       clearInterval(sample);

@@ -59,8 +59,6 @@ export function next<T = any>(
   });
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** A raw TCP socket that collects everything it receives. */
 export async function rawTcp(
   port: number,

@@ -9,7 +9,8 @@ import { describe, expect, it } from 'vitest';
 import type { AuthOutcome } from '../../../src/protocols/nox-relay/auth.js';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { AuthResult } from '../../../src/protocols/nox-relay/constants.js';
-import { packet, rawTcp, sleep, until, useFixtures } from './helpers.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
+import { packet, rawTcp, until, useFixtures } from './helpers.js';
 
 const { cleanup, server, client } = useFixtures();
 
@@ -71,7 +72,7 @@ describe('nox-relay review 1: UDP anti-amplification and half-open sessions', ()
     // Repeated small Handshakes on the session: answered only while the total stays within budget.
     for (let i = 0; i < 6; i++) u.send(hs);
     await until(() => (s.metrics.dropped.get('udp_amplification') ?? 0) >= 2);
-    await sleep(50);
+    await elapse(50, 'replies over the budget, if any, would arrive within this window');
     const sentByServer = u.replies.reduce((n, r) => n + r.length, 0);
     expect(sentByServer).toBeLessThanOrEqual(64 + 6 * hs.length);
     expect(u.replies.length).toBeGreaterThan(1);
@@ -88,7 +89,7 @@ describe('nox-relay review 1: UDP anti-amplification and half-open sessions', ()
     expect(big.replies[0]!.length).toBeLessThanOrEqual(128);
     expect(big.replies[0]![4]).toBe(0x00);
     expect(big.replies[0]!.subarray(5).toString()).toContain('Incompatible protocol version (2 != 1).');
-    await sleep(50);
+    await elapse(50, 'the small Handshake must get no reply');
     expect(small.replies.length).toBe(0);
     expect(s.clients.size).toBe(0);
     expect(s.metrics.closed.get('bad_protocol')).toBe(2);
@@ -110,7 +111,7 @@ describe('nox-relay review 1: UDP anti-amplification and half-open sessions', ()
     expect(s.clients.size).toBe(3);
     await until(() => s.metrics.closed.get('half_open_timeout') === 1, 5000);
     expect(s.clients.size).toBe(2);
-    await sleep(100);
+    await elapse(100, 'no timeout message may follow the Handshake replies');
     // The Handshake replies only, no "Connection timed out." to either.
     expect(a.replies.length).toBe(1);
     expect(b.replies.length).toBe(1);
@@ -121,7 +122,7 @@ describe('nox-relay review 1: UDP anti-amplification and half-open sessions', ()
     const c = await client(s, '1', { transport: 'udp', instance: null });
     // Promoted by its Authentification: the half-open slot is free again, the session outlives 1 s.
     const d = await client(s, '2', { transport: 'udp', instance: null });
-    await sleep(1300);
+    await elapse(1300, 'the half-open timeout (1 s) must lapse: promoted sessions outlive it');
     expect((await c.latency()).type).toBe('Latency');
     expect((await d.latency()).type).toBe('Latency');
     expect(s.metrics.closed.get('half_open_timeout')).toBeUndefined();
@@ -135,9 +136,12 @@ describe('nox-relay review 2: liveness and caps', () => {
     cleanup.push(() => void raw.socket.destroy());
     const junk = setInterval(() => raw.socket.write(Buffer.from('0006000004ff', 'hex')), 50);
     cleanup.push(() => clearInterval(junk));
-    const closed = await Promise.race([raw.closed.then(() => true), sleep(3000).then(() => false)]);
+    let closed = false;
+    void raw.closed.then(() => {
+      closed = true;
+    });
+    await waitFor(() => closed, { what: 'the connection closed by its 500 ms timeout', timeoutMs: 3000 });
     clearInterval(junk);
-    expect(closed).toBe(true);
     expect(raw.received().subarray(5).toString()).toContain('Connection timed out.');
     expect(s.metrics.closed.get('timeout')).toBe(1);
   });
@@ -352,7 +356,7 @@ describe('nox-relay review 5: ServerConfig is all or nothing', () => {
       await owner.serverConfig({ instanceId: 0, configFlags: 0x03, tps: 10, threshold: Number.NaN }),
     ).toMatchObject({ result: 1 });
     expect(s.instances.get(0)!.tps).toBe(24);
-    await sleep(100);
+    await elapse(100, 'a refused change must reach no other member');
     expect(changes).toBe(0);
   });
 

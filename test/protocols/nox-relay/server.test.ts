@@ -11,7 +11,8 @@ import type { ServerMessage } from '../../../src/protocols/nox-relay/messages.js
 import { writeServerPacket } from '../../../src/protocols/nox-relay/packet.js';
 import { RelayClient } from '../../../src/protocols/nox-relay/session.js';
 import { WireWriter } from '../../../src/wire/index.js';
-import { next, packet, player, rawTcp, sleep, startServer, until, useFixtures } from './helpers.js';
+import { elapse } from '../../helpers/wait.js';
+import { next, packet, player, rawTcp, startServer, until, useFixtures } from './helpers.js';
 
 const { cleanup, server, client } = useFixtures();
 
@@ -148,13 +149,13 @@ describe('nox-relay server: instances and membership', () => {
     const got = next<any>(b, 'transform');
     a.sendTransform(0, 5, { position: { x: 1, y: 1.5, z: -2 } });
     expect(await got).toMatchObject({ playerId: 0, rig: 5, flags: 1, position: { x: 1, y: 1.5, z: -2 } });
-    await sleep(60); // let the TPS window pass
+    await elapse(60, 'the instance TPS window must pass before the next transform is relayed');
     const got2 = next<any>(b, 'transform');
     a.sendTransform(0, 5, { rotation: { x: 0, y: 0, z: 0, w: 1 } });
     expect(await got2).toMatchObject({ flags: 3, position: { x: 1, y: 1.5, z: -2 }, rotation: { w: 1 } });
     // Below the threshold: nothing is relayed.
     const before = s.metrics.counters.get('transforms_relayed');
-    await sleep(60);
+    await elapse(60, 'the TPS window must pass, so that only the threshold can hold this one back');
     a.sendTransform(0, 5, { position: { x: 1, y: 1.5, z: -2 } });
     await until(() => s.metrics.dropped.get('transform_below_threshold') === 1);
     expect(s.metrics.counters.get('transforms_relayed')).toBe(before);
@@ -186,7 +187,7 @@ describe('nox-relay server: instances and membership', () => {
     b.on('transform', (m) => seen.push(m));
     for (let i = 1; i <= 5; i++) a.sendTransform(0, 0, { position: { x: i, y: 0, z: 0 } });
     await until(() => seen.length >= 2, 1500, 'the held transform');
-    await sleep(250);
+    await elapse(250, 'no third transform may be relayed: the held state was flushed once');
     expect(seen.length).toBe(2);
     expect(seen[0].position.x).toBe(1);
     expect(seen[1].position.x).toBe(5);
@@ -421,7 +422,7 @@ describe('nox-relay server: transports and bad input', () => {
     });
     for (const byte of hs) {
       raw.socket.write(Buffer.from([byte]));
-      await sleep(1);
+      await elapse(1, 'space the bytes so that they arrive in separate reads');
     }
     await until(() => raw.received().length >= 5 && raw.received().length >= raw.received().readUInt16BE(0));
     expect(raw.received().readUInt16BE(2)).toBe(9);
@@ -466,7 +467,7 @@ describe('nox-relay server: transports and bad input', () => {
       currentSegment: 1,
       segmentData: parts[1]!,
     });
-    await sleep(450);
+    await elapse(450, 'the segmentation timeout (200 ms) must lapse before the last segment');
     c.post({
       type: 'Segmentation',
       segmentId: 43,
@@ -516,7 +517,7 @@ describe('nox-relay server: transports and bad input', () => {
     const leave = next<any>(alive, 'leave', () => true, 5000);
     expect(await why).toBe('Connection timed out.');
     expect(await leave).toMatchObject({ quitType: 1, playerId: 0 });
-    await sleep(400);
+    await elapse(400, 'the client sending keep-alives must stay connected past the timeout');
     expect(alive.isClosed).toBe(false);
     expect(s.metrics.closed.get('timeout')).toBe(1);
   });
@@ -566,22 +567,8 @@ describe('nox-relay server: transports and bad input', () => {
     const st: StoredTransform = {
       rig: 5,
       flags: 0x1f,
-      px: 1,
-      py: 2,
-      pz: 3,
-      rx: 0.5,
-      ry: 0,
-      rz: 0,
-      rw: 1,
-      sx: 1,
-      sy: 1,
-      sz: 1,
-      vx: -1,
-      vy: 0,
-      vz: 2,
-      ax: 0.25,
-      ay: 0,
-      az: 0,
+      // position 1,2,3; rotation 0.5,0,0,1; scale 1,1,1; velocity -1,0,2; angular 0.25,0,0
+      values: Float64Array.of(1, 2, 3, 0.5, 0, 0, 1, 1, 1, 1, -1, 0, 2, 0.25, 0, 0),
       lastSent: 0,
       dirty: false,
     };
@@ -604,7 +591,7 @@ describe('nox-relay server: audiences and lifecycle', () => {
     const joins: any[] = [];
     loading.on('join', (j) => joins.push(j));
     const b = await client(s, '2');
-    await sleep(100);
+    await elapse(100, 'a member still loading must get no Join');
     expect(joins).toEqual([]); // not Ready: no Join yet
     await loading.travel(0);
     await until(() => joins.length === 1);

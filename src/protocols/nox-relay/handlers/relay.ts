@@ -15,7 +15,14 @@ import {
   TransformType,
 } from '../constants.js';
 import type { RelayContext } from '../context.js';
-import type { Instance, Player, StoredTransform } from '../instances.js';
+import {
+  type Instance,
+  type Player,
+  type StoredTransform,
+  TRANSFORM_START_VALUES,
+  TRANSFORM_VECTOR_FLAGS,
+  TRANSFORM_VECTORS,
+} from '../instances.js';
 import type { ClientMessage, ServerMessage, TransformMessage } from '../messages.js';
 import { Counter, DropReason, notReady } from '../reasons.js';
 import type { RelayClient } from '../session.js';
@@ -69,21 +76,25 @@ function fanOut(
 
 // ---- Transform ------------------------------------------------------------------------------
 
+/** The component names of a vector of `size` components. */
+const COMPONENTS = ['x', 'y', 'z', 'w'] as const;
+
 export function transformMessage(iid: number, playerId: number, st: StoredTransform): TransformMessage {
-  const f = st.flags;
-  return {
+  const m: Record<string, unknown> = {
     type: 'Transform',
     instanceId: iid,
     transformType: TransformType.OnPlayer,
     playerId,
     rig: st.rig,
-    flags: f,
-    ...(f & 0x01 ? { position: { x: st.px, y: st.py, z: st.pz } } : {}),
-    ...(f & 0x02 ? { rotation: { x: st.rx, y: st.ry, z: st.rz, w: st.rw } } : {}),
-    ...(f & 0x04 ? { scale: { x: st.sx, y: st.sy, z: st.sz } } : {}),
-    ...(f & 0x08 ? { velocity: { x: st.vx, y: st.vy, z: st.vz } } : {}),
-    ...(f & 0x10 ? { angularVelocity: { x: st.ax, y: st.ay, z: st.az } } : {}),
+    flags: st.flags,
   };
+  for (const { flag, field, at, size } of TRANSFORM_VECTORS) {
+    if ((st.flags & flag) === 0) continue;
+    const v: Record<string, number> = {};
+    for (let i = 0; i < size; i++) v[COMPONENTS[i]!] = st.values[at + i]!;
+    m[field] = v;
+  }
+  return m as TransformMessage;
 }
 
 /**
@@ -100,55 +111,21 @@ export function writeTransformRelay(w: WireWriter, iid: number, playerId: number
   w.u16be(st.rig);
   const f = st.flags;
   w.u8(f);
-  if (f & 0x01) {
-    w.f32be(st.px);
-    w.f32be(st.py);
-    w.f32be(st.pz);
-  }
-  if (f & 0x02) {
-    w.f32be(st.rx);
-    w.f32be(st.ry);
-    w.f32be(st.rz);
-    w.f32be(st.rw);
-  }
-  if (f & 0x04) {
-    w.f32be(st.sx);
-    w.f32be(st.sy);
-    w.f32be(st.sz);
-  }
-  if (f & 0x08) {
-    w.f32be(st.vx);
-    w.f32be(st.vy);
-    w.f32be(st.vz);
-  }
-  if (f & 0x10) {
-    w.f32be(st.ax);
-    w.f32be(st.ay);
-    w.f32be(st.az);
+  const values = st.values;
+  for (let k = 0; k < TRANSFORM_VECTORS.length; k++) {
+    const vector = TRANSFORM_VECTORS[k]!;
+    if ((f & vector.flag) === 0) continue;
+    for (let i = vector.at, end = vector.at + vector.size; i < end; i++) w.f32be(values[i]!);
   }
   w.patchU16be(at, w.offset - at);
 }
 
-function newStored(rig: number): StoredTransform {
+/** A rig's state before its first Transform. */
+export function newStored(rig: number): StoredTransform {
   return {
     rig,
     flags: 0,
-    px: 0,
-    py: 0,
-    pz: 0,
-    rx: 0,
-    ry: 0,
-    rz: 0,
-    rw: 1,
-    sx: 1,
-    sy: 1,
-    sz: 1,
-    vx: 0,
-    vy: 0,
-    vz: 0,
-    ax: 0,
-    ay: 0,
-    az: 0,
+    values: Float64Array.from(TRANSFORM_START_VALUES),
     lastSent: Number.NEGATIVE_INFINITY,
     dirty: false,
   };
@@ -156,86 +133,39 @@ function newStored(rig: number): StoredTransform {
 
 const far = (a: number, b: number, t: number) => !(Math.abs(a - b) <= t);
 
-/** Merges an update into the stored state; true when something moved beyond the threshold. */
-function merge(st: StoredTransform, m: TransformMessage, threshold: number): boolean {
+/**
+ * Merges an update into the stored state; true when something moved beyond the threshold (or a
+ * vector arrived for the first time, or the rig was reset).
+ */
+export function mergeTransform(st: StoredTransform, m: TransformMessage, threshold: number): boolean {
   let changed = false;
   const f = m.flags;
+  const values = st.values;
   if (f & TransformFlags.Reset) {
-    const fresh = newStored(st.rig);
-    fresh.lastSent = st.lastSent;
-    Object.assign(st, fresh);
+    st.flags = 0;
+    values.set(TRANSFORM_START_VALUES);
     changed = true;
   }
   const had = st.flags;
-  if (f & 0x01) {
-    const v = m.position!;
+  for (let k = 0; k < TRANSFORM_VECTORS.length; k++) {
+    const { flag, field, at, size } = TRANSFORM_VECTORS[k]!;
+    if ((f & flag) === 0) continue;
+    // The decoder gives every vector its flag announces (w only for the rotation).
+    const v = m[field]! as { x: number; y: number; z: number; w?: number };
     if (
-      !(had & 0x01) ||
-      far(v.x, st.px, threshold) ||
-      far(v.y, st.py, threshold) ||
-      far(v.z, st.pz, threshold)
+      (had & flag) === 0 ||
+      far(v.x, values[at]!, threshold) ||
+      far(v.y, values[at + 1]!, threshold) ||
+      far(v.z, values[at + 2]!, threshold) ||
+      (size === 4 && far(v.w!, values[at + 3]!, threshold))
     )
       changed = true;
-    st.px = v.x;
-    st.py = v.y;
-    st.pz = v.z;
+    values[at] = v.x;
+    values[at + 1] = v.y;
+    values[at + 2] = v.z;
+    if (size === 4) values[at + 3] = v.w!;
   }
-  if (f & 0x02) {
-    const v = m.rotation!;
-    if (
-      !(had & 0x02) ||
-      far(v.x, st.rx, threshold) ||
-      far(v.y, st.ry, threshold) ||
-      far(v.z, st.rz, threshold) ||
-      far(v.w, st.rw, threshold)
-    ) {
-      changed = true;
-    }
-    st.rx = v.x;
-    st.ry = v.y;
-    st.rz = v.z;
-    st.rw = v.w;
-  }
-  if (f & 0x04) {
-    const v = m.scale!;
-    if (
-      !(had & 0x04) ||
-      far(v.x, st.sx, threshold) ||
-      far(v.y, st.sy, threshold) ||
-      far(v.z, st.sz, threshold)
-    )
-      changed = true;
-    st.sx = v.x;
-    st.sy = v.y;
-    st.sz = v.z;
-  }
-  if (f & 0x08) {
-    const v = m.velocity!;
-    if (
-      !(had & 0x08) ||
-      far(v.x, st.vx, threshold) ||
-      far(v.y, st.vy, threshold) ||
-      far(v.z, st.vz, threshold)
-    )
-      changed = true;
-    st.vx = v.x;
-    st.vy = v.y;
-    st.vz = v.z;
-  }
-  if (f & 0x10) {
-    const v = m.angularVelocity!;
-    if (
-      !(had & 0x10) ||
-      far(v.x, st.ax, threshold) ||
-      far(v.y, st.ay, threshold) ||
-      far(v.z, st.az, threshold)
-    )
-      changed = true;
-    st.ax = v.x;
-    st.ay = v.y;
-    st.az = v.z;
-  }
-  st.flags = had | (f & 0x1f);
+  st.flags = had | (f & TRANSFORM_VECTOR_FLAGS);
   return changed;
 }
 
@@ -298,7 +228,7 @@ export function handleTransform(ctx: RelayContext, client: RelayClient, m: Msg<'
     st = newStored(m.rig!);
     owner.transforms.set(m.rig!, st);
   }
-  if (!merge(st, m, inst.threshold)) {
+  if (!mergeTransform(st, m, inst.threshold)) {
     ctx.metrics.drop(DropReason.TransformBelowThreshold);
     return;
   }
@@ -325,7 +255,7 @@ export function handleTeleport(ctx: RelayContext, client: RelayClient, m: Msg<'T
     st = newStored(0);
     owner.transforms.set(0, st);
   }
-  merge(
+  mergeTransform(
     st,
     {
       type: 'Transform',

@@ -1,0 +1,179 @@
+/**
+ * unity-relay's DTLS associations and WebSocket connections on the connection seam: the
+ * `gamewire:connection:*` events fire for each (open, close with its reason, refusals at the
+ * caps), against the real relay with real clients (the project's DtlsClient, the `ws` package)
+ * on 127.0.0.x.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocket as WsClient } from 'ws';
+import {
+  startUnityRelay,
+  type UnityRelayInstance,
+  type UnityRelayOptions,
+} from '../../../src/protocols/unity-relay/index.js';
+import { DtlsClient } from '../../../src/transports/dtls/index.js';
+import { watchConnections } from '../../helpers/connection-events.js';
+import { waitFor } from '../../helpers/wait.js';
+import { type AllocationJson, utpBind } from './utp.js';
+
+const cleanup: (() => unknown)[] = [];
+let server: UnityRelayInstance | undefined;
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c();
+  await server?.close();
+  server = undefined;
+});
+
+async function start(options: UnityRelayOptions): Promise<UnityRelayInstance> {
+  server = await startUnityRelay({ host: '127.0.0.1', port: 0, apiPort: 0, ...options });
+  return server;
+}
+
+async function allocate(s: UnityRelayInstance): Promise<AllocationJson> {
+  const res = await fetch(`${s.apiUrl}/v1/allocate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ maxConnections: 2 }),
+  });
+  expect(res.status).toBe(201);
+  return ((await res.json()) as { data: { allocation: AllocationJson } }).data.allocation;
+}
+
+function keys(a: AllocationJson) {
+  const cd = Buffer.from(a.connectionData, 'base64');
+  return {
+    id: Buffer.from(a.allocationIdBytes, 'base64'),
+    key: Buffer.from(a.key, 'base64'),
+    cd: Buffer.concat([cd, Buffer.alloc(255 - cd.length)]),
+  };
+}
+
+function ws(port: number, localAddress = '127.0.0.1'): WsClient {
+  const c = new WsClient(`ws://127.0.0.1:${port}/`, { localAddress });
+  c.on('error', () => {});
+  cleanup.push(() => c.terminate());
+  return c;
+}
+
+function opened(c: WsClient): Promise<void> {
+  return new Promise((resolve, reject) => {
+    c.once('open', () => resolve());
+    c.once('error', reject);
+  });
+}
+
+describe('unity-relay DTLS on the connection seam', () => {
+  it('an association publishes open, and close with the reason (peer closed; the server closing ends the rest)', async () => {
+    const watch = watchConnections('unity-relay');
+    cleanup.push(() => watch.stop());
+    const s = await start({ dtlsPort: 0 });
+    const k = keys(await allocate(s));
+    const connect = () =>
+      DtlsClient.connect({
+        host: '127.0.0.1',
+        port: s.dtls!.port,
+        identity: k.id,
+        psk: k.key,
+        timeoutMs: 10_000,
+      });
+
+    const first = await connect();
+    cleanup.push(() => first.close());
+    const open = await watch.next('open', (e) => e.transport === 'dtls', 'the association');
+    expect(open.addressKey).toBe('127.0.0.1');
+    // A BIND through it: one record in, the BIND_RECEIVED out.
+    const replies: Buffer[] = [];
+    first.on('message', (m: Buffer) => replies.push(Buffer.from(m)));
+    first.send(utpBind(1, k.cd, k.key));
+    await waitFor(() => replies.length > 0, { what: 'the BIND_RECEIVED' });
+    first.close();
+    const closed = await watch.next('close', (e) => e.transport === 'dtls', 'the client closing');
+    expect(closed).toMatchObject({ reason: 'peer_closed', messagesIn: 1, messagesOut: 1 });
+    expect(closed.bytesIn).toBe(295);
+
+    // A second association bound, then the allocation is released: the binding ends, so does it.
+    const second = await connect();
+    cleanup.push(() => second.close());
+    second.send(utpBind(2, k.cd, k.key));
+    await waitFor(() => s.dtls!.table.size === 1, { what: 'the second association' });
+    await s.close();
+    server = undefined;
+    const last = await watch.next(
+      'close',
+      (e) => e !== closed && e.transport === 'dtls',
+      'the server closing',
+    );
+    expect(['server_closing', 'unbound']).toContain(last.reason);
+    expect(watch.of('open', 'dtls')).toHaveLength(2);
+  });
+});
+
+describe('unity-relay WebSocket on the connection seam', () => {
+  it('open at accept; close reasons: text_frame, never_bound, peer_closed, server_closing', async () => {
+    const watch = watchConnections('unity-relay');
+    cleanup.push(() => watch.stop());
+    const s = await start({ wsPort: 0, ws: { bindTimeoutMs: 300, sweepIntervalMs: 50 } });
+    const port = s.ws!.port;
+
+    const texter = ws(port);
+    await opened(texter);
+    expect((await watch.next('open', (e) => e.transport === 'websocket', 'the first')).addressKey).toBe(
+      '127.0.0.1',
+    );
+    texter.send('not binary');
+    expect((await watch.next('close', () => true, 'the text frame close')).reason).toBe('text_frame');
+
+    const silent = ws(port);
+    await opened(silent);
+    expect(
+      (await watch.next('close', (e) => e.reason !== 'text_frame', 'the never-bound close')).reason,
+    ).toBe('never_bound');
+
+    const leaver = ws(port);
+    await opened(leaver);
+    leaver.send(Buffer.from([0, 1, 2]), { binary: true });
+    await waitFor(() => [...s.ws!.table.connections()].some((c) => c.messagesIn === 1), {
+      what: 'one message counted',
+    });
+    leaver.close();
+    const left = await watch.next('close', (e) => e.reason === 'peer_closed', 'the client leaving');
+    expect(left).toMatchObject({ transport: 'websocket', messagesIn: 1 });
+
+    const stayer = ws(port);
+    await opened(stayer);
+    await waitFor(() => s.ws!.table.size === 1, { what: 'one connection' });
+    await s.close();
+    server = undefined;
+    await watch.next('close', (e) => e.reason === 'server_closing', 'the server closing');
+    expect(watch.of('open', 'websocket')).toHaveLength(4);
+  });
+
+  it('refusals at the caps are drop events: per address (per_ip_limit), in all (over_capacity)', async () => {
+    const watch = watchConnections('unity-relay');
+    cleanup.push(() => watch.stop());
+    const s = await start({ wsPort: 0, wsMaxConnections: 3, wsMaxConnectionsPerIp: 2 });
+    const port = s.ws!.port;
+    const bound: WsClient[] = [];
+    for (const local of ['127.0.0.1', '127.0.0.1', '127.0.0.2']) {
+      const c = ws(port, local);
+      await opened(c);
+      bound.push(c);
+    }
+    // Bind them all: bound connections are never evicted for a newcomer.
+    for (const c of bound) {
+      const k = keys(await allocate(s));
+      const reply = new Promise((r) => c.once('message', r));
+      c.send(utpBind(1, k.cd, k.key));
+      await reply;
+    }
+    ws(port, '127.0.0.1');
+    expect(await watch.next('drop', () => true, 'the third from 127.0.0.1')).toMatchObject({
+      transport: 'websocket',
+      reason: 'per_ip_limit',
+      addressKey: '127.0.0.1',
+    });
+    ws(port, '127.0.0.3');
+    await watch.next('drop', (e) => e.reason === 'over_capacity', 'the fourth, over capacity');
+    expect(s.ws!.table.size).toBe(3);
+  });
+});
