@@ -10,6 +10,7 @@
  * binds them (with TCP or UDP), must be EXPOSEd, and nothing else. Where a Docker engine does
  * run, the image is also built and started.
  */
+
 import { execFileSync, spawnSync } from 'node:child_process';
 import { accessSync, constants, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,7 @@ import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { SERVE_OPTIONS, sectionOptions } from '../../src/core/config.js';
 import { loadProtocols } from '../../src/protocols/registry.js';
+import { PORT_OFFSETS } from '../../src/protocols/unity-relay/options.js';
 import { ROOT } from '../helpers/cli.js';
 import { needProgram, type Packed, packedInstall } from '../library/packed.js';
 
@@ -83,6 +85,12 @@ async function defaultPorts(): Promise<number[]> {
       )
         ports.add(o.default);
   }
+  // unity-relay's DTLS/WS/WSS and API ports have no default of their own: they follow --port.
+  const relay = (await loadProtocols()).find((p) => p.name === 'unity-relay')!;
+  const relayPort = sectionOptions(relay.server!.defaultPort, relay.server!.options).find(
+    (o) => o.key === 'port',
+  )!.default as number;
+  for (const offset of Object.values(PORT_OFFSETS)) ports.add(relayPort + offset);
   const admin = SERVE_OPTIONS.find((o) => o.key === 'adminPort')!.default as number;
   ports.add(admin);
   return [...ports].sort((a, b) => a - b);
@@ -253,13 +261,22 @@ function runImageCommand(env: Record<string, string | null>): SimResult {
   }
 }
 
-/** `gamewire: <protocol> <transport> <host>:<port> …` lines, as `port/tcp|udp` with their host. */
+/**
+ * `gamewire: <protocol> <transport> <host>:<port> …` lines and the `gamewire: dashboard
+ * http://<host>:<port>/ …` line, as `port/tcp|udp` with their host.
+ */
 function bound(stdout: string): { port: string; host: string; what: string }[] {
-  return [...stdout.matchAll(/^gamewire: (\S+) (tcp|udp|http) (\S+):(\d+)\b/gm)].map((m) => ({
+  const servers = [...stdout.matchAll(/^gamewire: (\S+) (tcp|udp|http) (\S+):(\d+)\b/gm)].map((m) => ({
     port: `${m[4]}/${m[2] === 'udp' ? 'udp' : 'tcp'}`,
     host: m[3]!,
     what: `${m[1]} ${m[2]}`,
   }));
+  const dashboard = [...stdout.matchAll(/^gamewire: dashboard http:\/\/([^\s/]+):(\d+)\//gm)].map((m) => ({
+    port: `${m[2]}/tcp`,
+    host: m[1]!,
+    what: 'dashboard',
+  }));
+  return [...servers, ...dashboard];
 }
 
 describe('the image command (ENTRYPOINT + CMD), run from the packed package in a network namespace', () => {

@@ -242,12 +242,16 @@ export const RMC_SERVE_OPTIONS: readonly ServeOption[] = [
     1,
     ['rmcMaxConnections'],
   ),
-  int(
-    'maxConnectionsPerIp',
-    'most connections from one address, IPv4 or IPv6 /64 (0 = no limit)',
-    FRAMED_TCP_DEFAULTS.maxConnectionsPerIp,
-    'connections',
-  ),
+  {
+    // No fixed default: max(64, maxConnections / 4), so a venue's NAT of players fits (issue 24).
+    ...int(
+      'maxConnectionsPerIp',
+      'most connections from one address, IPv4 or IPv6 /64 (0 = no limit; default max(64, max-connections / 4))',
+      0,
+      'connections',
+    ),
+    default: undefined,
+  },
   int('maxFrameBytes', 'largest RMC frame accepted', DEFAULT_MAX_FRAME_BYTES, 'bytes', 16, [
     'rmcMaxFrameBytes',
   ]),
@@ -312,7 +316,10 @@ export const rmc: ProtocolModule = {
         idleTimeoutMs: intOption(options, 'idleTimeoutMs', 0),
         frameTimeoutMs: intOption(options, 'frameTimeoutMs', 0),
         maxConnections: intOption(options, 'maxConnections', 1),
-        maxConnectionsPerIp: intOption(options, 'maxConnectionsPerIp', 0),
+        maxConnectionsPerIp:
+          options.maxConnectionsPerIp === undefined
+            ? Math.max(64, Math.floor(intOption(options, 'maxConnections', 1) / 4))
+            : intOption(options, 'maxConnectionsPerIp', 0),
         maxBufferedBytes: intOption(options, 'maxBufferedBytes', 65_536),
         maxBufferedBytesPerIp: intOption(options, 'maxBufferedBytesPerIp', 0),
         maxQueuedBytes: intOption(options, 'maxQueuedBytes', 4096),

@@ -20,7 +20,7 @@ import { RmcClient, RmcClientError, type RmcClientOptions } from './client.js';
 import { LoginProtocol } from './protocols/login.js';
 import { SecureConnectionProtocol } from './protocols/secure-connection.js';
 import { TicketGrantingProtocol } from './protocols/ticket-granting.js';
-import { deriveUserKey, openUserTicket } from './prudp/kerberos.js';
+import { keyFromTable, openUserTicket, userKeyTable } from './prudp/kerberos.js';
 import { kerberosCredentials } from './prudp/profiles.js';
 import { ecdhCredentials } from './prudp/secure.js';
 import { parseStationUrl } from './types.js';
@@ -38,17 +38,19 @@ interface RmcLoadOptions {
   callTimeoutMs: number;
 }
 
-/** A user key costs 65,000+ MD5 rounds: derived once per account, as a client keeps it for its session. */
-const keyCache = new Map<string, Buffer>();
+/**
+ * A user key costs 65,000+ MD5 rounds, but one password has only 1024 keys, consecutive links of
+ * one chain: derived once per password (one derivation's cost), every player's key is a lookup.
+ */
+const keyTables = new Map<string, Buffer>();
 function userKey(pid: number, password: string): Buffer {
-  const id = `${pid}\0${password}`;
-  let key = keyCache.get(id);
-  if (key === undefined) {
-    key = deriveUserKey(pid, password);
-    if (keyCache.size >= 100_000) keyCache.clear();
-    keyCache.set(id, key);
+  let table = keyTables.get(password);
+  if (table === undefined) {
+    table = userKeyTable(password);
+    if (keyTables.size >= 16) keyTables.clear();
+    keyTables.set(password, table);
   }
-  return key;
+  return keyFromTable(table, pid);
 }
 
 function stationUrlFor(index: number, seq: number): string {

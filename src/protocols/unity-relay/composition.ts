@@ -44,6 +44,7 @@ import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT, type MovablePort } from './option
 import { RelayServer } from './relay.js';
 import {
   ensureSelfSignedCert,
+  LISTEN_BACKLOG,
   startWsEndpoint,
   type WsEndpoint,
   type WsEndpointOptions,
@@ -441,7 +442,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       });
       const a = api;
       closers.push(() => a.close());
-      await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
+      await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT, backlog: LISTEN_BACKLOG });
     } else {
       // A relay node: Redis must answer at start (afterwards an outage only delays heartbeats);
       // it is announced once everything listens.

@@ -56,10 +56,10 @@ async function until(cond: () => boolean, ms = 10_000): Promise<void> {
   }
 }
 
-function rawSocket(): Promise<dgram.Socket> {
+function rawSocket(address = '127.0.0.1'): Promise<dgram.Socket> {
   const s = dgram.createSocket('udp4');
   cleanup.push(() => new Promise<void>((r) => s.close(() => r())));
-  return new Promise((r) => s.bind(0, '127.0.0.1', () => r(s)));
+  return new Promise((r) => s.bind(0, address, () => r(s)));
 }
 
 function syn(): Buffer {
@@ -161,18 +161,71 @@ describe('RMC over PRUDP', () => {
     expect(f.metrics.dropped.get('prudp_bad_checksum') ?? 0).toBeGreaterThan(0);
   });
 
-  it('a SYN flood hits the half-open and per-IP limits (counted) without hurting open connections', async () => {
+  it('a SYN flood fills the half-open table: the oldest half-open entries make room (counted); open connections are untouched', async () => {
     const f = await fixture({ maxHalfOpen: 50, maxConnectionsPerIp: 1000 });
     const c = await client(f.port);
     const sockets = await Promise.all(Array.from({ length: 80 }, () => rawSocket()));
     for (const s of sockets) s.send(syn(), f.port, '127.0.0.1');
-    await until(
-      () => (f.metrics.dropped.get('prudp_half_open_limit') ?? 0) + f.prudp.halfOpenConnections >= 80,
-    );
+    await until(() => (f.metrics.counters.get('prudp_syn') ?? 0) >= 80);
     expect(f.prudp.halfOpenConnections).toBe(50);
-    expect(f.metrics.dropped.get('prudp_half_open_limit')).toBe(30);
+    expect(f.metrics.counters.get('prudp_half_open_evicted')).toBe(30);
+    expect(f.prudp.connections).toBe(1);
     const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('ok') });
     expect(r.data.toString()).toBe('ok');
+  });
+
+  it('issue 24: while spoofed SYNs keep the half-open table full, a new player still connects', async () => {
+    const f = await fixture({ maxHalfOpen: 50 });
+    // 100 spoofing sources on 100 addresses, 1000 SYNs a second in bursts of 10: the table is
+    // always full and an entry lasts about 50 ms (a round trip on loopback is well under that).
+    const flooders = await Promise.all(Array.from({ length: 100 }, (_, i) => rawSocket(`127.1.9.${i + 1}`)));
+    let next = 0;
+    const flood = setInterval(() => {
+      for (let i = 0; i < 10; i++) flooders[next++ % flooders.length]!.send(syn(), f.port, '127.0.0.1');
+    }, 10);
+    try {
+      await until(() => (f.metrics.counters.get('prudp_half_open_evicted') ?? 0) > 40);
+      // (Before: every SYN past the limit was refused, and so was the player's, until the flood stopped.)
+      const c = await client(f.port, { prudp: { connectTimeoutMs: 10_000, retransmitMs: 200 } });
+      expect((await c.call(EchoProtocol, 'Echo', { data: Buffer.from('in') })).data.toString()).toBe('in');
+    } finally {
+      clearInterval(flood);
+    }
+  });
+
+  it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async () => {
+    const f = await fixture({ maxHalfOpenPerIp: 5, maxHalfOpen: 100 });
+    const sockets = await Promise.all(Array.from({ length: 12 }, () => rawSocket('127.0.0.70')));
+    for (const s of sockets) s.send(syn(), f.port, '127.0.0.1');
+    await until(() => (f.metrics.dropped.get('prudp_half_open_per_ip_limit') ?? 0) >= 7);
+    expect(f.prudp.halfOpenConnections).toBe(5);
+    expect(f.metrics.counters.get('prudp_half_open_evicted')).toBeUndefined();
+    const c = await client(f.port, { localAddress: '127.0.0.71' });
+    expect((await c.call(EchoProtocol, 'Echo', { data: Buffer.from('x') })).data.toString()).toBe('x');
+  });
+
+  it('issue 24: the default per-address limit is max(64, maxConnections / 4): 130 connections from one address open', async () => {
+    const f = await fixture();
+    const all = await Promise.all(
+      Array.from({ length: 130 }, () => client(f.port, { localAddress: '127.0.0.72' })),
+    );
+    expect(f.prudp.connections).toBe(130);
+    expect(f.metrics.dropped.get('prudp_per_ip_limit')).toBeUndefined();
+    expect((await all[129]!.call(EchoProtocol, 'Echo', { data: Buffer.from('y') })).data.toString()).toBe(
+      'y',
+    );
+    // With a small table, a quarter of it (but never under 64).
+    const small = await fixture({ maxConnections: 400 });
+    const got = await Promise.allSettled(
+      Array.from({ length: 101 }, () =>
+        client(small.port, {
+          localAddress: '127.0.0.73',
+          prudp: { connectTimeoutMs: 3000, retransmitMs: 200 },
+        }),
+      ),
+    );
+    expect(got.filter((g) => g.status === 'fulfilled').length).toBe(100);
+    expect(small.metrics.dropped.get('prudp_per_ip_limit') ?? 0).toBeGreaterThan(0);
   });
 
   it('per-IP connection limit', async () => {

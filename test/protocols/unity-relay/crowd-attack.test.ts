@@ -247,7 +247,7 @@ describe('issue 24 item 5: unity-relay, proven games versus attackers on many ad
     expect(report.proven.ws.p99Ms).toBeLessThan(5000);
     // Every new game got in during the attack.
     expect(joined).toHaveLength(12);
-    expect(joined.every((j) => j.ms < 30_000)).toBe(true);
+    expect(joined.every((j) => j.ms < 45_000)).toBe(true);
     // The attack was what it says.
     expect(a.rounds).toBeGreaterThanOrEqual(2);
     expect(a.tcpConnected).toBeGreaterThanOrEqual(1900);

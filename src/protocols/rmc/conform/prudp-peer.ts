@@ -249,6 +249,8 @@ export class PrudpPeer {
         (x) =>
           x.type === PacketType.DATA &&
           !hasFlag(x, Flag.ACK) &&
+          // A resend of an answer already delivered (its ack was late) is not this answer.
+          !this.delivered.has(x.sequenceId) &&
           !packets.some((q) => q.sequenceId === x.sequenceId),
         options.timeoutMs ?? 8000,
       );

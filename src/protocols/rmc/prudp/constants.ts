@@ -99,8 +99,12 @@ export const PRUDP_DEFAULTS = {
   /** A SYN not followed by a CONNECT is forgotten after this long (ms). */
   halfOpenTimeoutMs: 10_000,
   maxConnections: 10_000,
-  maxConnectionsPerIp: 64,
+  /** Connections from one address: at least 64 (a venue's NAT), else a quarter of maxConnections. */
+  maxConnectionsPerIpFloor: 64,
+  /** Half-open connections; when full, a new SYN evicts the oldest half-open one. */
   maxHalfOpen: 1024,
+  /** Half-open connections from one address (one source cannot churn the whole half-open table). */
+  maxHalfOpenPerIp: 128,
   /** A reply to a source without a connection is at most this many times its datagram. */
   maxUnprovenReplyFactor: 3,
   /** Extra acks of a DISCONNECT after the first (the official server repeats it). */
@@ -108,3 +112,8 @@ export const PRUDP_DEFAULTS = {
   /** Client: PING after this long without traffic (ms). */
   pingIntervalMs: 5000,
 } as const;
+
+/** The per-address default: max(64, maxConnections / 4), so a NAT's crowd fits but no host takes all. */
+export function defaultMaxConnectionsPerIp(maxConnections: number): number {
+  return Math.max(PRUDP_DEFAULTS.maxConnectionsPerIpFloor, Math.floor(maxConnections / 4));
+}

@@ -12,3 +12,4 @@ export * from './rc4.js';
 export * from './secure.js';
 export * from './serve.js';
 export * from './server.js';
+export * from './user-keys.js';

@@ -30,12 +30,43 @@ export const SESSION_KEY_BYTES = 16;
 /** PID of the secure server ("Quazal Rendez-Vous") in RequestTicket and StationURLs. */
 export const SECURE_SERVER_PID = 2;
 
-/** MD5^(65000 + pid % 1024)(password). */
+/** MD5 rounds every user key takes at least. */
+export const USER_KEY_BASE_ROUNDS = 65000;
+/** The extra rounds are `pid % USER_KEY_SPREAD`: one password has only this many distinct keys. */
+export const USER_KEY_SPREAD = 1024;
+
+/**
+ * Links `from` … `from + count - 1` of the MD5 chain over `seed` (link n is MD5 applied n times),
+ * concatenated: `count` 16-byte values. `from` >= 1.
+ */
+export function md5Chain(seed: Uint8Array, from: number, count: number): Buffer {
+  const out = Buffer.alloc(count * 16);
+  let link: Buffer = Buffer.from(seed);
+  const last = from + count - 1;
+  for (let i = 1; i <= last; i++) {
+    link = createHash('md5').update(link).digest();
+    if (i >= from) link.copy(out, (i - from) * 16);
+  }
+  return out;
+}
+
+/** MD5^(65000 + pid % 1024)(password). About 0.1 s of CPU: servers go through UserKeyCache. */
 export function deriveUserKey(pid: number, password: string): Buffer {
-  let key = Buffer.from(password, 'utf8');
-  const n = 65000 + (pid % 1024);
-  for (let i = 0; i < n; i++) key = createHash('md5').update(key).digest();
-  return key;
+  return md5Chain(Buffer.from(password, 'utf8'), USER_KEY_BASE_ROUNDS + ((pid >>> 0) % USER_KEY_SPREAD), 1);
+}
+
+/**
+ * Every key `password` can have (1024 x 16 bytes; the key of `pid` is entry `pid % 1024`), for
+ * the cost of one derivation: the keys are consecutive links of one MD5 chain.
+ */
+export function userKeyTable(password: string): Buffer {
+  return md5Chain(Buffer.from(password, 'utf8'), USER_KEY_BASE_ROUNDS, USER_KEY_SPREAD);
+}
+
+/** The key of `pid` in a userKeyTable (a view, not a copy). */
+export function keyFromTable(table: Buffer, pid: number): Buffer {
+  const i = ((pid >>> 0) % USER_KEY_SPREAD) * 16;
+  return table.subarray(i, i + 16);
 }
 
 /** RC4(key)(plain) || HMAC-MD5(key, ciphertext). */

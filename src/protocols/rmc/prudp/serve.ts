@@ -19,11 +19,17 @@ import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
 import type { AccountStore } from '../store.js';
-import { PRUDP_DEFAULTS, PRUDP_PROFILES, type PrudpProfile } from './constants.js';
+import {
+  defaultMaxConnectionsPerIp,
+  PRUDP_DEFAULTS,
+  PRUDP_PROFILES,
+  type PrudpProfile,
+} from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
 import { PrudpServer, plainConnect } from './server.js';
+import { defaultKeyWorkers, Md5ChainPool, UserKeyCache } from './user-keys.js';
 
 export const RMC_TRANSPORTS = ['both', 'prudp', 'tcp'] as const;
 
@@ -76,6 +82,23 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
     secret: true,
   },
   {
+    key: 'prudpKeyWorkers',
+    flag: '--prudp-key-workers <n>',
+    description: 'rmc (classic): worker threads that derive Kerberos user keys (0: CPUs - 1, at least 1)',
+    type: 'int',
+    default: 0,
+    min: 0,
+  },
+  {
+    key: 'prudpKeyQueue',
+    flag: '--prudp-key-queue <n>',
+    description:
+      'rmc (classic): key derivations waiting for a worker before further logins are refused (RendezVous::ConnectionFailure)',
+    type: 'int',
+    default: 1024,
+    min: 0,
+  },
+  {
     key: 'prudpMaxConnections',
     flag: '--prudp-max-connections <n>',
     description: 'rmc: most PRUDP connections (open and half-open)',
@@ -86,17 +109,25 @@ export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
   {
     key: 'prudpMaxConnectionsPerIp',
     flag: '--prudp-max-connections-per-ip <n>',
-    description: 'rmc: most PRUDP connections from one IP address',
+    description:
+      'rmc: most PRUDP connections from one IP address (default max(64, prudp-max-connections / 4): a NAT of players fits)',
     type: 'int',
-    default: PRUDP_DEFAULTS.maxConnectionsPerIp,
     min: 1,
   },
   {
     key: 'prudpMaxHalfOpen',
     flag: '--prudp-max-half-open <n>',
-    description: 'rmc: most PRUDP connections between SYN and CONNECT',
+    description: 'rmc: most PRUDP connections between SYN and CONNECT; when full, a SYN evicts the oldest',
     type: 'int',
     default: PRUDP_DEFAULTS.maxHalfOpen,
+    min: 1,
+  },
+  {
+    key: 'prudpMaxHalfOpenPerIp',
+    flag: '--prudp-max-half-open-per-ip <n>',
+    description: 'rmc: most PRUDP connections between SYN and CONNECT from one IP address',
+    type: 'int',
+    default: PRUDP_DEFAULTS.maxHalfOpenPerIp,
     min: 1,
   },
   {
@@ -237,6 +268,7 @@ export async function startRmcTransports(
     let prudp: PrudpServer | undefined;
     if (transport !== 'tcp') {
       const checksum = str(options, 'prudpChecksum', ['auto', '1', '4'] as const, 'auto');
+      const maxConnections = num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1);
       prudp = new PrudpServer({
         dispatcher: server.dispatcher,
         log: ctx.log,
@@ -244,9 +276,15 @@ export async function startRmcTransports(
         profile,
         accessKey: typeof options.prudpAccessKey === 'string' ? options.prudpAccessKey : 'auto',
         checksumWidth: checksum === 'auto' ? 'auto' : (Number(checksum) as 1 | 4),
-        maxConnections: num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1),
-        maxConnectionsPerIp: num(options, 'prudpMaxConnectionsPerIp', PRUDP_DEFAULTS.maxConnectionsPerIp, 1),
+        maxConnections,
+        maxConnectionsPerIp: num(
+          options,
+          'prudpMaxConnectionsPerIp',
+          defaultMaxConnectionsPerIp(maxConnections),
+          1,
+        ),
         maxHalfOpen: num(options, 'prudpMaxHalfOpen', PRUDP_DEFAULTS.maxHalfOpen, 1),
+        maxHalfOpenPerIp: num(options, 'prudpMaxHalfOpenPerIp', PRUDP_DEFAULTS.maxHalfOpenPerIp, 1),
         idleTimeoutMs: num(options, 'prudpIdleTimeoutMs', PRUDP_DEFAULTS.idleTimeoutMs, 0),
         maxReassemblyBytes: num(options, 'prudpMaxReassemblyBytes', PRUDP_DEFAULTS.maxReassemblyBytes, 1024),
         retransmitMs: num(options, 'prudpRetransmitMs', PRUDP_DEFAULTS.retransmitMs, 10),
@@ -266,6 +304,20 @@ export async function startRmcTransports(
     secureUrl = `prudps:/address=${publicHost};port=${port};CID=1;PID=2;sid=1;stream=3;type=2`;
     if (authority !== undefined) {
       const password = typeof options.prudpPassword === 'string' ? options.prudpPassword : 'gamewire';
+      // Kerberos user keys come from worker threads, and the server-wide password's 1024 keys are
+      // derived once now (about 0.1 s, off the event loop): logins then never wait for one.
+      const workers = num(options, 'prudpKeyWorkers', 0, 0);
+      const pool = new Md5ChainPool({
+        workers: workers === 0 ? defaultKeyWorkers() : workers,
+        maxQueued: num(options, 'prudpKeyQueue', 1024, 0),
+      });
+      closers.push(() => pool.close());
+      const userKeys = new UserKeyCache(pool);
+      if (wiring.role !== 'secure')
+        userKeys.warm(password).catch((err: unknown) => {
+          // Not fatal: each login then derives its own key (and reports its own failure).
+          ctx.log.warn({ err }, 'Kerberos key table could not be derived at start');
+        });
       // In a fleet the auth role answers logins and the secure role registers stations; the
       // Kerberos key they share is the data folder's (give every process the same one).
       if (wiring.role !== 'secure')
@@ -276,6 +328,7 @@ export async function startRmcTransports(
             authority,
             passwordFor: () => password,
             secureUrl: wiring.secureUrl ?? secureUrl,
+            userKeys,
           }),
         );
       if (wiring.role !== 'auth')

@@ -5,9 +5,14 @@
  * unchanged on top.
  *
  * Limits (each an option): connections in all and per IP, half-open connections (a SYN without
- * a CONNECT yet) and how long they live, reassembly bytes, idle timeout, and no reply to a
- * source without a connection larger than `maxUnprovenReplyFactor` times its datagram. Every
- * dropped datagram is counted in ProtocolMetrics (`dropped`), by reason.
+ * a CONNECT yet) in all and per IP and how long they live, reassembly bytes, idle timeout, and no
+ * reply to a source without a connection larger than `maxUnprovenReplyFactor` times its datagram.
+ * Every dropped datagram is counted in ProtocolMetrics (`dropped`), by reason.
+ *
+ * Proven connections (CONNECT completed, so the source received our SYN-ACK) come first: a SYN
+ * that finds the half-open table (or the whole table) full evicts the oldest half-open connection
+ * rather than being refused, so spoofed SYNs from many addresses cannot lock players out, and
+ * never touch an open connection.
  */
 import { randomBytes } from 'node:crypto';
 import type dgram from 'node:dgram';
@@ -19,7 +24,13 @@ import { bindUdp, closeUdp } from '../../../core/udp.js';
 import { DecodeError, WireWriter } from '../../../wire/index.js';
 import type { RmcConnection, RmcDispatcher, RmcSink } from '../dispatcher.js';
 import { accessKeyByte, type ChecksumWidth, learnFromSyn } from './checksum.js';
-import { Flag, PacketType, PRUDP_DEFAULTS, type PrudpProfile } from './constants.js';
+import {
+  defaultMaxConnectionsPerIp,
+  Flag,
+  PacketType,
+  PRUDP_DEFAULTS,
+  type PrudpProfile,
+} from './constants.js';
 import { type LinkOptions, PrudpLink } from './link.js';
 import {
   type ChecksumConfig,
@@ -68,8 +79,10 @@ export interface PrudpServerOptions extends LinkOptions {
   idleTimeoutMs?: number;
   halfOpenTimeoutMs?: number;
   maxConnections?: number;
+  /** Default max(64, maxConnections / 4). */
   maxConnectionsPerIp?: number;
   maxHalfOpen?: number;
+  maxHalfOpenPerIp?: number;
   maxUnprovenReplyFactor?: number;
   /** Timer resolution for retransmissions (ms, default 50). */
   tickMs?: number;
@@ -168,6 +181,9 @@ export class PrudpServer {
   private readonly peers = new Map<string, PrudpPeer>();
   /** Caps (connections in all and per address key, half-open ones included) and diagnostics. */
   readonly table: ConnectionTable<PrudpPeer>;
+  /** Half-open peers, oldest first (the first to be evicted), and their count per address key. */
+  private readonly halfOpenPeers = new Map<string, PrudpPeer>();
+  private readonly halfOpenPerIp = new Map<string, number>();
   private halfOpen = 0;
   private openCount = 0;
   private socket: dgram.Socket | undefined;
@@ -190,7 +206,9 @@ export class PrudpServer {
       protocol: options.metrics.protocol,
       transport: 'prudp',
       maxConnections: options.maxConnections ?? PRUDP_DEFAULTS.maxConnections,
-      maxConnectionsPerIp: options.maxConnectionsPerIp ?? PRUDP_DEFAULTS.maxConnectionsPerIp,
+      maxConnectionsPerIp:
+        options.maxConnectionsPerIp ??
+        defaultMaxConnectionsPerIp(options.maxConnections ?? PRUDP_DEFAULTS.maxConnections),
     });
     const key = options.accessKey ?? 'auto';
     this.fixedKeyByte = key === 'auto' ? undefined : accessKeyByte(key);
@@ -335,12 +353,25 @@ export class PrudpServer {
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
     const o = this.o;
-    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen)) {
-      this.metrics.drop('prudp_half_open_limit');
+    // Per address key: IPv4, or the IPv6 /64 (one host usually holds a whole /64).
+    const ipKey = addressKey(address);
+    let refused = this.table.refusalFor(ipKey);
+    if (refused === CloseReason.PerIpLimit || refused === CloseReason.ServerClosing) {
+      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
+      this.table.refuse(address, port, refused);
       return;
     }
-    // Per address key: IPv4, or the IPv6 /64 (one host usually holds a whole /64).
-    const refused = this.table.refusalFor(addressKey(address));
+    if ((this.halfOpenPerIp.get(ipKey) ?? 0) >= (o.maxHalfOpenPerIp ?? PRUDP_DEFAULTS.maxHalfOpenPerIp)) {
+      this.metrics.drop('prudp_half_open_per_ip_limit');
+      this.table.refuse(address, port, 'half_open_per_ip_limit');
+      return;
+    }
+    // Full: the oldest half-open connection makes room; open ones are never evicted for a SYN.
+    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen) || refused !== undefined) {
+      const oldest = this.halfOpenPeers.values().next().value;
+      if (oldest !== undefined) this.remove(oldest, 'half_open_evicted');
+      refused = this.table.refusalFor(ipKey);
+    }
     if (refused !== undefined) {
       this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
       this.table.refuse(address, port, refused);
@@ -374,6 +405,8 @@ export class PrudpServer {
     peer.messagesIn++;
     peer.bytesIn += msg.length;
     this.peers.set(key, peer);
+    this.halfOpenPeers.set(key, peer);
+    this.halfOpenPerIp.set(ipKey, (this.halfOpenPerIp.get(ipKey) ?? 0) + 1);
     this.halfOpen++;
     this.metrics.count('prudp_syn');
     this.send(peer, synAck);
@@ -494,7 +527,7 @@ export class PrudpServer {
     peer.link = link;
     peer.writer = writer;
     peer.state = State.Open;
-    this.halfOpen--;
+    this.forgetHalfOpen(peer);
     this.openCount++;
     this.metrics.open++;
     this.metrics.count('prudp_connections');
@@ -503,11 +536,9 @@ export class PrudpServer {
       writer,
       commit: () => this.flushAnswers(peer),
       close: () => this.closePeer(peer, 'server'),
+      connection: peer,
     };
-    peer.rmc = this.dispatcher.open(
-      { transport: 'prudp', remoteAddress: peer.remoteAddress, remotePort: peer.remotePort },
-      sink,
-    );
+    peer.rmc = this.dispatcher.open(sink);
     if (outcome.user !== undefined) {
       // A Kerberos-authenticated connection: handlers see who it is.
       const pid = Buffer.alloc(4);
@@ -584,8 +615,9 @@ export class PrudpServer {
     peer.removed = true;
     this.table.release(peer, reason === 'server_close' ? CloseReason.ServerClosing : reason);
     if (peer.state === State.HalfOpen) {
-      this.halfOpen--;
-      if (reason !== 'server_close') this.metrics.count('prudp_half_open_expired');
+      this.forgetHalfOpen(peer);
+      if (reason === 'half_open_evicted') this.metrics.count('prudp_half_open_evicted');
+      else if (reason !== 'server_close') this.metrics.count('prudp_half_open_expired');
       return;
     }
     this.openCount--;
@@ -593,6 +625,14 @@ export class PrudpServer {
     this.metrics.close(reason);
     peer.link?.stop();
     if (peer.rmc !== undefined) this.dispatcher.closeConnection(peer.rmc);
+  }
+
+  private forgetHalfOpen(peer: PrudpPeer): void {
+    this.halfOpen--;
+    this.halfOpenPeers.delete(peer.key);
+    const n = (this.halfOpenPerIp.get(peer.addressKey) ?? 1) - 1;
+    if (n <= 0) this.halfOpenPerIp.delete(peer.addressKey);
+    else this.halfOpenPerIp.set(peer.addressKey, n);
   }
 
   private tick(): void {
