@@ -1,9 +1,12 @@
 /**
  * One RMC connection as handlers see it, whatever the transport (framed TCP, PRUDP): who is
  * logged in, per-connection state, disconnect hooks, and the sink the dispatcher writes
- * answers to.
+ * answers to. The sink stands on the transport's connection of the seam
+ * (src/core/connection.ts): address, address key and counters come from there, so nothing
+ * here asks which transport it is.
  */
 import type { Logger } from 'pino';
+import type { Connection as SeamConnection, TransportKind } from '../../core/connection.js';
 import type { WireWriter } from '../../wire/index.js';
 
 /** Who is authenticated on a connection. */
@@ -19,7 +22,10 @@ export interface RmcUser {
 /** Per-connection context, shared by every call on that connection. */
 export interface RmcConnection {
   readonly id: number;
-  readonly transport: string;
+  /** How the peer came (to show; handlers never need to branch on it). */
+  readonly transport: TransportKind;
+  /** The transport's connection of the seam: address key, byte and message counters. */
+  readonly peer: SeamConnection;
   readonly remoteAddress: string;
   readonly remotePort: number;
   /** When the transport opened it (ms since the epoch). */
@@ -47,12 +53,8 @@ export interface RmcSink {
   commit(): void;
   /** Ends the connection. */
   close(): void;
-}
-
-export interface ConnectionInfo {
-  transport: string;
-  remoteAddress: string;
-  remotePort: number;
+  /** The transport's connection of the seam (framed TCP's, a PRUDP peer) this sink writes to. */
+  readonly connection: SeamConnection;
 }
 
 let nextConnectionId = 1;
@@ -62,7 +64,8 @@ export class Connection implements RmcConnection {
   readonly id = nextConnectionId++;
   /** When the transport opened it (ms since the epoch), for the dashboard. */
   readonly openedAt = Date.now();
-  readonly transport: string;
+  readonly transport: TransportKind;
+  readonly peer: SeamConnection;
   readonly remoteAddress: string;
   readonly remotePort: number;
   user: RmcUser | undefined = undefined;
@@ -73,10 +76,12 @@ export class Connection implements RmcConnection {
   private hooks: (() => void | Promise<void>)[] = [];
   private readonly log: Logger;
 
-  constructor(info: ConnectionInfo, sink: RmcSink, log: Logger) {
-    this.transport = info.transport;
-    this.remoteAddress = info.remoteAddress;
-    this.remotePort = info.remotePort;
+  constructor(sink: RmcSink, log: Logger) {
+    const peer = sink.connection;
+    this.peer = peer;
+    this.transport = peer.transport;
+    this.remoteAddress = peer.remoteAddress;
+    this.remotePort = peer.remotePort;
     this.sink = sink;
     this.log = log;
   }

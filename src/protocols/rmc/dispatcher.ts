@@ -25,7 +25,7 @@ import {
   WireReader,
   type WireWriter,
 } from '../../wire/index.js';
-import { Connection, type ConnectionInfo, type RmcConnection, type RmcSink } from './connection.js';
+import { Connection, type RmcConnection, type RmcSink } from './connection.js';
 import { encodeString, matchAt, readClassVersions, writeFailure } from './envelope.js';
 import { RmcError } from './errors.js';
 import { beginFrame, endFrame, type RmcVariant, readProtocolId, writeProtocolId } from './messages.js';
@@ -34,7 +34,7 @@ import type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from './signature.js';
 import { shortMethodName } from './signature.js';
 import { type ClassVersion, qString } from './types.js';
 
-export type { ConnectionInfo, RmcConnection, RmcSink, RmcUser } from './connection.js';
+export type { RmcConnection, RmcSink, RmcUser } from './connection.js';
 
 /** What a handler receives besides its arguments. */
 export interface CallContext {
@@ -185,9 +185,9 @@ export class RmcDispatcher {
     return this.connections.values();
   }
 
-  /** Opens a connection for a transport. */
-  open(info: ConnectionInfo, sink: RmcSink): RmcConnection {
-    const c = new Connection(info, sink, this.log);
+  /** Opens an RMC connection over a transport's connection (`sink.connection`). */
+  open(sink: RmcSink): RmcConnection {
+    const c = new Connection(sink, this.log);
     this.connections.add(c);
     return c;
   }

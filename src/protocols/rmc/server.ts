@@ -218,11 +218,9 @@ export class RmcServer {
       close() {
         c.close(RmcCloseReason.ClosedByHandler);
       },
+      connection: c,
     };
-    const conn = dispatcher.open(
-      { transport: 'tcp', remoteAddress: c.remoteAddress, remotePort: c.remotePort },
-      sink,
-    );
+    const conn = dispatcher.open(sink);
 
     const stats = (): RmcConnectionStats => ({
       id: conn.id,

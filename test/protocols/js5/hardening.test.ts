@@ -7,6 +7,7 @@ import net from 'node:net';
 import { afterAll, describe, expect, test } from 'vitest';
 import { Js5Client } from '../../../src/protocols/js5/client.js';
 import type { Js5Server } from '../../../src/protocols/js5/server.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { RawPeer, startServer } from './helpers.js';
 
 const servers: Js5Server[] = [];
@@ -27,8 +28,6 @@ async function peer(port: number): Promise<RawPeer> {
 function handshake(build: number): string {
   return `0f${build.toString(16).padStart(8, '0')}`;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('one address cannot lock new clients out', () => {
   test('handshaken sessions with keep-alives from 127.0.0.1 leave room for a client from 127.0.0.2', async () => {
@@ -84,7 +83,10 @@ describe('one address cannot lock new clients out', () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(2900);
     expect(metrics.closed.get('idle_timeout')).toBe(1);
     // The session that sends requests is still open well past the idle time.
-    await sleep(Math.max(0, 6500 - (Date.now() - started)));
+    await elapse(
+      Math.max(0, 6500 - (Date.now() - started)),
+      'the busy session must outlive twice the idle time',
+    );
     expect(busy.closed).toBe(false);
     clearInterval(keepAlive);
   });
@@ -108,7 +110,7 @@ describe('one address cannot lock new clients out', () => {
   });
 
   test('connections are counted from accept: unhandshaken connections use the per-address budget too', async () => {
-    const { server: s } = await startServer('530', { maxPerIp: 3 });
+    const { server: s, metrics } = await startServer('530', { maxPerIp: 3 });
     servers.push(s);
     const held = [await peer(s.port), await peer(s.port), await peer(s.port)];
     const fourth = await peer(s.port);
@@ -116,7 +118,7 @@ describe('one address cannot lock new clients out', () => {
     expect(await fourth.waitClosed()).toBe(true);
     // One leaves: a new connection from the same address is accepted again.
     held[0]!.destroy();
-    await sleep(200);
+    await waitFor(() => metrics.open === 2, { what: 'the server to see the connection go' });
     const again = await peer(s.port);
     again.send(handshake(530));
     expect((await again.waitFor(1))[0]).toBe(0);
@@ -134,20 +136,18 @@ describe('one address cannot lock new clients out', () => {
       sock.write(Buffer.from(handshake(1), 'hex'));
       stubborn.push(sock);
     }
-    await sleep(100);
-    expect(metrics.closed.get('out_of_date')).toBe(2);
+    await waitFor(() => metrics.closed.get('out_of_date') === 2, { what: 'both refused as out of date' });
     // Once the linger time is over, the server drops them and the address has room again.
-    const deadline = Date.now() + 10_000;
-    let reply = -1;
-    while (Date.now() < deadline) {
-      const p = await peer(s.port);
-      p.send(handshake(530));
-      reply = (await p.waitFor(1))[0] ?? -1;
-      if (reply === 0) break;
-      p.destroy();
-      await sleep(200);
-    }
-    expect(reply).toBe(0);
+    await waitFor(
+      async () => {
+        const p = await peer(s.port);
+        p.send(handshake(530));
+        if ((await p.waitFor(1))[0] === 0) return true;
+        p.destroy();
+        return false;
+      },
+      { what: 'a handshake accepted once the lingering connections are dropped', intervalMs: 200 },
+    );
     for (const sock of stubborn) sock.destroy();
   });
 });

@@ -17,7 +17,7 @@ import { frameResponse, responseMeasure, unframeResponse } from '../../../src/pr
 import type { Js5Profile } from '../../../src/protocols/js5/profiles.js';
 import { Js5Server } from '../../../src/protocols/js5/server.js';
 import { StreamDeframer } from '../../../src/wire/framing.js';
-import { waitFor } from '../../helpers/wait.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { demoCache, RawPeer, startServer, tempDir } from './helpers.js';
 
 const servers: Js5Server[] = [];
@@ -81,7 +81,7 @@ describe('an upgraded prefetch is still answered (issue: 530 leaked a prefetch s
       for (let g = 0; g <= 5; g++) total += framedSize(demoCache(), 4, g);
       total += framedSize(demoCache(), 4, 5);
       await p.waitFor(total, 20_000);
-      await new Promise((r) => setTimeout(r, 100));
+      await elapse(100, 'no response beyond the expected ones may come');
       expect(p.length).toBe(total);
       const seen = responses(p.received);
       // Model of the client's in-flight lists: each response must match (and remove) one entry.

@@ -20,6 +20,7 @@ import { frameResponse } from '../../../src/protocols/js5/framing.js';
 import { ResponseSource, requestKey } from '../../../src/protocols/js5/responses.js';
 import { Js5Server } from '../../../src/protocols/js5/server.js';
 import { DecodeError } from '../../../src/wire/errors.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { demoCache, RawPeer, startServer, tempDir } from './helpers.js';
 
 const root = path.resolve(import.meta.dirname, '../../..');
@@ -119,7 +120,7 @@ describe('--js5-slice-bytes / sliceBytes', () => {
     await p.waitFor(1);
     p.send('01ff00ff');
     const t0 = Date.now();
-    await new Promise((r) => setTimeout(r, 50));
+    await elapse(50, 'a timer of 50 ms must fire within 2 s: the event loop is not held by the serving loop');
     expect(Date.now() - t0).toBeLessThan(2000);
   });
 });
@@ -247,10 +248,8 @@ describe('request queues', () => {
     try {
       for (const g of [0, 1, 2]) c.request(1, g, false).catch(() => {});
       c.request(2, 5, true).catch(() => {});
-      const deadline = Date.now() + 3000;
       const hasUrgent = () => Buffer.concat(got).toString('hex').match(/.{8}/g)?.includes('01020005');
-      while (!hasUrgent() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-      expect(hasUrgent()).toBe(true);
+      await waitFor(hasUrgent, { what: 'the urgent response', timeoutMs: 3000 });
       // The third prefetch is still held back by the cap.
       expect(Buffer.concat(got).toString('hex').match(/.{8}/g)).not.toContain('00010002');
     } finally {
@@ -274,7 +273,7 @@ describe('request queues', () => {
     // both entries need a response, each the same unflagged bytes.
     p.send('00010000 00010000 01010000');
     expect((await p.waitFor(3 * frame.length)).equals(Buffer.concat([frame, frame, frame]))).toBe(true);
-    await new Promise((r) => setTimeout(r, 200));
+    await elapse(200, 'no fourth response may come');
     expect(p.length).toBe(3 * frame.length);
   });
 });

@@ -10,6 +10,7 @@ import { Js5Request } from '../../../src/protocols/js5/messages.js';
 import type { Js5Server } from '../../../src/protocols/js5/server.js';
 import { decode } from '../../../src/wire/codec.js';
 import { DecodeError } from '../../../src/wire/errors.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { demoCache, RawPeer, startServer } from './helpers.js';
 
 const servers: Js5Server[] = [];
@@ -132,7 +133,7 @@ describe('handshake', () => {
     const { server: s } = await server('osrs', { build: 232 });
     const p = await peer(s.port);
     p.send(`0f${u32(232)}`);
-    await new Promise((r) => setTimeout(r, 30));
+    await elapse(30, 'the first part arrives alone, and no reply may come before the seed');
     expect(p.received.length).toBe(0); // still waiting for the 16-byte seed
     p.send(`${'11'.repeat(16)}01ffff00`.slice(0, 32));
     p.send('01ff00ff');
@@ -207,9 +208,9 @@ describe('responses', () => {
     const { server: s } = await server('530');
     const p = await peer(s.port);
     p.send(`0f${u32(530)}0001`);
-    await new Promise((r) => setTimeout(r, 20));
+    await elapse(20, 'space the writes so that they arrive in separate reads');
     p.send('00');
-    await new Promise((r) => setTimeout(r, 20));
+    await elapse(20, 'space the writes so that they arrive in separate reads');
     p.send('02');
     const f = expectedFrame(1, 2, true);
     const got = await p.waitFor(1 + f.length);
@@ -238,7 +239,7 @@ describe('responses', () => {
     const urg = expectedFrame(2, 1, false);
     const total = a.length + pre.length + urg.length;
     const got = await p.waitFor(total);
-    await new Promise((r) => setTimeout(r, 100));
+    await elapse(100, 'no reply beyond the three may come');
     expect(p.received.length).toBe(total);
     // Urgent first (its own queue), then the prefetches in order.
     expect(got.subarray(0, urg.length).equals(urg)).toBe(true);
@@ -321,7 +322,7 @@ describe('malformed input and missing groups', () => {
       fc.asyncProperty(fc.uint8Array({ maxLength: 64 }), async (bytes) => {
         const p = await js5Peer(s);
         p.send(Buffer.from(bytes));
-        await new Promise((r) => setTimeout(r, 5));
+        await elapse(5, 'the peer stays a moment, so that the server reads the bytes while it is connected');
         p.destroy();
       }),
       { numRuns: 40 },
@@ -343,7 +344,7 @@ describe('scheduling and backpressure', () => {
     const req = Buffer.alloc(20 * 4);
     for (let i = 0; i < 20; i++) req.writeUInt32BE((0 << 24) | (4 << 16) | big[i % big.length]!, i * 4);
     flooder.send(req);
-    await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => s.stats.bytesSent > 0, { what: 'the flooder being served' });
     const before = s.stats.bytesSent;
     const victim = await js5Peer(s);
     const started = Date.now();
@@ -366,7 +367,8 @@ describe('scheduling and backpressure', () => {
     const req = Buffer.alloc(200 * 4);
     for (let i = 0; i < 200; i++) req.writeUInt32BE((4 << 16) | (i % 6), i * 4);
     p.send(req);
-    await new Promise((r) => setTimeout(r, 400));
+    await waitFor(() => s.stats.maxQueued >= 20, { what: 'the in-flight cap reached' });
+    await elapse(200, 'reading must stay paused: no request beyond the caps may be taken meanwhile');
     expect(s.stats.maxQueued).toBeLessThanOrEqual(20);
     expect(metrics.received).toBeLessThan(200);
     p.socket.resume();

@@ -19,7 +19,7 @@ import {
 } from '../../../src/protocols/rmc/index.js';
 import { type Codec, DecodeError, decode, WireWriter } from '../../../src/wire/index.js';
 import { seedRequest } from './fixtures.js';
-import { RawPeer } from './helpers.js';
+import { memoryPeer, RawPeer } from './helpers.js';
 
 const packet = hyperscapePacket as Codec<HyperscapeMessage>;
 
@@ -35,9 +35,10 @@ function memoryTransport() {
     close: () => {
       closed = true;
     },
+    connection: memoryPeer('10.1.2.3', 3074),
   };
   const d: RmcDispatcher = server.dispatcher;
-  const conn = d.open({ transport: 'memory', remoteAddress: '10.1.2.3', remotePort: 3074 }, sink);
+  const conn = d.open(sink);
   return { d, conn, writer, commits: () => commits, closed: () => closed, metrics: server.metrics };
 }
 

@@ -15,6 +15,7 @@ import {
   nexVerbosePacket,
 } from '../../../src/protocols/rmc/messages.js';
 import { type Codec, DecodeError, decode, encode, WireWriter } from '../../../src/wire/index.js';
+import { memoryPeer } from './helpers.js';
 
 const u32 = fc.integer({ min: 0, max: 0xffff_ffff });
 const name = fc.string({ maxLength: 24 }).filter((s) => !s.includes('\0'));
@@ -202,10 +203,12 @@ describe("the server's fast envelope path writes the declaration's bytes", () =>
       },
     });
     const writer = new WireWriter();
-    const conn = server.dispatcher.open(
-      { transport: 'memory', remoteAddress: '10.0.0.1', remotePort: 1 },
-      { writer, commit: () => {}, close: () => {} },
-    );
+    const conn = server.dispatcher.open({
+      writer,
+      commit: () => {},
+      close: () => {},
+      connection: memoryPeer('10.0.0.1', 1),
+    });
     fc.assert(
       fc.property(u32, name, (callId, text) => {
         writer.reset();

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { addressKey, type Connection as SeamConnection } from '../../../src/core/connection.js';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import {
@@ -147,4 +148,19 @@ export class RawPeer {
   }
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A connection of the seam for an in-memory RMC transport (the dispatcher tests' sink stands on it). */
+export function memoryPeer(remoteAddress: string, remotePort: number): SeamConnection {
+  return {
+    transport: 'tcp',
+    remoteAddress,
+    remotePort,
+    addressKey: addressKey(remoteAddress),
+    open: true,
+    bytesIn: 0,
+    bytesOut: 0,
+    messagesIn: 0,
+    messagesOut: 0,
+    send() {},
+    close() {},
+  };
+}

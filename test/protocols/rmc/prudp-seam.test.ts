@@ -121,6 +121,28 @@ describe('PRUDP on the connection seam', () => {
     expect(f.prudp.table.size).toBe(0);
   });
 
+  it('an RMC connection stands on its transport connection the same way over TCP and PRUDP', async () => {
+    const f = await fixture();
+    const tcp = await f.rmc.listen({ host: '127.0.0.1', port: 0 });
+    cleanup.push(() => tcp.close());
+    const overTcp = await client(tcp.port, { transport: 'tcp' });
+    const overPrudp = await client(f.port);
+    for (const c of [overTcp, overPrudp]) await c.call(EchoProtocol, 'Echo', { data: Buffer.from('seam') });
+    const seen = [...f.rmc.dispatcher.liveConnections()].map((c) => ({
+      transport: c.transport,
+      peerTransport: c.peer.transport,
+      addressKey: c.peer.addressKey,
+      address: c.remoteAddress === c.peer.remoteAddress && c.remotePort === c.peer.remotePort,
+      open: c.peer.open,
+      talked: c.peer.messagesIn > 0 && c.peer.messagesOut > 0 && c.peer.bytesIn > 0,
+    }));
+    const same = { addressKey: '127.0.0.1', address: true, open: true, talked: true };
+    expect(seen.sort((a, b) => a.transport.localeCompare(b.transport))).toEqual([
+      { transport: 'prudp', peerTransport: 'prudp', ...same },
+      { transport: 'tcp', peerTransport: 'tcp', ...same },
+    ]);
+  });
+
   it('two IPv6 addresses in one /64 share the per-address cap; another /64 does not', (ctx) => {
     if (!canUnshare()) {
       ctx.annotate('unshare -rn is not allowed here: the IPv6 /64 cap was not checked');

@@ -650,11 +650,9 @@ export class PrudpServer {
       writer,
       commit: () => this.flushAnswers(peer),
       close: () => this.closePeer(peer, 'server'),
+      connection: peer,
     };
-    peer.rmc = this.dispatcher.open(
-      { transport: 'prudp', remoteAddress: peer.remoteAddress, remotePort: peer.remotePort },
-      sink,
-    );
+    peer.rmc = this.dispatcher.open(sink);
     if (outcome.user !== undefined) {
       // A Kerberos-authenticated connection: handlers see who it is.
       const pid = Buffer.alloc(4);
