@@ -5,7 +5,7 @@
  */
 
 import { protocolPageDir } from '../../core/admin/static.js';
-import { UsageError } from '../../core/errors.js';
+import { ConfigError, UsageError } from '../../core/errors.js';
 import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
 import { defineServer, type OptionDeclaration, option, serveOptions } from '../../core/options.js';
 import type { ProtocolModule } from '../../core/protocol.js';
@@ -295,9 +295,15 @@ export const rmcServer = defineServer({
       maxInFlight: options.maxInFlight,
       framesPerTurn: options.framesPerTurn,
     });
-    // The schema refused a fleet role without --redis (`requires`).
     const { role } = options;
     const redisUrl = options.redis === '' ? undefined : options.redis;
+    // The schema refuses a fleet role without --redis (`requires`); a hand-built options object
+    // meets the same refusal here.
+    if (redisUrl === undefined && role !== 'all')
+      throw new ConfigError(
+        `rmc: --role (config rmc.role) needs --redis (config rmc.redis): the fleet's accounts, sessions and nodes are in Redis`,
+        'rmc.role',
+      );
     if (redisUrl !== undefined) {
       if (options.store !== undefined)
         throw new UsageError(
