@@ -312,7 +312,9 @@ export function valuesFromEnv(
 
 /**
  * Refuses an option set without the option it `requires` (`rmc --drain` without `--redis` would
- * be accepted and do nothing). "Set" means given a value other than its default.
+ * be accepted and do nothing). "Set" means given a value other than its default; the one it
+ * requires is missing when not given, empty or a switch left off (`--js5-preload-max-mb` without
+ * `--preload`).
  */
 export function checkRequires(
   section: string,
@@ -323,8 +325,9 @@ export function checkRequires(
     if (o.requires === undefined) continue;
     const v = values[o.key];
     if (v === undefined || v === o.default) continue;
+    // Absent: not given, empty, or a switch left off.
     const needed = values[o.requires];
-    if (needed !== undefined && needed !== '') continue;
+    if (needed !== undefined && needed !== '' && needed !== false) continue;
     const other = options.find((x) => x.key === o.requires);
     const name = other === undefined ? o.requires : `${flagName(other)} (config ${section}.${other.key})`;
     throw new ConfigError(

@@ -44,6 +44,7 @@ import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT, type MovablePort } from './option
 import { RelayServer } from './relay.js';
 import {
   ensureSelfSignedCert,
+  LISTEN_BACKLOG,
   startWsEndpoint,
   type WsEndpoint,
   type WsEndpointOptions,
@@ -91,7 +92,10 @@ export interface UnityRelayOptions {
     'handshakeTimeoutMs' | 'idleTimeoutMs' | 'bindTimeoutMs' | 'maxBufferedBytes' | 'sweepIntervalMs'
   >;
   /** DTLS server limits (handshakes in all and per IP, timeouts, cookie rotation…; see docs/dtls.md). */
-  dtls?: Omit<DtlsServerOptions, 'pskFor'>;
+  dtls?: Omit<DtlsServerOptions, 'pskFor'> & {
+    /** An association that has not bound an allocation after this long is closed. Default 15 s. */
+    bindTimeoutMs?: number;
+  };
   /** API limits beyond `apiRateLimitPerMinute`. */
   apiLimits?: Omit<ApiLimitOptions, 'rateLimitPerMinute'>;
   /** Bearer key for the API. */
@@ -441,7 +445,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       });
       const a = api;
       closers.push(() => a.close());
-      await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
+      await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT, backlog: LISTEN_BACKLOG });
     } else {
       // A relay node: Redis must answer at start (afterwards an outage only delays heartbeats);
       // it is announced once everything listens.

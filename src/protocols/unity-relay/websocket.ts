@@ -29,6 +29,14 @@ import type { RelayServer } from './relay.js';
 /** Default WebSocket connections per client address, each of ws and wss (many players can share one NAT address). */
 export const DEFAULT_WS_MAX_CONNECTIONS_PER_IP = 256;
 
+/**
+ * Listen backlog of the WebSocket endpoints and the allocation API (the kernel caps it at
+ * `net.core.somaxconn`). Node's default, 511, overflows when thousands of connections arrive in
+ * the same instant (an attack, or a crowd reconnecting): the kernel then drops handshakes of
+ * everyone alike and a real client waits out TCP's retransmission backoff (seconds).
+ */
+export const LISTEN_BACKLOG = 4096;
+
 export interface WsEndpointOptions {
   host: string;
   port: number;
@@ -364,7 +372,7 @@ export async function startWsEndpoint(
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(options.port, options.host, () => {
+      server.listen({ port: options.port, host: options.host, backlog: LISTEN_BACKLOG }, () => {
         server.off('error', reject);
         resolve();
       });

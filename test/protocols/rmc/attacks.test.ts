@@ -15,7 +15,8 @@ import {
   SessionProtocol,
   SessionRegistry,
 } from '../../../src/protocols/rmc/index.js';
-import { RawPeer, requestFrame, sleep, startServer, type TestServer, typedRequestFrame } from './helpers.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
+import { RawPeer, requestFrame, startServer, type TestServer, typedRequestFrame } from './helpers.js';
 
 let cleanup: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -84,7 +85,9 @@ describe('rmc attack: one address holds every connection slot', () => {
     // The attacker opens more silent connections than the server has slots.
     const held: net.Socket[] = [];
     for (let i = 0; i < 45; i++) held.push(await attacker(s.port));
-    await sleep(200);
+    await waitFor(() => s.metrics.closed.get(CloseReason.PerIpLimit) === 13, {
+      what: '13 refused at accept',
+    });
     // 32 (the default cap) are kept, the other 13 refused at accept.
     expect(s.listening.port).toBe(s.port);
     expect(s.server.connectionStats()).toHaveLength(32);
@@ -117,15 +120,16 @@ describe('rmc attack: slowloris (silent connections, partial frames)', () => {
       const id = nextCall++;
       const m = await good.call(typedRequestFrame(GetDatacenters, id, {}), id);
       expect(m?.type).toBe('response');
-      await sleep(100);
+      await elapse(100, 'the good client spreads its calls over several frame deadlines');
     }
     expect(await silent.waitClosed(5000)).toBe(true);
     expect(await partial.waitClosed(5000)).toBe(true);
     expect(good.closed).toBe(false);
     expect(s.metrics.closed.get(CloseReason.FrameTimeout)).toBe(2);
-    await sleep(50);
-    const closes = events.filter((e) => (e as { kind?: string }).kind === 'close');
-    expect(closes.filter((e) => e.reason === 'frame_timeout')).toHaveLength(2);
+    const closes = () => events.filter((e) => (e as { kind?: string }).kind === 'close');
+    await waitFor(() => closes().filter((e) => e.reason === 'frame_timeout').length === 2, {
+      what: 'two frame_timeout close events',
+    });
     expect(events.filter((e) => (e as { kind?: string }).kind === 'open').length).toBeGreaterThanOrEqual(3);
   });
 
@@ -145,8 +149,16 @@ describe('rmc attack: slowloris (silent connections, partial frames)', () => {
       a.write(body);
       socks.push(a);
     }
-    // Let the server read what it will.
-    await sleep(1000);
+    // Let the server read what it will: each connection holds its 900 kB, or is not read.
+    await waitFor(
+      () => {
+        const stats = s.server.connectionStats();
+        return (
+          stats.length === 16 && stats.every((c) => c.readingPaused || c.bufferedInputBytes === body.length)
+        );
+      },
+      { what: 'every partial frame held or its connection paused' },
+    );
     const held = s.server.connectionStats().reduce((n, c) => n + c.bufferedInputBytes, 0);
     // One address may hold its budget plus at most one read (64 KiB) per connection.
     expect(held).toBeLessThanOrEqual(2 * 1024 * 1024 + 16 * 65_536 + 1024 * 1024);
@@ -158,7 +170,10 @@ describe('rmc attack: slowloris (silent connections, partial frames)', () => {
     // Paused connections cannot see their peer leave; the frame deadline ends them all and
     // releases their memory.
     for (const a of socks) a.destroy();
-    for (let i = 0; i < 100 && s.server.connectionStats().length > 1; i++) await sleep(100);
+    await waitFor(() => s.server.connectionStats().length <= 1, {
+      what: 'the frame deadline ending them',
+      timeoutMs: 15_000,
+    });
     expect(s.server.connectionStats().reduce((n, c) => n + c.bufferedInputBytes, 0)).toBe(0);
   }, 30_000);
 });
@@ -199,7 +214,7 @@ describe('rmc attack: connections that pipeline calls and never read', () => {
       cleanup.push(() => {
         flooding = false;
       });
-      await sleep(200);
+      await waitFor(() => s.metrics.received > 100, { what: 'the flood under way' });
       // A player on another address makes sequential calls; count what others got meanwhile.
       const player = await peer(s.port, '127.0.0.2');
       const servedMeanwhile: number[] = [];
@@ -239,7 +254,9 @@ describe('rmc attack: connections that pipeline calls and never read', () => {
     for (let i = 0; i < 100; i++)
       frames.push(requestFrame('FloodProtocol', 'FloodProtocol::Never_V1', i + 1));
     a.write(Buffer.concat(frames));
-    await sleep(300);
+    await waitFor(() => s.server.connectionStats()[0]?.readingPaused, {
+      what: 'reading paused at the in-flight cap',
+    });
     const stats = s.server.connectionStats()[0]!;
     expect(stats.inFlight).toBe(8);
     expect(stats.readingPaused).toBe(true);
@@ -310,8 +327,7 @@ describe('rmc attack: filling the session registry', () => {
     await login(c, 'sess-c');
     expect(await createSessions(c, 200, 2)).toEqual([undefined, undefined]);
     a.destroy();
-    await sleep(200);
-    expect(registry.sessions.size).toBe(4);
+    await waitFor(() => registry.sessions.size === 4, { what: 'the sessions of the closed connection gone' });
     expect(await createSessions(b, 300, 2)).toEqual([undefined, undefined]);
   });
 
@@ -336,7 +352,9 @@ describe('rmc attack: filling the session registry', () => {
     // Logging in again on the same connection replaces, it does not add.
     expect(failureName(await login(peers[0]!, 'popular'))).toBeUndefined();
     peers[1]!.destroy();
-    await sleep(200);
+    await waitFor(() => s.server.connectionStats().length === 9, {
+      what: 'the server to see the connection go',
+    });
     expect(failureName(await login(peers[9]!, 'popular'))).toBeUndefined();
   });
 });

@@ -18,7 +18,7 @@ import {
 } from '../../../src/protocols/rmc/index.js';
 import { DeclarationError } from '../../../src/wire/errors.js';
 import { type Codec, decode, encode } from '../../../src/wire/index.js';
-import { sleep } from './helpers.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 // The worked example of docs/rmc.md.
 const EchoProtocol = defineProtocol('EchoProtocol', 'Test protocol', {
@@ -73,7 +73,7 @@ async function echoServer(options: ConstructorParameters<typeof RmcServer>[0] = 
     },
     Hang_V1: () => new Promise<never>(() => {}),
     Slow_V1: async (_ctx, { ms }) => {
-      await sleep(ms);
+      await elapse(ms, 'a handler that takes this long');
       return { ms };
     },
     BadResult_V1: () => ({}) as { name: string },
@@ -111,7 +111,7 @@ describe('RMC framework: typed handlers', () => {
     const other = await client(s.port);
     expect((await other.call(EchoProtocol, 'Whoami_V1', {})).calls).toBe(1);
     await c.close();
-    for (let i = 0; i < 500 && s.disconnected.length === 0; i++) await sleep(10);
+    await waitFor(() => s.disconnected.length > 0, { what: 'the disconnect hook' });
     expect(s.disconnected).toEqual([a.connection]);
   });
 
@@ -202,8 +202,7 @@ describe('RmcClient', () => {
         (e: unknown) => e,
       ),
     );
-    await sleep(20);
-    expect(c.inFlight).toBe(3);
+    await waitFor(() => c.inFlight === 3, { what: 'three calls in flight' });
     await c.close();
     for (const p of settled) expect(await p).toMatchObject({ code: 'ERR_RMC_CLOSED' });
     await expect(c.call(EchoProtocol, 'Echo_V1', { text: 'x' })).rejects.toMatchObject({
@@ -218,7 +217,7 @@ describe('RmcClient', () => {
       () => 'resolved',
       (e: unknown) => e,
     );
-    await sleep(20);
+    await waitFor(() => s.metrics.received >= 1, { what: 'the call at the server' });
     await s.listening.close(50);
     expect(await p).toBeInstanceOf(RmcClientError);
   });
@@ -284,10 +283,8 @@ describe('RMC server: connection context', () => {
     cleanup.push(() => l.close());
     const c = await RmcClient.connect({ host: '127.0.0.1', port: l.port });
     await expect(c.call(Bye, 'Bye_V1', {})).resolves.toEqual({ address: '127.0.0.1' });
-    for (let i = 0; i < 500 && !c.closed; i++) await sleep(10); // up to 5 s: the suite runs under load
-    expect(c.closed).toBe(true);
+    await waitFor(() => c.closed, { what: 'the client closed' });
     // The server side sees its socket's 'close' a little after the client does.
-    for (let i = 0; i < 500 && conn?.closed !== true; i++) await sleep(10);
-    expect(conn?.closed).toBe(true);
+    await waitFor(() => conn?.closed === true, { what: 'the server side closed' });
   });
 });

@@ -35,7 +35,21 @@ import {
   StreamDeframer,
   struct,
 } from '../../../src/wire/index.js';
-import { RawPeer, sleep, startServer, type TestServer } from './helpers.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
+import { RawPeer, startServer, type TestServer } from './helpers.js';
+
+/** Waits until the server stops taking calls: `received` unchanged over 100 ms (a stall is the condition). */
+async function stalled(metrics: { received: number }): Promise<void> {
+  let last = -1;
+  await waitFor(
+    () => {
+      const same = metrics.received === last;
+      last = metrics.received;
+      return same;
+    },
+    { what: 'the server to stop taking calls', intervalMs: 100 },
+  );
+}
 
 const packet = hyperscapePacket as Codec<HyperscapeMessage>;
 
@@ -91,9 +105,11 @@ function registerProbe(server: RmcServer): void {
       const e = new RmcError('Custom', 1);
       (e as { namespace: string }).namespace = 'N'.repeat(70_000);
       if (async === 1)
-        return sleep(1).then(() => {
-          throw e;
-        });
+        return elapse(1, 'the error is thrown after the handler returned (an asynchronous failure)').then(
+          () => {
+            throw e;
+          },
+        );
       throw e;
     },
     LongResult_V1: async () => ({ text: 'x'.repeat(70_000) }),
@@ -120,12 +136,7 @@ describe('RMC hardening: a peer that pipelines and never reads', () => {
     for (let i = 0; i < N; i++) frames.push(request('ProbeProtocol', 'ProbeProtocol::Blob_V1', i + 1));
     socket.write(Buffer.concat(frames));
 
-    // Wait until the server has stopped making progress.
-    let last = -1;
-    for (let i = 0; i < 100 && metrics.received !== last; i++) {
-      last = metrics.received;
-      await sleep(100);
-    }
+    await stalled(metrics);
     // The server stopped taking calls it cannot answer...
     expect(metrics.received).toBeLessThan(N);
     const [stats] = server.connectionStats();
@@ -177,11 +188,7 @@ describe('RMC hardening: a peer that pipelines and never reads', () => {
     const frames: Buffer[] = [];
     for (let i = 0; i < 1000; i++) frames.push(request('ProbeProtocol', 'ProbeProtocol::Blob_V1', i + 1));
     socket.write(Buffer.concat(frames));
-    let last = -1;
-    for (let i = 0; i < 100 && metrics.received !== last; i++) {
-      last = metrics.received;
-      await sleep(100);
-    }
+    await stalled(metrics);
     expect(metrics.received).toBeLessThan(1000);
     const stats = server.connectionStats()[0]!;
     expect(stats.readingPaused).toBe(true);
@@ -314,8 +321,9 @@ describe('RMC hardening: repeated logins', () => {
     expect(s.builtins.store.sessions()).toHaveLength(1);
     expect(s.builtins.store.accountCount()).toBe(5);
     await c.close();
-    for (let i = 0; i < 500 && s.builtins.store.sessions().length > 0; i++) await sleep(10);
-    expect(s.builtins.store.sessions()).toHaveLength(0);
+    await waitFor(() => s.builtins.store.sessions().length === 0, {
+      what: 'the login session gone with its connection',
+    });
   });
 
   it('the store refuses new accounts beyond maxAccounts with RendezVous::LimitExceeded', async () => {

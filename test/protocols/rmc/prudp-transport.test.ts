@@ -16,6 +16,7 @@ import {
   writePacket,
 } from '../../../src/protocols/rmc/index.js';
 import { type Codec, encode, WireWriter } from '../../../src/wire/index.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { EchoProtocol, LossyProxy, type PrudpFixture, sizedData, startPrudp } from './prudp-helpers.js';
 
 const KEY = 'yl4NG7qZ';
@@ -49,11 +50,7 @@ async function client(
 
 /** Waits until `cond` holds (polling; generous for a loaded machine), or fails. */
 async function until(cond: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(cond, { what: String(cond), timeoutMs: ms, intervalMs: 20 });
 }
 
 function rawSocket(address = '127.0.0.1'): Promise<dgram.Socket> {
@@ -256,7 +253,7 @@ describe('RMC over PRUDP', () => {
     s.on('message', (m) => got.push(m));
     s.send(syn(), f.port, '127.0.0.1');
     await until(() => f.metrics.dropped.get('prudp_amplification') === 1);
-    await new Promise((r) => setTimeout(r, 200));
+    await elapse(200, 'no reply may come to an unproven source over its budget');
     expect(got).toHaveLength(0);
     expect(f.metrics.dropped.get('prudp_amplification')).toBe(1);
   });
@@ -274,7 +271,7 @@ describe('RMC over PRUDP', () => {
   it('client PINGs keep an idle connection alive', async () => {
     const f = await fixture({ idleTimeoutMs: 1500 });
     const c = await client(f.port, { prudp: { pingIntervalMs: 200 } });
-    await new Promise((r) => setTimeout(r, 3000));
+    await elapse(3000, 'twice the idle timeout: the PINGs must keep the connection');
     expect(f.prudp.connections).toBe(1);
     const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('alive') });
     expect(r.data.toString()).toBe('alive');

@@ -14,8 +14,9 @@ import {
   SessionProtocol,
 } from '../../../src/protocols/rmc/index.js';
 import { type Codec, decode, encode } from '../../../src/wire/index.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { SEED_URLS, seedRequest } from './fixtures.js';
-import { RawPeer, sleep, startServer, type TestServer } from './helpers.js';
+import { RawPeer, startServer, type TestServer } from './helpers.js';
 
 const packet = hyperscapePacket as Codec<HyperscapeMessage>;
 
@@ -57,7 +58,7 @@ describe('RMC server: the seed Register_V1 from an independent client', () => {
     const peer = await raw(s.port);
     peer.write(seedRequest());
     const frames = await peer.waitFrames(1);
-    await sleep(100);
+    await elapse(100, 'exactly one response: no second may come');
     expect(frames).toHaveLength(1);
     const frame = frames[0]!;
     expect(frame.readUInt32LE(0)).toBe(frame.length - 4);
@@ -83,7 +84,7 @@ describe('RMC server: the seed Register_V1 from an independent client', () => {
     const bytes = seedRequest();
     for (let i = 0; i < bytes.length; i++) {
       peer.write(bytes.subarray(i, i + 1));
-      if (i % 50 === 0) await sleep(1);
+      if (i % 50 === 0) await elapse(1, 'let the bytes arrive in many reads');
     }
     const frames = await peer.waitFrames(1);
     expect(frames).toHaveLength(1);
@@ -215,8 +216,9 @@ describe('LoginProtocol end to end', () => {
     await c.call(LoginProtocol, 'LoginWithToken_V1', args('t'));
     expect(s.builtins.store.sessions()).toHaveLength(1);
     await c.close();
-    for (let i = 0; i < 500 && s.builtins.store.sessions().length > 0; i++) await sleep(10);
-    expect(s.builtins.store.sessions()).toHaveLength(0);
+    await waitFor(() => s.builtins.store.sessions().length === 0, {
+      what: 'the login session gone with its connection',
+    });
   });
 });
 
@@ -285,8 +287,7 @@ describe('SessionProtocol end to end', () => {
     // Bob disconnects: his membership goes with him.
     await b.close();
     const session = s.builtins.sessions.get(sid.toString('hex'))!;
-    for (let i = 0; i < 500 && session.members.size > 1; i++) await sleep(10);
-    expect(session.members.size).toBe(1);
+    await waitFor(() => session.members.size === 1, { what: 'the membership gone with its connection' });
 
     await a.call(SessionProtocol, 'LeaveSession_V1', { sessionId: sid });
     expect(s.builtins.sessions.get(sid.toString('hex'))).toBeUndefined();
@@ -352,7 +353,7 @@ describe('RMC server: pipelining', () => {
     }
     peer.write(Buffer.concat(frames));
     const got = await peer.waitFrames(200);
-    await sleep(50);
+    await elapse(50, 'no response beyond the 200 may come');
     expect(got).toHaveLength(200);
     const byId = new Map<number, HyperscapeMessage>();
     for (const f of got) {
@@ -406,7 +407,7 @@ describe('RMC server: fragmentation', () => {
             const points = [0, ...cuts.sort((a, b) => a - b), stream.length];
             for (let i = 1; i < points.length; i++) {
               peer.write(stream.subarray(points[i - 1]!, points[i]!));
-              if (i % 3 === 0) await sleep(1);
+              if (i % 3 === 0) await elapse(1, 'let the pieces arrive in separate reads');
             }
             const frames = await peer.waitFrames(4);
             expect(frames.map((f) => decode(packet, f).callId).sort()).toEqual([6, 6, 7, 8]);

@@ -4,7 +4,8 @@
  * bound, random frames only give counted drops, a full WebSocket endpoint evicts connections that
  * have not bound (never bound ones), and the allocation lists all four transports.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -21,6 +22,7 @@ import {
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
 import { waitFor } from '../../helpers/wait.js';
+import { hasProgram } from '../../transports/dtls/helpers.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest } from './utp.js';
 import { RawWsClient } from './wsraw.js';
 
@@ -217,4 +219,20 @@ describe('unity-relay transport limits', () => {
       expect((await toHost).toString()).toBe('served');
     });
   });
+
+  it.runIf(hasProgram('ss'))(
+    'the WebSocket endpoint and the API listen with a deep backlog: a connect burst does not drop real clients',
+    async () => {
+      const s = await start();
+      const somaxconn = Number(readFileSync('/proc/sys/net/core/somaxconn', 'utf8'));
+      // For a listening socket, ss shows the backlog in the Send-Q column.
+      const backlog = (port: number) => {
+        const line = execFileSync('ss', ['-Hltn', `sport = :${port}`], { encoding: 'utf8' }).trim();
+        return Number(line.split(/\s+/)[2]);
+      };
+      const apiPort = Number(new URL(s.apiUrl).port);
+      expect(backlog(s.ws!.port)).toBe(Math.min(4096, somaxconn));
+      expect(backlog(apiPort)).toBe(Math.min(4096, somaxconn));
+    },
+  );
 });

@@ -14,6 +14,7 @@ import { RelayCredentials } from '../allocations.js';
 import { type ApiLimitOptions, ApiLimits, buildApi, checkApiExposure } from '../api.js';
 import type { FleetCommonOptions } from '../composition.js';
 import { DEFAULT_API_PORT } from '../options.js';
+import { LISTEN_BACKLOG } from '../websocket.js';
 import { RedisAllocationService } from './allocation-service.js';
 import { type FleetAdmin, fleetView, RELAY_NODE_KIND, redisStatusLogger, setNodeGauges } from './view.js';
 
@@ -98,7 +99,7 @@ export async function startUnityRelayAllocator(
   }, registry.heartbeatMs);
   gaugeTimer.unref();
   try {
-    await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT });
+    await api.listen({ host: apiHost, port: options.apiPort ?? DEFAULT_API_PORT, backlog: LISTEN_BACKLOG });
   } catch (err) {
     clearInterval(gaugeTimer);
     await api.close().catch(() => {});
