@@ -11,8 +11,10 @@ import {
   Flag,
   type HyperscapeMessage,
   hyperscapePacket,
+  newPacket,
   PacketType,
   RmcClient,
+  readPacket,
   writePacket,
 } from '../../../src/protocols/rmc/index.js';
 import { type Codec, encode, WireWriter } from '../../../src/wire/index.js';
@@ -188,6 +190,51 @@ describe('RMC over PRUDP', () => {
     } finally {
       clearInterval(flood);
     }
+  });
+
+  it('issue 24: a CONNECT whose half-open entry a flood evicted is admitted by its SYN cookie; a guessed signature is not', async () => {
+    const f = await fixture({ maxHalfOpen: 1 });
+    const checksum = { width: 1 as const, keyByte: accessKeyByte(KEY) };
+    const replies: Buffer[] = [];
+    const player = await rawSocket('127.0.0.74');
+    player.on('message', (m) => replies.push(m));
+    player.send(syn(), f.port, '127.0.0.1');
+    await until(() => replies.length === 1);
+    const synAck = newPacket();
+    readPacket(replies[0]!, 0, checksum, synAck);
+    // Another source's SYN takes the only half-open slot: the player's entry is gone.
+    (await rawSocket('127.0.0.75')).send(syn(), f.port, '127.0.0.1');
+    await until(() => f.metrics.counters.get('prudp_half_open_evicted') === 1);
+    const connect = (signature: number) => {
+      const w = new WireWriter();
+      writePacket(
+        w,
+        {
+          source: 0x3f,
+          destination: 0x31,
+          type: PacketType.CONNECT,
+          flags: Flag.RELIABLE | Flag.NEED_ACK,
+          sessionId: 0x21,
+          packetSignature: signature,
+          sequenceId: 1,
+          connectionSignature: 0x0100007f,
+        },
+        undefined,
+        checksum,
+      );
+      return w.toBuffer();
+    };
+    // A guess from a third source (no SYN-ACK seen): dropped.
+    (await rawSocket('127.0.0.76')).send(connect(synAck.connectionSignature ^ 1), f.port, '127.0.0.1');
+    await until(() => (f.metrics.dropped.get('prudp_unknown_connection') ?? 0) === 1);
+    player.send(connect(synAck.connectionSignature), f.port, '127.0.0.1');
+    await until(() => replies.length === 2);
+    const ack = newPacket();
+    readPacket(replies[1]!, 0, checksum, ack);
+    expect(ack.type).toBe(PacketType.CONNECT);
+    expect(ack.flags & Flag.ACK).toBe(Flag.ACK);
+    expect(f.prudp.connections).toBe(1);
+    expect(f.metrics.counters.get('prudp_cookie_connects')).toBe(1);
   });
 
   it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async () => {
