@@ -92,7 +92,10 @@ export interface UnityRelayOptions {
     'handshakeTimeoutMs' | 'idleTimeoutMs' | 'bindTimeoutMs' | 'maxBufferedBytes' | 'sweepIntervalMs'
   >;
   /** DTLS server limits (handshakes in all and per IP, timeouts, cookie rotation…; see docs/dtls.md). */
-  dtls?: Omit<DtlsServerOptions, 'pskFor'>;
+  dtls?: Omit<DtlsServerOptions, 'pskFor'> & {
+    /** An association that has not bound an allocation after this long is closed. Default 15 s. */
+    bindTimeoutMs?: number;
+  };
   /** API limits beyond `apiRateLimitPerMinute`. */
   apiLimits?: Omit<ApiLimitOptions, 'rateLimitPerMinute'>;
   /** Bearer key for the API. */

@@ -104,7 +104,12 @@ export class DtlsLink implements RelayLink, Connection {
     this.association.send(msg);
   }
 
-  bound(): void {}
+  /** Whether a BIND ever named this association (until then it is closed after a deadline). */
+  everBound = false;
+
+  bound(): void {
+    this.everBound = true;
+  }
 
   /** The binding ended: so does the association (its lifetime is the binding's). */
   unbound(): void {
@@ -125,7 +130,16 @@ export interface DtlsEndpointOptions extends Omit<DtlsServerOptions, 'pskFor'> {
   port: number;
   /** The native data plane's DTLS socket and record layer; the endpoint then binds no socket itself. */
   native?: NativeDtlsRecords | undefined;
+  /**
+   * An association that has not bound an allocation after this long is closed (`never_bound`),
+   * as a WebSocket is. Without it, anyone holding one allocation's key could open associations
+   * from many ports, keep them alive, and fill `maxAssociations` for everyone. Default 15 s.
+   */
+  bindTimeoutMs?: number;
 }
+
+/** Default `bindTimeoutMs` of the DTLS endpoint (the WebSocket one's too). */
+export const DTLS_BIND_TIMEOUT_MS = 15_000;
 
 export interface DtlsEndpoint {
   readonly port: number;
@@ -145,7 +159,7 @@ export async function startDtlsEndpoint(
   log: Logger,
   options: DtlsEndpointOptions,
 ): Promise<DtlsEndpoint> {
-  const { host, port, native, ...dtlsOptions } = options;
+  const { host, port, native, bindTimeoutMs = DTLS_BIND_TIMEOUT_MS, ...dtlsOptions } = options;
   const server = new DtlsServer({
     ...dtlsOptions,
     pskFor(identity: Buffer): Buffer | undefined {
@@ -184,6 +198,14 @@ export async function startDtlsEndpoint(
     links.add(link);
     table.open(link);
     metrics.count('dtls_associations');
+    if (bindTimeoutMs > 0) {
+      const deadline = setTimeout(() => {
+        if (link.everBound || link.closed) return;
+        metrics.close('dtls_never_bound');
+        link.close('never_bound');
+      }, bindTimeoutMs);
+      deadline.unref();
+    }
     log.debug(
       { remote: `${link.address}:${link.port}`, allocation: a?.guid ?? guidFromBytes(id) },
       'dtls association',

@@ -31,6 +31,7 @@ import {
 const KEY = 'yl4NG7qZ';
 
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 let redis: RedisServer | undefined;
 const dirs: string[] = [];
@@ -144,8 +145,7 @@ describe('rmc fleet node', () => {
     await server.drain();
     expect((await registry.live('rmc-secure'))[0]).toMatchObject({ draining: true, load: 1 });
     await c.close();
-    for (let i = 0; i < 200 && server.players() > 0; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(server.players()).toBe(0);
+    await waitFor(() => server.players() === 0, { what: 'the player gone' });
   });
 
   it('a draining secure server gets no logins from the auth server; with none left, logins fail with ConnectionFailure', async (ctx) => {
@@ -255,7 +255,7 @@ describe('rmc fleet node', () => {
     await Promise.all([session, other]);
     expect(order).toEqual(['datacenters', 'session RendezVous:1']);
     // After the pause, the store answers again.
-    await new Promise((r) => setTimeout(r, 1500));
+    await elapse(1500, 'the Redis CLIENT PAUSE (1.5 s) must end');
     await c.call(SessionProtocol, 'CreateSession_V1', {
       sessionType: 'PartySession',
       sessionId: Buffer.alloc(16, 2),

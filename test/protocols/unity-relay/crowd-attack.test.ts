@@ -38,10 +38,11 @@ let served: Served;
 let backend: RelayApiClient;
 const clients: UnityRelayClient[] = [];
 
+// The hook's limit is longer than spawnServe's own start-up limit, which kills what it started.
 beforeAll(async () => {
   served = await spawnServe(['unity-relay', '--port', '0', '--api-key', KEY]);
   backend = new RelayApiClient(`http://127.0.0.1:${served.port('unity-relay', 'http')}`, { apiKey: KEY });
-});
+}, 90_000);
 
 afterAll(async () => {
   await Promise.allSettled(clients.splice(0).map((c) => c.close()));

@@ -28,10 +28,11 @@ let served: Served;
 let apiUrl: string;
 const clients: UnityRelayClient[] = [];
 
+// The hook's limit is longer than spawnServe's own start-up limit, which kills what it started.
 beforeAll(async () => {
   served = await spawnServe(['unity-relay', '--port', '0', '--api-key', KEY]);
   apiUrl = `http://127.0.0.1:${served.port('unity-relay', 'http')}`;
-});
+}, 90_000);
 
 afterAll(async () => {
   await Promise.allSettled(clients.splice(0).map((c) => c.close()));
@@ -184,7 +185,7 @@ describe('issue 24 item 4: unity-relay, a crowd on one address', () => {
     } finally {
       expect(await open.stop()).toBe(0);
     }
-  }, 60_000);
+  }, 90_000);
 
   it('with the key configured, the backend allocates past every per-address allowance and callers without it get 401', async () => {
     const address = '127.0.0.75';

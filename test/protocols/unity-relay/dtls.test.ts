@@ -20,6 +20,7 @@ import {
 } from '../../../src/protocols/unity-relay/index.js';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { BIN, ROOT } from '../../helpers/cli.js';
+import { elapse } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest, utpPing, utpRelay } from './utp.js';
 
 /** In CI a missing program fails the test; elsewhere the test is skipped. */
@@ -400,6 +401,30 @@ describe('unity-relay over DTLS (in process, DtlsClient)', () => {
         timeoutMs: 5000,
       }),
     ).rejects.toThrow();
+  });
+
+  it('an association that never binds is closed after bindTimeoutMs; one that binds stays', async () => {
+    const s = await start({ dtls: { bindTimeoutMs: 500 } });
+    const a = keys((await post(s.apiUrl, '/v1/allocate', { maxConnections: 2 })).data.allocation);
+    // Many associations on one allocation's key, from many ports: none of them binds.
+    const idle = await Promise.all(Array.from({ length: 4 }, () => dtls(s, a.id, a.key)));
+    const bound = await dtls(s, a.id, a.key);
+    bound.c.send(utpBind(0, a.cd, a.key));
+    expect(await bound.next(1)).toBeDefined();
+    await waitFor(
+      () => idle.every((c) => c.closed.length > 0) || undefined,
+      () => 'close_notify on the associations that never bound',
+    );
+    expect(s.metrics.closed.get('dtls_never_bound')).toBe(4);
+    // The bound one outlives its own deadline and keeps working.
+    await elapse(700, "past the bound association's own deadline: it must not be closed");
+    await waitFor(
+      () => (s.dtls!.links.size === 1 ? true : undefined),
+      () => 'only the bound association left',
+    );
+    bound.c.send(utpPing(a.id));
+    expect(await bound.next(2)).toBeDefined();
+    expect(bound.closed).toEqual([]);
   });
 
   it('the association ends with its binding (CLOSE)', async () => {
