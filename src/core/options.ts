@@ -19,7 +19,7 @@
  */
 import type { RunningServer, ServeOption, ServerContext, ServerDefinition } from './server.js';
 
-declare const VALUE: unique symbol;
+export declare const VALUE: unique symbol;
 
 /**
  * One option's declaration: a `ServeOption` without its key. `T` is the value `start()` gets and

@@ -41,6 +41,7 @@ describe('fleet-only options need --redis', () => {
         'rmc.nodeId → redis',
         'rmc.redisPrefix → redis',
         'rmc.region → redis',
+        'rmc.role → redis',
         'rmc.storeTimeoutMs → redis',
         'unity-relay.heartbeatTtlMs → redis',
         'unity-relay.nodeId → redis',

@@ -10,6 +10,7 @@ import { ConfigError } from '../../src/core/errors.js';
 import { defineServer, type Infer, option, serveOptions } from '../../src/core/options.js';
 import { js5Server } from '../../src/protocols/js5/index.js';
 import { noxRelay } from '../../src/protocols/nox-relay/index.js';
+import { rmcServer } from '../../src/protocols/rmc/index.js';
 import { unityRelayServer } from '../../src/protocols/unity-relay/server.js';
 
 const declarations = {
@@ -129,5 +130,26 @@ describe('typed options', () => {
     });
     const u = completeOptions('unity-relay', unityRelayServer, { port: 0 });
     expect(u).toMatchObject({ role: 'all', workers: 0, dataplane: 'auto', apiHost: '127.0.0.1' });
+  });
+
+  it('rmc: datacenters as the config file gives them (objects) or a flag (id=host:port) reach start() converted', () => {
+    const fromFile = completeOptions('rmc', rmcServer, {
+      datacenters: [{ id: 'eu', host: 'eu.example', port: 9103 }, 'us=us.example:9104'],
+    });
+    expect(fromFile.datacenters).toEqual([
+      { id: 'eu', name: 'eu', region: 'eu', host: 'eu.example', port: 9103 },
+      { id: 'us', name: 'us', region: 'us', host: 'us.example', port: 9104 },
+    ]);
+    expectTypeOf(fromFile.datacenters).toEqualTypeOf<
+      { id: string; name: string; region: string; host: string; port: number }[] | undefined
+    >();
+    expect(() => completeOptions('rmc', rmcServer, { datacenters: ['nope'] })).toThrow(
+      /rmc\.datacenters.*expected id=host:port/,
+    );
+    expect(completeOptions('rmc', rmcServer, { prudpChecksum: '4' }).prudpChecksum).toBe(4);
+    expect(completeOptions('rmc', rmcServer).prudpChecksum).toBe('auto');
+    expect(() => completeOptions('rmc', rmcServer, { role: 'auth' })).toThrow(
+      /--role \(config rmc\.role\) needs --redis/,
+    );
   });
 });

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isLoopbackName } from '../../src/core/admin/hosts.js';
 import { wireMessageJson } from '../../src/core/admin/wire-json.js';
+import { completeOptions } from '../../src/core/config.js';
 import { silentLogger } from '../../src/core/logger.js';
 import { ProtocolMetrics } from '../../src/core/metrics.js';
 import { WireTap } from '../../src/core/wire-tap.js';
@@ -24,6 +25,7 @@ import {
   RmcServer,
   registerBuiltins,
   rmc,
+  rmcServer,
   startRmcTransports,
   TicketGrantingProtocol,
 } from '../../src/protocols/rmc/index.js';
@@ -54,7 +56,13 @@ describe('the rmc wire view over a classic PRUDP server', () => {
     const store = new MemoryStore();
     const t = await startRmcTransports(
       server,
-      { host: '127.0.0.1', port: 0, prudpProfile: 'classic', prudpAccessKey: KEY, transport: 'prudp' },
+      completeOptions('rmc', rmcServer, {
+        host: '127.0.0.1',
+        port: 0,
+        prudpProfile: 'classic',
+        prudpAccessKey: KEY,
+        transport: 'prudp',
+      }),
       { log: silentLogger(), metrics, dataDir },
       store,
       (secureUrl) => registerBuiltins(server, { store, secureUrl }),

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { wireMessageJson } from '../../src/core/admin/wire-json.js';
 import { ConfigError } from '../../src/core/errors.js';
 import { WIRE_TAP_DEFAULTS, WireTap } from '../../src/core/wire-tap.js';
+import { elapse, waitFor } from '../helpers/wait.js';
 
 describe('WireTap', () => {
   it('records nothing until armed, and disarms armedForMs after the last read', async () => {
@@ -16,12 +17,11 @@ describe('WireTap', () => {
     expect(tap.armed).toBe(true);
     tap.record('client', 1, 'tcp', Buffer.from('abc'));
     expect(tap.seen).toBe(1);
-    await new Promise((r) => setTimeout(r, 60));
+    await elapse(60, 'part of armedForMs passes before the next read');
     tap.arm(); // a read keeps it armed
-    await new Promise((r) => setTimeout(r, 60));
+    await elapse(60, 'more than armedForMs since the first read, less since the second');
     expect(tap.armed).toBe(true);
-    await new Promise((r) => setTimeout(r, 200));
-    expect(tap.armed).toBe(false);
+    await waitFor(() => !tap.armed, { what: 'the tap to disarm armedForMs after the last read' });
     expect(armedEvents).toEqual([true, false]);
     armedEvents = [];
     tap.close();

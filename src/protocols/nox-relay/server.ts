@@ -7,6 +7,7 @@
 
 import type dgram from 'node:dgram';
 import type { Logger } from 'pino';
+import { addressKey, ConnectionTable, CloseReason as SeamCloseReason } from '../../core/connection.js';
 import {
   type FramedConnection,
   type FramedTcpServer,
@@ -16,7 +17,6 @@ import {
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint } from '../../core/server.js';
-import { addressKey } from '../../core/tcp.js';
 import { TokenBucket } from '../../core/token-bucket.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { WireTap } from '../../core/wire-tap.js';
@@ -184,6 +184,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      this.udpTable.closing();
+      for (const c of this.clients.values()) c.closeReason ??= SeamCloseReason.ServerClosing;
       if (this.timer !== undefined) clearInterval(this.timer);
       for (const inst of this.instances.values())
         if (inst.flushTimer !== undefined) clearTimeout(inst.flushTimer);
@@ -206,6 +208,14 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     client.send(this.encode(uid, message), priority);
   }
 
+  /** The connection seam's table of UDP sessions (events; the caps are this server's own, above). */
+  readonly udpTable = new ConnectionTable<RelayClient>({
+    protocol: 'nox-relay',
+    transport: 'udp',
+    maxConnections: Number.POSITIVE_INFINITY,
+    maxConnectionsPerIp: 0,
+  });
+
   disconnect(client: RelayClient, reason: string, quitType: number): void {
     // A half-open UDP source never sent a second packet: nothing more is sent to it.
     if (!client.halfOpen) this.send(client, 0, { type: 'Disconnect', reason }, Priority.Critical);
@@ -227,6 +237,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     if (client.transport === 'udp') {
       this.udpClients.delete(client.key);
       decrement(this.udpPerIp, client.addressKey);
+      this.udpTable.release(client, client.closeReason ?? quitReason(quitType));
     } else {
       this.tcpClients--;
       decrement(this.tcpPerIp, client.addressKey);
@@ -327,6 +338,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   /** Counts a close and, at debug level, logs it with the client it concerns. */
   private noteClose(reason: CloseReason, client?: RelayClient, ip?: string): void {
     this.metrics.close(reason);
+    if (client !== undefined) client.closeReason ??= reason;
     if (this.log.isLevelEnabled('debug')) {
       this.log.debug(
         {
@@ -362,6 +374,10 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   private register(client: RelayClient): void {
     this.clients.set(client.id, client);
+    client.closer = (reason) => {
+      this.metrics.close(reason);
+      this.disconnect(client, 'Disconnected by the server.', QuitType.UnknownError);
+    };
     client.wireTap = this.wireTap;
     let shared = this.addressBuckets.get(client.addressKey);
     if (shared === undefined) {
@@ -545,8 +561,13 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.admission.add(client);
     }
     this.register(client);
+    // On the seam from its first datagram; announced once it is more than half-open.
+    this.udpTable.admit(client);
+    if (!client.halfOpen) this.udpTable.announce(client);
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
+    client.messagesIn++;
+    client.bytesIn += msg.length;
     if (this.wireTap?.armed) this.wireTap.record('client', client.id, 'udp', msg);
     client.allowRequest(client.createdAt);
     try {
@@ -591,6 +612,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     this.admission.remove(client);
     if (!client.addressProven) this.unprovenUdp.add(client);
+    this.udpTable.announce(client);
     return true;
   }
 
@@ -630,8 +652,12 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   onPacket(client: RelayClient, buf: Buffer, start: number, end: number, depth: number): void {
     if (client.closed) return;
     this.metrics.received++;
+    client.messagesIn++;
     // Bytes once, as they arrived: inner packets (Reliable, reassembled segments) are already in.
-    if (depth === 0) this.metrics.bytesReceived += end - start;
+    if (depth === 0) {
+      this.metrics.bytesReceived += end - start;
+      client.bytesIn += end - start;
+    }
     if (this.wireTap?.armed) this.wireTap.record('client', client.id, client.transport, buf, start, end);
     const now = performance.now();
     if (!client.allowRequest(now)) {
@@ -688,6 +714,20 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       }
       this.reassembly.expire(c, now);
     }
+  }
+}
+
+/** The seam's close reason of a client dropped without a reason noted, from its quit type. */
+function quitReason(quitType: number): string {
+  switch (quitType) {
+    case QuitType.Normal:
+      return CloseReason.Disconnect;
+    case QuitType.Timeout:
+      return CloseReason.Timeout;
+    case QuitType.ConfigurationError:
+      return CloseReason.BadProtocol;
+    default:
+      return SeamCloseReason.PeerClosed;
   }
 }
 

@@ -4,8 +4,8 @@
  */
 
 import type dgram from 'node:dgram';
+import { addressKey, type Connection } from '../../core/connection.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
-import { addressKey } from '../../core/tcp.js';
 import { TokenBucket } from '../../core/token-bucket.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { Priority } from './constants.js';
@@ -57,7 +57,12 @@ export interface SegmentSession {
 
 export type AuthState = 'none' | 'pending' | 'done';
 
-export class RelayClient {
+/**
+ * One client of the relay (a TCP connection or a UDP session), and a connection of the seam:
+ * messages are relay packets (those inside a datagram or a frame counted one by one), bytes the
+ * packets' bytes.
+ */
+export class RelayClient implements Connection {
   readonly id: number;
   readonly transport: 'tcp' | 'udp';
   readonly ip: string;
@@ -99,6 +104,14 @@ export class RelayClient {
   udpBytesIn = 0;
   udpBytesOut = 0;
   closed = false;
+  /** Why it closed (the first reason noted); the seam's `close` event carries it. */
+  closeReason: string | undefined = undefined;
+  /** Set by the server: ends this client (a Disconnect, then it is dropped). */
+  closer: ((reason: string) => void) | undefined = undefined;
+  bytesIn = 0;
+  bytesOut = 0;
+  messagesIn = 0;
+  messagesOut = 0;
   /** The server's wire tap (the admin endpoint's wire view). */
   wireTap: WireTap | undefined = undefined;
   /** This client's request budget. */
@@ -155,6 +168,25 @@ export class RelayClient {
     this.requests = new TokenBucket(limits.maxRequestsPerSecond, limits.maxRequestBurst, this.lastSeen);
   }
 
+  get remoteAddress(): string {
+    return this.ip;
+  }
+
+  get remotePort(): number {
+    return this.port;
+  }
+
+  get open(): boolean {
+    return !this.closed;
+  }
+
+  /** Ends the client for `reason`: a Disconnect (within its budget), then it is dropped. */
+  close(reason = 'closed_by_server'): void {
+    if (this.closed) return;
+    this.closeReason ??= reason;
+    this.closer?.(reason);
+  }
+
   /** Bytes this client may still be sent: unlimited once its address is proven (always on TCP). */
   get sendBudget(): number {
     if (this.addressProven) return Number.POSITIVE_INFINITY;
@@ -208,7 +240,7 @@ export class RelayClient {
    * Under congestion Low and Normal go first, then High; Critical always goes, but a TCP client
    * whose queue reaches the close limit, or stays over the soft limit too long, is closed.
    */
-  send(bytes: Buffer, priority: Priority): boolean {
+  send(bytes: Buffer, priority: Priority = Priority.Normal): boolean {
     if (this.closed) return false;
     const l = this.limits;
     if (!this.addressProven && bytes.length > this.sendBudget) {
@@ -234,6 +266,8 @@ export class RelayClient {
       this.metrics.sent++;
       this.metrics.bytesSent += bytes.length;
       if (this.wireTap?.armed) this.wireTap.record('server', this.id, 'tcp', bytes);
+      this.messagesOut++;
+      this.bytesOut += bytes.length;
       this.socket.write(bytes);
       return true;
     }
@@ -251,6 +285,8 @@ export class RelayClient {
     this.metrics.sent++;
     this.metrics.bytesSent += bytes.length;
     if (this.wireTap?.armed) this.wireTap.record('server', this.id, 'udp', bytes);
+    this.messagesOut++;
+    this.bytesOut += bytes.length;
     this.udp!.send(bytes, this.port, this.ip);
     return true;
   }

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HyperscapeMessage, hyperscapePacket, LoginProtocol } from '../../../src/protocols/rmc/index.js';
 import { type Codec, decode } from '../../../src/wire/index.js';
 import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
+import { elapse } from '../../helpers/wait.js';
 import { SEED_ERROR_RESPONSE_HEX, SEED_REGISTER_REQUEST_HEX, SEED_URLS, seedRequest } from './fixtures.js';
 import { RawPeer } from './helpers.js';
 
@@ -166,7 +167,7 @@ describe('gamewire serve rmc + gamewire rmc call', () => {
     try {
       peer.write(seedRequest());
       const frames = await peer.waitFrames(1);
-      await new Promise((r) => setTimeout(r, 100));
+      await elapse(100, 'exactly one response: no second may come');
       expect(frames).toHaveLength(1);
       const msg = decode(hyperscapePacket as Codec<HyperscapeMessage>, frames[0]!);
       expect(msg).toMatchObject({ type: 'response', callId: 6, method: 'LoginProtocol::Register_V1*' });

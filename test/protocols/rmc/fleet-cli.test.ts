@@ -23,6 +23,7 @@ import {
 } from '../../../src/protocols/rmc/index.js';
 import { BIN, ROOT } from '../../helpers/cli.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 const TTL_MS = 3000;
 
@@ -123,16 +124,7 @@ async function player(port: number, token: string, transport: 'tcp' | 'prudp' = 
 }
 
 const until = async (what: string, f: () => Promise<boolean>, ms = 20_000) => {
-  const end = Date.now() + ms;
-  for (;;) {
-    try {
-      if (await f()) return;
-    } catch {
-      // Not yet.
-    }
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitFor(f, { what, timeoutMs: ms, intervalMs: 100, retryErrors: true });
 };
 
 let redis: RedisServer | undefined;
@@ -286,7 +278,7 @@ describe('rmc fleet from the CLI: one auth server, two secure servers, one Redis
   it('kill -9 of a secure server: once its TTL has run out, every login goes to the other', async (ctx) => {
     if (redis === undefined) return ctx.skip();
     await stop(s1.child, 'SIGKILL');
-    await new Promise((r) => setTimeout(r, TTL_MS + 1500));
+    await elapse(TTL_MS + 1500, 'the TTL of the killed node must run out');
     for (let i = 0; i < 6; i++) expect((await authLogin(auth.port, `after-kill-${i}`)).port).toBe(s2.port);
     // The survivor still serves.
     const frank = await player(s2.port, 'frank');

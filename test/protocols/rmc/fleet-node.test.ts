@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { completeOptions } from '../../../src/core/config.js';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import { RedisNodeRegistry } from '../../../src/core/node-registry.js';
@@ -30,6 +31,7 @@ import {
 const KEY = 'yl4NG7qZ';
 
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 let redis: RedisServer | undefined;
 const dirs: string[] = [];
@@ -58,9 +60,8 @@ async function start(
   sharedDataDir?: string,
 ): Promise<{ server: RmcFleetServer; metrics: ProtocolMetrics }> {
   const def = rmc.server!;
-  const options: Record<string, unknown> = {};
-  for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
-  Object.assign(options, { host: '127.0.0.1', port: 0 }, extra);
+  // What `gamewire serve` gives start(): checked, every default filled.
+  const options = completeOptions('rmc', def, { host: '127.0.0.1', port: 0, ...extra });
   const dataDir = sharedDataDir ?? mkdtempSync(path.join(os.tmpdir(), 'gw-rmc-node-'));
   if (sharedDataDir === undefined) dirs.push(dataDir);
   const metrics = new ProtocolMetrics('rmc');
@@ -77,8 +78,19 @@ const portOf = (s: RmcFleetServer) => s.endpoints.find((e) => e.transport === 't
 
 describe('rmc fleet node', () => {
   it('--role auth|secure without --redis, or an unknown role, is a usage error naming the choices', async () => {
-    await expect(start({ role: 'secure' })).rejects.toMatchObject({ code: 'ERR_USAGE' });
-    await expect(start({ role: 'relay' })).rejects.toThrow(/auth\|secure\|all/);
+    await expect(start({ role: 'secure' })).rejects.toMatchObject({
+      code: 'ERR_CONFIG',
+      message: expect.stringMatching(/--role \(config rmc\.role\) needs --redis/),
+    });
+    await expect(start({ role: 'relay' })).rejects.toThrow(/"relay" is not one of auth, secure, all/);
+    // A hand-built options object (no schema) meets the same refusal in start().
+    const options = completeOptions('rmc', rmc.server!, { host: '127.0.0.1', port: 0 });
+    await expect(
+      rmc.server!.start(
+        { ...options, role: 'auth' },
+        { log: silentLogger(), metrics: new ProtocolMetrics('rmc'), dataDir: os.tmpdir() },
+      ),
+    ).rejects.toThrow(/needs --redis/);
     await expect(
       start({ role: 'secure', redis: 'redis://127.0.0.1:1', store: '/tmp/x.log' }),
     ).rejects.toMatchObject({
@@ -133,8 +145,7 @@ describe('rmc fleet node', () => {
     await server.drain();
     expect((await registry.live('rmc-secure'))[0]).toMatchObject({ draining: true, load: 1 });
     await c.close();
-    for (let i = 0; i < 200 && server.players() > 0; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(server.players()).toBe(0);
+    await waitFor(() => server.players() === 0, { what: 'the player gone' });
   });
 
   it('a draining secure server gets no logins from the auth server; with none left, logins fail with ConnectionFailure', async (ctx) => {
@@ -244,7 +255,7 @@ describe('rmc fleet node', () => {
     await Promise.all([session, other]);
     expect(order).toEqual(['datacenters', 'session RendezVous:1']);
     // After the pause, the store answers again.
-    await new Promise((r) => setTimeout(r, 1500));
+    await elapse(1500, 'the Redis CLIENT PAUSE (1.5 s) must end');
     await c.call(SessionProtocol, 'CreateSession_V1', {
       sessionType: 'PartySession',
       sessionId: Buffer.alloc(16, 2),

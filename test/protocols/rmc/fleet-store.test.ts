@@ -32,6 +32,7 @@ import {
   sessionHandlers,
 } from '../../../src/protocols/rmc/index.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 interface Limits {
   maxAccounts?: number;
@@ -176,11 +177,7 @@ async function serve(built: Built, l: Limits) {
 }
 
 const until = async (f: () => Promise<boolean> | boolean, ms = 10_000) => {
-  const end = Date.now() + ms;
-  while (!(await f())) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(f, { what: String(f), timeoutMs: ms, intervalMs: 20 });
 };
 
 for (const backend of backends) {
@@ -677,7 +674,7 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     await until(() => !a.conn.up && !b.conn.up);
     await c.registry.close();
     c.conn.client.disconnect();
-    await new Promise((r) => setTimeout(r, TTL + 700));
+    await elapse(TTL + 700, 'the outage must outlast the node TTL');
     // a is slow to come back (its reconnection backs off longer): b comes back first and acts.
     a.conn.client.disconnect();
     await own.start();
@@ -716,7 +713,7 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     expect((await b.registry.live('rmc-secure')).map((n) => n.id).sort()).toEqual(['a', 'b']);
     // Past the grace (two TTLs, and at least a TTL plus 8 s, after beats resumed), a sweep drops
     // c's records and keeps a's.
-    await new Promise((r) => setTimeout(r, Math.max(2 * TTL, TTL + 8000) + 300));
+    await elapse(Math.max(2 * TTL, TTL + 8000) + 300, 'the sweep grace must pass');
     await sweepPass(b.store, { pauseMs: 0 });
     await sweepPass(b.sessions, { pauseMs: 0 });
     expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(0);

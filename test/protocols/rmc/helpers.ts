@@ -148,8 +148,6 @@ export class RawPeer {
   }
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** A connection of the seam for an in-memory RMC transport (the dispatcher tests' sink stands on it). */
 export function memoryPeer(remoteAddress: string, remotePort: number): SeamConnection {
   return {

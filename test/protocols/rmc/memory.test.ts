@@ -12,7 +12,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LoginProtocol } from '../../../src/protocols/rmc/index.js';
 import { ROOT } from '../../helpers/cli.js';
-import { RawPeer, sleep, typedRequestFrame } from './helpers.js';
+import { elapse } from '../../helpers/wait.js';
+import { RawPeer, typedRequestFrame } from './helpers.js';
 
 function rssBytes(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -87,7 +88,7 @@ describe('rmc: memory under partial-frame floods (spawned server, default limits
     // Give the server time to read everything it is willing to hold.
     let holding = 0;
     for (let i = 0; i < 20; i++) {
-      await sleep(150);
+      await elapse(150, 'the peak is sampled over three seconds');
       holding = Math.max(holding, rssBytes(child.pid!));
     }
     // 200 × 1 MiB would be over 200 MB (the code before the input budgets reached 293 MB).

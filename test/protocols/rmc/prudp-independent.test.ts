@@ -21,6 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { deflateSync, inflateSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const BIN = path.join(ROOT, 'bin/gamewire.js');
@@ -246,7 +247,7 @@ class IndependentClient {
 
   /** Nothing matching arrives within `ms`. */
   async none(pred: (p: Pkt) => boolean, ms: number): Promise<boolean> {
-    await new Promise((r) => setTimeout(r, ms));
+    await elapse(ms, 'nothing matching may arrive within the window');
     return !this.inbox.some(pred);
   }
 
@@ -507,8 +508,17 @@ describe('independent PRUDP client vs `gamewire serve rmc --prudp-profile classi
         encodeClassic(classicRequest(10, 0x1003, 1, qstr('x'))),
       );
       bad[bad.length - 1] ^= 0x5a;
-      await new Promise((r) => setTimeout(r, 100));
-      c.inbox.length = 0; // the acks of the calls above
+      // The acks of the calls above: wait until none has arrived for 100 ms, then forget them.
+      let seen = -1;
+      await waitFor(
+        () => {
+          const quiet = c.inbox.length === seen;
+          seen = c.inbox.length;
+          return quiet;
+        },
+        { what: 'the acks of the calls above to stop', intervalMs: 100 },
+      );
+      c.inbox.length = 0;
       c.send(bad);
       expect(await c.none((p) => p.type === 2, 700)).toBe(true);
 

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { completeOptions } from '../../../src/core/config.js';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import {
@@ -23,6 +24,7 @@ import {
   RmcClient,
   RmcServer,
   registerBuiltins,
+  rmcServer,
   SecureConnectionProtocol,
   startRmcTransports,
   TicketGrantingProtocol,
@@ -44,14 +46,14 @@ async function serve(profile: 'classic' | 'hyperscape', extra: Record<string, un
   const store = new MemoryStore();
   const t = await startRmcTransports(
     server,
-    {
+    completeOptions('rmc', rmcServer, {
       host: '127.0.0.1',
       port: 0,
       prudpProfile: profile,
       prudpAccessKey: KEY,
       transport: 'prudp',
       ...extra,
-    },
+    }),
     { log, metrics, dataDir },
     store,
     (secureUrl) => registerBuiltins(server, { store, secureUrl }),

@@ -11,11 +11,14 @@ import {
   Flag,
   type HyperscapeMessage,
   hyperscapePacket,
+  newPacket,
   PacketType,
   RmcClient,
+  readPacket,
   writePacket,
 } from '../../../src/protocols/rmc/index.js';
 import { type Codec, encode, WireWriter } from '../../../src/wire/index.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { EchoProtocol, LossyProxy, type PrudpFixture, sizedData, startPrudp } from './prudp-helpers.js';
 
 const KEY = 'yl4NG7qZ';
@@ -49,11 +52,7 @@ async function client(
 
 /** Waits until `cond` holds (polling; generous for a loaded machine), or fails. */
 async function until(cond: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(cond, { what: String(cond), timeoutMs: ms, intervalMs: 20 });
 }
 
 function rawSocket(address = '127.0.0.1'): Promise<dgram.Socket> {
@@ -193,6 +192,51 @@ describe('RMC over PRUDP', () => {
     }
   });
 
+  it('issue 24: a CONNECT whose half-open entry a flood evicted is admitted by its SYN cookie; a guessed signature is not', async () => {
+    const f = await fixture({ maxHalfOpen: 1 });
+    const checksum = { width: 1 as const, keyByte: accessKeyByte(KEY) };
+    const replies: Buffer[] = [];
+    const player = await rawSocket('127.0.0.74');
+    player.on('message', (m) => replies.push(m));
+    player.send(syn(), f.port, '127.0.0.1');
+    await until(() => replies.length === 1);
+    const synAck = newPacket();
+    readPacket(replies[0]!, 0, checksum, synAck);
+    // Another source's SYN takes the only half-open slot: the player's entry is gone.
+    (await rawSocket('127.0.0.75')).send(syn(), f.port, '127.0.0.1');
+    await until(() => f.metrics.counters.get('prudp_half_open_evicted') === 1);
+    const connect = (signature: number) => {
+      const w = new WireWriter();
+      writePacket(
+        w,
+        {
+          source: 0x3f,
+          destination: 0x31,
+          type: PacketType.CONNECT,
+          flags: Flag.RELIABLE | Flag.NEED_ACK,
+          sessionId: 0x21,
+          packetSignature: signature,
+          sequenceId: 1,
+          connectionSignature: 0x0100007f,
+        },
+        undefined,
+        checksum,
+      );
+      return w.toBuffer();
+    };
+    // A guess from a third source (no SYN-ACK seen): dropped.
+    (await rawSocket('127.0.0.76')).send(connect(synAck.connectionSignature ^ 1), f.port, '127.0.0.1');
+    await until(() => (f.metrics.dropped.get('prudp_unknown_connection') ?? 0) === 1);
+    player.send(connect(synAck.connectionSignature), f.port, '127.0.0.1');
+    await until(() => replies.length === 2);
+    const ack = newPacket();
+    readPacket(replies[1]!, 0, checksum, ack);
+    expect(ack.type).toBe(PacketType.CONNECT);
+    expect(ack.flags & Flag.ACK).toBe(Flag.ACK);
+    expect(f.prudp.connections).toBe(1);
+    expect(f.metrics.counters.get('prudp_cookie_connects')).toBe(1);
+  });
+
   it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async () => {
     const f = await fixture({ maxHalfOpenPerIp: 5, maxHalfOpen: 100 });
     const sockets = await Promise.all(Array.from({ length: 12 }, () => rawSocket('127.0.0.70')));
@@ -256,7 +300,7 @@ describe('RMC over PRUDP', () => {
     s.on('message', (m) => got.push(m));
     s.send(syn(), f.port, '127.0.0.1');
     await until(() => f.metrics.dropped.get('prudp_amplification') === 1);
-    await new Promise((r) => setTimeout(r, 200));
+    await elapse(200, 'no reply may come to an unproven source over its budget');
     expect(got).toHaveLength(0);
     expect(f.metrics.dropped.get('prudp_amplification')).toBe(1);
   });
@@ -274,7 +318,7 @@ describe('RMC over PRUDP', () => {
   it('client PINGs keep an idle connection alive', async () => {
     const f = await fixture({ idleTimeoutMs: 1500 });
     const c = await client(f.port, { prudp: { pingIntervalMs: 200 } });
-    await new Promise((r) => setTimeout(r, 3000));
+    await elapse(3000, 'twice the idle timeout: the PINGs must keep the connection');
     expect(f.prudp.connections).toBe(1);
     const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('alive') });
     expect(r.data.toString()).toBe('alive');

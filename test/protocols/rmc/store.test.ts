@@ -19,6 +19,7 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AccountFileError, loadAccountLog } from '../../../src/protocols/rmc/account-log.js';
 import { MemoryStore } from '../../../src/protocols/rmc/index.js';
+import { elapse } from '../../helpers/wait.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
@@ -69,7 +70,7 @@ describe('rmc account log', () => {
     await store.whenSaved();
     const before = lines(file).length;
     for (let i = 0; i < 50; i++) store.login('ann', `Ann ${i}`);
-    await new Promise((r) => setTimeout(r, 50));
+    await elapse(50, 'nothing may be written before the save delay');
     expect(lines(file)).toHaveLength(before);
     await store.flush();
     expect(lines(file)).toHaveLength(before + 1);

@@ -105,6 +105,19 @@ describe('Md5ChainPool: worker threads, a bounded queue', () => {
     await expect(p.run(seed, 12, 1)).resolves.toEqual(md5Chain(seed, 12, 1));
   });
 
+  it('a worker that dies fails its own job only; the queue goes on on a fresh thread', async () => {
+    const p = pool({ workers: 1 });
+    const seed = Buffer.from('z');
+    const running = p.run(seed, 300_000, 1);
+    const queued = p.run(seed, 7, 1);
+    await waitFor(() => p.running === 1, { what: 'the job to start' });
+    const slots = (p as unknown as { slots: { worker: { terminate(): Promise<number> } }[] }).slots;
+    await slots[0]!.worker.terminate();
+    await expect(running).rejects.toThrow(/exited/);
+    await expect(queued).resolves.toEqual(md5Chain(seed, 7, 1));
+    await expect(p.run(seed, 8, 1)).resolves.toEqual(md5Chain(seed, 8, 1));
+  });
+
   it('close() fails what waits and stops the threads', async () => {
     const p = new Md5ChainPool({ workers: 1 });
     const running = p.run(Buffer.from('y'), 200_000, 1);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { clientHelloBody, handshakeMessage } from '../../../src/transports/dtls/handshake.js';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { plainRecord } from '../../../src/transports/dtls/record.js';
+import { elapse } from '../../helpers/wait.js';
 import {
   hasProgram,
   plaintextHandshakeTypes,
@@ -23,8 +24,6 @@ function clientHello(cookie: Buffer, random: Buffer, messageSeq: number): Buffer
     handshakeMessage(1, messageSeq, body),
   );
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('retransmission of the final flight', () => {
   it('resends CCS+Finished for a repeated client flight, never more bytes than an unauthenticated copy, and not after data', async () => {
@@ -50,15 +49,15 @@ describe('retransmission of the final flight', () => {
       n = proxy.fromServer.length;
       proxy.inject(ckeOnly);
       await waitFor(() => srv.drops.includes('amplification'), 'the amplification drop');
-      await sleep(200);
+      await elapse(200, 'nothing may be resent to an unproven copy');
       expect(proxy.fromServer.length).toBe(n);
       // Once application data arrived, the client has our Finished: nothing is resent any more.
       client.send(Buffer.from('data'));
       await waitFor(() => srv.messages.length === 1, 'the data');
-      await sleep(100);
+      await waitFor(() => proxy.fromServer.some((d) => recordTypes(d).includes(23)), 'the echo at the proxy');
       n = proxy.fromServer.length;
       proxy.inject(finalFlight);
-      await sleep(300);
+      await elapse(300, 'after data, a repeated final flight must get nothing');
       expect(proxy.fromServer.length).toBe(n);
       expect(srv.server.stats().associations).toBe(1);
     } finally {

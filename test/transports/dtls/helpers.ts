@@ -8,7 +8,7 @@ import {
   DtlsServer,
   type DtlsServerOptions,
 } from '../../../src/transports/dtls/index.js';
-import { waitFor as waitUntil } from '../../helpers/wait.js';
+import { elapse, waitFor as waitUntil } from '../../helpers/wait.js';
 
 /**
  * Which record layer the echo servers of these tests use: `js` (the default: the server's own
@@ -238,7 +238,7 @@ export async function sendAndCollect(
   const onMessage = (m: Buffer) => replies.push(Buffer.from(m));
   s.on('message', onMessage);
   for (const d of datagrams) s.send(d, port, '127.0.0.1');
-  await new Promise((r) => setTimeout(r, waitMs));
+  await elapse(waitMs, 'every reply within the window is collected (the caller checks how many)');
   s.off('message', onMessage);
   if (own) await new Promise<void>((resolve) => s.close(() => resolve()));
   return replies;

@@ -11,6 +11,7 @@ import {
   DtlsServer,
 } from '../../../src/transports/dtls/index.js';
 import { plainRecord } from '../../../src/transports/dtls/record.js';
+import { elapse } from '../../helpers/wait.js';
 import {
   hasProgram,
   plaintextHandshakeTypes,
@@ -237,13 +238,13 @@ describe('the reconnection-probe rule', () => {
       const before = proxy.fromServer.length;
       proxy.inject(clientHello());
       await waitFor(() => srv.drops.includes('probe'), 'the probe drop');
-      await new Promise((r) => setTimeout(r, 300));
+      await elapse(300, 'a probe must get no answer at all');
       expect(proxy.fromServer.length).toBe(before); // no HVR, no ServerHello, no alert
       // The association is untouched.
       client.send(Buffer.from('still alive'));
       await waitFor(() => got.length === 2, 'the second echo');
       // Quiet for longer than probeQuietMs: a hello now starts a new handshake (an HVR).
-      await new Promise((r) => setTimeout(r, 1700));
+      await elapse(1700, 'quiet for longer than probeQuietMs');
       const quietFrom = proxy.fromServer.length;
       proxy.inject(clientHello());
       await waitFor(() => proxy.fromServer.length > quietFrom, 'the HVR');
@@ -261,7 +262,10 @@ describe('the reconnection-probe rule', () => {
     const proxy = await startProxy(srv.port);
     const first = await DtlsClient.connect(connectOptions(proxy.port, srv.identity, srv.psk));
     try {
-      await new Promise((r) => setTimeout(r, 400));
+      await elapse(
+        400,
+        'past probeQuietMs (200 ms): a hello from this address is a new handshake, not a probe',
+      );
       // A half-done re-handshake (hello, HVR, hello with cookie, ServerHello): the old association stays.
       const random = randomBytes(32);
       const hvr = await (async () => {
@@ -282,7 +286,10 @@ describe('the reconnection-probe rule', () => {
       expect(srv.closes).toEqual([]);
       // A complete new handshake from the same 5-tuple (the proxy's socket) replaces it.
       first.removeAllListeners('message');
-      await new Promise((r) => setTimeout(r, 400));
+      await elapse(
+        400,
+        'past probeQuietMs (200 ms): a hello from this address is a new handshake, not a probe',
+      );
       const second = await DtlsClient.connect(connectOptions(proxy.port, srv.identity, srv.psk));
       await waitFor(() => srv.closes.includes('replaced'), 'the replaced close');
       expect(srv.associations).toHaveLength(2);

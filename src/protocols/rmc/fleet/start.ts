@@ -34,7 +34,7 @@ import {
   type SessionSummary,
   sessionHandlers,
 } from '../protocols/session.js';
-import { startRmcTransports } from '../prudp/serve.js';
+import { type PrudpServeOptions, startRmcTransports } from '../prudp/serve.js';
 import type { RmcServer } from '../server.js';
 import type { LoginSessionRecord } from '../store.js';
 import { type FleetStoreContext, STORE_UNAVAILABLE_ERROR } from './control-plane.js';
@@ -45,14 +45,6 @@ import { FleetSweeper } from './sweep.js';
 
 export const RMC_ROLES = ['auth', 'secure', 'all'] as const;
 export type RmcRole = (typeof RMC_ROLES)[number];
-
-/** The role from the options (default `all`); anything else is a UsageError naming the choices. */
-export function roleOf(options: Record<string, unknown>): RmcRole {
-  const v = options.role ?? 'all';
-  if (typeof v !== 'string' || !(RMC_ROLES as readonly string[]).includes(v))
-    throw new UsageError(`rmc: --role must be one of ${RMC_ROLES.join('|')}, got ${JSON.stringify(v)}`);
-  return v as RmcRole;
-}
 
 export interface RmcFleetOptions {
   role: RmcRole;
@@ -100,7 +92,7 @@ function nodeEndpoints(endpoints: readonly Endpoint[]): NodeEndpoint[] {
 
 export async function startRmcFleet(
   server: RmcServer,
-  options: Record<string, unknown>,
+  options: PrudpServeOptions,
   ctx: ServerContext,
   o: RmcFleetOptions,
 ): Promise<RmcFleetServer> {

@@ -4,7 +4,7 @@
  */
 
 export interface RegistrationLimits {
-  /** New accounts one address may create per hour, also the burst (default 20; 0 = no limit). */
+  /** New accounts one address may create per hour, also the burst (default 256; 0 = no limit). */
   perIpPerHour?: number;
   /** New accounts the whole server creates per hour, also the burst (default 10 000; 0 = no limit). */
   perHour?: number;
@@ -12,7 +12,8 @@ export interface RegistrationLimits {
   maxTrackedAddresses?: number;
 }
 
-export const DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR = 20;
+/** A venue or campus NAT of new players registers at once (issue 24): 20 refused the 21st. */
+export const DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR = 256;
 export const DEFAULT_REGISTRATIONS_PER_HOUR = 10_000;
 
 const HOUR_MS = 3_600_000;

@@ -12,19 +12,14 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ConfigError } from '../../../core/errors.js';
+import { option, type ServerOptions, serveOptions } from '../../../core/options.js';
 import type { Endpoint, ServeOption, ServerContext } from '../../../core/server.js';
 import type { CallContext, RmcConnection } from '../dispatcher.js';
 import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols/secure-connection.js';
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
 import type { AccountStore } from '../store.js';
-import {
-  defaultMaxConnectionsPerIp,
-  PRUDP_DEFAULTS,
-  PRUDP_PROFILES,
-  type PrudpProfile,
-} from './constants.js';
+import { defaultMaxConnectionsPerIp, PRUDP_DEFAULTS, PRUDP_PROFILES } from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
@@ -33,169 +28,114 @@ import { defaultKeyWorkers, Md5ChainPool, UserKeyCache } from './user-keys.js';
 
 export const RMC_TRANSPORTS = ['both', 'prudp', 'tcp'] as const;
 
-export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = [
-  {
-    key: 'transport',
+/** The transport and PRUDP options of `gamewire serve rmc`, declared once (src/core/options.ts). */
+export const PRUDP_OPTIONS = {
+  transport: option.string({
     flag: '--rmc-transport <t>',
     description: 'rmc: prudp (UDP), tcp (u32-framed) or both, on the same port',
-    type: 'string',
     default: 'both',
     choices: RMC_TRANSPORTS,
-  },
-  {
-    key: 'prudpProfile',
+  }),
+  prudpProfile: option.string({
     flag: '--prudp-profile <p>',
     description:
       'rmc: PRUDP profile, hyperscape (string-named RMC, ECDH+AES) or classic (packed RMC, RC4, Kerberos)',
-    type: 'string',
     default: 'hyperscape',
     choices: PRUDP_PROFILES,
-  },
-  {
-    key: 'prudpAccessKey',
+  }),
+  prudpAccessKey: option.string({
     flag: '--prudp-access-key <key>',
     description: "rmc: PRUDP sandbox access key, or auto (learn each client's from its SYN)",
-    type: 'string',
     default: 'auto',
     secret: true,
-  },
-  {
-    key: 'prudpChecksum',
+  }),
+  prudpChecksum: option.string({
     flag: '--prudp-checksum <w>',
     description: 'rmc: PRUDP checksum width 1 or 4, or auto (from the SYN length)',
-    type: 'string',
     default: 'auto',
     choices: ['auto', '1', '4'],
-  },
-  {
-    key: 'prudpPublicHost',
+    parse: (w): 'auto' | 1 | 4 => (w === 'auto' ? 'auto' : w === '1' ? 1 : 4),
+  }),
+  prudpPublicHost: option.string({
     flag: '--prudp-public-host <host>',
     description: 'rmc: address written into StationURLs (default: the bind address, 127.0.0.1 for 0.0.0.0)',
-    type: 'string',
-  },
-  {
-    key: 'prudpPassword',
+  }),
+  prudpPassword: option.string({
     flag: '--prudp-password <pass>',
     description: "rmc (classic): the password every account's Kerberos key derives from",
-    type: 'string',
     default: 'gamewire',
     secret: true,
-  },
-  {
-    key: 'prudpKeyWorkers',
+  }),
+  prudpKeyWorkers: option.int({
     flag: '--prudp-key-workers <n>',
     description: 'rmc (classic): worker threads that derive Kerberos user keys (0: CPUs - 1, at least 1)',
-    type: 'int',
     default: 0,
     min: 0,
-  },
-  {
-    key: 'prudpKeyQueue',
+  }),
+  prudpKeyQueue: option.int({
     flag: '--prudp-key-queue <n>',
     description:
       'rmc (classic): key derivations waiting for a worker before further logins are refused (RendezVous::ConnectionFailure)',
-    type: 'int',
     default: 1024,
     min: 0,
-  },
-  {
-    key: 'prudpMaxConnections',
+  }),
+  prudpMaxConnections: option.int({
     flag: '--prudp-max-connections <n>',
     description: 'rmc: most PRUDP connections (open and half-open)',
-    type: 'int',
     default: PRUDP_DEFAULTS.maxConnections,
     min: 1,
-  },
-  {
-    key: 'prudpMaxConnectionsPerIp',
+  }),
+  prudpMaxConnectionsPerIp: option.int({
     flag: '--prudp-max-connections-per-ip <n>',
     description:
       'rmc: most PRUDP connections from one IP address (default max(64, prudp-max-connections / 4): a NAT of players fits)',
-    type: 'int',
     min: 1,
-  },
-  {
-    key: 'prudpMaxHalfOpen',
+  }),
+  prudpMaxHalfOpen: option.int({
     flag: '--prudp-max-half-open <n>',
     description: 'rmc: most PRUDP connections between SYN and CONNECT; when full, a SYN evicts the oldest',
-    type: 'int',
     default: PRUDP_DEFAULTS.maxHalfOpen,
     min: 1,
-  },
-  {
-    key: 'prudpMaxHalfOpenPerIp',
+  }),
+  prudpMaxHalfOpenPerIp: option.int({
     flag: '--prudp-max-half-open-per-ip <n>',
     description: 'rmc: most PRUDP connections between SYN and CONNECT from one IP address',
-    type: 'int',
     default: PRUDP_DEFAULTS.maxHalfOpenPerIp,
     min: 1,
-  },
-  {
-    key: 'prudpIdleTimeoutMs',
+  }),
+  prudpIdleTimeoutMs: option.int({
     flag: '--prudp-idle-timeout-ms <ms>',
     description: 'rmc: drop PRUDP connections silent this long',
-    type: 'int',
     default: PRUDP_DEFAULTS.idleTimeoutMs,
     min: 0,
     unit: 'ms',
-  },
-  {
-    key: 'prudpMaxReassemblyBytes',
+  }),
+  prudpMaxReassemblyBytes: option.int({
     flag: '--prudp-max-reassembly-bytes <n>',
     description: 'rmc: bytes held per PRUDP connection for reassembly and early packets',
-    type: 'int',
     default: PRUDP_DEFAULTS.maxReassemblyBytes,
     min: 1024,
     unit: 'bytes',
-  },
-  {
-    key: 'prudpRetransmitMs',
+  }),
+  prudpRetransmitMs: option.int({
     flag: '--prudp-retransmit-ms <ms>',
     description: 'rmc: first PRUDP retransmission after this long (then x1.5 each time)',
-    type: 'int',
     default: PRUDP_DEFAULTS.retransmitMs,
     min: 10,
     unit: 'ms',
-  },
-  {
-    key: 'prudpMaxRetransmits',
+  }),
+  prudpMaxRetransmits: option.int({
     flag: '--prudp-max-retransmits <n>',
     description: 'rmc: PRUDP retransmissions of one packet before the connection is given up',
-    type: 'int',
     default: PRUDP_DEFAULTS.maxRetransmits,
     min: 1,
-  },
-];
+  }),
+};
 
-function num(options: Record<string, unknown>, key: string, fallback: number, min: number): number {
-  const v = options[key] ?? fallback;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < min)
-    throw new ConfigError(
-      `rmc: ${key} must be a whole number >= ${min}, got ${JSON.stringify(v)}`,
-      `rmc.${key}`,
-    );
-  return v;
-}
+export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = serveOptions(PRUDP_OPTIONS);
 
-function str<T extends string>(
-  options: Record<string, unknown>,
-  key: string,
-  choices: readonly T[],
-  dflt: T,
-): T {
-  const v = options[key] ?? dflt;
-  if (typeof v !== 'string' || !(choices as readonly string[]).includes(v))
-    throw new ConfigError(
-      `rmc: ${key} must be one of ${choices.join(', ')}, got ${JSON.stringify(v)}`,
-      `rmc.${key}`,
-    );
-  return v as T;
-}
-
-/** The PRUDP profile and RMC variant `serve rmc` runs with. */
-export function profileOf(options: Record<string, unknown>): PrudpProfile {
-  return str(options, 'prudpProfile', PRUDP_PROFILES, 'hyperscape');
-}
+/** What `startRmcTransports` reads: the options above, every default filled, and where to bind. */
+export type PrudpServeOptions = ServerOptions<typeof PRUDP_OPTIONS>;
 
 /** Loads (or creates) the Kerberos server key in the data folder, so auth and secure roles share it. */
 export function loadOrCreateKerberosKey(dir: string, file = 'prudp-kerberos.key'): Buffer {
@@ -236,22 +176,15 @@ export interface RmcRoleWiring {
  */
 export async function startRmcTransports(
   server: RmcServer,
-  options: Record<string, unknown>,
+  options: PrudpServeOptions,
   ctx: ServerContext,
   store: AccountStore,
   registerHyperscape: (secureUrl: string) => void,
   wiring: RmcRoleWiring = { role: 'all' },
 ): Promise<RmcTransports> {
-  const transport = str(options, 'transport', RMC_TRANSPORTS, 'both');
-  const profile = profileOf(options);
-  const host = (options.host as string | undefined) ?? '0.0.0.0';
-  let port = (options.port as number | undefined) ?? 9103;
-  const publicHost =
-    typeof options.prudpPublicHost === 'string'
-      ? options.prudpPublicHost
-      : host === '0.0.0.0' || host === '::'
-        ? '127.0.0.1'
-        : host;
+  const { transport, prudpProfile: profile, host } = options;
+  let port = options.port;
+  const publicHost = options.prudpPublicHost ?? (host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host);
   const authority =
     profile === 'classic' ? new KerberosAuthority(loadOrCreateKerberosKey(ctx.dataDir)) : undefined;
   const endpoints: Endpoint[] = [];
@@ -267,28 +200,22 @@ export async function startRmcTransports(
     }
     let prudp: PrudpServer | undefined;
     if (transport !== 'tcp') {
-      const checksum = str(options, 'prudpChecksum', ['auto', '1', '4'] as const, 'auto');
-      const maxConnections = num(options, 'prudpMaxConnections', PRUDP_DEFAULTS.maxConnections, 1);
+      const maxConnections = options.prudpMaxConnections;
       prudp = new PrudpServer({
         dispatcher: server.dispatcher,
         log: ctx.log,
         metrics: ctx.metrics,
         profile,
-        accessKey: typeof options.prudpAccessKey === 'string' ? options.prudpAccessKey : 'auto',
-        checksumWidth: checksum === 'auto' ? 'auto' : (Number(checksum) as 1 | 4),
+        accessKey: options.prudpAccessKey,
+        checksumWidth: options.prudpChecksum,
         maxConnections,
-        maxConnectionsPerIp: num(
-          options,
-          'prudpMaxConnectionsPerIp',
-          defaultMaxConnectionsPerIp(maxConnections),
-          1,
-        ),
-        maxHalfOpen: num(options, 'prudpMaxHalfOpen', PRUDP_DEFAULTS.maxHalfOpen, 1),
-        maxHalfOpenPerIp: num(options, 'prudpMaxHalfOpenPerIp', PRUDP_DEFAULTS.maxHalfOpenPerIp, 1),
-        idleTimeoutMs: num(options, 'prudpIdleTimeoutMs', PRUDP_DEFAULTS.idleTimeoutMs, 0),
-        maxReassemblyBytes: num(options, 'prudpMaxReassemblyBytes', PRUDP_DEFAULTS.maxReassemblyBytes, 1024),
-        retransmitMs: num(options, 'prudpRetransmitMs', PRUDP_DEFAULTS.retransmitMs, 10),
-        maxRetransmits: num(options, 'prudpMaxRetransmits', PRUDP_DEFAULTS.maxRetransmits, 1),
+        maxConnectionsPerIp: options.prudpMaxConnectionsPerIp ?? defaultMaxConnectionsPerIp(maxConnections),
+        maxHalfOpen: options.prudpMaxHalfOpen,
+        maxHalfOpenPerIp: options.prudpMaxHalfOpenPerIp,
+        idleTimeoutMs: options.prudpIdleTimeoutMs,
+        maxReassemblyBytes: options.prudpMaxReassemblyBytes,
+        retransmitMs: options.prudpRetransmitMs,
+        maxRetransmits: options.prudpMaxRetransmits,
         onConnect:
           authority !== undefined
             ? classicConnectHandler(authority)
@@ -303,13 +230,13 @@ export async function startRmcTransports(
     // The secure server is this same endpoint (PID 2, vport stream 3 / port 1).
     secureUrl = `prudps:/address=${publicHost};port=${port};CID=1;PID=2;sid=1;stream=3;type=2`;
     if (authority !== undefined) {
-      const password = typeof options.prudpPassword === 'string' ? options.prudpPassword : 'gamewire';
+      const password = options.prudpPassword;
       // Kerberos user keys come from worker threads, and the server-wide password's 1024 keys are
       // derived once now (about 0.1 s, off the event loop): logins then never wait for one.
-      const workers = num(options, 'prudpKeyWorkers', 0, 0);
+      const workers = options.prudpKeyWorkers;
       const pool = new Md5ChainPool({
         workers: workers === 0 ? defaultKeyWorkers() : workers,
-        maxQueued: num(options, 'prudpKeyQueue', 1024, 0),
+        maxQueued: options.prudpKeyQueue,
       });
       closers.push(() => pool.close());
       const userKeys = new UserKeyCache(pool);

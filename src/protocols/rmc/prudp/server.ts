@@ -14,7 +14,7 @@
  * rather than being refused, so spoofed SYNs from many addresses cannot lock players out, and
  * never touch an open connection.
  */
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import type dgram from 'node:dgram';
 import type { Logger } from 'pino';
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../../core/connection.js';
@@ -23,7 +23,7 @@ import type { Endpoint } from '../../../core/server.js';
 import { bindUdp, closeUdp } from '../../../core/udp.js';
 import { DecodeError, WireWriter } from '../../../wire/index.js';
 import type { RmcConnection, RmcDispatcher, RmcSink } from '../dispatcher.js';
-import { accessKeyByte, type ChecksumWidth, learnFromSyn } from './checksum.js';
+import { accessKeyByte, type ChecksumWidth, checksum8, checksum32, learnFromSyn } from './checksum.js';
 import {
   defaultMaxConnectionsPerIp,
   Flag,
@@ -160,12 +160,13 @@ class PrudpPeer implements Connection {
   }
 }
 
-/** Non-zero random u32 (signatures must not be 0: 0 means "not known yet"). */
-function randomSignature(): number {
-  for (;;) {
-    const v = randomBytes(4).readUInt32LE(0);
-    if (v !== 0) return v;
-  }
+/** The key byte under which `datagram`'s last `width` bytes are its checksum (undefined: none). */
+function keyByteOf(datagram: Buffer, width: 1 | 4): number | undefined {
+  const end = datagram.length - width;
+  if (end < 11) return undefined;
+  if (width === 1) return (datagram[end]! - checksum8(datagram, 0, end, 0)) & 0xff;
+  const k = (datagram.readUInt32LE(end) - checksum32(datagram, 0, end, 0)) >>> 0;
+  return k <= 0xff ? k : undefined;
 }
 
 /** The default CONNECT handler: empty payloads only (an auth-server style connection). */
@@ -185,6 +186,8 @@ export class PrudpServer {
   private readonly halfOpenPeers = new Map<string, PrudpPeer>();
   private readonly halfOpenPerIp = new Map<string, number>();
   private halfOpen = 0;
+  /** Keys the SYN-ACK signatures (SYN cookies); new for every server. */
+  private readonly cookieKey = randomBytes(32);
   private openCount = 0;
   private socket: dgram.Socket | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
@@ -318,6 +321,10 @@ export class PrudpServer {
   /** A datagram from a source without a connection: only a SYN can start one. */
   private onUnknown(msg: Buffer, key: string, address: string, port: number): void {
     const type = msg[2]! & 0x07;
+    if ((msg[2]! & Flag.ACK) === 0 && type === PacketType.CONNECT) {
+      this.onCookieConnect(msg, key, address, port);
+      return;
+    }
     if (type !== PacketType.SYN || (msg[2]! & Flag.ACK) !== 0) {
       this.metrics.drop('prudp_unknown_connection');
       return;
@@ -353,31 +360,9 @@ export class PrudpServer {
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
     const o = this.o;
-    // Per address key: IPv4, or the IPv6 /64 (one host usually holds a whole /64).
     const ipKey = addressKey(address);
-    let refused = this.table.refusalFor(ipKey);
-    if (refused === CloseReason.PerIpLimit || refused === CloseReason.ServerClosing) {
-      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
-      this.table.refuse(address, port, refused);
-      return;
-    }
-    if ((this.halfOpenPerIp.get(ipKey) ?? 0) >= (o.maxHalfOpenPerIp ?? PRUDP_DEFAULTS.maxHalfOpenPerIp)) {
-      this.metrics.drop('prudp_half_open_per_ip_limit');
-      this.table.refuse(address, port, 'half_open_per_ip_limit');
-      return;
-    }
-    // Full: the oldest half-open connection makes room; open ones are never evicted for a SYN.
-    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen) || refused !== undefined) {
-      const oldest = this.halfOpenPeers.values().next().value;
-      if (oldest !== undefined) this.remove(oldest, 'half_open_evicted');
-      refused = this.table.refusalFor(ipKey);
-    }
-    if (refused !== undefined) {
-      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
-      this.table.refuse(address, port, refused);
-      return;
-    }
-    const serverSignature = randomSignature();
+    if (!this.makeRoom(address, port, ipKey)) return;
+    const serverSignature = this.cookie(address, port, p.source, checksum, this.epoch());
     const w = this.scratch;
     w.reset();
     writePacket(
@@ -400,16 +385,145 @@ export class PrudpServer {
       this.metrics.drop('prudp_amplification');
       return;
     }
-    const peer = new PrudpPeer(this, key, address, port, p.source, checksum, serverSignature, synAck);
-    this.table.admit(peer);
+    const peer = this.addHalfOpen(key, address, port, ipKey, p.source, checksum, serverSignature, synAck);
     peer.messagesIn++;
     peer.bytesIn += msg.length;
+    this.metrics.count('prudp_syn');
+    this.send(peer, synAck);
+  }
+
+  /**
+   * Room for one more half-open connection from `address`: false (dropped, counted) when its
+   * address is at a cap or the table is full of open connections; evicts the oldest half-open
+   * entry when the half-open table (or the whole table) is full.
+   */
+  private makeRoom(address: string, port: number, ipKey: string): boolean {
+    const o = this.o;
+    // Per address key: IPv4, or the IPv6 /64 (one host usually holds a whole /64).
+    let refused = this.table.refusalFor(ipKey);
+    if (refused === CloseReason.PerIpLimit || refused === CloseReason.ServerClosing) {
+      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
+      this.table.refuse(address, port, refused);
+      return false;
+    }
+    if ((this.halfOpenPerIp.get(ipKey) ?? 0) >= (o.maxHalfOpenPerIp ?? PRUDP_DEFAULTS.maxHalfOpenPerIp)) {
+      this.metrics.drop('prudp_half_open_per_ip_limit');
+      this.table.refuse(address, port, 'half_open_per_ip_limit');
+      return false;
+    }
+    // Full: the oldest half-open connection makes room; open ones are never evicted for a SYN.
+    if (this.halfOpen >= (o.maxHalfOpen ?? PRUDP_DEFAULTS.maxHalfOpen) || refused !== undefined) {
+      const oldest = this.halfOpenPeers.values().next().value;
+      if (oldest !== undefined) this.remove(oldest, 'half_open_evicted');
+      refused = this.table.refusalFor(ipKey);
+    }
+    if (refused !== undefined) {
+      this.metrics.drop(refused === CloseReason.PerIpLimit ? 'prudp_per_ip_limit' : 'prudp_connection_limit');
+      this.table.refuse(address, port, refused);
+      return false;
+    }
+    return true;
+  }
+
+  private addHalfOpen(
+    key: string,
+    address: string,
+    port: number,
+    ipKey: string,
+    vport: number,
+    checksum: ChecksumConfig,
+    serverSignature: number,
+    synAck: Buffer,
+  ): PrudpPeer {
+    const peer = new PrudpPeer(this, key, address, port, vport, checksum, serverSignature, synAck);
+    this.table.admit(peer);
     this.peers.set(key, peer);
     this.halfOpenPeers.set(key, peer);
     this.halfOpenPerIp.set(ipKey, (this.halfOpenPerIp.get(ipKey) ?? 0) + 1);
     this.halfOpen++;
-    this.metrics.count('prudp_syn');
-    this.send(peer, synAck);
+    return peer;
+  }
+
+  /** The current cookie epoch: signatures stay valid for this epoch and the next. */
+  private epoch(): number {
+    return Math.floor(Date.now() / (this.o.halfOpenTimeoutMs ?? PRUDP_DEFAULTS.halfOpenTimeoutMs));
+  }
+
+  /**
+   * The server signature a SYN-ACK announces: a keyed hash of the source, its vport, its
+   * checksum settings and the epoch (never 0). A CONNECT that carries it proves its source got
+   * our SYN-ACK, even when its half-open entry was evicted meanwhile.
+   */
+  private cookie(address: string, port: number, vport: number, c: ChecksumConfig, epoch: number): number {
+    const h = createHmac('sha256', this.cookieKey)
+      .update(`${epoch}|${address}|${port}|${vport}|${c.width}|${c.keyByte}`)
+      .digest();
+    return h.readUInt32LE(0) || 1;
+  }
+
+  /**
+   * A CONNECT from a source without an entry (its half-open entry was evicted by a flood, or
+   * expired): accepted when its signature is the cookie our SYN-ACK gave that source.
+   */
+  private onCookieConnect(msg: Buffer, key: string, address: string, port: number): void {
+    const width = this.o.checksumWidth ?? 'auto';
+    const p = this.packet;
+    for (const w of width === 'auto' ? ([1, 4] as const) : [width]) {
+      const keyByte = this.fixedKeyByte ?? keyByteOf(msg, w);
+      if (keyByte === undefined) continue;
+      const checksum: ChecksumConfig = { width: w, keyByte };
+      try {
+        if (readPacket(msg, 0, checksum, p) !== msg.length) continue;
+      } catch (e) {
+        if (!(e instanceof DecodeError)) throw e;
+        continue;
+      }
+      const epoch = this.epoch();
+      const sig = p.packetSignature;
+      if (
+        sig !== this.cookie(address, port, p.source, checksum, epoch) &&
+        sig !== this.cookie(address, port, p.source, checksum, epoch - 1)
+      )
+        continue;
+      this.metrics.received++;
+      this.metrics.bytesReceived += msg.length;
+      const ipKey = addressKey(address);
+      if (!this.makeRoom(address, port, ipKey)) return;
+      // The SYN-ACK it answered, rebuilt (a SYN retransmitted later gets it again).
+      const sw = this.scratch;
+      sw.reset();
+      writePacket(
+        sw,
+        {
+          source: p.destination,
+          destination: p.source,
+          type: PacketType.SYN,
+          flags: Flag.ACK | Flag.HAS_SIZE,
+          sessionId: 0,
+          packetSignature: 0,
+          sequenceId: 0,
+          connectionSignature: sig,
+        },
+        undefined,
+        checksum,
+      );
+      const peer = this.addHalfOpen(
+        key,
+        address,
+        port,
+        ipKey,
+        p.source,
+        checksum,
+        sig,
+        Buffer.from(sw.view()),
+      );
+      peer.messagesIn++;
+      peer.bytesIn += msg.length;
+      this.metrics.count('prudp_cookie_connects');
+      this.accept(peer, p);
+      return;
+    }
+    this.metrics.drop('prudp_unknown_connection');
   }
 
   private onPacket(peer: PrudpPeer, p: PrudpPacket): void {
