@@ -7,6 +7,7 @@ import {
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
+import { elapse } from '../../helpers/wait.js';
 
 let server: UnityRelayInstance | undefined;
 
@@ -136,7 +137,7 @@ describe('unity-relay allocation API', () => {
     const host = (await call('POST', '/v1/allocate', { maxConnections: 2 })).json.data.allocation;
     const code = (await call('POST', '/v1/joincode', { allocationId: host.allocationId })).json.data.joinCode;
     expect((await call('POST', '/v1/join', { joinCode: code })).status).toBe(200);
-    await new Promise((r) => setTimeout(r, 250));
+    await elapse(250, 'the join code TTL (150 ms) must lapse');
     expectErrorBody(await call('POST', '/v1/join', { joinCode: code }), 404);
     // A new code can be issued while the host allocation lives.
     const again = (await call('POST', '/v1/joincode', { allocationId: host.allocationId })).json.data

@@ -121,9 +121,10 @@ describe.runIf(haveChromium)('headless Chromium as a WebGL client', () => {
                 const i = inbox.findIndex((m) => m[3] === type);
                 if (i >= 0) return [...inbox.splice(i, 1)[0]!];
                 if (Date.now() > end) throw new Error(`no relay message of type ${type}`);
+                // Woken by the next message, or at the deadline.
                 await new Promise<void>((r) => {
                   wake = r;
-                  setTimeout(r, 100);
+                  setTimeout(r, Math.max(1, end - Date.now()));
                 });
               }
             };

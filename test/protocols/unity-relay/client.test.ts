@@ -12,6 +12,7 @@ import {
   UnityRelayClient,
   type UnityRelayInstance,
 } from '../../../src/protocols/unity-relay/index.js';
+import { elapse } from '../../helpers/wait.js';
 
 let server: UnityRelayInstance | undefined;
 const clients: UnityRelayClient[] = [];
@@ -101,7 +102,7 @@ describe('UnityRelayClient', () => {
     const { client: host } = await UnityRelayClient.host(api, 1, { retryMs: 100, pingIntervalMs: 80 });
     clients.push(host);
     await once(host, 'ping');
-    await new Promise((r) => setTimeout(r, 700));
+    await elapse(700, 'more than twice the idle timeout: the PINGs must keep the binding');
     // Still bound well past the idle timeout.
     expect([...server!.store.live()].map((a) => a.state)).toEqual(['bound']);
     expect(server!.metrics.closed.get('idle_timeout')).toBeUndefined();
@@ -283,7 +284,7 @@ describe('UnityRelayClient against a stub relay', () => {
       expect(client.state).toBe('idle');
       expect(internals.keepAlive).toBeUndefined();
       expect(internals.socket).toBeUndefined();
-      await new Promise((r) => setTimeout(r, 200));
+      await elapse(200, 'nothing may be sent after giving up');
       expect(stub.nonces).toEqual([0, 1, 2]); // nothing sent after giving up
       answer = true;
       await client.bind();
@@ -376,7 +377,7 @@ describe('UnityRelayClient notices a dead relay (relayTimeoutMs)', () => {
     const stop = Date.now() + 4000;
     while (Date.now() < stop) {
       player.send(Buffer.from('tick'));
-      await new Promise((r) => setTimeout(r, 50));
+      await elapse(50, 'the player sends every 50 ms for 4 s');
     }
     expect(rebinds.filter((r) => r === 'silence').length).toBeGreaterThanOrEqual(2);
     expect(lost).toBe(false);

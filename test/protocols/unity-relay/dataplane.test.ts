@@ -16,6 +16,7 @@ import {
   NativeRelaySocket,
 } from '../../../src/protocols/unity-relay/native-dataplane.js';
 import { BIN } from '../../helpers/cli.js';
+import { elapse } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver } from './utp.js';
 
 const root = join(import.meta.dirname, '..', '..', '..');
@@ -100,7 +101,7 @@ describe('unity-relay data planes', () => {
     while (Date.now() < end) {
       client.relay(host.id, Buffer.from('keep'));
       host.relay(client.id, Buffer.from('alive'));
-      await new Promise((r) => setTimeout(r, 150));
+      await elapse(150, 'traffic every 150 ms for 3 s, past the idle timeout');
     }
     expect(s.store.find(client.id, 0)!.state).toBe('bound');
     expect(s.store.find(host.id, 0)!.state).toBe('bound');

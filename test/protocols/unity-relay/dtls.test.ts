@@ -20,7 +20,7 @@ import {
 } from '../../../src/protocols/unity-relay/index.js';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { BIN, ROOT } from '../../helpers/cli.js';
-import { elapse } from '../../helpers/wait.js';
+import { elapse, waitFor as waitUntil } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest, utpPing, utpRelay } from './utp.js';
 
 /** In CI a missing program fails the test; elsewhere the test is skipped. */
@@ -81,13 +81,14 @@ async function freePort(type: 'udp4' | 'tcp'): Promise<number> {
 }
 
 async function waitFor<T>(get: () => T | undefined, what: () => string, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = get();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what()}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  const found = await waitUntil(
+    () => {
+      const v = get();
+      return v === undefined || v === false ? undefined : { v };
+    },
+    { what, timeoutMs: ms, intervalMs: 20 },
+  );
+  return found.v;
 }
 
 /**
@@ -280,7 +281,7 @@ describe.runIf(haveOpenssl)('openssl s_client -dtls1_2 -psk against `gamewire se
     await nextOfType(2, 2);
     const quietFrom = proxy.toClient.length;
     proxy.replayFirstClientHello();
-    await new Promise((r) => setTimeout(r, 1500));
+    await elapse(1500, 'the probe on an active session must get no reply');
     expect(proxy.toClient.slice(quietFrom)).toEqual([]);
     // …and the session still works.
     const again = utpRelay(j.id, host.id, Buffer.from('still here'));

@@ -10,6 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readIssued, type UnityRelayClient } from '../../../src/protocols/unity-relay/index.js';
 import { BIN, ROOT } from '../../helpers/cli.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { elapse } from '../../helpers/wait.js';
 import { chat, hostAndJoin, SECRET, until } from './fleet-helpers.js';
 
 let redis: RedisServer | undefined;
@@ -180,7 +181,7 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
 
     // kill -9 node-b: once its TTL has passed, nothing new goes to it; node-a keeps relaying.
     n2.child.kill('SIGKILL');
-    await new Promise((r) => setTimeout(r, 5000));
+    await elapse(5000, 'the TTL of the killed node must pass');
     for (let i = 0; i < 10; i++) {
       const r = await allocate(apiUrl(i % 2 === 0 ? a1 : a2));
       expect(r.status).toBe(201);
@@ -197,7 +198,7 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
       expect(r.json.detail).toMatch(/Redis/);
     }
     await chat(onA.host, onA.client);
-    await new Promise((r) => setTimeout(r, 3000));
+    await elapse(3000, 'relaying must go on through a Redis outage of some seconds');
     await chat(onA.host, onA.client);
     await redis.start();
     for (const a of [a1, a2]) {
@@ -224,7 +225,7 @@ describe('gamewire serve unity-relay as a fleet (spawned processes, real redis-s
     for (let i = 0; i < 10; i++) seen.add(nodeOf((await allocate(apiUrl(a))).json.data.allocation));
     expect(seen).toEqual(new Set(['node-a', 'node-b']));
     n2.child.kill('SIGKILL');
-    await new Promise((r) => setTimeout(r, 15_000));
+    await elapse(15_000, 'the TTL of the killed node must pass');
     for (let i = 0; i < 10; i++)
       expect(nodeOf((await allocate(apiUrl(a))).json.data.allocation)).toBe('node-a');
     void n1;

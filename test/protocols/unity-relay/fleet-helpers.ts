@@ -6,6 +6,7 @@ import {
   relayServerData,
   UnityRelayClient,
 } from '../../../src/protocols/unity-relay/index.js';
+import { waitFor } from '../../helpers/wait.js';
 
 export const SECRET = 'fleet-test-secret-0123456789abcdef0123456789';
 export const fast = { retryMs: 100, pingIntervalMs: 1000 };
@@ -21,13 +22,14 @@ export function once<T extends unknown[]>(emitter: UnityRelayClient, event: stri
 }
 
 export async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const found = await waitFor(
+    async () => {
+      const v = await fn().catch(() => undefined);
+      return v === undefined ? undefined : { v };
+    },
+    { what, timeoutMs: ms, intervalMs: 100 },
+  );
+  return found.v;
 }
 
 /** One message each way between a host and a client (RELAY through the node they share). */

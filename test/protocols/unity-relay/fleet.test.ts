@@ -33,6 +33,7 @@ import {
   unityRelayServer,
 } from '../../../src/protocols/unity-relay/index.js';
 import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { elapse } from '../../helpers/wait.js';
 import { chat, fast, hostAndJoin, SECRET, until } from './fleet-helpers.js';
 
 /** `gamewire serve unity-relay`'s start, given options as a config section gives them (defaults filled). */
@@ -329,7 +330,7 @@ describe('unity-relay fleet on Redis (in-process)', () => {
     expect(down.json.details).toEqual([{ key: 'cause', value: 'store_unavailable' }]);
     expect((await post(a.apiUrl, '/v1/join', { joinCode: 'ABCDEF' })).status).toBe(503);
     await chat(host, client);
-    await new Promise((r) => setTimeout(r, 1500));
+    await elapse(1500, 'relaying must go on through a Redis outage');
     await chat(host, client);
     await redis.start();
     // The node re-announces itself into the empty Redis at its next heartbeat; the allocator reconnects by itself.
@@ -472,7 +473,7 @@ describe('unity-relay fleet: records, caps and join codes in Redis', () => {
     clients.push(host);
     const c = await redisClient();
     const recordKey = `gamewire:ur:alloc:${allocation.allocationId}`;
-    await new Promise((r) => setTimeout(r, 3000));
+    await elapse(3000, 'past the first life of the record (bind window + TTL)');
     // Past its first life (bind window + record TTL): kept alive by the node's heartbeats.
     expect(await c.exists(recordKey)).toBe(1);
     expect(await c.pttl(recordKey)).toBeLessThanOrEqual(1000);
@@ -494,7 +495,7 @@ describe('unity-relay fleet: records, caps and join codes in Redis', () => {
     await until('both counted again', async () =>
       (await a.service.liveOf('127.0.0.1')) === 2 ? true : undefined,
     );
-    await new Promise((r) => setTimeout(r, 1500));
+    await elapse(1500, 'past a TTL: the counts must hold');
     await chat(host, client);
     expect(await a.service.liveOf('127.0.0.1')).toBe(2);
     expect((await post(a.apiUrl, '/v1/joincode', { allocationId: allocation.allocationId })).status).toBe(

@@ -11,6 +11,7 @@ import {
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver, utpBind, utpRelay } from './utp.js';
 
 let server: UnityRelayInstance | undefined;
@@ -223,7 +224,7 @@ describe('unity-relay flood hardening (issue 17 item 10)', () => {
     }
     expect(ok?.toString('hex')).toBe('da720001');
     // Wait until the relay has seen the whole flood, then check where it went.
-    for (let i = 0; i < 100 && s.metrics.received < 2000; i++) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => s.metrics.received >= 2000, { what: 'the whole flood at the relay' });
     const limited = s.metrics.dropped.get('hmac_rate_limited') ?? 0;
     const hmacs = s.metrics.dropped.get('bad_hmac') ?? 0;
     // At most the burst plus what refilled during the test reached the HMAC.
@@ -243,7 +244,10 @@ describe('unity-relay flood hardening (issue 17 item 10)', () => {
     let errors = 0;
     for (const p of ports) p.on('message', (m) => m[3] === 12 && errors++);
     for (const p of ports) p.send(spoof, s.udpPort, '127.0.0.1');
-    await new Promise((r) => setTimeout(r, 500));
+    await waitFor(() => (s.metrics.counters.get('error_replies_rate_limited') ?? 0) >= 50, {
+      what: 'the error replies rate limited',
+    });
+    await elapse(100, 'error replies still in flight are counted');
     expect(errors).toBeLessThanOrEqual(5 + 2);
     expect(s.metrics.counters.get('error_replies_rate_limited') ?? 0).toBeGreaterThanOrEqual(50);
     // A different address has its own bucket.

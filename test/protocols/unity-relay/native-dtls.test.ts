@@ -24,6 +24,7 @@ import {
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { CIPHER_SUITES, RecordProtection } from '../../../src/transports/dtls/suites.js';
 import { mbedtlsClient, startMbedtls } from '../../helpers/mbedtls.js';
+import { elapse, waitFor as waitUntil } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest, utpRelay } from './utp.js';
 
 const loaded = loadNativeDataplane();
@@ -51,13 +52,14 @@ afterEach(async () => {
 });
 
 async function waitFor<T>(get: () => T | undefined | false, what: () => string, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = get();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what()}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  const found = await waitUntil(
+    () => {
+      const v = get();
+      return v === undefined || v === false ? undefined : { v };
+    },
+    { what, timeoutMs: ms, intervalMs: 20 },
+  );
+  return found.v;
 }
 
 describe('the C record layer against node:crypto (known answers, every suite)', () => {
@@ -565,7 +567,7 @@ describe('unity-relay RELAYs over DTLS on the native data plane', () => {
     const m1 = utpRelay(k.id, h.id, Buffer.from('first session'));
     first.send(m1);
     expect((await h.next(10)).equals(m1)).toBe(true);
-    await new Promise((r) => setTimeout(r, 300)); // past probeQuietMs: a hello starts a new session
+    await elapse(300, 'past probeQuietMs: a hello starts a new session');
     const second = await session();
     await waitFor(
       () => s.metrics.closed.get('dtls_replaced'),

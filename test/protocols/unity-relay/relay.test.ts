@@ -8,6 +8,7 @@ import {
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
+import { elapse } from '../../helpers/wait.js';
 import { unityTransportScenario } from './scenario.js';
 import {
   type AllocationJson,
@@ -290,11 +291,11 @@ describe('unity-relay: timeouts', () => {
       if (clientAlive) c.peer.send(utpPing(c.id));
     }, 60);
     try {
-      await new Promise((r) => setTimeout(r, 1000));
+      await elapse(1000, 'past the 600 ms idle timeout');
       // The lone host outlived the 600 ms idle timeout.
       lonely.peer.send(utpPing(lonely.id));
       expect(await lonely.peer.nextOfType(2)).toBeDefined();
-      await new Promise((r) => setTimeout(r, 1700));
+      await elapse(1700, 'past the 1500 ms host-alone timeout');
       // ...but not the 1500 ms host-alone timeout: PINGs now go unanswered (the real relay is silent).
       lonely.peer.inbox.length = 0;
       lonely.peer.send(utpPing(lonely.id));

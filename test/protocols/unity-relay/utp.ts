@@ -5,6 +5,7 @@
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
+import { elapse } from '../../helpers/wait.js';
 
 export interface AllocationJson {
   allocationId: string;
@@ -142,7 +143,7 @@ export class Peer {
 
   /** Waits `ms` and returns everything that arrived (inbox emptied). */
   async drain(ms: number): Promise<Buffer[]> {
-    await new Promise((r) => setTimeout(r, ms));
+    await elapse(ms, 'everything that arrives within the window');
     return this.inbox.splice(0);
   }
 

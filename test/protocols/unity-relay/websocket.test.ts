@@ -13,6 +13,7 @@ import {
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
+import { waitFor } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest, utpPing, utpRelay } from './utp.js';
 import { RawWsClient } from './wsraw.js';
 
@@ -205,12 +206,10 @@ describe('unity-relay over WebSocket', () => {
     expect(native.protocol).toBe('');
     expect(native.extensions).toBe('');
     const waitInbox = async (type: number) => {
-      for (let i = 0; i < 200; i++) {
-        const k = inbox.findIndex((b) => b[3] === type);
-        if (k >= 0) return inbox.splice(k, 1)[0];
-        await new Promise((r) => setTimeout(r, 10));
-      }
-      return undefined;
+      const k = await waitFor(() => inbox.findIndex((b) => b[3] === type) + 1, {
+        what: `a message of type ${type}`,
+      }).catch(() => 0);
+      return k > 0 ? inbox.splice(k - 1, 1)[0] : undefined;
     };
     native.send(utpBind(0, j.cd, j.key));
     expect(await waitInbox(1)).toBeDefined();
@@ -236,12 +235,10 @@ describe('unity-relay over WebSocket', () => {
       secure.once('error', reject);
     });
     const waitSecure = async (type: number) => {
-      for (let i = 0; i < 200; i++) {
-        const k = sin.findIndex((b) => b[3] === type);
-        if (k >= 0) return sin.splice(k, 1)[0];
-        await new Promise((r) => setTimeout(r, 10));
-      }
-      return undefined;
+      const k = await waitFor(() => sin.findIndex((b) => b[3] === type) + 1, {
+        what: `a message of type ${type}`,
+      }).catch(() => 0);
+      return k > 0 ? sin.splice(k - 1, 1)[0] : undefined;
     };
     secure.send(utpBind(0, j2.cd, j2.key));
     expect(await waitSecure(1)).toBeDefined();
