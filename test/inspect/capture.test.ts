@@ -23,6 +23,7 @@ import {
   pcapRecord,
 } from '../../src/inspect/writer.js';
 import { BIN, runCli } from '../helpers/cli.js';
+import { waitFor } from '../helpers/wait.js';
 import { tempDir } from './helpers.js';
 import { noxHandshake, rmcRequest } from './raw-clients.js';
 
@@ -496,11 +497,7 @@ describe('inspect --follow FILE', () => {
     });
     const lines = () => out.split('\n').filter((l) => l !== '');
     const waitLines = async (n: number) => {
-      const deadline = Date.now() + 20_000;
-      while (lines().length < n) {
-        if (Date.now() > deadline) throw new Error(`expected ${n} lines, got: ${out}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await waitFor(() => lines().length >= n, { what: () => `${n} lines (got: ${out})`, timeoutMs: 20_000 });
     };
     try {
       await waitLines(1);

@@ -110,7 +110,3 @@ export function inspectJson(file: string, args: string[] = []): JsonRecord[] {
     .filter((l) => l !== '')
     .map((l) => JSON.parse(l) as JsonRecord);
 }
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}

@@ -45,9 +45,13 @@ export class RawTcp {
     while (this.buf.length < n) {
       if (Date.now() > deadline)
         throw new Error(`timed out waiting for ${n} bytes (have ${this.buf.length})`);
+      // Woken by the next bytes, or at the deadline.
       await new Promise<void>((r) => {
-        this.waiters.push(r);
-        setTimeout(r, 200);
+        const t = setTimeout(r, Math.max(1, deadline - Date.now()));
+        this.waiters.push(() => {
+          clearTimeout(t);
+          r();
+        });
       });
     }
     const out = this.buf.subarray(0, n);
@@ -180,9 +184,13 @@ export class RawUdp {
     const deadline = Date.now() + ms;
     while (this.queue.length === 0) {
       if (Date.now() > deadline) throw new Error('no datagram');
+      // Woken by the next datagram, or at the deadline.
       await new Promise<void>((r) => {
-        this.waiter = r;
-        setTimeout(r, 100);
+        const t = setTimeout(r, Math.max(1, deadline - Date.now()));
+        this.waiter = () => {
+          clearTimeout(t);
+          r();
+        };
       });
     }
     return this.queue.shift()!;

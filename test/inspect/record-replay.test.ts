@@ -11,8 +11,9 @@ import { setTrafficRecorder } from '../../src/core/recording.js';
 import { PcapngRecorder } from '../../src/inspect/recorder.js';
 import type { NoxRelayServer } from '../../src/protocols/nox-relay/server.js';
 import { BIN } from '../helpers/cli.js';
+import { elapse } from '../helpers/wait.js';
 import { startServer as startNox } from '../protocols/nox-relay/helpers.js';
-import { haveProgram, inspectJson, sleep, tempDir } from './helpers.js';
+import { haveProgram, inspectJson, tempDir } from './helpers.js';
 import {
   noxAuth,
   noxHandshake,
@@ -66,7 +67,7 @@ describe('recording a server', () => {
     cleanups.push(() => server.close());
     await noxSession(server, false);
     await noxSession(server, true);
-    await sleep(200);
+    await elapse(200, 'the server handles the peer closing its TCP session (no counter shows it)');
     await server.close();
     recorder.close();
     const files = fs.readdirSync(dir).filter((f) => f.endsWith('.pcapng'));
@@ -192,7 +193,7 @@ describe('gamewire replay', () => {
     const server = await startNox();
     await noxSession(server, false);
     await noxSession(server, true);
-    await sleep(200);
+    await elapse(200, 'the server handles the peer closing its TCP session (no counter shows it)');
     // Stop recording before the server says goodbye (its shutdown Disconnect is not a reply).
     setTrafficRecorder(undefined);
     recorder.close();

@@ -7,11 +7,12 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { NoxRelayServer } from '../../src/protocols/nox-relay/server.js';
 import { startUnityRelay, type UnityRelayInstance } from '../../src/protocols/unity-relay/composition.js';
+import { waitFor } from '../helpers/wait.js';
 import { startServer as startNox } from '../protocols/nox-relay/helpers.js';
 import { startServer as startRmc, type TestServer } from '../protocols/rmc/helpers.js';
 import type { AllocationJson } from '../protocols/unity-relay/utp.js';
 import { UtpDriver } from '../protocols/unity-relay/utp.js';
-import { haveProgram, inspectJson, type JsonRecord, sleep, Tcpdump, tempDir } from './helpers.js';
+import { haveProgram, inspectJson, type JsonRecord, Tcpdump, tempDir } from './helpers.js';
 import {
   noxAuth,
   noxHandshake,
@@ -229,7 +230,7 @@ describe('inspect: tcpdump capture of RMC over TCP', () => {
     c.send(rmcRequest('LoginProtocol', 7, 'LoginProtocol::Nope_V1', Buffer.alloc(0)));
     await rmcRead(c);
     await c.close();
-    await sleep(100);
+    // stop() waits until the capture file stops growing: the close is in it.
     await dump.stop();
 
     const records = inspectJson(dump.file, ['--port', `${rmc.port}=rmc`]);
@@ -319,11 +320,10 @@ describe('inspect --follow -', () => {
     c.send(noxHandshake('live', 'follow'));
     await noxRead(c);
     // The handshake shows up while tcpdump is still running: printed as it arrived.
-    const deadline = Date.now() + 20_000;
-    while (!lines.some((l) => l.message?.type === 'Handshake' && l.direction === 'server')) {
-      if (Date.now() > deadline) throw new Error(`nothing printed live: ${JSON.stringify(lines)}`);
-      await sleep(50);
-    }
+    await waitFor(() => lines.some((l) => l.message?.type === 'Handshake' && l.direction === 'server'), {
+      what: () => `the Handshake printed live (${JSON.stringify(lines)})`,
+      timeoutMs: 20_000,
+    });
     expect(tcpdump.exitCode).toBe(null);
     expect(lines[0]!.message).toMatchObject({ type: 'Handshake', engine: 'live', platform: 'follow' });
     tcpdump.kill('SIGINT');

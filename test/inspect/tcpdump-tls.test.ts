@@ -8,7 +8,8 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { haveProgram, inspectJson, sleep, Tcpdump, tempDir } from './helpers.js';
+import { waitFor } from '../helpers/wait.js';
+import { haveProgram, inspectJson, Tcpdump, tempDir } from './helpers.js';
 
 const HAVE_TCPDUMP = haveProgram('tcpdump');
 const HAVE_OPENSSL = haveProgram('openssl');
@@ -70,22 +71,26 @@ async function session(dtls: boolean): Promise<{ file: string; port: number }> {
   server.stdout!.on('data', (d: Buffer) => {
     served += d.toString();
   });
-  await sleep(500);
+  await waitFor(() => served.includes('ACCEPT'), { what: () => `s_server listening (${served})` });
   const client = spawn('openssl', ['s_client', ...flag, '-connect', `127.0.0.1:${port}`], {
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   cleanups.push(() => client.kill('SIGKILL'));
-  client.stdout!.on('data', () => {});
+  let connected = '';
+  client.stdout!.on('data', (d: Buffer) => {
+    connected += d.toString();
+  });
   client.stderr!.on('data', () => {});
-  await sleep(500);
+  await waitFor(() => connected.includes('CONNECTED'), { what: () => `s_client connected (${connected})` });
   client.stdin!.write('hello over tls\n');
-  const deadline = Date.now() + 15_000;
-  while (!served.includes('hello over tls')) {
-    if (Date.now() > deadline) throw new Error(`the OpenSSL server never got the data: ${served}`);
-    await sleep(50);
-  }
+  await waitFor(() => served.includes('hello over tls'), {
+    what: () => `the data at the OpenSSL server (${served})`,
+    timeoutMs: 15_000,
+  });
+  // s_client sends its close_notify and exits when its stdin ends; stop() then waits for the file.
+  const exited = new Promise((r) => client.once('exit', r));
   client.stdin!.end();
-  await sleep(300);
+  await exited;
   await dump.stop();
   return { file: dump.file, port };
 }

@@ -27,6 +27,12 @@ export interface DtlsServerOptions {
   associationIdleTimeoutMs?: number;
   /** Largest handshake message accepted (reassembly buffer bound). Default 4096. */
   maxHandshakeMessageBytes?: number;
+  /**
+   * Receive buffer asked for the socket `listen` binds (the kernel caps it at net.core.rmem_max).
+   * The default 4 MiB, as the relay's UDP socket, holds a few hundred ms of a busy relay's records
+   * while the event loop is elsewhere; the system default (about 200 KB) overflowed. Default 4 MiB.
+   */
+  recvBufferBytes?: number;
 }
 
 export interface DtlsAssociation {

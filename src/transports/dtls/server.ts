@@ -48,6 +48,7 @@ export const DTLS_SERVER_DEFAULTS = {
   maxAssociations: 65_536,
   associationIdleTimeoutMs: 120_000,
   maxHandshakeMessageBytes: 4096,
+  recvBufferBytes: 4 * 1024 * 1024,
 } as const;
 
 /** One remote 5-tuple: at most one established association and one handshake in progress. */
@@ -297,7 +298,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   async listen(port: number, host: string): Promise<{ address: string; port: number }> {
     if (this.#socket !== undefined)
       throw new DtlsError('ERR_DTLS_LISTENING', 'DtlsServer is already listening');
-    const socket = await bindUdp({ host, port });
+    const socket = await bindUdp({ host, port, recvBufferSize: this.#options.recvBufferBytes });
     this.#socket = socket;
     socket.on('error', () => {
       // Per-datagram send errors (ICMP unreachable etc.) must not stop the server.

@@ -1,5 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { clientHelloBody, handshakeMessage } from '../../../src/transports/dtls/handshake.js';
 import {
@@ -11,6 +13,7 @@ import {
 import { plainRecord } from '../../../src/transports/dtls/record.js';
 import { elapse } from '../../helpers/wait.js';
 import {
+  hasProgram,
   plaintextHandshakeTypes,
   recordPlane,
   recordTypes,
@@ -357,6 +360,22 @@ describe('limits', () => {
       await srv.close();
     }
   });
+
+  it.runIf(recordPlane === 'js' && hasProgram('ss'))(
+    'listen asks a 4 MiB receive buffer (capped by net.core.rmem_max)',
+    async () => {
+      const srv = await startEchoServer();
+      try {
+        const out = execFileSync('ss', ['-Huanm', `sport = :${srv.port}`], { encoding: 'utf8' });
+        const rb = Number(/rb(\d+)/.exec(out)?.[1]);
+        const rmemMax = Number(readFileSync('/proc/sys/net/core/rmem_max', 'utf8'));
+        // Linux doubles what it is asked for (bookkeeping), after capping it at rmem_max.
+        expect(rb).toBe(2 * Math.min(4 * 1024 * 1024, rmemMax));
+      } finally {
+        await srv.close();
+      }
+    },
+  );
 
   it('maxHandshakesPerIp is counted per address', async () => {
     const srv = await startEchoServer({ maxHandshakes: 10, maxHandshakesPerIp: 1 });
