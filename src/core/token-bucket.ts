@@ -91,6 +91,14 @@ export class TokenBuckets {
 
   /** Takes `cost` tokens from `key`'s bucket; false (and nothing taken) when there are too few. */
   take(key: string, now: number, cost = 1): boolean {
+    return this.bucket(key, now).take(now, cost);
+  }
+
+  /**
+   * `key`'s bucket, made (full) if it has none, and marked most recently used: for a caller that
+   * takes only when another limit allows it too (rmc's registrations, per address and server).
+   */
+  bucket(key: string, now: number): TokenBucket {
     let b = this.buckets.get(key);
     if (b === undefined) {
       if (this.buckets.size >= this.maxKeys) {
@@ -104,7 +112,7 @@ export class TokenBuckets {
       this.buckets.delete(key);
     }
     this.buckets.set(key, b);
-    return b.take(now, cost);
+    return b;
   }
 
   /** Seconds until `key` has `cost` tokens again (0 when it has them now). */
