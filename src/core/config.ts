@@ -139,8 +139,9 @@ export function checkValue(option: ServeOption, raw: unknown, source: ValueSourc
   try {
     return option.parse(value);
   } catch (err) {
-    // A ConfigError already says what and where (an instance file's own errors).
-    if (err instanceof ConfigError) throw err;
+    // A ConfigError naming its key already says what and where (an instance file's own errors);
+    // any other error says what, and the schema adds where.
+    if (err instanceof ConfigError && err.key !== undefined) throw err;
     return fail(source, (err as Error).message ?? String(err));
   }
 }

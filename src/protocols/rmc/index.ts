@@ -141,14 +141,8 @@ export const RMC_OPTIONS = {
     flag: '--datacenters <list>',
     description:
       'rmc: CloudServersProtocol datacenters, id=host:port,… (config: objects {id,name,region,host,port})',
-    // Its own message; the schema says where the value came from.
-    parse: (items): DatacenterConfig[] => {
-      try {
-        return parseDatacenters(items);
-      } catch (err) {
-        throw new Error((err as Error).message);
-      }
-    },
+    // Its own message (`datacenters[0]: …`); the schema says where the value came from.
+    parse: (items): DatacenterConfig[] => parseDatacenters(items),
   }),
   store: option.string({
     flag: '--rmc-store <file>',

@@ -3,6 +3,8 @@
  * server, so one address cannot fill the account store, and many cannot fill it quickly.
  */
 
+import { TokenBucket, TokenBuckets } from '../../../core/token-bucket.js';
+
 export interface RegistrationLimits {
   /** New accounts one address may create per hour, also the burst (default 256; 0 = no limit). */
   perIpPerHour?: number;
@@ -16,62 +18,39 @@ export interface RegistrationLimits {
 export const DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR = 256;
 export const DEFAULT_REGISTRATIONS_PER_HOUR = 10_000;
 
-const HOUR_MS = 3_600_000;
+const HOUR_S = 3600;
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
-
-function refill(b: Bucket, capacity: number, now: number): void {
-  if (now > b.at) {
-    b.tokens = Math.min(capacity, b.tokens + ((now - b.at) * capacity) / HOUR_MS);
-    b.at = now;
-  }
-}
-
+/** Both limits on the one token bucket of src/core/token-bucket.ts: refilled evenly over the hour. */
 export class RegistrationLimiter {
   readonly perIpPerHour: number;
   readonly perHour: number;
-  private readonly maxTracked: number;
-  private readonly perAddress = new Map<string, Bucket>();
-  private readonly global: Bucket;
+  private readonly perAddress: TokenBuckets;
+  private readonly global: TokenBucket;
 
   constructor(limits: RegistrationLimits = {}) {
     this.perIpPerHour = limits.perIpPerHour ?? DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR;
     this.perHour = limits.perHour ?? DEFAULT_REGISTRATIONS_PER_HOUR;
-    this.maxTracked = Math.max(1, limits.maxTrackedAddresses ?? 100_000);
-    this.global = { tokens: this.perHour, at: Date.now() };
+    // The least recently seen address is forgotten first, in O(1).
+    this.perAddress = new TokenBuckets(
+      this.perIpPerHour / HOUR_S,
+      this.perIpPerHour,
+      limits.maxTrackedAddresses ?? 100_000,
+    );
+    this.global = new TokenBucket(this.perHour / HOUR_S, this.perHour, Date.now());
   }
 
   /**
    * Takes one registration for `address` (an address key). Returns undefined when allowed, or
-   * which limit refused it: `address` or `server`.
+   * which limit refused it: `address` or `server`. Nothing is taken from either when one refuses.
    */
   take(address: string, now = Date.now()): 'address' | 'server' | undefined {
-    let b: Bucket | undefined;
+    let b: TokenBucket | undefined;
     if (this.perIpPerHour > 0) {
-      b = this.perAddress.get(address);
-      if (b === undefined) {
-        // O(1) eviction of the least recently seen address.
-        if (this.perAddress.size >= this.maxTracked) {
-          const oldest = this.perAddress.keys().next().value;
-          if (oldest !== undefined) this.perAddress.delete(oldest);
-        }
-        b = { tokens: this.perIpPerHour, at: now };
-      } else {
-        this.perAddress.delete(address);
-        refill(b, this.perIpPerHour, now);
-      }
-      this.perAddress.set(address, b);
-      if (b.tokens < 1) return 'address';
+      b = this.perAddress.bucket(address, now);
+      if (b.peek(now) < 1) return 'address';
     }
-    if (this.perHour > 0) {
-      refill(this.global, this.perHour, now);
-      if (this.global.tokens < 1) return 'server';
-      this.global.tokens--;
-    }
-    if (b !== undefined) b.tokens--;
+    if (this.perHour > 0 && !this.global.take(now)) return 'server';
+    b?.take(now);
     return undefined;
   }
 
