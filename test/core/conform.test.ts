@@ -10,6 +10,7 @@ import {
   selectChecks,
 } from '../../src/core/conform.js';
 import { UsageError } from '../../src/core/errors.js';
+import { elapse } from '../helpers/wait.js';
 
 type Ctx = { log: string[] };
 
@@ -146,7 +147,7 @@ describe('runChecks', () => {
     const s = suite(
       [
         check('base', async () => {
-          await new Promise((r) => setTimeout(r, 20));
+          await elapse(20, 'base takes a while: a check run beside it, not after it, would finish first');
           order.push('base');
           return undefined;
         }),

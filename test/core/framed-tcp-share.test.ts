@@ -9,6 +9,7 @@ import { type FramedTcpServer, listenFramedTcp } from '../../src/core/framed-tcp
 import { silentLogger } from '../../src/core/logger.js';
 import { ProtocolMetrics } from '../../src/core/metrics.js';
 import { fixedFrames } from '../../src/wire/framing.js';
+import { waitFor } from '../helpers/wait.js';
 
 const cleanup: (() => unknown)[] = [];
 const CHUNK = Buffer.alloc(64 * 1024);
@@ -71,10 +72,11 @@ async function firstTurns(turnsPerAddress: number | undefined, n: number) {
   const crowd = await Promise.all(Array.from({ length: 20 }, () => client(p.server.port, '127.0.0.90')));
   const single = await client(p.server.port, '127.0.0.91');
   for (const s of [...crowd, single]) s.write(Buffer.from([1]));
-  const deadline = Date.now() + 20_000;
   const from = () => p.order.indexOf('127.0.0.91');
-  while ((from() < 0 || p.order.length < from() + n) && Date.now() < deadline)
-    await new Promise((r) => setTimeout(r, 10));
+  await waitFor(() => from() >= 0 && p.order.length >= from() + n, {
+    what: `${n} turns from the single client's first`,
+    timeoutMs: 20_000,
+  });
   const first = p.order.slice(from(), from() + n);
   return {
     crowd: first.filter((a) => a === '127.0.0.90').length,

@@ -12,6 +12,7 @@ import { startAdminServer } from '../../src/core/admin/server.js';
 import { ProtocolMetrics } from '../../src/core/metrics.js';
 import { createRegistry } from '../../src/core/prometheus.js';
 import { BIN, cliEnv, ROOT } from '../helpers/cli.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** The value of one unlabelled metric in Prometheus text. */
 function metric(text: string, name: string): number {
@@ -87,12 +88,15 @@ describe('process metrics', () => {
         for (let i = 0; i < 20_000; i++) keep.push({ i, s: `x${i}` });
       }
       expect(keep.length).toBe(20_000);
-      await new Promise((r) => setTimeout(r, 50));
-      const text = await (await fetch(`http://127.0.0.1:${admin.port}/metrics`)).text();
-      const counts = [...text.matchAll(/^gamewire_nodejs_gc_duration_seconds_count\{[^}]*\} (\d+)$/gm)].map(
-        (m) => Number(m[1]),
-      );
-      expect(counts.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+      // GC entries reach the observer asynchronously: wait until a scrape shows them.
+      const gcCount = async () => {
+        const text = await (await fetch(`http://127.0.0.1:${admin.port}/metrics`)).text();
+        const counts = [...text.matchAll(/^gamewire_nodejs_gc_duration_seconds_count\{[^}]*\} (\d+)$/gm)].map(
+          (m) => Number(m[1]),
+        );
+        return counts.reduce((a, b) => a + b, 0);
+      };
+      expect(await waitFor(gcCount, { what: 'a GC counted in the scrape' })).toBeGreaterThan(0);
     } finally {
       await admin.close();
     }

@@ -23,6 +23,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { inject } from 'vitest';
 import { ROOT } from '../helpers/cli.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * Runs a command to its end (stdin closed, output collected); rejects on a non-zero exit with
@@ -215,14 +216,15 @@ export function packedInstall(): Promise<Packed> {
       }
     }
     // Another test file is packing: wait for its result (or its failure).
-    const deadline = Date.now() + 900_000;
-    while (Date.now() < deadline) {
-      if (existsSync(result)) return JSON.parse(readFileSync(result, 'utf8')) as Packed;
-      if (existsSync(failed))
-        throw new Error(`packing or installing the package failed: ${readFileSync(failed, 'utf8')}`);
-      await new Promise((r) => setTimeout(r, 250));
-    }
-    throw new Error('timed out waiting for another test file to pack the package');
+    await waitFor(
+      () => {
+        if (existsSync(failed))
+          throw new Error(`packing or installing the package failed: ${readFileSync(failed, 'utf8')}`);
+        return existsSync(result);
+      },
+      { what: 'another test file to pack the package', timeoutMs: 900_000, intervalMs: 250 },
+    );
+    return JSON.parse(readFileSync(result, 'utf8')) as Packed;
   })();
   return mine;
 }

@@ -21,7 +21,7 @@ import type { LoadSummary } from '../../src/core/load/index.js';
 import { runProtocolLoad } from '../helpers/load.js';
 import { freePort } from '../helpers/redis.js';
 import { type Served, startServe } from '../helpers/serve.js';
-import { waitFor } from '../helpers/wait.js';
+import { elapse, waitFor } from '../helpers/wait.js';
 
 const SECONDS = Number(process.env.GAMEWIRE_SOAK_SECONDS ?? 60);
 const MiB = 1024 * 1024;
@@ -120,7 +120,7 @@ describe(`soak: every server under churn for ${SECONDS} s`, () => {
           durationS: 2,
         }),
       ]);
-      await new Promise((r) => setTimeout(r, 2000));
+      await elapse(2000, 'the warm-up load runs its two seconds before the first sample');
       const before = await sample(admin!, t0);
       const loadStart = (performance.now() - t0) / 1000;
 
@@ -241,10 +241,13 @@ describe(`soak: every server under churn for ${SECONDS} s`, () => {
 
       // Handles: every session's sockets and timers are released once its client has left.
       let after = await sample(admin!, t0);
-      for (let i = 0; i < 60 && (after.fds > before.fds + 16 || after.handles > before.handles + 16); i++) {
-        await new Promise((r) => setTimeout(r, 500));
-        after = await sample(admin!, t0);
-      }
+      await waitFor(
+        async () => {
+          after = await sample(admin!, t0);
+          return after.fds <= before.fds + 16 && after.handles <= before.handles + 16;
+        },
+        { what: 'the sockets and timers of the sessions released', timeoutMs: 30_000, intervalMs: 500 },
+      ).catch(() => undefined);
       const left = `${report}; after the clients left: fds ${after.fds}, resources ${after.handles}`;
       expect(after.fds, left).toBeLessThanOrEqual(before.fds + 16);
       expect(after.handles, left).toBeLessThanOrEqual(before.handles + 16);
