@@ -82,7 +82,7 @@ export async function startServe(
       },
       stderr: () => err,
       adminPort: () => {
-        const m = /gamewire: admin http [^\s]*:(\d+) /.exec(out);
+        const m = /gamewire: dashboard http:\/\/[^\s/]*:(\d+)\//.exec(out);
         return m === null ? undefined : Number(m[1]);
       },
       stop,
