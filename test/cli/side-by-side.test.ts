@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { probeServerBuild } from '../../src/protocols/js5/client.js';
 import { NoxRelayClient } from '../../src/protocols/nox-relay/client.js';
 import { RelayApiClient, relayServerData, UnityRelayClient } from '../../src/protocols/unity-relay/index.js';
@@ -86,7 +86,16 @@ function serve(args: string[], env: NodeJS.ProcessEnv = defaultEnv()): Promise<S
       const m = /^gamewire: dashboard http:\/\/127\.0\.0\.1:(\d+)\/.*\n/m.exec(stdout);
       if (m !== null) {
         clearTimeout(timer);
-        resolve({ child, stdout, stderr, admin: Number(m[1]), lines: stdout.trim().split('\n') });
+        resolve({
+          child,
+          stdout,
+          // Read live: warnings go to stderr, which may arrive after stdout's dashboard line.
+          get stderr() {
+            return stderr;
+          },
+          admin: Number(m[1]),
+          lines: stdout.trim().split('\n'),
+        });
       }
     });
     child.once('exit', (code) => {
@@ -250,7 +259,7 @@ describe('two gamewire serve processes on one machine, default flags but --port'
         if (busy.held) {
           expect(s.admin).not.toBe(ADMIN_DEFAULT);
           expect(s.lines.at(-1)).toMatch(/port 9100 was in use\)$/);
-          expect(s.stderr).toMatch(/port 9100 is in use/);
+          await vi.waitFor(() => expect(s.stderr).toMatch(/port 9100 is in use/), { timeout: 15_000 });
         }
         expect(await health(s.admin)).toBe(200);
       }
@@ -346,10 +355,15 @@ describe('two gamewire serve processes on one machine, default flags but --port'
         expect(dtlsLine).not.toContain(`:${base + 1} `);
         expect(wsLine).not.toContain(`:${base + 2} `);
         expect(r.stdout).toContain(`127.0.0.1:${base + 3} Unity Relay over secure WebSocket`);
-        expect(r.stderr).toMatch(
-          /dtls: port \d+ \(derived from --port\) is in use; listening on a free port instead \(set --dtls-port/,
+        await vi.waitFor(
+          () => {
+            expect(r.stderr).toMatch(
+              /dtls: port \d+ \(derived from --port\) is in use; listening on a free port instead \(set --dtls-port/,
+            );
+            expect(r.stderr).toMatch(/ws: port \d+ \(derived from --port\) is in use.*--ws-port/);
+          },
+          { timeout: 15_000 },
         );
-        expect(r.stderr).toMatch(/ws: port \d+ \(derived from --port\) is in use.*--ws-port/);
         // The allocation names the ports it really uses.
         const allocation = await new RelayApiClient(`http://127.0.0.1:${base + 80}`).allocate(2);
         const movedDtls = Number(/:(\d+) /.exec(dtlsLine)![1]);

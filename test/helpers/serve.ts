@@ -82,8 +82,7 @@ export async function startServe(
       },
       stderr: () => err,
       adminPort: () => {
-        // `gamewire: dashboard http://host:port/ (admin endpoint: …)`
-        const m = /gamewire: dashboard http:\/\/[^\s]*:(\d+)\//.exec(out);
+        const m = /gamewire: dashboard http:\/\/[^\s/]*:(\d+)\//.exec(out);
         return m === null ? undefined : Number(m[1]);
       },
       stop,

@@ -20,6 +20,7 @@
 import { createHash } from 'node:crypto';
 import os from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { ConfigError } from '../../../core/errors.js';
 import { GamewireError } from '../../../wire/errors.js';
 import { USER_KEY_BASE_ROUNDS, USER_KEY_SPREAD } from './kerberos.js';
 
@@ -93,9 +94,10 @@ export class Md5ChainPool {
   constructor(options: Md5ChainPoolOptions = {}) {
     this.size = options.workers ?? defaultKeyWorkers();
     this.maxQueued = options.maxQueued ?? 1024;
-    if (!Number.isSafeInteger(this.size) || this.size < 1) throw new RangeError('workers must be >= 1');
+    if (!Number.isSafeInteger(this.size) || this.size < 1)
+      throw new ConfigError('workers must be >= 1', 'rmc.prudpKeyWorkers');
     if (!Number.isSafeInteger(this.maxQueued) || this.maxQueued < 0)
-      throw new RangeError('maxQueued must be >= 0');
+      throw new ConfigError('maxQueued must be >= 0', 'rmc.prudpKeyQueue');
   }
 
   /** Jobs waiting for a worker. */
