@@ -39,6 +39,7 @@ async function ready() {
     } catch {
       // not listening yet
     }
+    // A wait on the condition (ready answers 200), polled: this script has no test helpers.
     await new Promise((r) => setTimeout(r, 200));
   }
   return false;

@@ -102,7 +102,7 @@ for (const hold of holds) {
       else if (performance.now() < stopAt) totals.tcpClosedEarly++;
     });
     held.push(t);
-    if (held.length % 100 === 0) await sleep(5);
+    if (held.length % 100 === 0) await sleep(5); // pacing: connections opened in steps, not all in one tick
   }
 }
 
@@ -111,7 +111,7 @@ async function spread(items, spanMs, each) {
   const slices = Math.ceil(items.length / 50);
   for (let k = 0; k < slices; k++) {
     for (const item of items.slice(k * 50, (k + 1) * 50)) each(item);
-    await sleep(spanMs / slices);
+    await sleep(spanMs / slices); // pacing: the items are spread over spanMs (the point of the helper)
   }
 }
 
@@ -198,7 +198,7 @@ async function dtlsRound(dtls) {
       s.send(b, dtls.port, host);
       opened.push(s);
     }
-    if (i % 50 === 49) await sleep(pause);
+    if (i % 50 === 49) await sleep(pause); // pacing: sessions opened in steps
   }
   return opened;
 }
@@ -237,7 +237,7 @@ while (performance.now() < stopAt) {
     else await Promise.all(pending);
   }
   rounds++;
-  await sleep(Math.max(1, config.intervalMs - (performance.now() - started)));
+  await sleep(Math.max(1, config.intervalMs - (performance.now() - started))); // the flood's rate: one round per interval
 }
 await sessions;
 await dtlsRounds;
