@@ -35,6 +35,7 @@ export type { SessionMember, SessionStore, SessionSummary } from '../protocols/r
 export { SessionRegistry, sessionHandlers } from '../protocols/rmc/protocols/session.js';
 export { PrudpClientError } from '../protocols/rmc/prudp/client.js';
 export { PrudpError } from '../protocols/rmc/prudp/packet.js';
+export { KeyDerivationBusyError } from '../protocols/rmc/prudp/user-keys.js';
 export type { RmcServerOptions } from '../protocols/rmc/server.js';
 export { RmcServer } from '../protocols/rmc/server.js';
 export type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from '../protocols/rmc/signature.js';
