@@ -149,6 +149,9 @@ async function start(options: UnityRelayOptions = {}): Promise<UnityRelayInstanc
     apiPort: 0,
     dtlsPort: 0,
     dataplane: 'native',
+    // The tests allocate like a game backend, several games per test (ids with 0x00/0x0a are
+    // redrawn): the per-address allocation rate that throttles players is not under test here.
+    apiLimits: { allocationsPerMinutePerAddress: 0 },
     ...options,
   });
   expect(server.dtlsDataplane).toBe('native');
