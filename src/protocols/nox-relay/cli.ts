@@ -93,7 +93,9 @@ export function registerCommands(program: Command): void {
           `${JSON.stringify({ summary: { target, transport, ...stats, failedByCode } })}\n`,
         );
         const cause = [...failures.values()][0]?.first.message;
-        if (stats.entered === 0) {
+        // Ctrl-C before any bot got in, with nothing failed, is the user's choice, not a failure.
+        const interruptedCleanly = stats.ended === 'signal' && failures.size === 0;
+        if (stats.entered === 0 && !interruptedCleanly) {
           const run = stats.ended === 'duration' ? (opts.duration as number) : Math.round(stats.seconds);
           const why =
             stats.ended === 'all_failed'

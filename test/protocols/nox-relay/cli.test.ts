@@ -201,7 +201,8 @@ describe('gamewire serve nox-relay and nox-relay bots', () => {
     let sent = false;
     bots.stdout.on('data', (d) => {
       stdout += d;
-      if (stdout.includes('"t":') && !sent) {
+      // Interrupted once both bots are in (a progress line says so), as a user would after watching.
+      if (/"bots":2\b/.test(stdout) && !sent) {
         sent = true;
         bots.kill('SIGINT');
       }
