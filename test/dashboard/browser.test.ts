@@ -67,7 +67,11 @@ const numberAttr = async (page: Page, selector: string, attr: string) =>
   Number((await page.locator(selector).first().getAttribute(attr)) ?? Number.NaN);
 
 describe.runIf(haveChromium)('the dashboard in headless Chromium', () => {
-  it('with 20 nox-relay bots: the overview counts them, the charts grow, the nox page lists 20 players that move on the map', async () => {
+  // Retried: under a loaded CI runner the bots' traffic can push the focused row out of the 500 kept.
+  it('with 20 nox-relay bots: the overview counts them, the charts grow, the nox page lists 20 players that move on the map', {
+    timeout: 120_000,
+    retry: 2,
+  }, async () => {
     const nox = serve!.endpoint('nox-relay', 'udp');
     bots = spawnCli([
       'nox-relay',
@@ -173,7 +177,7 @@ describe.runIf(haveChromium)('the dashboard in headless Chromium', () => {
     expect(await rows.nth(1).getAttribute('aria-selected')).toBe('true');
     expect(problems).toEqual([]);
     await page.close();
-  }, 120_000);
+  });
 
   it('a Unity Relay chat: its allocations appear with their transport, peers and rising traffic', async () => {
     const api = new RelayApiClient(`http://127.0.0.1:${serve!.endpoint('unity-relay', 'http').port}`);
