@@ -255,6 +255,7 @@ export function mountWire(main, ctx, protocol) {
   const updateInfo = (shown) => {
     const parts = [`${shown} shown of ${messages.length} kept (max ${MAX_MESSAGES})`];
     if (paused) parts.push(`paused: ${pending.length} new`);
+    else if (pending.length > 0) parts.push(`held while a row has focus: ${pending.length} new`);
     if (sampled !== undefined && seen !== undefined)
       parts.push(`server sampled ${fmt.count(sampled)} of ${fmt.count(seen)} seen`);
     info.textContent = parts.join(' · ');
@@ -330,7 +331,7 @@ export function mountWire(main, ctx, protocol) {
     }
     if (fresh.length === 0) return;
     fresh.reverse();
-    if (paused) {
+    if (holding()) {
       pending = fresh.concat(pending).slice(0, MAX_MESSAGES);
       updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
       return;
@@ -339,15 +340,24 @@ export function mountWire(main, ctx, protocol) {
     render();
   };
 
+  // While a row has keyboard focus the list holds still (new messages wait, as when paused), so
+  // the message under the cursor is not pushed out of the 500 kept; it moves again on leaving.
+  const holding = () => paused || tbody.contains(document.activeElement);
+  const release = () => {
+    if (holding()) return;
+    if (pending.length === 0) return updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
+    messages = pending.concat(messages).slice(0, MAX_MESSAGES);
+    pending = [];
+    render();
+  };
+  tbody.addEventListener('focusout', () => setTimeout(release, 0));
+
   pauseButton.addEventListener('click', () => {
     paused = !paused;
     pauseButton.textContent = paused ? 'Resume' : 'Pause';
     pauseButton.setAttribute('aria-pressed', String(paused));
-    if (!paused) {
-      messages = pending.concat(messages).slice(0, MAX_MESSAGES);
-      pending = [];
-      render();
-    } else updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
+    if (!paused) release();
+    else updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
   });
   clearButton.addEventListener('click', () => {
     messages = [];

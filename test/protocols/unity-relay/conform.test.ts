@@ -138,7 +138,7 @@ describe('against a relay that breaks one rule', () => {
           const k = `${from.port}`;
           const prev = lastBind.get(k);
           lastBind.set(k, { bytes: d, at: Date.now() });
-          return prev !== undefined && prev.bytes.equals(d) && Date.now() - prev.at < 3000 ? null : d;
+          return prev?.bytes.equals(d) && Date.now() - prev.at < 3000 ? null : d;
         },
       }),
     },
