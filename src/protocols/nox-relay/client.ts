@@ -64,7 +64,7 @@ export class NoxRelayClient extends EventEmitter {
   private readonly proveAddress: boolean;
   private keepAliveMs: number | undefined;
   /** The TCP transport: the core's framed-stream loop. */
-  private tcp: FramedStreamClient | undefined;
+  private stream: FramedStreamClient | undefined;
   private udp: dgram.Socket | undefined;
   private readonly reader = new WireReader();
   private readonly writer = new WireWriter({ initialCapacity: 512 });
@@ -126,7 +126,7 @@ export class NoxRelayClient extends EventEmitter {
           this.onClosed();
         },
       });
-      this.tcp = stream;
+      this.stream = stream;
       return stream.connect();
     }
     return new Promise((resolve, reject) => {
@@ -157,6 +157,11 @@ export class NoxRelayClient extends EventEmitter {
       if (this.localAddress === undefined) connect();
       else s.bind(0, this.localAddress, connect);
     });
+  }
+
+  /** @internal The TCP socket (tests pause it, or read its local port). */
+  get tcp(): net.Socket | undefined {
+    return this.stream?.socket;
   }
 
   /** `host:port` (with the transport), for messages. */
@@ -193,7 +198,7 @@ export class NoxRelayClient extends EventEmitter {
   /** Sends raw bytes (tests use this for malformed input). */
   sendRaw(bytes: Buffer): void {
     this.bytesSent += bytes.length;
-    if (this.tcp !== undefined) this.tcp.write(bytes);
+    if (this.stream !== undefined) this.stream.write(bytes);
     else this.udp?.send(bytes);
   }
 
@@ -414,9 +419,9 @@ export class NoxRelayClient extends EventEmitter {
     this.keepAlive = undefined;
     if (this.closed) return Promise.resolve();
     return new Promise((resolve) => {
-      if (this.tcp !== undefined) {
-        if (this.tcp.closed || this.tcp.socket === undefined) return resolve(this.onClosed());
-        void this.tcp.end({ lingerMs: 500 }).then(resolve);
+      if (this.stream !== undefined) {
+        if (this.stream.closed) return resolve(this.onClosed());
+        void this.stream.end({ lingerMs: 500 }).then(resolve);
       } else if (this.udp !== undefined) {
         this.udp.close(() => resolve(this.onClosed()));
       } else {
