@@ -86,6 +86,12 @@ export interface FramedClientOptions {
   measure: FrameMeasure;
   /** Largest frame accepted; a larger claimed length is `malformed` before it is buffered. */
   maxFrameBytes: number;
+  /**
+   * An emptied input buffer larger than this is released (default: kept). A client has one
+   * connection, and its large frames come in runs (a cache download): keeping the buffer saves
+   * growing it again for every large frame. A process holding many clients can bound it.
+   */
+  maxRetainedBytes?: number;
   errors?: FramedClientErrors;
   /** Connected: write what opens the conversation (a handshake). */
   onConnect?(): void;
@@ -106,9 +112,6 @@ export interface FramedClientOptions {
 
 const formatTarget = (host: string, port: number): string =>
   `${host.includes(':') ? `[${host}]` : host}:${port}`;
-
-/** A buffer this much larger than its content is released once it empties. */
-const RETAINED_INPUT_BYTES = 64 * 1024;
 
 /** One framed-stream client connection. Create it, then `connect()`. */
 export class FramedStreamClient {
@@ -144,7 +147,7 @@ export class FramedStreamClient {
     this.target = formatTarget(options.host, options.port);
     this.deframer = new StreamDeframer(options.measure, {
       maxFrameBytes: options.maxFrameBytes,
-      maxRetainedBytes: RETAINED_INPUT_BYTES,
+      ...(options.maxRetainedBytes === undefined ? {} : { maxRetainedBytes: options.maxRetainedBytes }),
     });
   }
 
@@ -180,6 +183,11 @@ export class FramedStreamClient {
   /** Input bytes held: a partial frame. */
   get bufferedBytes(): number {
     return this.deframer.buffered;
+  }
+
+  /** Bytes of memory the input buffer holds (at least `bufferedBytes`; see `maxRetainedBytes`). */
+  get inputCapacity(): number {
+    return this.deframer.capacity;
   }
 
   /** Switches the framing rule from the next frame on (e.g. after a handshake reply). */

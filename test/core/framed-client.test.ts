@@ -203,6 +203,27 @@ describe('framing', () => {
 });
 
 describe('limits and malformed input', () => {
+  it('the input buffer grown by a large frame is kept by default, released with maxRetainedBytes', async () => {
+    const srv = await rawServer();
+    const big = frame(Buffer.alloc(60_000, 0x61));
+    const capacityAfterBigFrame = async (options: Partial<FramedClientOptions>): Promise<number> => {
+      const c = observed(srv.port, { maxFrameBytes: 0xffff + 2, ...options });
+      await c.client.connect();
+      const peer = await srv.next();
+      // Two halves, the second sent once the first was read: the frame spans chunks, so it is gathered.
+      peer.write(big.subarray(0, 30_000));
+      await waitFor(() => c.client.bytesIn === 30_000, { what: 'the first half at the client' });
+      expect(c.client.bufferedBytes).toBe(30_000);
+      peer.write(big.subarray(30_000));
+      await waitFor(() => c.frames.length === 1, { what: 'the large frame' });
+      expect(c.frames[0]!.length).toBe(60_000);
+      expect(c.client.bufferedBytes).toBe(0);
+      return c.client.inputCapacity;
+    };
+    expect(await capacityAfterBigFrame({})).toBeGreaterThanOrEqual(60_002);
+    expect(await capacityAfterBigFrame({ maxRetainedBytes: 16 * 1024 })).toBe(0);
+  });
+
   it('a claimed length over maxFrameBytes fails at once, before the frame is buffered', async () => {
     const srv = await rawServer();
     // The protocol's own measure allows 1 GiB; the loop's limit (1 KiB) is what stops it.
