@@ -104,6 +104,18 @@ export class DtlsLink implements RelayLink, Connection {
     this.association.send(msg);
   }
 
+  /** An association is its own source: one per 5-tuple, authenticated. */
+  carries(src: RelayLink): boolean {
+    return src === this;
+  }
+
+  linkForBind(): RelayLink {
+    return this;
+  }
+
+  /** Counted on arrival (every record), not here. */
+  accepted(): void {}
+
   /** Whether a BIND ever named this association (until then it is closed after a deadline). */
   everBound = false;
 
@@ -111,7 +123,10 @@ export class DtlsLink implements RelayLink, Connection {
     this.everBound = true;
   }
 
-  /** The binding ended: so does the association (its lifetime is the binding's). */
+  /**
+   * The binding ended: so does the association (its lifetime is the binding's), as `unbound`
+   * whatever ended the binding (the reason its close has always carried).
+   */
   unbound(): void {
     this.close('unbound');
   }

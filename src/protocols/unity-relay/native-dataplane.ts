@@ -444,6 +444,11 @@ export class NativeDataplaneMirror implements AllocationObserver {
     this.socket.unlink(a.id, b.id);
   }
 
+  /** RELAYs the native side forwarded from and to allocation `id` (undefined once forgotten or closed). */
+  counters(id: Uint8Array): ReturnType<NativeRelaySocket['counters']> {
+    return this.socket.counters(id);
+  }
+
   /** Brings forward the last-seen time of allocations the native side relayed for. */
   refreshLastSeen(store: AllocationStore): void {
     const now = store.now();
