@@ -146,7 +146,10 @@ describe('nox-relay: a client is handled the same whatever its transport', () =>
     cleanup.push(() => udp2.close());
     await udp2.connect();
     await expect(udp2.handshake()).rejects.toThrow(/no Handshake reply/);
-    expect(s.metrics.dropped.get('over_capacity')).toBe(1);
+    // (Its Handshake may still be in the socket's queue when the wait ends on a loaded machine.)
+    await waitFor(() => (s.metrics.dropped.get('over_capacity') ?? 0) >= 1, {
+      what: 'the refused UDP Handshake',
+    });
     // Released under the right count: once each leaves, another of its transport gets in.
     await udp.disconnect();
     await tcp.disconnect();
