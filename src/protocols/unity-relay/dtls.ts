@@ -20,7 +20,7 @@ import { addressKey, CloseReason, type Connection, ConnectionTable } from '../..
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
 import { type AllocationStore, bytesFromGuid, guidFromBytes } from './allocations.js';
-import type { RelayLink } from './links.js';
+import type { NativeBindingTarget, RelayLink } from './links.js';
 import type { NativeDtlsRecords } from './native-dtls.js';
 import type { RelayServer } from './relay.js';
 
@@ -115,6 +115,11 @@ export class DtlsLink implements RelayLink, Connection {
 
   /** Counted on arrival (every record), not here. */
   accepted(): void {}
+
+  /** Forwarded natively while the association is held natively too (native-dtls.ts). */
+  bindNative(plane: NativeBindingTarget, id: Buffer): boolean {
+    return plane.bindDtls(id, this.association);
+  }
 
   /** Whether a BIND ever named this association (until then it is closed after a deadline). */
   everBound = false;

@@ -14,6 +14,7 @@
  * an allocation to a new address. So the UDP hot path allocates nothing.
  */
 import { addressKey, CloseReason, type Connection, type ConnectionTable } from '../../core/connection.js';
+import type { DtlsAssociation } from '../../transports/dtls/index.js';
 
 /**
  * What the relay needs of its UDP socket: a `dgram.Socket`, or the native data plane's
@@ -65,6 +66,12 @@ export interface RelayLink {
    * here, the first place a datagram is matched to its binding.
    */
   accepted(bytes: number): void;
+  /**
+   * Hands allocation `id`'s binding through this link to the native data plane, if the plane
+   * can carry it (`plane` says what it can): true when it now forwards it, false when the
+   * binding stays with JavaScript (a WebSocket, an IPv6 UDP peer, DTLS without the record offload).
+   */
+  bindNative(plane: NativeBindingTarget, id: Buffer): boolean;
   /** An allocation was bound through this link. */
   bound(): void;
   /**
@@ -92,6 +99,14 @@ export const UnbindReason = {
 /** Whether `src` (the source of a message being handled) is the link `bound` an allocation is bound to. */
 export function sameLink(bound: RelayLink | undefined, src: RelayLink): boolean {
   return bound?.carries(src) === true;
+}
+
+/** What the native data plane can carry, as a link asks it to (native-dataplane.ts). */
+export interface NativeBindingTarget {
+  /** Forwards for `id` to and from a UDP address; false when it cannot (not IPv4). */
+  bindUdp(id: Buffer, address: string, port: number): boolean;
+  /** Forwards for `id` through a DTLS association; false when the record layer is not offloaded. */
+  bindDtls(id: Buffer, association: DtlsAssociation): boolean;
 }
 
 /** Counters of the native data plane for one allocation (RELAYs it forwarded without JavaScript). */
@@ -217,6 +232,10 @@ export class UdpLink implements RelayLink, Connection {
     this.jsBytesIn += bytes;
   }
 
+  bindNative(plane: NativeBindingTarget, id: Buffer): boolean {
+    return plane.bindUdp(id, this.address, this.port);
+  }
+
   bound(): void {}
 
   /** The binding ended: so does the connection (published as `close` with `reason`). */
@@ -282,6 +301,11 @@ export class UdpSource implements RelayLink {
   }
 
   accepted(): void {}
+
+  /** Never stored as a binding's link (`linkForBind` makes a `UdpLink`). */
+  bindNative(): boolean {
+    return false;
+  }
 
   bound(): void {}
 

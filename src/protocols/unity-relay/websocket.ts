@@ -183,6 +183,11 @@ export class WsLink implements RelayLink {
   /** Counted on arrival (every message), not here. */
   accepted(): void {}
 
+  /** The native data plane has no WebSocket: its RELAYs stay with JavaScript. */
+  bindNative(): boolean {
+    return false;
+  }
+
   bound(): void {
     this.everBound = true;
     this.onProven?.();
