@@ -235,15 +235,44 @@ interface ConnectionEvent {
   reason?: string;
 }
 
+/** The option-key prefixes that say which transport a protocol's option is for. */
+const TRANSPORT_KEY_PREFIXES: Readonly<Record<string, readonly string[]>> = {
+  tcp: ['tcp'],
+  udp: ['udp'],
+  dtls: ['dtls'],
+  websocket: ['ws', 'websocket'],
+  prudp: ['prudp'],
+};
+
+/**
+ * The option that caps a protocol's connections over `transport`: among its integer
+ * `max…Connections` / `max…Clients` options, the one named for that transport
+ * (`prudpMaxConnections` for `prudp`), else the one named for no transport (`maxConnections`).
+ */
+export function connectionCapOption(
+  options: readonly ServeOption[],
+  transport: string,
+): ServeOption | undefined {
+  const caps = options.filter((o) => o.type === 'int' && /max\w*(Connections|Clients)$/i.test(o.key));
+  const namedFor = (o: ServeOption, t: string) =>
+    (TRANSPORT_KEY_PREFIXES[t] ?? [t]).some((prefix) => o.key.toLowerCase().startsWith(prefix));
+  return (
+    caps.find((o) => namedFor(o, transport)) ??
+    caps.find((o) => !Object.keys(TRANSPORT_KEY_PREFIXES).some((t) => namedFor(o, t)))
+  );
+}
+
 /**
  * Logs connection lifecycle from the servers' `gamewire:connection:*` diagnostics events:
  * open and close at debug (subscribed only when debug is on, so the hot path publishes nothing
  * otherwise), and refusals at accept. A refusal because the server is full means it is
- * configured too small: that one is logged at info, rate-limited. Returns the unsubscriber.
+ * configured too small: that one is logged at info, rate-limited per protocol and transport,
+ * naming the transport that refused and the option that caps it (`limitOf`). Returns the
+ * unsubscriber.
  */
 export function logConnections(
   log: Logger,
-  limitOf: (protocol: string) => string = () => 'its connection limit',
+  limitOf: (protocol: string, transport: string) => string = () => 'its connection limit',
 ): () => void {
   const refusals = new RateLimitedLog(log);
   const subscriptions: [string, (message: unknown) => void][] = [
@@ -254,9 +283,9 @@ export function logConnections(
         const fields = { protocol: e.protocol, transport: e.transport, remote: e.remote, reason: e.reason };
         if (e.reason === 'over_capacity') {
           refusals.info(
-            `${e.protocol}:full`,
+            `${e.protocol}:${e.transport}:full`,
             fields,
-            `connection refused: ${e.protocol} is full (raise ${limitOf(e.protocol)})`,
+            `connection refused: ${e.protocol} (${e.transport}) is full (raise ${limitOf(e.protocol, e.transport)})`,
           );
         } else log.debug(fields, 'connection refused');
       },
@@ -419,9 +448,9 @@ async function runServers(
   const log = createLogger(logLevel);
   for (const w of checked?.warnings ?? []) log.warn(w);
   const dataDir = path.resolve(serveValues.dataDir as string);
-  const unsubscribe = logConnections(log, (name) => {
+  const unsubscribe = logConnections(log, (name, transport) => {
     const p = protocols.find((x) => x.name === name);
-    const o = p?.server?.options.find((x) => x.type === 'int' && /max(Connections|Clients)$/i.test(x.key));
+    const o = connectionCapOption(p?.server?.options ?? [], transport);
     return o === undefined ? 'its connection limit' : `${flagName(o)}, config ${name}.${o.key}`;
   });
 

@@ -9,6 +9,9 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { connectionCapOption } from '../../src/cli/serve.js';
+import { loadProtocols } from '../../src/protocols/registry.js';
+import { RmcClient } from '../../src/protocols/rmc/index.js';
 import { BIN, errorOf, ROOT, runCli } from '../helpers/cli.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-ops-'));
@@ -358,10 +361,79 @@ describe('connection lifecycle logs', () => {
       .map((l) => JSON.parse(l) as { level: number; msg: string; remote?: string; reason?: string });
     expect(logs.find((l) => l.msg === 'connection open' && l.remote === remote)?.level).toBe(20);
     expect(logs.find((l) => l.msg === 'connection closed' && l.remote === remote)?.level).toBe(20);
-    const full = logs.find((l) => l.msg.startsWith('connection refused: rmc is full'));
+    const full = logs.find((l) => l.msg.startsWith('connection refused: rmc (tcp) is full'));
     expect(full?.level).toBe(30);
-    expect(full?.msg).toMatch(/--rmc-max-connections, config rmc\.\w+/);
+    expect(full?.msg).toMatch(/--rmc-max-connections, config rmc\.maxConnections\)$/);
   }, 120_000);
+
+  it('a full PRUDP endpoint is named in the refusal, with its own cap (not the TCP one)', async () => {
+    let started = false;
+    let secondRefused: unknown;
+    const r = await spawnCli(
+      [
+        'serve',
+        'rmc',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '0',
+        '--prudp-max-connections',
+        '1',
+        '--data-dir',
+        dir,
+      ],
+      (out, child) => {
+        const m = /gamewire: rmc udp 127\.0\.0\.1:(\d+)/.exec(out);
+        if (m === null || started) return;
+        started = true;
+        const connect = (timeoutMs: number) =>
+          RmcClient.connect({
+            host: '127.0.0.1',
+            port: Number(m[1]),
+            transport: 'prudp',
+            accessKey: 'yl4NG7qZ',
+            timeoutMs,
+          });
+        void (async () => {
+          const first = await connect(20_000);
+          try {
+            // The one place is taken by an open connection: the second SYN is refused as full.
+            await connect(2_000).then(
+              (c) => c.close(),
+              (err: unknown) => {
+                secondRefused = err;
+              },
+            );
+          } finally {
+            await first.close();
+            child.kill('SIGTERM');
+          }
+        })().catch(() => child.kill('SIGTERM'));
+      },
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(secondRefused).toBeDefined();
+    const logs = r.stderr
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: number; msg: string; transport?: string });
+    const full = logs.find((l) => l.msg.startsWith('connection refused: rmc'));
+    expect(full).toMatchObject({ level: 30, transport: 'prudp' });
+    expect(full?.msg).toBe(
+      'connection refused: rmc (prudp) is full (raise --prudp-max-connections, config rmc.prudpMaxConnections)',
+    );
+  }, 120_000);
+
+  it('the cap named for a refusal is the one for its transport, else the protocol-wide one', async () => {
+    const protocols = await loadProtocols();
+    const optionsOf = (name: string) => protocols.find((p) => p.name === name)!.server!.options;
+    expect(connectionCapOption(optionsOf('rmc'), 'prudp')?.key).toBe('prudpMaxConnections');
+    expect(connectionCapOption(optionsOf('rmc'), 'tcp')?.key).toBe('maxConnections');
+    expect(connectionCapOption(optionsOf('nox-relay'), 'udp')?.key).toBe('maxClients');
+    expect(connectionCapOption(optionsOf('nox-relay'), 'tcp')?.key).toBe('maxClients');
+    expect(connectionCapOption(optionsOf('js5'), 'tcp')?.key).toBe('maxClients');
+  });
 });
 
 describe("clients' commands say what to do when no server answers", () => {

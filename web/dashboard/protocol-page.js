@@ -1,4 +1,6 @@
-// The frame every protocol page shares: heading, State/Wire tabs, live counters and charts.
+// The frame every protocol page shares: heading, State/Wire tabs, live counters and charts, and
+// the server's actions on an item (disconnect, end, drain) as buttons.
+import { actionButton } from './actions.js';
 import { rateChart } from './charts.js';
 import { fill, h } from './dom.js';
 import * as fmt from './format.js';
@@ -57,9 +59,62 @@ export function protocolFrame(main, ctx, protocol, tab) {
     summary.textContent = `${fmt.count(counters.open)} open · in ${fmt.perSecond(r.msgIn)} (${fmt.bytesPerSecond(r.bytesIn)}) · out ${fmt.perSecond(r.msgOut)} (${fmt.bytesPerSecond(r.bytesOut)})${uptime}`;
   };
   updateCounters(latestCounters(protocol) ?? server?.counters);
+  const base = `/api/servers/${encodeURIComponent(protocol)}`;
+  /**
+   * A button for the server's action `name` (POST to `base + path`), or `false` when the server
+   * does not offer it; the page's state is re-read once it is done.
+   * @param {string} name
+   * @param {{ label: string, question: string, path: string, testid: string }} spec
+   */
+  const action = (name, { label, question, path, testid }) =>
+    offers(server, name) &&
+    actionButton({ label, question, path: `${base}${path}`, testid, done: ctx.refreshState });
   return {
     body,
     server,
+    action,
+    /**
+     * The Disconnect button of one connection.
+     * @param {string | number} id the connection's id in the server's state
+     * @param {string} question what the confirmation dialog asks
+     */
+    disconnect: (id, question) =>
+      action('disconnect', {
+        label: 'Disconnect',
+        question,
+        path: `/connections/${encodeURIComponent(String(id))}/disconnect`,
+        testid: 'disconnect',
+      }),
+    /**
+     * The Drain button, shown while the server says draining applies (`state.drain.available`;
+     * else while it lists the action, as a fleet node does).
+     * @param {string} question what the confirmation dialog asks
+     */
+    drainButton(question) {
+      const node = h('div', { class: 'toolbar' });
+      let shown = false;
+      return {
+        node,
+        /** @param {any} state the server's state (`/api/servers/<name>` body.state) */
+        update(state) {
+          const available =
+            state?.drain?.available ?? (Array.isArray(server?.actions) && server.actions.includes('drain'));
+          if (available === shown) return;
+          shown = available;
+          node.replaceChildren();
+          if (available)
+            node.append(
+              actionButton({
+                label: 'Drain',
+                question,
+                path: `${base}/drain`,
+                testid: 'drain',
+                done: ctx.refreshState,
+              }),
+            );
+        },
+      };
+    },
     onTick(tick) {
       const s = (tick.servers ?? []).find((x) => x.protocol === protocol);
       if (s !== undefined) updateCounters(s.counters);

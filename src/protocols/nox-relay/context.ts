@@ -29,15 +29,15 @@ export interface RelayContext {
   send(client: RelayClient, uid: number, message: ServerMessage, priority: Priority): void;
   /** Tells the client why (unless it is half-open), then forgets it. */
   disconnect(client: RelayClient, reason: string, quitType: number): void;
-  /** Forgets a client: its players leave, TCP ends after flushing. */
+  /** Forgets a client: its players leave, its link closes after flushing (links.ts). */
   dropClient(client: RelayClient, quitType: number, reason: string | null): void;
-  /** The address cookie to put in this UDP client's Handshake reply; null on TCP or when disabled. */
+  /** The address cookie for this client's Handshake reply: only on a datagram link, when enabled; else null. */
   addressCookie(client: RelayClient): Uint8Array | null;
-  /** Checks a cookie sent back by a UDP client; a valid one proves its address (and admits it). */
+  /** Checks a cookie sent back by a datagram source; a valid one proves its address (and admits it). */
   proveAddress(client: RelayClient, cookie: Uint8Array): boolean;
   /**
    * The instance aliases a Sessions reply lists to this client (made on first use): only for an
-   * unproven UDP client, while the relay has few enough public instances; otherwise undefined.
+   * unproven (datagram) client, while the relay has few enough public instances; otherwise undefined.
    */
   instanceAliases(client: RelayClient): InstanceAliases | undefined;
   /**

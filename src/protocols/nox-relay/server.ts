@@ -1,8 +1,11 @@
 /**
  * The NoxVR Relay v1 server: TCP and UDP on one port, the client table and liveness. The parts
- * live beside it: options.ts (defaults and checks), udp-admission.ts (who gets a UDP session,
- * address cookies), reassembly.ts (Segmentation), dispatch.ts (a packet to its handler) and
- * handlers/ (the messages), which see the server only through the RelayContext interface.
+ * live beside it: options.ts (defaults and checks), links.ts (each client's transport: sending,
+ * congestion, per-address counts, closing), udp-admission.ts (who gets a UDP session, address
+ * cookies), reassembly.ts (Segmentation), dispatch.ts (a packet to its handler) and handlers/
+ * (the messages), which see the server only through the RelayContext interface. Past its
+ * transport's entry point (an accepted connection, a first datagram) a client is handled the
+ * same whatever it came over: what differs is its link's, or its `datagram` capability's.
  */
 
 import type dgram from 'node:dgram';
@@ -28,12 +31,13 @@ import { type DispatchContext, dispatch } from './dispatch.js';
 import { handshakeReply } from './handlers/connection.js';
 import { removePlayer } from './handlers/membership.js';
 import { DEFAULT_INSTANCE, Instance } from './instances.js';
+import { TcpClients, TcpLink, type TcpPeer, UdpLink, UdpSessions } from './links.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
 import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
-import { RelayClient, type SendLimits, type TcpPeer, udpKey } from './session.js';
+import { RelayClient, type SendLimits } from './session.js';
 import { AliasGuessBudget, handshakeEnd, InstanceAliases, UdpAdmission } from './udp-admission.js';
 
 export type { CongestionLimits, NoxRelayOptions, ResolvedOptions } from './options.js';
@@ -57,19 +61,20 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private readonly aliasGuesses: AliasGuessBudget;
   /** The real instance ids (fixed at start): aliases never take one of them. */
   private readonly realIds: ReadonlySet<number>;
-  private readonly udpClients = new Map<string, RelayClient>();
-  private readonly udpPerIp = new Map<string, number>();
+  /** The TCP endpoint's clients per address (`maxTcpPerIp`). */
+  private readonly tcpClients = new TcpClients();
+  /** The UDP endpoint: its socket, sessions by source and per address (`maxUdpPerIp`), seam table. */
+  private udpSessions: UdpSessions | undefined;
   /**
-   * Who goes first when the server is full (docs/security.md): established UDP sessions that
-   * have not proven their address, then TCP connections that have not sent their Handshake,
-   * oldest first (insertion-ordered sets: O(1) eviction).
+   * Who goes first when the server is full (docs/security.md): established sessions that have
+   * not proven their address (only a datagram link starts unproven), then connections that have
+   * not sent their Handshake (only a stream exists before its Handshake: a datagram session is
+   * created by one), oldest first (insertion-ordered sets: O(1) eviction).
    */
-  private readonly unprovenUdp = new Set<RelayClient>();
-  private readonly tcpBeforeHandshake = new Set<RelayClient>();
-  private readonly tcpPerIp = new Map<string, number>();
+  private readonly unproven = new Set<RelayClient>();
+  private readonly beforeHandshake = new Set<RelayClient>();
   /** Request budget per address, shared by its clients; forgotten with its last client. */
   private readonly addressBuckets = new Map<string, { bucket: TokenBucket; clients: number }>();
-  private tcpClients = 0;
   private nextClientId = 0;
   private readonly limits: SendLimits;
   private readonly measure: FrameMeasure;
@@ -152,6 +157,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       await this.tcp.close();
       throw err;
     }
+    this.udpSessions = new UdpSessions(this.udp, this.udpQueue, this.udpTable);
     this.udp.on('message', (msg, rinfo) => this.onDatagram(msg, rinfo));
     this.udp.on('error', (err) => this.log.warn({ err: err.message }, 'udp socket error'));
     const shortest = Math.min(
@@ -222,7 +228,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.dropClient(client, quitType, null);
   }
 
-  /** Removes a client: its players leave (Leave to whoever knew them), TCP ends after flushing. */
+  /** Removes a client: its players leave (Leave to whoever knew them), its link closes after flushing. */
   dropClient(client: RelayClient, quitType: number, reason: string | null): void {
     if (client.closed) return;
     for (const p of [...client.players.values()]) removePlayer(this, p, quitType, reason, null, null, false);
@@ -230,24 +236,17 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.clients.delete(client.id);
     this.reassembly.forgetAll(client);
     this.admission.remove(client);
-    this.unprovenUdp.delete(client);
-    this.tcpBeforeHandshake.delete(client);
+    this.unproven.delete(client);
+    this.beforeHandshake.delete(client);
     const shared = this.addressBuckets.get(client.addressKey);
     if (shared !== undefined && --shared.clients <= 0) this.addressBuckets.delete(client.addressKey);
-    if (client.transport === 'udp') {
-      this.udpClients.delete(client.key);
-      decrement(this.udpPerIp, client.addressKey);
-      this.udpTable.release(client, client.closeReason ?? quitReason(quitType));
-    } else {
-      this.tcpClients--;
-      decrement(this.tcpPerIp, client.addressKey);
-      client.end();
-    }
+    client.link.release(client, client.closeReason ?? quitReason(quitType));
     this.updateOpen();
   }
 
   addressCookie(client: RelayClient): Uint8Array | null {
-    if (client.transport !== 'udp' || !this.options.addressCookies) return null;
+    // Only a datagram source's address is in doubt (a stream's connection proved it).
+    if (!client.link.datagram || !this.options.addressCookies) return null;
     return this.admission.cookie(client.ip, client.port);
   }
 
@@ -259,7 +258,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     if (client.halfOpen && !this.promote(client)) return false;
     if (!client.addressProven) {
       client.addressProven = true;
-      this.unprovenUdp.delete(client);
+      this.unproven.delete(client);
       this.metrics.count(Counter.AddressProven);
     }
     return true;
@@ -267,7 +266,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   instanceAliases(client: RelayClient): InstanceAliases | undefined {
     if (client.aliases !== undefined) return client.aliases;
-    if (client.transport !== 'udp' || client.addressProven) return undefined;
+    // Only an unproven client (a datagram source) proves its address with them.
+    if (client.addressProven) return undefined;
     const listed: number[] = [];
     for (const inst of this.instances.values())
       if ((inst.flags & InstanceFlags.IsPublic) !== 0) listed.push(inst.id);
@@ -292,7 +292,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     if (client.halfOpen && !this.promote(client)) return;
     client.addressProven = true;
-    this.unprovenUdp.delete(client);
+    this.unproven.delete(client);
     this.metrics.count(Counter.AddressProven);
     this.metrics.count(Counter.AddressProvenByAlias);
   }
@@ -315,7 +315,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     return id;
   }
 
-  /** Clients that count against maxClients: every TCP connection and every non-half-open UDP session. */
+  /** Clients that count against maxClients: every one but the half-open UDP sessions. */
   get establishedClients(): number {
     return this.clients.size - this.admission.size;
   }
@@ -332,7 +332,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   /** `gamewire_open`: TCP connections plus UDP sessions, recomputed (never drifts, never negative). */
   private updateOpen(): void {
-    this.metrics.open = this.tcpClients + this.udpClients.size;
+    this.metrics.open = this.tcpClients.size + (this.udpSessions?.size ?? 0);
   }
 
   /** Counts a close and, at debug level, logs it with the client it concerns. */
@@ -387,13 +387,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     }
     shared.clients++;
     client.addressRequests = shared.bucket;
-    if (client.transport === 'udp') {
-      this.udpClients.set(client.key, client);
-      this.udpPerIp.set(client.addressKey, (this.udpPerIp.get(client.addressKey) ?? 0) + 1);
-    } else {
-      this.tcpClients++;
-      this.tcpPerIp.set(client.addressKey, (this.tcpPerIp.get(client.addressKey) ?? 0) + 1);
-    }
+    // Counted under its endpoint's per-address cap (and, for a datagram session, on the seam).
+    client.link.attach(client);
     this.updateOpen();
     if (this.log.isLevelEnabled('debug')) {
       this.log.debug(
@@ -415,21 +410,23 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     const ip = c.remoteAddress || '0.0.0.0';
     // The shared listener set the gauge to its own count; ours includes UDP.
     const refused: FrameSink = { onFrame: () => false, onClose: () => this.updateOpen() };
-    if (this.closing !== undefined || !this.roomFor('tcp')) {
+    // A stream's newcomer is proven (its connection handshake showed it receives there).
+    if (this.closing !== undefined || !this.roomFor(true)) {
       this.noteClose(CloseReason.OverCapacity, undefined, ip);
       if (this.closing === undefined) this.noteFull('maxClients', ip);
       c.close(CloseReason.OverCapacity, { abort: true, counted: true });
       return refused;
     }
-    if ((this.tcpPerIp.get(addressKey(ip)) ?? 0) >= this.options.maxTcpPerIp) {
+    if (this.tcpClients.countFor(addressKey(ip)) >= this.options.maxTcpPerIp) {
       this.noteClose(CloseReason.OverCapacityIp, undefined, ip);
       this.noteFull('maxTcpPerIp', ip);
       c.close(CloseReason.OverCapacityIp, { abort: true, counted: true });
       return refused;
     }
-    const client = new RelayClient(this.freeClientId(), { tcp: tcpPeer(c) }, this.limits, this.metrics);
+    const link = new TcpLink(tcpPeer(c), this.tcpClients, this.limits, this.metrics);
+    const client = new RelayClient(this.freeClientId(), link, this.limits, this.metrics);
     this.register(client);
-    this.tcpBeforeHandshake.add(client);
+    this.beforeHandshake.add(client);
     return {
       onFrame: (buf, start, end) => {
         this.onPacket(client, buf, start, end, 0);
@@ -450,7 +447,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   private onDatagram(msg: Buffer, rinfo: dgram.RemoteInfo): void {
     this.udpQueue.bytes = this.udp!.getSendQueueSize();
-    const client = this.udpClients.get(udpKey(rinfo.address, rinfo.port));
+    const client = this.udpSessions!.get(rinfo.address, rinfo.port);
     if (client === undefined) {
       this.onFirstDatagram(msg, rinfo);
       return;
@@ -531,7 +528,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       o.addressCookies &&
       this.admission.verify(ip, rinfo.port, hs.addressCookie);
     // A half-open newcomer does not count against maxClients; a proven one may evict an unproven client.
-    if (this.closing !== undefined || (proven && !this.roomFor('proven'))) {
+    if (this.closing !== undefined || (proven && !this.roomFor(true))) {
       this.metrics.drop(DropReason.OverCapacity);
       if (this.closing === undefined) this.noteFull('maxClients', rinfo.address);
       return;
@@ -547,12 +544,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.noteFull('maxUdpPerIp', ip);
       return;
     }
-    const client = new RelayClient(
-      this.freeClientId(),
-      { udp: this.udp!, ip, port: rinfo.port, queue: this.udpQueue },
-      this.limits,
-      this.metrics,
-    );
+    const link = new UdpLink(ip, rinfo.port, this.udpSessions!, this.limits, this.metrics);
+    const client = new RelayClient(this.freeClientId(), link, this.limits, this.metrics);
     if (proven) {
       client.addressProven = true;
       this.metrics.count(Counter.AddressProven);
@@ -560,10 +553,9 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       client.udpBytesIn = msg.length;
       this.admission.add(client);
     }
+    // On the seam from its first datagram (register); announced once it is more than half-open.
     this.register(client);
-    // On the seam from its first datagram; announced once it is more than half-open.
-    this.udpTable.admit(client);
-    if (!client.halfOpen) this.udpTable.announce(client);
+    if (!client.halfOpen) link.announce(client);
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
     client.messagesIn++;
@@ -593,7 +585,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.dropClient(c, QuitType.Timeout, null);
       return true;
     };
-    while ((this.udpPerIp.get(key) ?? 0) >= o.maxUdpPerIp)
+    while (this.udpSessions!.countFor(key) >= o.maxUdpPerIp)
       if (!evict(this.admission.oldest(key))) return false;
     if (proven) return true;
     while (this.admission.countFor(key) >= o.maxHalfOpenUdpPerIp)
@@ -604,44 +596,47 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   /** A half-open UDP session sent a second valid packet (or its cookie): it becomes a client. */
   private promote(client: RelayClient): boolean {
-    if (!this.roomFor(client.addressProven ? 'proven' : 'unproven')) {
+    if (!this.roomFor(client.addressProven)) {
       this.metrics.drop(DropReason.OverCapacity);
       this.noteFull('maxClients', client.ip);
       this.dropClient(client, QuitType.UnknownError, null);
       return false;
     }
     this.admission.remove(client);
-    if (!client.addressProven) this.unprovenUdp.add(client);
-    this.udpTable.announce(client);
+    if (!client.addressProven) this.unproven.add(client);
+    client.link.announce(client);
     return true;
   }
 
   /**
    * Room for one more established client. At `maxClients`, global limits protect proven
-   * sessions first: a newcomer evicts the oldest established UDP session that never proved its
-   * address, else (a TCP newcomer, or a proven one) the oldest TCP connection that never sent its
-   * Handshake. A proven session is never evicted. False when nothing may go.
+   * sessions first: a newcomer evicts the oldest established session that never proved its
+   * address, else (a proven newcomer: every stream, or a datagram source with its cookie) the
+   * oldest connection that never sent its Handshake. A proven session is never evicted. False
+   * when nothing may go.
    */
-  private roomFor(newcomer: 'tcp' | 'proven' | 'unproven'): boolean {
+  private roomFor(newcomerProven: boolean): boolean {
     if (this.establishedClients < this.options.maxClients) return true;
     let victim: RelayClient | undefined;
-    for (const c of this.unprovenUdp) {
+    for (const c of this.unproven) {
       victim = c;
       break;
     }
-    if (victim === undefined && newcomer !== 'unproven') {
-      for (const c of this.tcpBeforeHandshake) {
+    if (victim === undefined && newcomerProven) {
+      for (const c of this.beforeHandshake) {
         victim = c;
         break;
       }
     }
     if (victim === undefined) return false;
     this.noteClose(CloseReason.Evicted, victim);
-    if (victim.transport === 'tcp') {
-      victim.destroy();
-      this.dropClient(victim, QuitType.UnknownError, null);
-    } else {
+    if (victim.handshaked) {
+      // Told why, then gone.
       this.disconnect(victim, 'Server is full.', QuitType.UnknownError);
+    } else {
+      // Never handshaked: nothing to tell it, nothing of it worth flushing.
+      victim.link.abort();
+      this.dropClient(victim, QuitType.UnknownError, null);
     }
     return this.establishedClients < this.options.maxClients;
   }
@@ -684,16 +679,15 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.metrics.count(Counter.HandlerError);
       this.log.error({ err, client: client.id, type: message.type }, 'handler failed');
     }
-    if (message.type === 'Handshake' && client.handshaked) this.tcpBeforeHandshake.delete(client);
+    if (message.type === 'Handshake' && client.handshaked) this.beforeHandshake.delete(client);
   }
 
   // ---- liveness -----------------------------------------------------------------------------
 
-  /** Liveness (Disconnect "Connection timed out."), slow TCP consumers, expired segments. */
+  /** Liveness (Disconnect "Connection timed out."), stalled consumers, expired segments. */
   private sweep(): void {
     const now = performance.now();
     const o = this.options;
-    const soft = o.congestion.softBytes;
     for (const c of [...this.clients.values()]) {
       if (c.halfOpen && now - c.createdAt >= o.halfOpenTimeoutMs) {
         // Never sent a second packet: forgotten silently.
@@ -706,12 +700,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
         this.disconnect(c, 'Connection timed out.', QuitType.Timeout);
         continue;
       }
-      if (c.transport === 'tcp') {
-        // A consumer that stopped reading is closed even when nothing more is sent to it.
-        if (c.queued <= soft) c.congestedSince = 0;
-        else if (c.congestedSince === 0) c.congestedSince = now;
-        else if (now - c.congestedSince >= o.slowConsumerTimeoutMs) c.closeSlowConsumer();
-      }
+      c.link.watch(now);
       this.reassembly.expire(c, now);
     }
   }
@@ -729,12 +718,6 @@ function quitReason(quitType: number): string {
     default:
       return SeamCloseReason.PeerClosed;
   }
-}
-
-function decrement(map: Map<string, number>, key: string): void {
-  const n = (map.get(key) ?? 1) - 1;
-  if (n <= 0) map.delete(key);
-  else map.set(key, n);
 }
 
 /** The send path's view of a framed TCP connection: packets are batched into one write per turn. */

@@ -27,7 +27,7 @@ import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js';
 import { bytes, constant, decode, doc, encode, type Infer, struct, t } from '../../wire/codec.js';
 import { StoreFullError } from './errors.js';
-import type { RelayLink } from './links.js';
+import { type RelayLink, UnbindReason } from './links.js';
 import { ALLOCATION_ID_LENGTH, CONNECTION_DATA_LENGTH, HMAC_KEY_LENGTH } from './messages.js';
 
 export const CONNECTION_DATA_MAGIC = 0x47575202;
@@ -474,7 +474,7 @@ export class AllocationStore {
       a.link = link;
       link?.bound();
       // Re-homed to another link: the old one no longer carries this binding.
-      if (old !== undefined && old !== link) old.unbound();
+      if (old !== undefined && old !== link) old.unbound(UnbindReason.Rebound);
     }
     if (nonceIsNewer(nonce, a.nonce)) a.nonce = nonce;
     a.lastSeen = this.now();
@@ -486,23 +486,23 @@ export class AllocationStore {
    * allocated-but-unbound state, so a later valid BIND binds it again. The bind timeout runs from
    * now. The newest nonce is kept (a BIND after this needs a newer one). Returns the former peers.
    */
-  unbind(a: Allocation): Allocation[] {
+  unbind(a: Allocation, reason: string = UnbindReason.Close): Allocation[] {
     const peers = [...a.peers];
     for (const p of peers) this.unlink(a, p);
     a.state = 'allocated';
     a.address = '';
     a.port = 0;
-    this.releaseLink(a);
+    this.releaseLink(a, reason);
     a.lastSeen = this.now();
     this.observer?.unbound(a, false);
     return peers;
   }
 
   /** Forgets the binding's link and tells it (a DTLS association then closes: its lifetime is the binding's). */
-  private releaseLink(a: Allocation): void {
+  private releaseLink(a: Allocation, reason: string): void {
     const link = a.link;
     a.link = undefined;
-    link?.unbound();
+    link?.unbound(reason);
   }
 
   /** Links a client to a host (after ACCEPTED). */
@@ -519,11 +519,11 @@ export class AllocationStore {
   }
 
   /** Ends an allocation (idle timeout): unbinds it, drops its links, keeps a tombstone. */
-  expire(a: Allocation): Allocation[] {
+  expire(a: Allocation, reason: string = UnbindReason.Idle): Allocation[] {
     const peers = [...a.peers];
     for (const p of peers) this.unlink(a, p);
     a.state = 'expired';
-    this.releaseLink(a);
+    this.releaseLink(a, reason);
     if (a.owner !== '') {
       const n = (this.byOwner.get(a.owner) ?? 1) - 1;
       if (n <= 0) this.byOwner.delete(a.owner);

@@ -20,7 +20,7 @@ import { addressKey, CloseReason, type Connection, ConnectionTable } from '../..
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
 import { type AllocationStore, bytesFromGuid, guidFromBytes } from './allocations.js';
-import type { RelayLink } from './links.js';
+import type { NativeBindingTarget, RelayLink } from './links.js';
 import type { NativeDtlsRecords } from './native-dtls.js';
 import type { RelayServer } from './relay.js';
 
@@ -104,6 +104,23 @@ export class DtlsLink implements RelayLink, Connection {
     this.association.send(msg);
   }
 
+  /** An association is its own source: one per 5-tuple, authenticated. */
+  carries(src: RelayLink): boolean {
+    return src === this;
+  }
+
+  linkForBind(): RelayLink {
+    return this;
+  }
+
+  /** Counted on arrival (every record), not here. */
+  accepted(): void {}
+
+  /** Forwarded natively while the association is held natively too (native-dtls.ts). */
+  bindNative(plane: NativeBindingTarget, id: Buffer): boolean {
+    return plane.bindDtls(id, this.association);
+  }
+
   /** Whether a BIND ever named this association (until then it is closed after a deadline). */
   everBound = false;
 
@@ -111,7 +128,10 @@ export class DtlsLink implements RelayLink, Connection {
     this.everBound = true;
   }
 
-  /** The binding ended: so does the association (its lifetime is the binding's). */
+  /**
+   * The binding ended: so does the association (its lifetime is the binding's), as `unbound`
+   * whatever ended the binding (the reason its close has always carried).
+   */
   unbound(): void {
     this.close('unbound');
   }

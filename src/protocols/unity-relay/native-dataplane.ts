@@ -15,9 +15,11 @@
 import { EventEmitter } from 'node:events';
 import { isIPv4 } from 'node:net';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import type { DtlsAssociation } from '../../transports/dtls/index.js';
 import type { Allocation, AllocationObserver, AllocationStore } from './allocations.js';
 import type { DtlsLink } from './dtls.js';
 import { NativeDataplaneError } from './errors.js';
+import type { NativeBindingTarget } from './links.js';
 import { loadAddon } from './native-addon.js';
 
 /** What the mirror needs of the DTLS record offload (native-dtls.ts). */
@@ -395,7 +397,7 @@ export class NativeRelaySocket extends EventEmitter {
  * of the native DTLS socket; links are mirrored as they are made and broken; expiry forgets it.
  * Also brings native last-seen times and counters back.
  */
-export class NativeDataplaneMirror implements AllocationObserver {
+export class NativeDataplaneMirror implements AllocationObserver, NativeBindingTarget {
   readonly socket: NativeRelaySocket;
   private last: NativeDataplaneStats;
   /** While true, no binding is forwarded natively: JavaScript sees every RELAY (the dashboard's wire view). */
@@ -408,14 +410,23 @@ export class NativeDataplaneMirror implements AllocationObserver {
     this.last = socket.stats();
   }
 
+  /** The link says whether the plane can carry its binding (`RelayLink.bindNative`); else JavaScript does. */
   bound(a: Allocation): void {
-    const link = a.link;
-    if (!this.paused && link?.transport === 'udp' && isIPv4(a.address))
-      this.socket.bind(a.id, a.address, a.port);
-    else if (!this.paused && link?.transport === 'dtls' && this.dtls !== undefined)
-      // Forwarded natively while the association is held natively too (native-dtls.ts).
-      this.socket.bindDtls(a.id, this.dtls.idOf((link as DtlsLink).association));
-    else this.socket.unbind(a.id);
+    if (this.paused || a.link === undefined || !a.link.bindNative(this, a.id)) this.socket.unbind(a.id);
+  }
+
+  /** The socket is IPv4: an IPv4 UDP peer is forwarded natively. */
+  bindUdp(id: Buffer, address: string, port: number): boolean {
+    if (!isIPv4(address)) return false;
+    this.socket.bind(id, address, port);
+    return true;
+  }
+
+  /** A DTLS association is forwarded natively while its record layer is offloaded here. */
+  bindDtls(id: Buffer, association: DtlsAssociation): boolean {
+    if (this.dtls === undefined) return false;
+    this.socket.bindDtls(id, this.dtls.idOf(association));
+    return true;
   }
 
   /**
@@ -442,6 +453,11 @@ export class NativeDataplaneMirror implements AllocationObserver {
 
   unlinked(a: Allocation, b: Allocation): void {
     this.socket.unlink(a.id, b.id);
+  }
+
+  /** RELAYs the native side forwarded from and to allocation `id` (undefined once forgotten or closed). */
+  counters(id: Uint8Array): ReturnType<NativeRelaySocket['counters']> {
+    return this.socket.counters(id);
   }
 
   /** Brings forward the last-seen time of allocations the native side relayed for. */

@@ -11,6 +11,7 @@
 
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
+import { ConnectionTable } from '../../core/connection.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { WireReader } from '../../wire/reader.js';
@@ -19,11 +20,13 @@ import { DEFAULT_LIMITER_KEYS, TokenBuckets } from './limits.js';
 import {
   DEFAULT_MAX_TO_DTLS,
   DEFAULT_MAX_TO_WS,
+  type NativeCounters,
   type RelayLink,
   type RelayUdpSocket,
   sameLink,
-  UdpLink,
+  type UdpLink,
   UdpSource,
+  UnbindReason,
 } from './links.js';
 import {
   BIND_LENGTH,
@@ -50,6 +53,8 @@ export interface RelayOptions {
   nativeMirror?: {
     refreshLastSeen(store: AllocationStore): void;
     pullCounters(metrics: ProtocolMetrics): void;
+    /** RELAYs the native side forwarded from and to one allocation (a UDP binding's counters add them). */
+    counters: NativeCounters;
   };
   /** Largest message accepted, in bytes of UDP payload (or WebSocket/DTLS plaintext). Default 1472 (a 1500-byte MTU). */
   maxDatagramBytes?: number;
@@ -102,6 +107,14 @@ export class RelayServer {
   private readonly nativeMirror: RelayOptions['nativeMirror'];
   /** The source of the UDP datagram being handled (reused; see links.ts). */
   private readonly udpSource: UdpSource;
+  /**
+   * The connection seam's table of UDP bindings: each `UdpLink` is a connection (transport
+   * `udp`) from the BIND that binds an allocation from an address to the end of that binding.
+   * No cap of its own: the allocations it carries are already capped (the store's
+   * `maxAllocations`, the API's per-address and rate limits, the HMAC budget per source), and a
+   * count of bindings per address would stop a NAT or a backend that the allocation limits let in.
+   */
+  readonly udpTable: ConnectionTable<UdpLink>;
   /** The admin endpoint's wire view; one boolean check per message while nobody watches. */
   wireTap: WireTap | undefined;
 
@@ -124,6 +137,21 @@ export class RelayServer {
     this.hmacLimiter = new TokenBuckets(options.hmacRatePerSecond ?? 50, options.hmacBurst ?? 100, sources);
     this.udpSource = new UdpSource(socket, this.maxDatagram);
     this.nativeMirror = options.nativeMirror;
+    this.udpTable = new ConnectionTable<UdpLink>({
+      protocol: metrics.protocol,
+      transport: 'udp',
+      maxConnections: Number.POSITIVE_INFINITY,
+      maxConnectionsPerIp: 0,
+    });
+    const mirror = this.nativeMirror;
+    this.udpSource.bindings = {
+      table: this.udpTable,
+      end: (link, reason) => {
+        const a = this.store.find(link.allocationId, 0);
+        if (a !== undefined && a.state === 'bound' && a.link === link) this.unbindFor(a, reason);
+      },
+      nativeCounters: mirror === undefined ? undefined : (id) => mirror.counters(id),
+    };
     const shortest = Math.min(store.idleTimeoutMs, store.hostAloneTimeoutMs, store.bindTimeoutMs);
     const every = options.sweepIntervalMs ?? Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
     this.sweepTimer = setInterval(() => this.sweep(), every);
@@ -143,6 +171,9 @@ export class RelayServer {
     clearInterval(this.sweepTimer);
     this.socket.off('message', this.onMessage);
     this.nativeMirror?.pullCounters(this.metrics);
+    // The UDP bindings end with the server (their counters read while the native plane is open).
+    this.udpTable.closing();
+    for (const link of [...this.udpTable.connections()]) link.unbound(UnbindReason.ServerClosing);
   }
 
   private readonly onMessage = (msg: Buffer, rinfo: { address: string; port: number }): void => {
@@ -249,6 +280,8 @@ export class RelayServer {
     a.lastSeen = this.store.now();
     a.packetsIn++;
     a.bytesIn += msg.length;
+    // Counted on the binding (a UDP datagram is matched to its binding only here).
+    a.link!.accepted(msg.length);
     return a;
   }
 
@@ -266,7 +299,7 @@ export class RelayServer {
     if (from === undefined) return;
     const to = this.store.find(msg, 20);
     if (to === undefined || !from.peers.has(to)) {
-      this.sendError(from.id, RelayErrorCode.NOT_CONNECTED, src, msg.length);
+      this.sendError(from.id, RelayErrorCode.NOT_CONNECTED, from.link!, msg.length);
       this.metrics.drop('not_connected');
       return;
     }
@@ -312,11 +345,13 @@ export class RelayServer {
     }
     const from = this.sender(msg, 4, src);
     if (from === undefined) return;
-    // Echo as received: UTP only needs some valid message back to stay "alive".
-    src.send(msg);
+    // Echo as received: UTP only needs some valid message back to stay "alive". Replies to a
+    // verified sender go out on its binding's link (the same peer as `src`), which counts them.
+    const link = from.link!;
+    link.send(msg);
     from.packetsOut++;
     from.bytesOut += msg.length;
-    this.countSent(msg, src);
+    this.countSent(msg, link);
   }
 
   /** Per-source budget for messages that cost an HMAC; checked before computing any. */
@@ -382,16 +417,13 @@ export class RelayServer {
     }
     if (a.state !== 'bound') this.metrics.open++;
     else if (!sameAddress) this.metrics.count('rebind_new_address');
-    // The reused UDP source is never stored: a binding to a new UDP address gets its own link.
-    const link =
-      src !== this.udpSource
-        ? src
-        : sameAddress && a.link !== undefined
-          ? a.link
-          : new UdpLink(this.socket, src.address, src.port, this.maxDatagram);
+    // The source says what it binds through (a reused UDP source is never stored: a binding to a
+    // new UDP address gets its own link, a connection of the seam).
+    const link = src.linkForBind(a.link, a.id);
     this.store.bind(a, src.address, src.port, bind.nonce, link);
-    src.send(BIND_RECEIVED_BYTES);
-    this.countSent(BIND_RECEIVED_BYTES, src);
+    link.accepted(msg.length);
+    link.send(BIND_RECEIVED_BYTES);
+    this.countSent(BIND_RECEIVED_BYTES, link);
   }
 
   private onConnectRequest(msg: Buffer, src: RelayLink): void {
@@ -402,6 +434,8 @@ export class RelayServer {
     const requester = this.sender(msg, 4, src);
     if (requester === undefined) return;
     if (!this.hmacAllowed(src)) return;
+    // Replies go out on the requester's binding (the same peer as `src`), which counts them.
+    const back = requester.link!;
     const targetId = this.store.verifyConnectionData(msg, 21);
     const target = targetId === undefined ? undefined : this.store.find(targetId, 0);
     if (
@@ -415,12 +449,12 @@ export class RelayServer {
       return;
     }
     if (target === undefined || target.state === 'expired') {
-      this.sendError(requester.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
+      this.sendError(requester.id, RelayErrorCode.ALLOCATION_NOT_FOUND, back, msg.length);
       this.metrics.drop('target_not_found');
       return;
     }
     if (target === requester) {
-      this.sendError(requester.id, RelayErrorCode.SELF_CONNECT_NOT_ALLOWED, src, msg.length);
+      this.sendError(requester.id, RelayErrorCode.SELF_CONNECT_NOT_ALLOWED, back, msg.length);
       this.metrics.drop('self_connect');
       return;
     }
@@ -431,7 +465,7 @@ export class RelayServer {
     const ids = { fromAllocationId: target.id, toAllocationId: requester.id };
     if (!target.peers.has(requester)) {
       if (target.peers.size >= target.maxConnections) {
-        this.reply(encodeMessage({ type: 'REJECTED', ...ids }), src, msg.length);
+        this.reply(encodeMessage({ type: 'REJECTED', ...ids }), back, msg.length);
         this.metrics.count('rejected_full');
         return;
       }
@@ -439,7 +473,7 @@ export class RelayServer {
       this.metrics.count('connections');
     }
     // Again on every retry: the client resends CONNECT_REQUEST until it sees ACCEPTED.
-    this.reply(encodeMessage({ type: 'ACCEPTED', ...ids }), src, msg.length);
+    this.reply(encodeMessage({ type: 'ACCEPTED', ...ids }), back, msg.length);
   }
 
   private onDisconnect(msg: Buffer, src: RelayLink): void {
@@ -467,20 +501,25 @@ export class RelayServer {
     const a = this.sender(msg, 4, src);
     if (a === undefined) return;
     // CLOSE unbinds: the address and the links go, the allocation stays (a later BIND binds it again).
-    this.end(a, this.store.unbind(a), true, 'close');
+    this.end(a, this.store.unbind(a, UnbindReason.Close), true, 'close');
   }
 
   /** The dashboard's disconnect: unbinds `a` as its CLOSE would (its peers get a DISCONNECT). */
   unbindNow(a: Allocation): void {
     if (a.state !== 'bound') return;
-    this.end(a, this.store.unbind(a), true, 'admin_disconnect');
+    this.unbindFor(a, UnbindReason.AdminDisconnect);
+  }
+
+  /** Unbinds `a` for `reason` (its link's close): as a CLOSE would, its peers get a DISCONNECT. */
+  private unbindFor(a: Allocation, reason: string): void {
+    this.end(a, this.store.unbind(a, reason), true, reason);
   }
 
   /** The dashboard's end: expires `a` now, as the idle timeout would. */
   expireNow(a: Allocation): void {
     if (a.state === 'expired') return;
     const wasBound = a.state === 'bound';
-    this.end(a, this.store.expire(a), wasBound, 'admin_end');
+    this.end(a, this.store.expire(a, UnbindReason.AdminEnd), wasBound, 'admin_end');
   }
 
   private sweep(): void {

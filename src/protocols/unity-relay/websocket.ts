@@ -171,12 +171,30 @@ export class WsLink implements RelayLink {
   /** Set by the endpoint: the connection has proven itself, so it is never evicted for a newcomer. */
   onProven: (() => void) | undefined;
 
+  /** A connection is its own source. */
+  carries(src: RelayLink): boolean {
+    return src === this;
+  }
+
+  linkForBind(): RelayLink {
+    return this;
+  }
+
+  /** Counted on arrival (every message), not here. */
+  accepted(): void {}
+
+  /** The native data plane has no WebSocket: its RELAYs stay with JavaScript. */
+  bindNative(): boolean {
+    return false;
+  }
+
   bound(): void {
     this.everBound = true;
     this.onProven?.();
     this.onProven = undefined;
   }
 
+  /** The binding ended; the connection stays (a later BIND on it binds again). */
   unbound(): void {}
 }
 

@@ -1,6 +1,7 @@
 import { createHash, type Hash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type dgram from 'node:dgram';
 import { EventEmitter } from 'node:events';
+import { addressKey } from '../../core/connection.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
 import type { DtlsAssociation, DtlsServerEventMap, DtlsServerOptions, DtlsServerStats } from './api.js';
 import {
@@ -55,6 +56,8 @@ export const DTLS_SERVER_DEFAULTS = {
 interface Peer {
   readonly address: string;
   readonly port: number;
+  /** What the per-address handshake cap counts under: IPv4, or the IPv6 /64 (`addressKey`). */
+  readonly addressKey: string;
   readonly send: Send;
   association: ServerAssociation | undefined;
   handshake: PendingHandshake | undefined;
@@ -251,6 +254,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   readonly #preference: number[];
   readonly #cookies: CookieJar;
   readonly #peers = new Map<string, Map<number, Peer>>();
+  /** Handshakes in progress per address key (IPv4, or an IPv6 /64), for `maxHandshakesPerIp`. */
   readonly #handshakesPerIp = new Map<string, number>();
   /** Peers with a handshake in progress, oldest first (the first to go when the table is full). */
   readonly #pendingHandshakes = new Set<Peer>();
@@ -619,7 +623,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
       return;
     }
     if (hs === undefined) {
-      if ((this.#handshakesPerIp.get(ctx.address) ?? 0) >= this.#options.maxHandshakesPerIp) {
+      const key = peer?.addressKey ?? addressKey(ctx.address);
+      if ((this.#handshakesPerIp.get(key) ?? 0) >= this.#options.maxHandshakesPerIp) {
         this.#drop('handshake-limit-per-ip', ctx);
         return;
       }
@@ -672,7 +677,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     p.handshake = handshake;
     this.#handshakes++;
     this.#pendingHandshakes.add(p);
-    this.#handshakesPerIp.set(ctx.address, (this.#handshakesPerIp.get(ctx.address) ?? 0) + 1);
+    this.#handshakesPerIp.set(p.addressKey, (this.#handshakesPerIp.get(p.addressKey) ?? 0) + 1);
     ctx.peer = p;
     this.#sendServerHelloFlight(p, handshake);
   }
@@ -954,16 +959,23 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   #countHandshakeDone(peer: Peer): void {
     this.#handshakes--;
     this.#pendingHandshakes.delete(peer);
-    const n = (this.#handshakesPerIp.get(peer.address) ?? 1) - 1;
-    if (n <= 0) this.#handshakesPerIp.delete(peer.address);
-    else this.#handshakesPerIp.set(peer.address, n);
+    const n = (this.#handshakesPerIp.get(peer.addressKey) ?? 1) - 1;
+    if (n <= 0) this.#handshakesPerIp.delete(peer.addressKey);
+    else this.#handshakesPerIp.set(peer.addressKey, n);
   }
 
   #addPeer(ctx: DatagramContext): Peer {
     const { address, port } = ctx;
     const socket = this.#socket;
     const send: Send = ctx.send ?? ((b) => socket?.send(b, port, address));
-    const peer: Peer = { address, port, send, association: undefined, handshake: undefined };
+    const peer: Peer = {
+      address,
+      port,
+      addressKey: addressKey(address),
+      send,
+      association: undefined,
+      handshake: undefined,
+    };
     let byPort = this.#peers.get(address);
     if (byPort === undefined) {
       byPort = new Map();

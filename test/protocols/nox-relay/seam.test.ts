@@ -3,8 +3,11 @@
  * session (open once it is more than half-open, close with its reason and counters), real
  * clients over real UDP on 127.0.0.1; a TCP client is the framed TCP seam's (transport `tcp`).
  */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
+import type { ServerMessage } from '../../../src/protocols/nox-relay/messages.js';
 import type { NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
 import { watchConnections } from '../../helpers/connection-events.js';
 import { waitFor } from '../../helpers/wait.js';
@@ -21,8 +24,18 @@ async function server(options: Parameters<typeof startServer>[0] = {}): Promise<
   return s;
 }
 
-async function client(s: NoxRelayServer, transport: 'tcp' | 'udp'): Promise<NoxRelayClient> {
-  const c = new NoxRelayClient({ port: s.port, transport, keepAliveMs: 0 });
+async function client(
+  s: NoxRelayServer,
+  transport: 'tcp' | 'udp',
+  localAddress?: string,
+): Promise<NoxRelayClient> {
+  const c = new NoxRelayClient({
+    port: s.port,
+    transport,
+    keepAliveMs: 0,
+    requestTimeoutMs: 2000,
+    ...(localAddress === undefined ? {} : { localAddress }),
+  });
   cleanup.push(() => c.close());
   await c.connect();
   await c.handshake();
@@ -86,4 +99,79 @@ describe('nox-relay on the connection seam', () => {
     // (A TCP close of the previous test's server may still arrive: UDP events only.)
     expect(watch.events.filter((e) => e.transport === 'udp')).toEqual([]);
   });
+});
+
+describe('nox-relay: a client is handled the same whatever its transport', () => {
+  it('the server, dispatch and handlers never branch on a transport name (only links.ts knows them)', () => {
+    const dir = join(import.meta.dirname, '../../../src/protocols/nox-relay');
+    const files = [
+      ...['server.ts', 'session.ts', 'dispatch.ts', 'context.ts', 'reassembly.ts', 'udp-admission.ts'],
+      ...readdirSync(join(dir, 'handlers')).map((f) => join('handlers', f)),
+    ];
+    const branches: string[] = [];
+    for (const f of files) {
+      const lines = readFileSync(join(dir, f), 'utf8').split('\n');
+      lines.forEach((line, i) => {
+        if (/transport\s*[!=]==|[!=]==\s*'(?:tcp|udp)'|'(?:tcp|udp)'\s*[!=]==/.test(line))
+          branches.push(`${f}:${i + 1}: ${line.trim()}`);
+      });
+    }
+    expect(branches).toEqual([]);
+  });
+
+  it('each transport counts its own clients per address: a UDP session and a TCP connection from one address both fit caps of 1', async () => {
+    const s = await server({ maxTcpPerIp: 1, maxUdpPerIp: 1 });
+    const udp = await client(s, 'udp', '127.0.0.52');
+    const tcp = await client(s, 'tcp', '127.0.0.52');
+    expect(s.establishedClients).toBe(2);
+    // A second of each from that address is refused by its own transport's cap.
+    const tcp2 = new NoxRelayClient({
+      port: s.port,
+      transport: 'tcp',
+      localAddress: '127.0.0.52',
+      keepAliveMs: 0,
+    });
+    cleanup.push(() => tcp2.close());
+    const refused = new Promise((resolve) => tcp2.once('close', resolve));
+    await tcp2.connect().catch(() => undefined);
+    await refused;
+    expect(s.metrics.closed.get('over_capacity_ip')).toBe(1);
+    const udp2 = new NoxRelayClient({
+      port: s.port,
+      transport: 'udp',
+      localAddress: '127.0.0.52',
+      keepAliveMs: 0,
+      requestTimeoutMs: 300,
+    });
+    cleanup.push(() => udp2.close());
+    await udp2.connect();
+    await expect(udp2.handshake()).rejects.toThrow(/no Handshake reply/);
+    // (Its Handshake may still be in the socket's queue when the wait ends on a loaded machine.)
+    await waitFor(() => (s.metrics.dropped.get('over_capacity') ?? 0) >= 1, {
+      what: 'the refused UDP Handshake',
+    });
+    // Released under the right count: once each leaves, another of its transport gets in.
+    await udp.disconnect();
+    await tcp.disconnect();
+    await waitFor(() => s.clients.size === 0, { what: 'both clients gone' });
+    await client(s, 'tcp', '127.0.0.52');
+    await client(s, 'udp', '127.0.0.52');
+    expect(s.establishedClients).toBe(2);
+  });
+
+  for (const transport of ['tcp', 'udp'] as const) {
+    it(`a Handshake of another protocol version is answered with its own uid, then the ${transport} client is closed`, async () => {
+      const s = await server();
+      const c = await client(s, transport);
+      const disconnect = new Promise<{ uid: number; reason: string | null }>((resolve) => {
+        c.on('message', (m: ServerMessage, uid: number) => {
+          if (m.type === 'Disconnect') resolve({ uid, reason: m.reason });
+        });
+      });
+      c.post({ type: 'Handshake', protocol: 2, engine: 'x', platform: 'y', addressCookie: null }, 7);
+      expect(await disconnect).toEqual({ uid: 7, reason: 'Incompatible protocol version (2 != 1).' });
+      await waitFor(() => s.clients.size === 0, { what: 'the client dropped' });
+      expect(s.metrics.closed.get('bad_protocol')).toBe(1);
+    });
+  }
 });

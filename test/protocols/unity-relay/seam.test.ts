@@ -1,5 +1,5 @@
 /**
- * unity-relay's DTLS associations and WebSocket connections on the connection seam: the
+ * unity-relay's UDP bindings, DTLS associations and WebSocket connections on the connection seam: the
  * `gamewire:connection:*` events fire for each (open, close with its reason, refusals at the
  * caps), against the real relay with real clients (the project's DtlsClient, the `ws` package)
  * on 127.0.0.x.
@@ -11,10 +11,14 @@ import {
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
+import {
+  loadNativeDataplane,
+  type NativeRelaySocket,
+} from '../../../src/protocols/unity-relay/native-dataplane.js';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { watchConnections } from '../../helpers/connection-events.js';
 import { waitFor } from '../../helpers/wait.js';
-import { type AllocationJson, utpBind } from './utp.js';
+import { type AllocationJson, Peer, UtpDriver, utpBind, utpClose, utpConnectRequest } from './utp.js';
 
 const cleanup: (() => unknown)[] = [];
 let server: UnityRelayInstance | undefined;
@@ -179,5 +183,135 @@ describe('unity-relay WebSocket on the connection seam', () => {
     ws(port, '127.0.0.3');
     await watch.next('drop', (e) => e.reason === 'over_capacity', 'the fourth, over capacity');
     expect(s.ws!.table.size).toBe(3);
+  });
+});
+
+const nativeBuilt = loadNativeDataplane().addon !== undefined;
+/** Both data planes; the native one wherever it is built (on Linux it must be: dataplane.test.ts). */
+const planes = (['js', 'native'] as const).filter(
+  (p) => p === 'js' || nativeBuilt || process.platform === 'linux',
+);
+
+async function post(s: UnityRelayInstance, path: string, body: unknown): Promise<any> {
+  const res = await fetch(`${s.apiUrl}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return res.json();
+}
+
+/** One BIND, answered (no retries, so the counters are exact). */
+async function bindOnce(d: UtpDriver, peer = d.peer): Promise<void> {
+  peer.send(utpBind(d.nonce++, d.connectionData, d.key));
+  expect(await peer.nextOfType(1, 10_000), 'BIND_RECEIVED').toBeDefined();
+}
+
+/** A host and a client bound over UDP (one BIND each) and connected (one CONNECT_REQUEST). */
+async function udpPair(s: UnityRelayInstance): Promise<[UtpDriver, UtpDriver]> {
+  const hostAlloc: AllocationJson = (await post(s, '/v1/allocate', { maxConnections: 2 })).data.allocation;
+  const code = (await post(s, '/v1/joincode', { allocationId: hostAlloc.allocationId })).data.joinCode;
+  const clientAlloc: AllocationJson = (await post(s, '/v1/join', { joinCode: code })).data.allocation;
+  const host = await UtpDriver.create(hostAlloc);
+  const client = await UtpDriver.create(clientAlloc);
+  cleanup.push(
+    () => host.close(),
+    () => client.close(),
+  );
+  await bindOnce(host);
+  await bindOnce(client);
+  client.peer.send(utpConnectRequest(client.id, client.hostConnectionData));
+  expect((await client.peer.nextOfType(6, 10_000))?.[3], 'ACCEPTED').toBe(6);
+  return [host, client];
+}
+
+describe.each(planes)('unity-relay UDP bindings on the connection seam (%s data plane)', (dataplane) => {
+  it('a BIND opens a udp connection; RELAYs count on both ends; CLOSE, a re-home, the server closing each close it with its reason', async () => {
+    const watch = watchConnections('unity-relay');
+    cleanup.push(() => watch.stop());
+    const s = await start({ dataplane });
+    expect(s.dataplane).toBe(dataplane);
+    const [host, client] = await udpPair(s);
+    const hostRemote = `127.0.0.1:${host.peer.port}`;
+    const clientRemote = `127.0.0.1:${client.peer.port}`;
+    const hostOpen = await watch.next('open', (e) => e.remote === hostRemote, 'the host binding');
+    expect(hostOpen).toMatchObject({ transport: 'udp', addressKey: '127.0.0.1' });
+    await watch.next('open', (e) => e.remote === clientRemote && e.transport === 'udp', 'the client binding');
+    expect(s.relay.udpTable.size).toBe(2);
+
+    const stats = () => (s.relay.socket as NativeRelaySocket).stats();
+    const before = dataplane === 'native' ? stats().forwarded : 0;
+    const n = 20;
+    const sent = Array.from({ length: n }, (_, i) => client.relay(host.id, Buffer.from(`m${i}`)));
+    for (let i = 0; i < n; i++)
+      expect((await host.peer.nextOfType(10, 10_000))?.subarray(38).toString()).toBe(`m${i}`);
+    // On the native plane they never entered JavaScript: the counters come from the addon's.
+    if (dataplane === 'native') expect(stats().forwarded - before).toBe(n);
+    const relayBytes = sent.reduce((t, b) => t + b.length, 0);
+
+    client.peer.send(utpClose(client.id));
+    const clientClosed = await watch.next('close', (e) => e.remote === clientRemote, 'the CLOSE');
+    expect(clientClosed).toMatchObject({
+      transport: 'udp',
+      addressKey: '127.0.0.1',
+      reason: 'peer_closed',
+      // BIND, CONNECT_REQUEST, the RELAYs, CLOSE in; BIND_RECEIVED, ACCEPTED out.
+      messagesIn: 3 + n,
+      bytesIn: 295 + 276 + relayBytes + 20,
+      messagesOut: 2,
+      bytesOut: 4 + 36,
+    });
+    expect(s.store.find(client.id, 0)!.state).toBe('allocated');
+
+    // The host's peer left: it gets the DISCONNECT, counted as sent to it with the RELAYs.
+    expect(await host.peer.nextOfType(9, 10_000)).toBeDefined();
+    // The host binds again from another port: the old binding closes as re-homed.
+    const moved = await Peer.open('127.0.0.1', s.udpPort);
+    cleanup.push(() => moved.close());
+    await bindOnce(host, moved);
+    const rehomed = await watch.next('close', (e) => e.remote === hostRemote, 'the re-home');
+    expect(rehomed).toMatchObject({
+      reason: 'rebound',
+      messagesIn: 1,
+      bytesIn: 295,
+      messagesOut: 2 + n,
+      bytesOut: 4 + relayBytes + 36,
+    });
+    await watch.next('open', (e) => e.remote === `127.0.0.1:${moved.port}`, 'the new binding');
+
+    await s.close();
+    server = undefined;
+    const last = await watch.next(
+      'close',
+      (e) => e.remote === `127.0.0.1:${moved.port}`,
+      'the server closing',
+    );
+    expect(last).toMatchObject({ reason: 'server_closing', messagesIn: 1, messagesOut: 1 });
+    expect(watch.of('open', 'udp')).toHaveLength(3);
+    expect(watch.of('close', 'udp')).toHaveLength(3);
+  });
+
+  it('idle expiry closes the binding as idle_timeout; close() on the connection unbinds the allocation', async () => {
+    const watch = watchConnections('unity-relay');
+    cleanup.push(() => watch.stop());
+    const s = await start({ dataplane, idleTimeoutMs: 300, hostAloneTimeoutMs: 300 });
+    const [host, client] = await udpPair(s);
+    // The server ends the client's binding through the seam: the allocation is unbound, its host told.
+    const clientLink = [...s.relay.udpTable.connections()].find((c) => c.port === client.peer.port)!;
+    clientLink.close('closed_by_server');
+    expect(s.store.find(client.id, 0)!.state).toBe('allocated');
+    expect(
+      await watch.next('close', (e) => e.remote === `127.0.0.1:${client.peer.port}`, 'the server-side close'),
+    ).toMatchObject({ transport: 'udp', reason: 'closed_by_server' });
+    expect(await host.peer.nextOfType(9, 10_000), 'the DISCONNECT to the host').toBeDefined();
+    // The host says nothing more: idle expiry ends its binding.
+    const idle = await watch.next(
+      'close',
+      (e) => e.remote === `127.0.0.1:${host.peer.port}`,
+      'the idle expiry',
+    );
+    expect(idle).toMatchObject({ transport: 'udp', addressKey: '127.0.0.1', reason: 'idle_timeout' });
+    expect(s.store.find(host.id, 0)!.state).toBe('expired');
+    expect(s.relay.udpTable.size).toBe(0);
   });
 });

@@ -11,6 +11,7 @@ import {
   DtlsServer,
 } from '../../../src/transports/dtls/index.js';
 import { plainRecord } from '../../../src/transports/dtls/record.js';
+import { canUnshare, runInNetns } from '../../helpers/netns.js';
 import { elapse } from '../../helpers/wait.js';
 import {
   hasProgram,
@@ -386,6 +387,29 @@ describe('limits', () => {
     } finally {
       await srv.close();
     }
+  });
+
+  it('maxHandshakesPerIp counts an IPv6 /64 as one address; another /64 is counted apart', (ctx) => {
+    if (!canUnshare()) {
+      ctx.annotate('unshare -rn is not allowed here: the IPv6 /64 handshake cap was not checked');
+      return;
+    }
+    const sources = ['2001:db8:1:2::a', '2001:db8:1:2::b', '2001:db8:1:2:ffff::c', '2001:db8:1:3::d'];
+    const r = runInNetns<{
+      answered: Record<string, true | string | null>;
+      perIpDrops: number;
+      inProgress: number;
+    }>('test/transports/dtls/v6-handshake-cap.mjs', sources, { sources, maxHandshakesPerIp: 2 });
+    expect(r.answered).toEqual({
+      '2001:db8:1:2::a': true,
+      '2001:db8:1:2::b': true,
+      // A third address of the same /64: refused, as a third port of one IPv4 address would be.
+      '2001:db8:1:2:ffff::c': 'handshake-limit-per-ip',
+      // Another /64 has its own count.
+      '2001:db8:1:3::d': true,
+    });
+    expect(r.perIpDrops).toBe(1);
+    expect(r.inProgress).toBe(3);
   });
 
   it('maxAssociations refuses new handshakes once full', async () => {

@@ -1,7 +1,5 @@
 // #/js5: connections with their queue depths and bytes served, and the cache's archives.
 
-const BASE = '/api/servers/js5';
-
 /**
  * @param {HTMLElement} main
  * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
@@ -9,9 +7,8 @@ const BASE = '/api/servers/js5';
  * @returns {import('../../../../web/dashboard/kit.js').View}
  */
 export function mount(main, ctx, kit) {
-  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, rateTracker, section } = kit;
+  const { fmt, h, liveTable, protocolFrame, rateTracker, section } = kit;
   const frame = protocolFrame(main, ctx, 'js5', 'state');
-  const refresh = () => ctx.refreshState();
   const rates = rateTracker();
   const served = h('p', { class: 'muted', testid: 'bytes-served' });
 
@@ -44,15 +41,7 @@ export function mount(main, ctx, kit) {
       { label: 'connected', cell: (c) => fmt.ago(c.since) },
       {
         label: 'actions',
-        create: (c) =>
-          offers(frame.server, 'disconnect') &&
-          actionButton({
-            label: 'Disconnect',
-            question: `Disconnect ${c.remote} (connection ${c.id})?`,
-            path: `${BASE}/connections/${enc(c.id)}/disconnect`,
-            testid: 'disconnect',
-            done: refresh,
-          }),
+        create: (c) => frame.disconnect(c.id, `Disconnect ${c.remote} (connection ${c.id})?`),
       },
     ],
   });

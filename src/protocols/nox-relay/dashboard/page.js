@@ -1,8 +1,6 @@
 // #/nox-relay: instances and their players with a live top-down map, and the connections.
 import { createMap } from './map.js';
 
-const BASE = '/api/servers/nox-relay';
-
 /** @param {{ num(n: number): string }} fmt */
 function vec(fmt, p) {
   return p === null || p === undefined ? '–' : `${fmt.num(p.x)}, ${fmt.num(p.y)}, ${fmt.num(p.z)}`;
@@ -15,9 +13,8 @@ function vec(fmt, p) {
  * @returns {import('../../../../web/dashboard/kit.js').View}
  */
 export function mount(main, ctx, kit) {
-  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, section } = kit;
+  const { fmt, h, liveTable, protocolFrame, section } = kit;
   const frame = protocolFrame(main, ctx, 'nox-relay', 'state');
-  const refresh = () => ctx.refreshState();
   const canvas = h('canvas', {
     class: 'map',
     testid: 'nox-map',
@@ -51,13 +48,11 @@ export function mount(main, ctx, kit) {
       {
         label: 'actions',
         create: (i) =>
-          offers(frame.server, 'endInstance') &&
-          actionButton({
+          frame.action('endInstance', {
             label: 'End instance',
             question: `End instance ${i.id} (${i.name ?? 'unnamed'})? Its players leave as when the instance closes.`,
-            path: `${BASE}/instances/${enc(i.id)}/end`,
+            path: `/instances/${encodeURIComponent(i.id)}/end`,
             testid: 'end-instance',
-            done: refresh,
           }),
       },
     ],
@@ -81,15 +76,12 @@ export function mount(main, ctx, kit) {
       {
         label: 'actions',
         create: (p) =>
-          p.connection === null || p.connection === undefined || !offers(frame.server, 'disconnect')
+          p.connection === null || p.connection === undefined
             ? ''
-            : actionButton({
-                label: 'Disconnect',
-                question: `Disconnect player ${p.name ?? p.id} (connection ${p.connection})?`,
-                path: `${BASE}/connections/${enc(p.connection)}/disconnect`,
-                testid: 'disconnect',
-                done: refresh,
-              }),
+            : frame.disconnect(
+                p.connection,
+                `Disconnect player ${p.name ?? p.id} (connection ${p.connection})?`,
+              ) || '',
       },
     ],
   });
@@ -107,15 +99,7 @@ export function mount(main, ctx, kit) {
       { label: 'connected', cell: (c) => fmt.ago(c.since) },
       {
         label: 'actions',
-        create: (c) =>
-          offers(frame.server, 'disconnect') &&
-          actionButton({
-            label: 'Disconnect',
-            question: `Disconnect ${c.remote} (connection ${c.id})?`,
-            path: `${BASE}/connections/${enc(c.id)}/disconnect`,
-            testid: 'disconnect',
-            done: refresh,
-          }),
+        create: (c) => frame.disconnect(c.id, `Disconnect ${c.remote} (connection ${c.id})?`),
       },
     ],
   });

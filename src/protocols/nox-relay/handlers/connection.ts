@@ -27,7 +27,7 @@ function seconds(ms: number): number {
 
 /**
  * The Handshake reply for `client`. Its length does not depend on the client, except for the
- * address cookie (8 bytes) that UDP replies carry.
+ * address cookie (8 bytes) that replies on a datagram link carry.
  */
 export function handshakeReply(
   ctx: RelayContext,
@@ -59,20 +59,17 @@ export function handleHandshake(
   m: Msg<'Handshake'>,
 ): void {
   if (m.protocol !== PROTOCOL_VERSION) {
-    // Spec §7.2: tell the client why, then close. An unproven UDP source hears why only within
-    // its anti-amplification budget (the send path checks it).
+    // Spec §7.2: tell the client why, in reply to its Handshake (the request's uid), then close;
+    // a half-open session too. An unproven source hears why only within its anti-amplification
+    // budget (the send path checks it).
     ctx.metrics.close(CloseReason.BadProtocol);
     const reason = `Incompatible protocol version (${m.protocol} != ${PROTOCOL_VERSION}).`;
-    if (client.transport === 'udp') {
-      client.send(ctx.encode(uid, { type: 'Disconnect', reason }), Priority.Critical);
-      ctx.dropClient(client, QuitType.ConfigurationError, null);
-      return;
-    }
-    ctx.disconnect(client, reason, QuitType.ConfigurationError);
+    client.send(ctx.encode(uid, { type: 'Disconnect', reason }), Priority.Critical);
+    ctx.dropClient(client, QuitType.ConfigurationError, null);
     return;
   }
-  if (m.addressCookie !== null && client.transport === 'udp' && !client.addressProven)
-    ctx.proveAddress(client, m.addressCookie);
+  // Only a datagram source starts unproven (a stream's connection proved its address).
+  if (m.addressCookie !== null && !client.addressProven) ctx.proveAddress(client, m.addressCookie);
   const cookie = ctx.addressCookie(client);
   let bytes = ctx.encode(uid, handshakeReply(ctx, client, cookie));
   // An unproven source gets the cookie only within its budget; the bare reply may still fit.

@@ -1,8 +1,6 @@
 // #/rmc: connections (TCP and PRUDP), logged-in players, sessions and the recent calls with their
 // method, latency and result.
 
-const BASE = '/api/servers/rmc';
-
 function percentile(sorted, p) {
   if (sorted.length === 0) return undefined;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
@@ -23,22 +21,12 @@ function attributes(a) {
  * @returns {import('../../../../web/dashboard/kit.js').View}
  */
 export function mount(main, ctx, kit) {
-  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, section } = kit;
+  const { fmt, h, liveTable, protocolFrame, section } = kit;
   const frame = protocolFrame(main, ctx, 'rmc', 'state');
-  const refresh = () => ctx.refreshState();
-  const drainBox = h('div', { class: 'toolbar' });
-  let drainShown = false;
+  const drain = frame.drainButton('Drain this server? It refuses new logins; connected players stay.');
   const callStats = h('p', { class: 'muted', testid: 'call-stats' });
 
-  const disconnect = (c) =>
-    offers(frame.server, 'disconnect') &&
-    actionButton({
-      label: 'Disconnect',
-      question: `Disconnect ${c.user ?? c.remote} (connection ${c.id})?`,
-      path: `${BASE}/connections/${enc(c.id)}/disconnect`,
-      testid: 'disconnect',
-      done: refresh,
-    });
+  const disconnect = (c) => frame.disconnect(c.id, `Disconnect ${c.user ?? c.remote} (connection ${c.id})?`);
   const connections = liveTable({
     testid: 'connections',
     rowTestid: 'connection-row',
@@ -106,7 +94,7 @@ export function mount(main, ctx, kit) {
   });
 
   frame.body.append(
-    drainBox,
+    drain.node,
     section('Connections', 'connections-panel', h('div', { class: 'scroll' }, connections.node)),
     h(
       'div',
@@ -144,23 +132,7 @@ export function mount(main, ctx, kit) {
         recent.length === 0
           ? 'no calls yet'
           : `last ${recent.length} calls: p50 ${fmt.num(percentile(lat, 50))} ms · p99 ${fmt.num(percentile(lat, 99))} ms · ${failed} failed`;
-      const canDrain =
-        s.drain?.available ??
-        (Array.isArray(frame.server?.actions) && frame.server.actions.includes('drain'));
-      if (canDrain !== drainShown) {
-        drainShown = canDrain;
-        drainBox.replaceChildren();
-        if (canDrain)
-          drainBox.append(
-            actionButton({
-              label: 'Drain',
-              question: 'Drain this server? It refuses new logins; connected players stay.',
-              path: `${BASE}/drain`,
-              testid: 'drain',
-              done: refresh,
-            }),
-          );
-      }
+      drain.update(s);
     },
   };
 }

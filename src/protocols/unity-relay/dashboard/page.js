@@ -1,8 +1,6 @@
 // #/unity-relay: allocations (transport, bound address, peers, traffic), join codes, relay nodes
 // when the relay is scaled out, and the drain action where the server supports it.
 
-const BASE = '/api/servers/unity-relay';
-
 /**
  * @param {HTMLElement} main
  * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
@@ -10,13 +8,13 @@ const BASE = '/api/servers/unity-relay';
  * @returns {import('../../../../web/dashboard/kit.js').View}
  */
 export function mount(main, ctx, kit) {
-  const { actionButton, enc, fmt, h, liveTable, offers, protocolFrame, rateTracker, section } = kit;
+  const { fmt, h, liveTable, protocolFrame, rateTracker, section } = kit;
   const frame = protocolFrame(main, ctx, 'unity-relay', 'state');
   const rates = rateTracker();
-  const refresh = () => ctx.refreshState();
   const info = h('p', { class: 'muted', testid: 'dataplane' });
-  const drainBox = h('div', { class: 'toolbar' });
-  let drainShown = false;
+  const drain = frame.drainButton(
+    'Drain this relay? It stops taking new allocations; existing ones keep relaying.',
+  );
 
   const allocations = liveTable({
     testid: 'allocations',
@@ -72,22 +70,16 @@ export function mount(main, ctx, kit) {
           h(
             'span',
             { class: 'actions' },
-            offers(frame.server, 'disconnect') &&
-              actionButton({
-                label: 'Disconnect',
-                question: `Unbind allocation ${a.id}? Its client is disconnected as by a CLOSE; it may bind again.`,
-                path: `${BASE}/connections/${enc(a.id)}/disconnect`,
-                testid: 'disconnect',
-                done: refresh,
-              }),
-            offers(frame.server, 'endAllocation') &&
-              actionButton({
-                label: 'End',
-                question: `End allocation ${a.id} now? Its peers are told as on an idle expiry.`,
-                path: `${BASE}/allocations/${enc(a.id)}/end`,
-                testid: 'end-allocation',
-                done: refresh,
-              }),
+            frame.disconnect(
+              a.id,
+              `Unbind allocation ${a.id}? Its client is disconnected as by a CLOSE; it may bind again.`,
+            ),
+            frame.action('endAllocation', {
+              label: 'End',
+              question: `End allocation ${a.id} now? Its peers are told as on an idle expiry.`,
+              path: `/allocations/${encodeURIComponent(a.id)}/end`,
+              testid: 'end-allocation',
+            }),
           ),
       },
     ],
@@ -128,7 +120,7 @@ export function mount(main, ctx, kit) {
   const nodesPanel = section('Relay nodes', 'nodes-panel', nodes.node);
   nodesPanel.hidden = true;
   frame.body.append(
-    h('div', { class: 'row' }, info, drainBox),
+    h('div', { class: 'row' }, info, drain.node),
     section('Allocations', 'allocations-panel', h('div', { class: 'scroll' }, allocations.node)),
     section('Join codes', 'join-codes-panel', joinCodes.node),
     nodesPanel,
@@ -152,23 +144,7 @@ export function mount(main, ctx, kit) {
       nodesPanel.hidden = s.nodes === null || s.nodes === undefined;
       if (!nodesPanel.hidden) nodes.update(s.nodes);
       // Drain is offered when the server says it applies (a node role): see docs/dashboard.md.
-      const canDrain =
-        s.drain?.available ??
-        (Array.isArray(frame.server?.actions) && frame.server.actions.includes('drain'));
-      if (canDrain !== drainShown) {
-        drainShown = canDrain;
-        drainBox.replaceChildren();
-        if (canDrain)
-          drainBox.append(
-            actionButton({
-              label: 'Drain',
-              question: 'Drain this relay? It stops taking new allocations; existing ones keep relaying.',
-              path: `${BASE}/drain`,
-              testid: 'drain',
-              done: refresh,
-            }),
-          );
-      }
+      drain.update(s);
     },
   };
 }
