@@ -12,20 +12,26 @@ import { runProtocolLoad } from '../../helpers/load.js';
 import { type Served, startServe } from '../../helpers/serve.js';
 
 let relay: Served;
+/**
+ * The TCP test's own relay: players the UDP test leaves in its instance (a try that timed out, a
+ * Disconnect the lossy path dropped) would otherwise introduce their stored transforms, numbered
+ * by the same session indexes, to the TCP players, whose loss count then starts from them.
+ */
+let tcpRelay: Served;
 let udp: ImpairedUdpProxy;
 let tcp: ImpairedTcpProxy;
 
 beforeAll(async () => {
-  relay = await startServe(['nox-relay', '--port', '0', '--host', '127.0.0.1', '--no-admin']);
-  const port = relay.port('udp');
+  const serve = () => startServe(['nox-relay', '--port', '0', '--host', '127.0.0.1', '--no-admin']);
+  [relay, tcpRelay] = await Promise.all([serve(), serve()]);
   udp = await ImpairedUdpProxy.start(
     { host: '127.0.0.1' },
-    { host: '127.0.0.1', port },
+    { host: '127.0.0.1', port: relay.port('udp') },
     { loss: 0.05, duplicate: 0.05, reorder: 0.2, jitterMs: 4, seed: 9 },
   );
   tcp = await ImpairedTcpProxy.start(
     { host: '127.0.0.1' },
-    { host: '127.0.0.1', port },
+    { host: '127.0.0.1', port: tcpRelay.port('tcp') },
     { maxPiece: 7, jitterMs: 1, seed: 9 },
   );
 });
@@ -33,7 +39,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await udp?.close();
   await tcp?.close();
-  await relay?.stop();
+  await Promise.all([relay?.stop(), tcpRelay?.stop()]);
 });
 
 describe('nox-relay through impaired paths', () => {
