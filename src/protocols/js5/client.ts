@@ -4,10 +4,11 @@
  * builds a whole cache from a server and resumes where a previous run stopped.
  */
 import fs from 'node:fs';
-import net from 'node:net';
+import type net from 'node:net';
 import path from 'node:path';
+import { FramedStreamClient } from '../../core/framed-client.js';
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
-import { StreamDeframer } from '../../wire/framing.js';
+import { fixedFrames } from '../../wire/framing.js';
 import { CacheWriter, DOWNLOAD_STATE_FILE, type DownloadState } from './cache/cache.js';
 import { decodeContainer, splitTrailer } from './cache/container.js';
 import { type Js5Index, readIndex } from './cache/js5-index.js';
@@ -120,9 +121,8 @@ interface Pending {
 
 export class Js5Client {
   readonly profile: ProfileSpec;
-  /** @internal */
-  readonly socket: net.Socket;
-  private readonly deframer: StreamDeframer;
+  /** The framed-stream loop under this client (core/framed-client.ts). */
+  private readonly link: FramedStreamClient;
   /** Requests not yet sent, one FIFO per kind: a prefetch waiting at its cap never blocks an urgent one. */
   private readonly queues: { urgent: Pending[]; prefetch: Pending[] } = { urgent: [], prefetch: [] };
   private readonly heads = { urgent: 0, prefetch: 0 };
@@ -140,85 +140,112 @@ export class Js5Client {
   private lastByteAt = Date.now();
   private watchdog: NodeJS.Timeout | undefined;
 
-  private constructor(socket: net.Socket, options: Js5ClientOptions) {
-    this.socket = socket;
+  private constructor(link: FramedStreamClient, options: Js5ClientOptions) {
+    this.link = link;
     this.profile = PROFILES[options.profile];
     this.urgentCap = options.urgentCap ?? this.profile.urgentCap;
     this.masterIndexFormat = options.masterIndexFormat ?? this.profile.masterIndexFormat;
     this.prefetchCap = options.prefetchCap ?? this.profile.prefetchCap;
-    this.deframer = new StreamDeframer(responseMeasure(options.maxContainerBytes ?? MAX_CONTAINER_LENGTH), {
-      maxFrameBytes: (options.maxContainerBytes ?? MAX_CONTAINER_LENGTH) + 64 * 1024,
-    });
   }
 
-  /** Connects, handshakes and sends the post-handshake packets of the profile. */
-  static connect(options: Js5ClientOptions): Promise<Js5Client> {
-    return new Promise((resolve, reject) => {
-      const socket = net.connect({
-        host: options.host,
-        port: options.port,
-        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
-      });
-      socket.setNoDelay(true);
-      const timer = setTimeout(() => {
-        socket.destroy();
-        reject(
+  /** @internal The socket (tests, and stopping a load session at once). */
+  get socket(): net.Socket {
+    return this.link.socket!;
+  }
+
+  /**
+   * Connects, handshakes and sends the post-handshake packets of the profile. The handshake reply
+   * is the stream's first frame (one byte); responses follow, framed by `responseMeasure`.
+   */
+  static async connect(options: Js5ClientOptions): Promise<Js5Client> {
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    const maxContainerBytes = options.maxContainerBytes ?? MAX_CONTAINER_LENGTH;
+    let client: Js5Client | undefined;
+    /** Bytes of the chunk that carried the handshake reply. */
+    let firstChunkBytes = 0;
+    const link: FramedStreamClient = new FramedStreamClient({
+      host: options.host,
+      port: options.port,
+      ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
+      timeoutMs,
+      ready: 'first-frame',
+      measure: fixedFrames(1),
+      maxFrameBytes: maxContainerBytes + 64 * 1024,
+      errors: {
+        refused: (cause) =>
+          new Js5Error(
+            'ERR_JS5_NO_SERVER',
+            `no server at ${options.host}:${options.port}: is \`gamewire serve js5\` running there?`,
+            { cause },
+          ),
+        timeout: () =>
           new Js5Error(
             'ERR_JS5_TIMEOUT',
-            `no js5 handshake reply from ${options.host}:${options.port} within ${options.timeoutMs ?? 10_000} ms: is it a js5 server?`,
+            `no js5 handshake reply from ${options.host}:${options.port} within ${timeoutMs} ms: is it a js5 server?`,
           ),
-        );
-      }, options.timeoutMs ?? 10_000);
-      const fail = (err: Error) => {
-        clearTimeout(timer);
-        socket.destroy();
-        reject(err);
-      };
-      socket.once('error', (err: Error & { code?: string }) =>
-        fail(
-          err.code === 'ECONNREFUSED'
-            ? new Js5Error(
-                'ERR_JS5_NO_SERVER',
-                `no server at ${options.host}:${options.port}: is \`gamewire serve js5\` running there?`,
-                { cause: err },
-              )
+        connection: (cause, phase) =>
+          phase === 'open'
+            ? cause
             : new Js5Error(
                 'ERR_JS5_CONNECTION',
-                `js5 connection to ${options.host}:${options.port} failed: ${err.message}`,
-                {
-                  cause: err,
-                },
+                `js5 connection to ${options.host}:${options.port} failed: ${cause.message}`,
+                { cause },
               ),
-        ),
-      );
-      socket.once('connect', () => {
+        closed: (phase) =>
+          phase === 'handshake' || client === undefined
+            ? new Js5Error('ERR_JS5_CONNECTION', 'the server closed the connection during the js5 handshake')
+            : client.closedError(),
+        // Framing errors are the protocol's own DecodeErrors; handler errors are typed already.
+        malformed: (cause) => cause,
+        handler: (cause) =>
+          cause instanceof Error ? cause : new Js5Error('ERR_JS5_CONNECTION', String(cause)),
+      },
+      onConnect: () => {
         const seeded = handshakeIsSeeded(options.profile, options.build);
         const hs = Buffer.alloc(seeded ? 21 : 5);
         hs[0] = INIT_JS5_OPCODE;
         hs.writeUInt32BE(options.build, 1);
         if (seeded && options.seed !== undefined) hs.set(options.seed.subarray(0, 16), 5);
-        socket.write(hs);
-      });
-      const onData = (chunk: Buffer) => {
-        socket.off('data', onData);
-        socket.off('error', fail);
-        clearTimeout(timer);
-        const status = chunk[0]!;
-        if (status !== HandshakeStatus.ok) {
-          socket.destroy();
-          reject(new Js5HandshakeError(status, options.build));
+        link.write(hs);
+      },
+      onChunk: (chunk) => {
+        if (client === undefined) {
+          firstChunkBytes = chunk.length;
           return;
         }
-        const client = new Js5Client(socket, options);
+        client.bytesReceived += chunk.length;
+        client.lastByteAt = Date.now();
+        if (client.xorKey !== 0) xorInPlace(chunk, client.xorKey);
+      },
+      onFrame: (buf, start, end) => {
+        if (client !== undefined) {
+          client.onResponse(buf, start, end);
+          return;
+        }
+        const status = buf[start]!;
+        if (status !== HandshakeStatus.ok) throw new Js5HandshakeError(status, options.build);
+        link.setMeasure(responseMeasure(maxContainerBytes));
+        client = new Js5Client(link, options);
+        // What followed the reply byte in its chunk counts as response bytes.
+        client.bytesReceived = firstChunkBytes - 1;
         client.start(options.xorKey ?? 0, options.idleTimeoutMs ?? 30_000);
-        if (chunk.length > 1) client.onData(chunk.subarray(1));
-        resolve(client);
-      };
-      socket.on('data', onData);
-      socket.once('close', () =>
-        fail(new Js5Error('ERR_JS5_CONNECTION', 'the server closed the connection during the js5 handshake')),
-      );
+      },
+      onClose: (error) => {
+        if (client !== undefined && error !== undefined) client.abort(error);
+      },
     });
+    await link.connect();
+    return client!;
+  }
+
+  /** The error pending requests fail with when the server closes the connection. */
+  private closedError(): Js5Error {
+    return new Js5Error(
+      'ERR_JS5_CLOSED',
+      this.inFlight > 0
+        ? `the js5 server closed the connection with ${this.inFlight} request(s) unanswered (a group it does not have?)`
+        : 'the js5 server closed the connection',
+    );
   }
 
   private start(xorKey: number, idleTimeoutMs: number): void {
@@ -238,23 +265,10 @@ export class Js5Client {
       );
       this.watchdog.unref();
     }
-    this.socket.removeAllListeners('close');
-    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
-    this.socket.on('error', (err) => this.abort(err));
-    this.socket.on('close', () =>
-      this.abort(
-        new Js5Error(
-          'ERR_JS5_CLOSED',
-          this.inFlight > 0
-            ? `the js5 server closed the connection with ${this.inFlight} request(s) unanswered (a group it does not have?)`
-            : 'the js5 server closed the connection',
-        ),
-      ),
-    );
     const hello: number[] = [];
     if (this.profile.sendsConnected) hello.push(RequestOpcode.connected, 0, 0, 3);
     hello.push(RequestOpcode.loggedOut, 0, 0, 0);
-    this.socket.write(Buffer.from(hello));
+    this.link.write(Buffer.from(hello));
     if (xorKey !== 0) this.rekey(xorKey);
   }
 
@@ -263,13 +277,13 @@ export class Js5Client {
    * only while no response is in flight: bytes already on their way would be un-XORed wrongly.
    */
   rekey(key: number): void {
-    this.socket.write(Buffer.of(RequestOpcode.rekey, key & 0xff, 0, 0));
+    this.link.write(Buffer.of(RequestOpcode.rekey, key & 0xff, 0, 0));
     this.xorKey = key & 0xff;
   }
 
   /** Sends raw bytes (tests: malformed input). */
   sendRaw(bytes: Uint8Array): void {
-    this.socket.write(bytes);
+    this.link.write(bytes);
   }
 
   /** Requests a group; resolves with its container (version trailer not included). */
@@ -324,21 +338,7 @@ export class Js5Client {
         this.heads[kind] = 0;
       }
     }
-    if (out.length > 0) this.socket.write(Buffer.from(out));
-  }
-
-  private onData(chunk: Buffer): void {
-    if (this.failure !== undefined) return;
-    this.bytesReceived += chunk.length;
-    this.lastByteAt = Date.now();
-    if (this.xorKey !== 0) xorInPlace(chunk, this.xorKey);
-    try {
-      this.deframer.push(chunk, (buf, start, end) => {
-        this.onResponse(buf, start, end);
-      });
-    } catch (e) {
-      this.abort(e instanceof Error ? e : new Js5Error('ERR_JS5_CONNECTION', String(e)));
-    }
+    if (out.length > 0) this.link.write(Buffer.from(out));
   }
 
   private onResponse(buf: Buffer, start: number, end: number): void {
@@ -370,7 +370,7 @@ export class Js5Client {
     if (this.watchdog !== undefined) clearInterval(this.watchdog);
     if (this.failure !== undefined) return;
     this.failure = err;
-    this.socket.destroy();
+    void this.link.destroy();
     const all: Waiter[] = [];
     for (const m of [this.urgentInFlight, this.prefetchInFlight]) for (const l of m.values()) all.push(...l);
     for (const kind of ['urgent', 'prefetch'] as const) {
@@ -388,10 +388,9 @@ export class Js5Client {
   close(): Promise<void> {
     return new Promise((resolve) => {
       if (this.watchdog !== undefined) clearInterval(this.watchdog);
-      if (this.socket.destroyed) return resolve();
+      if (this.link.socket?.destroyed !== false) return resolve();
       this.failure ??= new Js5Error('ERR_JS5_CLOSED', 'client closed');
-      this.socket.once('close', () => resolve());
-      this.socket.end();
+      void this.link.end().then(resolve);
     });
   }
 }

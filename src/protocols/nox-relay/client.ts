@@ -6,7 +6,8 @@
 import dgram from 'node:dgram';
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
-import { StreamDeframer, WireReader, WireWriter } from '../../wire/index.js';
+import { FramedStreamClient } from '../../core/framed-client.js';
+import { WireReader, WireWriter } from '../../wire/index.js';
 import { EnterFlags, PROTOCOL_VERSION, TransformType, TravelingAction } from './constants.js';
 import { NoxRelayClientError } from './errors.js';
 import type { ClientMessage, Quaternion, ServerMessage, Vector3 } from './messages.js';
@@ -62,9 +63,9 @@ export class NoxRelayClient extends EventEmitter {
   private readonly localAddress: string | undefined;
   private readonly proveAddress: boolean;
   private keepAliveMs: number | undefined;
-  private tcp: net.Socket | undefined;
+  /** The TCP transport: the core's framed-stream loop. */
+  private stream: FramedStreamClient | undefined;
   private udp: dgram.Socket | undefined;
-  private readonly deframer = new StreamDeframer(measure, { maxFrameBytes: 0xffff });
   private readonly reader = new WireReader();
   private readonly writer = new WireWriter({ initialCapacity: 512 });
   private readonly pending = new Map<number, Pending>();
@@ -93,46 +94,40 @@ export class NoxRelayClient extends EventEmitter {
    */
   connect(): Promise<void> {
     if (this.transport === 'tcp') {
-      return new Promise((resolve, reject) => {
-        const s = net.connect({
-          host: this.host,
-          port: this.port,
-          noDelay: true,
-          ...(this.localAddress === undefined ? {} : { localAddress: this.localAddress }),
-        });
-        this.tcp = s;
-        const timer = setTimeout(() => {
-          s.destroy();
-          reject(
+      let connected = false;
+      const stream: FramedStreamClient = new FramedStreamClient({
+        host: this.host,
+        port: this.port,
+        ...(this.localAddress === undefined ? {} : { localAddress: this.localAddress }),
+        timeoutMs: this.timeoutMs,
+        measure,
+        maxFrameBytes: 0xffff,
+        errors: {
+          timeout: () =>
             new NoxRelayClientError(
               'ERR_NOX_TIMEOUT',
               `no TCP connection to ${this.target} within ${this.timeoutMs} ms: is the relay running there?`,
             ),
-          );
-        }, this.timeoutMs);
-        const onError = (err: Error) => {
-          clearTimeout(timer);
-          reject(err);
-        };
-        s.once('error', onError);
-        s.once('connect', () => {
-          clearTimeout(timer);
-          s.off('error', onError);
-          s.on('error', (err) => this.fail(err as Error));
-          resolve();
-        });
-        const onFrame = (buf: Buffer, start: number, end: number) => this.onPacket(buf, start, end);
-        s.on('data', (chunk: Buffer) => {
+          // The socket's own errors, as before: callers (and connectFailure) read their codes.
+          refused: (cause) => cause,
+          connection: (cause) => cause,
+          malformed: (cause) => cause,
+        },
+        onConnect: () => {
+          connected = true;
+        },
+        onChunk: (chunk) => {
           this.bytesReceived += chunk.length;
-          try {
-            this.deframer.push(chunk, onFrame);
-          } catch (err) {
-            this.fail(err as Error);
-            s.destroy();
-          }
-        });
-        s.on('close', () => this.onClosed());
+        },
+        onFrame: (buf, start, end) => this.onPacket(buf, start, end),
+        onClose: (error, kind) => {
+          // A connect that fails rejects `connect()` with its error; later errors go to listeners.
+          if (error !== undefined && kind !== 'closed' && connected) this.fail(error);
+          this.onClosed();
+        },
       });
+      this.stream = stream;
+      return stream.connect();
     }
     return new Promise((resolve, reject) => {
       const s = dgram.createSocket(net.isIPv6(this.host) ? 'udp6' : 'udp4');
@@ -162,6 +157,11 @@ export class NoxRelayClient extends EventEmitter {
       if (this.localAddress === undefined) connect();
       else s.bind(0, this.localAddress, connect);
     });
+  }
+
+  /** @internal The TCP socket (tests pause it, or read its local port). */
+  get tcp(): net.Socket | undefined {
+    return this.stream?.socket;
   }
 
   /** `host:port` (with the transport), for messages. */
@@ -198,7 +198,7 @@ export class NoxRelayClient extends EventEmitter {
   /** Sends raw bytes (tests use this for malformed input). */
   sendRaw(bytes: Buffer): void {
     this.bytesSent += bytes.length;
-    if (this.tcp !== undefined) this.tcp.write(bytes);
+    if (this.stream !== undefined) this.stream.write(bytes);
     else this.udp?.send(bytes);
   }
 
@@ -419,11 +419,9 @@ export class NoxRelayClient extends EventEmitter {
     this.keepAlive = undefined;
     if (this.closed) return Promise.resolve();
     return new Promise((resolve) => {
-      if (this.tcp !== undefined) {
-        if (this.tcp.destroyed) return resolve(this.onClosed());
-        this.tcp.once('close', () => resolve());
-        this.tcp.end();
-        setTimeout(() => this.tcp?.destroy(), 500).unref();
+      if (this.stream !== undefined) {
+        if (this.stream.closed) return resolve(this.onClosed());
+        void this.stream.end({ lingerMs: 500 }).then(resolve);
       } else if (this.udp !== undefined) {
         this.udp.close(() => resolve(this.onClosed()));
       } else {

@@ -10,16 +10,9 @@
  * - Every call has a timeout; closing (either side) rejects every pending call.
  * - Calls made in the same tick leave in one write (pipelining).
  */
-import net from 'node:net';
+import { FramedStreamClient } from '../../core/framed-client.js';
 import { GamewireError } from '../../wire/errors.js';
-import {
-  DecodeError,
-  decode,
-  lengthPrefixed,
-  StreamDeframer,
-  WireReader,
-  WireWriter,
-} from '../../wire/index.js';
+import { DecodeError, decode, lengthPrefixed, WireReader, WireWriter } from '../../wire/index.js';
 import { fromResultCode, RmcError } from './errors.js';
 import {
   beginFrame,
@@ -105,33 +98,7 @@ export class RmcClient {
   /** Connects over TCP (default) or PRUDP (`transport: 'prudp'`). */
   static connect(options: RmcClientOptions): Promise<RmcClient> {
     if (options.transport === 'prudp') return RmcClient.connectPrudp(options);
-    return new Promise((resolve, reject) => {
-      const socket = net.connect({
-        host: options.host,
-        port: options.port,
-        ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
-      });
-      socket.setNoDelay(true);
-      const timer = setTimeout(() => {
-        socket.destroy();
-        reject(new RmcClientError('ERR_RMC_TIMEOUT', `connect to ${options.host}:${options.port} timed out`));
-      }, options.connectTimeoutMs ?? 5000);
-      socket.once('error', (err) => {
-        clearTimeout(timer);
-        reject(
-          new RmcClientError(
-            'ERR_RMC_CONNECTION',
-            `cannot connect to ${options.host}:${options.port}: ${err.message}`,
-            { cause: err },
-          ),
-        );
-      });
-      socket.once('connect', () => {
-        clearTimeout(timer);
-        socket.removeAllListeners('error');
-        resolve(new RmcClient(tcpLink(socket, options), options));
-      });
-    });
+    return connectTcpLink(options).then((link) => new RmcClient(link, options));
   }
 
   private static async connectPrudp(options: RmcClientOptions): Promise<RmcClient> {
@@ -377,55 +344,59 @@ interface FrameLink {
   onClose: (err: Error) => void;
 }
 
-function tcpLink(socket: net.Socket, options: RmcClientOptions): FrameLink {
+/** Frames are a u32le length, then the message, over the core's framed-stream loop. */
+async function connectTcpLink(options: RmcClientOptions): Promise<FrameLink> {
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-  const deframer = new StreamDeframer(
-    lengthPrefixed({
+  const target = `${options.host}:${options.port}`;
+  const badFrame = (e: unknown) =>
+    new RmcClientError(
+      e instanceof DecodeError ? e.code : 'ERR_INTERNAL',
+      `bad frame from server: ${e instanceof Error ? e.message : String(e)}`,
+    );
+  // Until the client attaches its handlers, frames and closes go nowhere (as before connecting).
+  const link: FrameLink = {
+    write: (frames) => {
+      // The client's writer is reused: the socket gets a copy.
+      stream.write(Buffer.from(frames));
+    },
+    close: () => stream.destroy(),
+    destroy: () => {
+      void stream.destroy();
+    },
+    onFrame: () => {},
+    onClose: () => {},
+  };
+  const stream: FramedStreamClient = new FramedStreamClient({
+    host: options.host,
+    port: options.port,
+    ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
+    timeoutMs: options.connectTimeoutMs ?? 5000,
+    measure: lengthPrefixed({
       prefix: 'u32le',
       counts: 'rest',
       maxFrameBytes,
       minFrameBytes: (options.variant ?? 'hyperscape') === 'classic' ? 6 : 7,
     }),
-    { maxFrameBytes },
-  );
-  const link: FrameLink = {
-    write: (frames) => {
-      socket.write(Buffer.from(frames));
+    maxFrameBytes,
+    errors: {
+      timeout: () => new RmcClientError('ERR_RMC_TIMEOUT', `connect to ${target} timed out`),
+      refused: (cause) =>
+        new RmcClientError('ERR_RMC_CONNECTION', `cannot connect to ${target}: ${cause.message}`, { cause }),
+      connection: (cause, phase) =>
+        phase === 'connect'
+          ? new RmcClientError('ERR_RMC_CONNECTION', `cannot connect to ${target}: ${cause.message}`, {
+              cause,
+            })
+          : new RmcClientError('ERR_RMC_CONNECTION', `connection error: ${cause.message}`),
+      closed: () => new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed'),
+      malformed: badFrame,
+      handler: badFrame,
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        if (socket.destroyed) {
-          resolve();
-          return;
-        }
-        socket.once('close', () => resolve());
-        socket.destroy();
-      }),
-    destroy: () => {
-      if (!socket.destroyed) socket.destroy();
-    },
-    onFrame: () => {},
-    onClose: () => {},
-  };
-  socket.on('data', (chunk: Buffer) => {
-    try {
-      deframer.push(chunk, (buf, start, end) => {
-        link.onFrame(buf, start, end);
-      });
-    } catch (e) {
-      const msg = e instanceof Error ? e.message : String(e);
-      link.onClose(
-        new RmcClientError(
-          e instanceof DecodeError ? e.code : 'ERR_INTERNAL',
-          `bad frame from server: ${msg}`,
-        ),
-      );
-    }
+    onFrame: (buf, start, end) => link.onFrame(buf, start, end),
+    onClose: (error) =>
+      link.onClose(error ?? new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed')),
   });
-  socket.on('error', (err) =>
-    link.onClose(new RmcClientError('ERR_RMC_CONNECTION', `connection error: ${err.message}`)),
-  );
-  socket.on('close', () => link.onClose(new RmcClientError('ERR_RMC_CLOSED', 'RMC connection is closed')));
+  await stream.connect();
   return link;
 }
 
