@@ -291,20 +291,32 @@ describe.each(planes)('unity-relay UDP bindings on the connection seam (%s data 
     expect(watch.of('close', 'udp')).toHaveLength(3);
   });
 
-  it('idle expiry closes the binding as idle_timeout; close() on the connection unbinds the allocation', async () => {
+  it('close() on the connection unbinds the allocation as a CLOSE would (its peer told)', async () => {
     const watch = watchConnections('unity-relay');
     cleanup.push(() => watch.stop());
-    const s = await start({ dataplane, idleTimeoutMs: 300, hostAloneTimeoutMs: 300 });
+    const s = await start({ dataplane });
     const [host, client] = await udpPair(s);
-    // The server ends the client's binding through the seam: the allocation is unbound, its host told.
     const clientLink = [...s.relay.udpTable.connections()].find((c) => c.port === client.peer.port)!;
+    expect(clientLink).toMatchObject({ transport: 'udp', addressKey: '127.0.0.1', open: true });
     clientLink.close('closed_by_server');
+    expect(clientLink.open).toBe(false);
     expect(s.store.find(client.id, 0)!.state).toBe('allocated');
     expect(
       await watch.next('close', (e) => e.remote === `127.0.0.1:${client.peer.port}`, 'the server-side close'),
     ).toMatchObject({ transport: 'udp', reason: 'closed_by_server' });
     expect(await host.peer.nextOfType(9, 10_000), 'the DISCONNECT to the host').toBeDefined();
-    // The host says nothing more: idle expiry ends its binding.
+    expect(s.relay.udpTable.size).toBe(1);
+  });
+
+  it('idle expiry closes the binding as idle_timeout', async () => {
+    const watch = watchConnections('unity-relay');
+    cleanup.push(() => watch.stop());
+    const s = await start({ dataplane, idleTimeoutMs: 300, hostAloneTimeoutMs: 300 });
+    const alloc: AllocationJson = (await post(s, '/v1/allocate', { maxConnections: 2 })).data.allocation;
+    const host = await UtpDriver.create(alloc);
+    cleanup.push(() => host.close());
+    await bindOnce(host);
+    // It says nothing more: idle expiry ends its binding.
     const idle = await watch.next(
       'close',
       (e) => e.remote === `127.0.0.1:${host.peer.port}`,
