@@ -130,6 +130,31 @@ export async function waitFor(
   await waitUntil(predicate, { what, timeoutMs, intervalMs: 20 });
 }
 
+/**
+ * Sends with `send` until `predicate` holds, again every `everyMs`. Application data over DTLS is
+ * a datagram: on a loaded machine loopback drops some (its backlog queue overflows while other
+ * tests flood), and DTLS does not resend it, so a test of one message retries as an app would.
+ */
+export async function sendUntil(
+  send: () => void,
+  predicate: () => boolean,
+  what: string | (() => string),
+  timeoutMs = 20_000,
+  everyMs = 2_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    send();
+    const left = deadline - Date.now();
+    try {
+      await waitFor(predicate, what, Math.max(1, Math.min(everyMs, left)));
+      return;
+    } catch (err) {
+      if (Date.now() >= deadline) throw err;
+    }
+  }
+}
+
 /** A spawned program with its stdout/stderr collected, killed by `stop()`. */
 export interface Spawned {
   child: ChildProcess;

@@ -12,6 +12,7 @@ import {
   plaintextHandshakeTypes,
   recordTypes,
   type Spawned,
+  sendUntil,
   spawnProgram,
   startEchoServer,
   startProxy,
@@ -343,13 +344,16 @@ describe.runIf(haveOpenssl)('DtlsClient against openssl s_server -dtls1_2', () =
         expect(client.extendedMasterSecret).toBe(true);
         const got: Buffer[] = [];
         client.on('message', (m) => got.push(m));
-        client.send(Buffer.from('to s_server'));
-        await waitFor(
+        await sendUntil(
+          () => client!.send(Buffer.from('to s_server')),
           () => server.stdout().includes('to s_server'),
           () => `the message at s_server (${server.stderr()})`,
         );
-        server.child.stdin!.write('to DtlsClient');
-        await waitFor(() => Buffer.concat(got).includes('to DtlsClient'), 'the message at the client');
+        await sendUntil(
+          () => server.child.stdin!.write('to DtlsClient'),
+          () => Buffer.concat(got).includes('to DtlsClient'),
+          'the message at the client',
+        );
       } finally {
         client?.close();
         await server.stop();
