@@ -3,10 +3,11 @@
  * server does to it, against a scripted server on 127.0.0.1. Each failure keeps the client's own
  * typed error (codes and messages the CLI prints).
  */
-import net from 'node:net';
+import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Js5Client } from '../../../src/protocols/js5/client.js';
 import { DecodeError, ErrorCode } from '../../../src/wire/errors.js';
+import { scriptedTcpServer } from '../../helpers/scripted-tcp.js';
 import { waitFor } from '../../helpers/wait.js';
 
 const cleanup: (() => unknown)[] = [];
@@ -16,28 +17,15 @@ afterEach(async () => {
 
 /** A server that accepts the 530 handshake (5 bytes) with reply 0, then runs `script` on the socket. */
 async function scripted(script: (socket: net.Socket) => void): Promise<number> {
-  const sockets: net.Socket[] = [];
-  const server = net.createServer((socket) => {
-    sockets.push(socket);
-    socket.on('error', () => {});
-    let handshaken = false;
-    socket.on('data', (chunk: Buffer) => {
-      if (handshaken) return;
-      handshaken = true;
+  const server = await scriptedTcpServer((socket) =>
+    socket.once('data', (chunk: Buffer) => {
       expect(chunk[0]).toBe(15);
       socket.write(Buffer.of(0));
       script(socket);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanup.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
+    }),
   );
-  return (server.address() as net.AddressInfo).port;
+  cleanup.push(server.close);
+  return server.port;
 }
 
 /** A response header: archive, group, compression, container length. */

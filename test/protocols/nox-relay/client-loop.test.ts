@@ -8,6 +8,7 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { NoxRelayClient } from '../../../src/protocols/nox-relay/client.js';
 import { DecodeError, ErrorCode } from '../../../src/wire/errors.js';
+import { scriptedTcpServer } from '../../helpers/scripted-tcp.js';
 import { waitFor } from '../../helpers/wait.js';
 
 const cleanup: (() => unknown)[] = [];
@@ -17,21 +18,9 @@ afterEach(async () => {
 
 /** A server that runs `onRequest` on the socket when the first packet arrives. */
 async function scripted(onRequest: (socket: net.Socket) => void): Promise<number> {
-  const sockets: net.Socket[] = [];
-  const server = net.createServer((socket) => {
-    sockets.push(socket);
-    socket.on('error', () => {});
-    socket.once('data', () => onRequest(socket));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanup.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  );
-  return (server.address() as net.AddressInfo).port;
+  const server = await scriptedTcpServer((socket) => socket.once('data', () => onRequest(socket)));
+  cleanup.push(server.close);
+  return server.port;
 }
 
 function client(port: number): NoxRelayClient {

@@ -3,10 +3,11 @@
  * misbehaving server does to it, against a scripted server on 127.0.0.1. Each failure keeps the
  * client's own typed error (`RmcClientError` codes and messages).
  */
-import net from 'node:net';
+import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RmcClient, RmcClientError } from '../../../src/protocols/rmc/client.js';
 import { ErrorCode } from '../../../src/wire/errors.js';
+import { scriptedTcpServer } from '../../helpers/scripted-tcp.js';
 
 const cleanup: (() => unknown)[] = [];
 afterEach(async () => {
@@ -15,21 +16,9 @@ afterEach(async () => {
 
 /** A server that runs `onRequest` on the socket when the first request arrives. */
 async function scripted(onRequest: (socket: net.Socket) => void): Promise<number> {
-  const sockets: net.Socket[] = [];
-  const server = net.createServer((socket) => {
-    sockets.push(socket);
-    socket.on('error', () => {});
-    socket.once('data', () => onRequest(socket));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanup.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  );
-  return (server.address() as net.AddressInfo).port;
+  const server = await scriptedTcpServer((socket) => socket.once('data', () => onRequest(socket)));
+  cleanup.push(server.close);
+  return server.port;
 }
 
 const u32le = (n: number) => {
