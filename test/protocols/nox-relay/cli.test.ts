@@ -142,6 +142,7 @@ describe('gamewire serve nox-relay and nox-relay bots', () => {
   it('runs a bot swarm that enters, streams transforms and stops after --duration', {
     retry: 1,
   }, async () => {
+    await relay?.close(); // a retry's relay replaces the failed try's
     relay = await startServer();
     // Asynchronous spawn: the relay runs in this process and must keep serving meanwhile.
     const bots = spawn(
