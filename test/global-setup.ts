@@ -15,12 +15,22 @@ import type { TestProject } from 'vitest/node';
 
 export default function setup(project: TestProject): () => void {
   const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-  const tsc = path.join(root, 'node_modules', '.bin', 'tsc');
-  const r = spawnSync(tsc, ['-p', 'tsconfig.build.json'], { cwd: root, encoding: 'utf8', timeout: 120_000 });
-  // tsc still emits when it finds type errors; `npm test` fails on those in its check step, so
-  // here only a build that produced no CLI at all stops the run.
-  if (r.status !== 0 && !existsSync(path.join(root, 'dist', 'src', 'cli', 'main.js'))) {
-    throw new Error(`build failed before the tests:\n${r.stdout}${r.stderr}`);
+  // A nested run (a test that runs part of the suite again, on the other data plane) inherits this
+  // variable and must not rebuild dist/: tsc rewriting it under the outer run's tests that spawn
+  // the CLI made one of them import a half-written module.
+  if (process.env.GAMEWIRE_TESTS_BUILT !== '1') {
+    const tsc = path.join(root, 'node_modules', '.bin', 'tsc');
+    const r = spawnSync(tsc, ['-p', 'tsconfig.build.json'], {
+      cwd: root,
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    // tsc still emits when it finds type errors; `npm test` fails on those in its check step, so
+    // here only a build that produced no CLI at all stops the run.
+    if (r.status !== 0 && !existsSync(path.join(root, 'dist', 'src', 'cli', 'main.js'))) {
+      throw new Error(`build failed before the tests:\n${r.stdout}${r.stderr}`);
+    }
+    process.env.GAMEWIRE_TESTS_BUILT = '1';
   }
   if (!existsSync(path.join(root, 'native', 'build', 'Release', 'relay_dataplane.node'))) {
     spawnSync(process.execPath, [path.join(root, 'scripts', 'build-native.mjs')], {

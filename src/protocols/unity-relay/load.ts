@@ -191,20 +191,33 @@ async function prepare(run: LoadRun) {
       ...(o.tls === undefined ? {} : { tls: o.tls }),
     });
 
+    // A DTLS handshake that times out (a lossy path losing one flight several times) is started
+    // again, as UTP does within its connect attempts; up to three handshakes per player.
+    const bound = async (ep: Awaited<ReturnType<typeof endpoint>>, p: number): Promise<UnityRelayClient> => {
+      for (let attempt = 1; ; attempt++) {
+        const player = new UnityRelayClient(ep, options(p));
+        players.push(player);
+        watch(player, p);
+        try {
+          await player.bind();
+          return player;
+        } catch (err) {
+          const timedOut = (err as { code?: unknown }).code === 'ERR_DTLS_TIMEOUT';
+          if (!timedOut || attempt >= 3 || client.signal.aborted) throw err;
+          players.splice(players.indexOf(player), 1);
+          await player.close({ sendClose: false }).catch(() => {});
+        }
+      }
+    };
+
     try {
       const allocation = await withRetry(() => api.allocate(o.players - 1), client.signal);
       const joinCode = await withRetry(() => api.joinCode(allocation.allocationId), client.signal);
-      const host = new UnityRelayClient(await endpoint(allocation), options(0));
-      players.push(host);
-      watch(host, 0);
-      await host.bind();
+      await bound(await endpoint(allocation), 0);
       for (let p = 1; p < o.players; p++) {
         if (client.signal.aborted) return;
         const joined = await withRetry(() => api.join(joinCode), client.signal);
-        const joiner = new UnityRelayClient(await endpoint(joined), options(p));
-        players.push(joiner);
-        watch(joiner, p);
-        await joiner.bind();
+        const joiner = await bound(await endpoint(joined), p);
         await joiner.connect();
       }
       client.signal.removeEventListener('abort', stopAll);

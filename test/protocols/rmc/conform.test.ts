@@ -309,7 +309,14 @@ describe('against a classic server that breaks one rule', () => {
     );
     try {
       const results = await conform(proxy.port, { variant: on, secureTarget: `127.0.0.1:${proxy.port}` });
-      expect(failed(results), detail(results)).toEqual([check]);
+      // The server's refusals, if any, say why a connect check failed under load.
+      const refusals = server
+        .stderr()
+        .split('\n')
+        .filter((l) => /refus|full|limit/i.test(l))
+        .slice(-5)
+        .join('\n');
+      expect(failed(results), `${detail(results)}\n${refusals}`).toEqual([check]);
       const f = results.find((r) => r.id === check)!;
       expect(f.message).toMatch(message);
       expect(f.clientReaction).toBeTruthy();

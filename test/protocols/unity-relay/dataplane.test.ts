@@ -178,7 +178,7 @@ describe('unity-relay data planes', () => {
         {
           cwd: root,
           encoding: 'utf8',
-          env: { ...process.env, GAMEWIRE_DATAPLANE: other, CI: '' },
+          env: { ...process.env, GAMEWIRE_DATAPLANE: other, CI: '', GAMEWIRE_TESTS_BUILT: '1' },
           timeout: 600_000,
         },
       );

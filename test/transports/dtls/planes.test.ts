@@ -30,7 +30,7 @@ describe.runIf(!nested && process.platform === 'linux')('DTLS tests on the nativ
       {
         cwd: root,
         encoding: 'utf8',
-        env: { ...process.env, GAMEWIRE_DATAPLANE: 'native' },
+        env: { ...process.env, GAMEWIRE_DATAPLANE: 'native', GAMEWIRE_TESTS_BUILT: '1' },
         timeout: 600_000,
       },
     );
