@@ -6,6 +6,7 @@ import { plainRecord } from '../../../src/transports/dtls/record.js';
 import { elapse } from '../../helpers/wait.js';
 import {
   hasProgram,
+  IN_CI,
   plaintextHandshakeTypes,
   recordTypes,
   spawnProgram,
@@ -181,7 +182,7 @@ function octal(bytes: Buffer): string {
   return [...bytes].map((b) => `\\${b.toString(8).padStart(3, '0')}`).join('');
 }
 
-describe.runIf(hasProgram('openssl'))('renegotiation', () => {
+describe.runIf(hasProgram('openssl') || IN_CI)('renegotiation', () => {
   it("OpenSSL's renegotiation request (s_client command R) is refused; the association stays", async () => {
     const srv = await startEchoServer();
     const client = spawnProgram('sh', [

@@ -23,6 +23,9 @@ export const recordPlane: 'js' | 'native' = process.env.GAMEWIRE_DATAPLANE === '
  * Whether a real program is installed. In CI (CI=true) a missing program fails the test that
  * needs it instead of skipping it.
  */
+/** Under CI a suite that needs a program runs (and fails) rather than skips: `runIf(has || IN_CI)`. */
+export const IN_CI = process.env.CI === 'true';
+
 export function hasProgram(name: string): boolean {
   try {
     execFileSync('sh', ['-c', `command -v ${name}`], { stdio: 'ignore' });
