@@ -19,6 +19,7 @@ import {
 } from '../../core/framed-tcp.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
+import { listenOnOnePort } from '../../core/one-port.js';
 import type { Endpoint } from '../../core/server.js';
 import { TokenBucket } from '../../core/token-bucket.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
@@ -124,39 +125,37 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   async start(): Promise<Endpoint[]> {
     const { host } = this.options;
     const o = this.options;
-    this.tcp = await listenFramedTcp({
-      host,
-      port: o.port,
-      protocol: 'nox-relay',
-      measure: this.measure,
-      maxFrameBytes: o.maxPacketSize,
-      // maxClients is enforced in onTcpConnection, which may evict an unproven client to make
-      // room; the listener's own cap only stops a flood of connections beyond that.
-      maxConnections: o.maxClients + 64,
-      // Counted here (with its own close reason and log line).
-      maxConnectionsPerIp: 0,
-      idleTimeoutMs: 0, // liveness is the protocol's own (Disconnect "Connection timed out.")
-      frameTimeoutMs: o.frameTimeoutMs,
-      maxBufferedBytes: o.maxBufferedBytes,
-      maxBufferedBytesPerIp: o.maxBufferedBytesPerIp,
-      // Beyond the hard congestion limit even High messages are dropped: the input waits too.
-      maxQueuedBytes: o.congestion.hardBytes,
-      framesPerTurn: o.framesPerTurn,
-      metrics: this.metrics,
-      log: this.log,
-      onConnection: (c) => this.onTcpConnection(c),
-    });
-    try {
-      this.udp = await bindUdp({
-        host,
-        port: this.tcp.port,
-        recvBufferSize: 4 << 20,
-        sendBufferSize: 4 << 20,
-      });
-    } catch (err) {
-      await this.tcp.close();
-      throw err;
-    }
+    const listeners = await listenOnOnePort(
+      o.port,
+      (port) =>
+        listenFramedTcp({
+          host,
+          port,
+          protocol: 'nox-relay',
+          measure: this.measure,
+          maxFrameBytes: o.maxPacketSize,
+          // maxClients is enforced in onTcpConnection, which may evict an unproven client to make
+          // room; the listener's own cap only stops a flood of connections beyond that.
+          maxConnections: o.maxClients + 64,
+          // Counted here (with its own close reason and log line).
+          maxConnectionsPerIp: 0,
+          idleTimeoutMs: 0, // liveness is the protocol's own (Disconnect "Connection timed out.")
+          frameTimeoutMs: o.frameTimeoutMs,
+          maxBufferedBytes: o.maxBufferedBytes,
+          maxBufferedBytesPerIp: o.maxBufferedBytesPerIp,
+          // Beyond the hard congestion limit even High messages are dropped: the input waits too.
+          maxQueuedBytes: o.congestion.hardBytes,
+          framesPerTurn: o.framesPerTurn,
+          metrics: this.metrics,
+          log: this.log,
+          onConnection: (c) => this.onTcpConnection(c),
+        }),
+      (tcp) => tcp.port,
+      (tcp) => tcp.close(),
+      (port) => bindUdp({ host, port, recvBufferSize: 4 << 20, sendBufferSize: 4 << 20 }),
+    );
+    this.tcp = listeners.first;
+    this.udp = listeners.second;
     this.udpSessions = new UdpSessions(this.udp, this.udpQueue, this.udpTable);
     this.udp.on('message', (msg, rinfo) => this.onDatagram(msg, rinfo));
     this.udp.on('error', (err) => this.log.warn({ err: err.message }, 'udp socket error'));

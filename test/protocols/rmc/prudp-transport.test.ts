@@ -17,6 +17,7 @@ import {
   readPacket,
   writePacket,
 } from '../../../src/protocols/rmc/index.js';
+import { PrudpClientConnection } from '../../../src/protocols/rmc/prudp/client.js';
 import { type Codec, encode, WireWriter } from '../../../src/wire/index.js';
 import { elapse, waitFor } from '../../helpers/wait.js';
 import { EchoProtocol, LossyProxy, type PrudpFixture, sizedData, startPrudp } from './prudp-helpers.js';
@@ -235,6 +236,47 @@ describe('RMC over PRUDP', () => {
     expect(ack.flags & Flag.ACK).toBe(Flag.ACK);
     expect(f.prudp.connections).toBe(1);
     expect(f.metrics.counters.get('prudp_cookie_connects')).toBe(1);
+  });
+
+  it('a client restarted on the same address and port connects at once; a SYN alone closes nothing', async () => {
+    const f = await fixture();
+    // A port the restarted client gets again (a NAT keeps its mapping; an OS reuses ports).
+    const probe = dgram.createSocket('udp4');
+    await new Promise<void>((r) => probe.bind(0, '127.0.0.1', () => r()));
+    const localPort = probe.address().port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    const crashed = await PrudpClientConnection.connect({
+      host: '127.0.0.1',
+      port: f.port,
+      accessKey: KEY,
+      localPort,
+    });
+    crashed.abort();
+    expect(f.prudp.connections).toBe(1);
+
+    // A SYN from that source (a spoofer could send it) is answered, and the connection stays.
+    const checksum = { width: 1 as const, keyByte: accessKeyByte(KEY) };
+    const replies: Buffer[] = [];
+    const spoofer = dgram.createSocket('udp4');
+    await new Promise<void>((r) => spoofer.bind(localPort, '127.0.0.1', () => r()));
+    spoofer.on('message', (m) => replies.push(m));
+    spoofer.send(syn(), f.port, '127.0.0.1');
+    await until(() => replies.length === 1);
+    const synAck = newPacket();
+    readPacket(replies[0]!, 0, checksum, synAck);
+    expect(synAck.type).toBe(PacketType.SYN);
+    expect(synAck.flags & Flag.ACK).toBe(Flag.ACK);
+    expect(f.metrics.counters.get('prudp_restart_syn')).toBe(1);
+    expect(f.prudp.connections).toBe(1);
+    expect(f.metrics.counters.get('prudp_restarts')).toBeUndefined();
+    await new Promise<void>((r) => spoofer.close(() => r()));
+
+    // The restarted client completes its handshake on the same port and is served.
+    const restarted = await client(f.port, { prudp: { localPort } });
+    const r = await restarted.call(EchoProtocol, 'Echo', { data: Buffer.from('again') });
+    expect(r.data.toString()).toBe('again');
+    expect(f.metrics.counters.get('prudp_restarts')).toBe(1);
+    expect(f.prudp.connections).toBe(1);
   });
 
   it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async () => {

@@ -52,6 +52,8 @@ export interface PrudpConnectOptions extends LinkOptions {
   recvBufferSize?: number;
   /** Local address to send from (e.g. `127.0.0.2`). Default: chosen by the system. */
   localAddress?: string;
+  /** Local port to send from (a fixed port a firewall lets through). Default: chosen by the system. */
+  localPort?: number;
 }
 
 /** The error a PRUDP client connection fails with. */
@@ -124,8 +126,8 @@ export class PrudpClientConnection {
             reject(err);
           } else resolve();
         });
-      if (options.localAddress === undefined) connect();
-      else socket.bind(0, options.localAddress, connect);
+      if (options.localAddress === undefined && options.localPort === undefined) connect();
+      else socket.bind(options.localPort ?? 0, options.localAddress, connect);
     });
     try {
       socket.setRecvBufferSize(options.recvBufferSize ?? 1024 * 1024);
@@ -385,6 +387,11 @@ export class PrudpClientConnection {
       // already closed
     }
     this.onClose(err);
+  }
+
+  /** Closes the socket without a DISCONNECT, as a crashed client would (the server times out). */
+  abort(): void {
+    this.shutdown(new PrudpClientError('ERR_PRUDP_CLOSED', 'PRUDP connection is closed'));
   }
 
   /** Sends DISCONNECT, waits (bounded) for its ack, and closes the socket. */

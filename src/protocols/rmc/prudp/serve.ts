@@ -12,6 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { listenOnOnePort } from '../../../core/one-port.js';
 import { option, type ServerOptions, serveOptions } from '../../../core/options.js';
 import type { Endpoint, ServeOption, ServerContext } from '../../../core/server.js';
 import type { CallContext, RmcConnection } from '../dispatcher.js';
@@ -191,13 +192,6 @@ export async function startRmcTransports(
   const closers: ((graceMs?: number) => Promise<void>)[] = [];
   let secureUrl = '';
   try {
-    if (transport !== 'prudp') {
-      const listening = await server.listen({ host, port });
-      endpoints.push(...listening.endpoints);
-      closers.push((g) => listening.close(g));
-      // Port 0: PRUDP takes the port TCP got, so one number names both.
-      if (port === 0) port = listening.port;
-    }
     let prudp: PrudpServer | undefined;
     if (transport !== 'tcp') {
       const maxConnections = options.prudpMaxConnections;
@@ -221,10 +215,28 @@ export async function startRmcTransports(
             ? classicConnectHandler(authority)
             : ecdhConnectHandler(loadOrCreateSigningKey(ctx.dataDir), plainConnect),
       });
-      const l = await prudp.listen({ host, port });
+    }
+    const p = prudp;
+    if (p === undefined || transport === 'both') {
+      // TCP first; with port 0, PRUDP takes the port TCP got, so one number names both.
+      const both = await listenOnOnePort(
+        port,
+        (n) => server.listen({ host, port: n }),
+        (tcp) => tcp.port,
+        (tcp) => tcp.close(),
+        async (n) => (p === undefined ? undefined : p.listen({ host, port: n })),
+      );
+      endpoints.push(...both.first.endpoints);
+      closers.push((g) => both.first.close(g));
+      port = both.port;
+      if (both.second !== undefined) {
+        endpoints.push(...both.second.endpoints);
+        closers.push(() => p!.close());
+      }
+    } else {
+      const l = await p.listen({ host, port });
       port = l.port;
       endpoints.push(...l.endpoints);
-      const p = prudp;
       closers.push(() => p.close());
     }
     // The secure server is this same endpoint (PID 2, vport stream 3 / port 1).

@@ -117,6 +117,8 @@ class PrudpPeer implements Connection {
   link: PrudpLink | undefined = undefined;
   connectAck: Buffer | undefined = undefined;
   connectSeq = 0;
+  /** A SYN came from this source after the connection opened (see onRestartSyn). */
+  restartSyn = false;
   rmc: RmcConnection | undefined = undefined;
   writer: WireWriter | undefined = undefined;
   removed = false;
@@ -294,6 +296,20 @@ export class PrudpServer {
       this.onUnknown(msg, key, address, port);
       return;
     }
+    if (peer.state !== State.HalfOpen && (msg[2]! & Flag.ACK) === 0) {
+      const type = msg[2]! & 0x07;
+      if (type === PacketType.SYN) {
+        this.onRestartSyn(peer, msg);
+        return;
+      }
+      // After such a SYN, a CONNECT with its cookie is the new client's (else the old one's).
+      if (
+        type === PacketType.CONNECT &&
+        peer.restartSyn &&
+        this.onCookieConnect(msg, key, address, port, peer)
+      )
+        return;
+    }
     const p = this.packet;
     let off = 0;
     try {
@@ -322,13 +338,48 @@ export class PrudpServer {
   private onUnknown(msg: Buffer, key: string, address: string, port: number): void {
     const type = msg[2]! & 0x07;
     if ((msg[2]! & Flag.ACK) === 0 && type === PacketType.CONNECT) {
-      this.onCookieConnect(msg, key, address, port);
+      if (!this.onCookieConnect(msg, key, address, port)) this.metrics.drop('prudp_unknown_connection');
       return;
     }
     if (type !== PacketType.SYN || (msg[2]! & Flag.ACK) !== 0) {
       this.metrics.drop('prudp_unknown_connection');
       return;
     }
+    const answer = this.synAckFor(msg, address, port);
+    if (answer === undefined) return;
+    const ipKey = addressKey(address);
+    if (!this.makeRoom(address, port, ipKey)) return;
+    const { checksum, vport, signature, synAck } = answer;
+    const peer = this.addHalfOpen(key, address, port, ipKey, vport, checksum, signature, synAck);
+    peer.messagesIn++;
+    peer.bytesIn += msg.length;
+    this.metrics.count('prudp_syn');
+    this.send(peer, synAck);
+  }
+
+  /**
+   * A SYN from the source of an open connection: the client restarted behind the same address
+   * and port (a NAT keeps its mapping; an OS can hand out the same ephemeral port again). The old
+   * connection stays until a CONNECT proves, with the cookie this SYN-ACK carries, that the new
+   * client got it: a spoofed SYN alone never closes anyone.
+   */
+  private onRestartSyn(peer: PrudpPeer, msg: Buffer): void {
+    const answer = this.synAckFor(msg, peer.remoteAddress, peer.remotePort);
+    if (answer === undefined) return;
+    peer.restartSyn = true;
+    this.metrics.count('prudp_restart_syn');
+    this.send(peer, answer.synAck);
+  }
+
+  /**
+   * The SYN-ACK for a SYN (its checksum settings learned or fixed, its signature the cookie for
+   * that source), or undefined when the SYN is malformed or the answer would amplify (counted).
+   */
+  private synAckFor(
+    msg: Buffer,
+    address: string,
+    port: number,
+  ): { checksum: ChecksumConfig; vport: number; signature: number; synAck: Buffer } | undefined {
     let checksum: ChecksumConfig;
     const width = this.o.checksumWidth ?? 'auto';
     if (this.fixedKeyByte !== undefined && width !== 'auto') {
@@ -337,11 +388,11 @@ export class PrudpServer {
       const learned = learnFromSyn(msg);
       if (learned === undefined || (width !== 'auto' && learned.width !== width)) {
         this.metrics.drop('prudp_malformed');
-        return;
+        return undefined;
       }
       if (this.fixedKeyByte !== undefined && learned.keyByte !== this.fixedKeyByte) {
         this.metrics.drop('prudp_bad_checksum');
-        return;
+        return undefined;
       }
       checksum = learned;
     }
@@ -350,19 +401,16 @@ export class PrudpServer {
       const end = readPacket(msg, 0, checksum, p);
       if (end !== msg.length) {
         this.metrics.drop('prudp_trailing');
-        return;
+        return undefined;
       }
     } catch (e) {
       if (!(e instanceof DecodeError)) throw e;
       this.metrics.drop(e.code === 'ERR_BAD_CHECKSUM' ? 'prudp_bad_checksum' : 'prudp_malformed');
-      return;
+      return undefined;
     }
     this.metrics.received++;
     this.metrics.bytesReceived += msg.length;
-    const o = this.o;
-    const ipKey = addressKey(address);
-    if (!this.makeRoom(address, port, ipKey)) return;
-    const serverSignature = this.cookie(address, port, p.source, checksum, this.epoch());
+    const signature = this.cookie(address, port, p.source, checksum, this.epoch());
     const w = this.scratch;
     w.reset();
     writePacket(
@@ -375,21 +423,20 @@ export class PrudpServer {
         sessionId: 0,
         packetSignature: 0,
         sequenceId: p.sequenceId,
-        connectionSignature: serverSignature,
+        connectionSignature: signature,
       },
       undefined,
       checksum,
     );
     const synAck = Buffer.from(w.view());
-    if (synAck.length > msg.length * (o.maxUnprovenReplyFactor ?? PRUDP_DEFAULTS.maxUnprovenReplyFactor)) {
+    if (
+      synAck.length >
+      msg.length * (this.o.maxUnprovenReplyFactor ?? PRUDP_DEFAULTS.maxUnprovenReplyFactor)
+    ) {
       this.metrics.drop('prudp_amplification');
-      return;
+      return undefined;
     }
-    const peer = this.addHalfOpen(key, address, port, ipKey, p.source, checksum, serverSignature, synAck);
-    peer.messagesIn++;
-    peer.bytesIn += msg.length;
-    this.metrics.count('prudp_syn');
-    this.send(peer, synAck);
+    return { checksum, vport: p.source, signature, synAck };
   }
 
   /**
@@ -463,9 +510,16 @@ export class PrudpServer {
 
   /**
    * A CONNECT from a source without an entry (its half-open entry was evicted by a flood, or
-   * expired): accepted when its signature is the cookie our SYN-ACK gave that source.
+   * expired), or from a restarted client (`replacing` is the connection it leaves behind):
+   * accepted when its signature is the cookie our SYN-ACK gave that source. False when it is not.
    */
-  private onCookieConnect(msg: Buffer, key: string, address: string, port: number): void {
+  private onCookieConnect(
+    msg: Buffer,
+    key: string,
+    address: string,
+    port: number,
+    replacing?: PrudpPeer,
+  ): boolean {
     const width = this.o.checksumWidth ?? 'auto';
     const p = this.packet;
     for (const w of width === 'auto' ? ([1, 4] as const) : [width]) {
@@ -487,8 +541,9 @@ export class PrudpServer {
         continue;
       this.metrics.received++;
       this.metrics.bytesReceived += msg.length;
+      if (replacing !== undefined) this.remove(replacing, 'client_restarted');
       const ipKey = addressKey(address);
-      if (!this.makeRoom(address, port, ipKey)) return;
+      if (!this.makeRoom(address, port, ipKey)) return true;
       // The SYN-ACK it answered, rebuilt (a SYN retransmitted later gets it again).
       const sw = this.scratch;
       sw.reset();
@@ -519,11 +574,11 @@ export class PrudpServer {
       );
       peer.messagesIn++;
       peer.bytesIn += msg.length;
-      this.metrics.count('prudp_cookie_connects');
+      this.metrics.count(replacing === undefined ? 'prudp_cookie_connects' : 'prudp_restarts');
       this.accept(peer, p);
-      return;
+      return true;
     }
-    this.metrics.drop('prudp_unknown_connection');
+    return false;
   }
 
   private onPacket(peer: PrudpPeer, p: PrudpPacket): void {
