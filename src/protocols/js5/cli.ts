@@ -231,6 +231,17 @@ export function registerCommands(program: Command): void {
           });
           bar.stop();
           process.stdout.write(`${JSON.stringify(summary)}\n`);
+          if (summary.missing.length > 0) {
+            const n = summary.missing.length;
+            const some = summary.missing
+              .slice(0, 5)
+              .map((m) => `${m.archive}/${m.group}`)
+              .join(', ');
+            throw new CliError(
+              'ERR_JS5_SERVER_MISSING',
+              `${target} would not send ${n} group(s) its indexes list (${some}${n > 5 ? ', …' : ''}; all in "missing"): every other group is downloaded and ${opts.out} serves as a cache that lacks them; \`gamewire js5 download --out ${opts.out}\` run again asks for them again`,
+            );
+          }
         } catch (e) {
           bar.stop();
           if (e instanceof Js5HandshakeError && e.status === HandshakeStatus.outOfDate) {

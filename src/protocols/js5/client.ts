@@ -184,13 +184,13 @@ export class Js5Client {
             `no js5 handshake reply from ${options.host}:${options.port} within ${timeoutMs} ms: is it a js5 server?`,
           ),
         connection: (cause, phase) =>
-          phase === 'open'
-            ? cause
-            : new Js5Error(
-                'ERR_JS5_CONNECTION',
-                `js5 connection to ${options.host}:${options.port} failed: ${cause.message}`,
-                { cause },
-              ),
+          new Js5Error(
+            'ERR_JS5_CONNECTION',
+            phase === 'open'
+              ? `js5 connection to ${options.host}:${options.port} lost: ${cause.message}`
+              : `js5 connection to ${options.host}:${options.port} failed: ${cause.message}`,
+            { cause },
+          ),
         closed: (phase) =>
           phase === 'handshake' || client === undefined
             ? new Js5Error('ERR_JS5_CONNECTION', 'the server closed the connection during the js5 handshake')
@@ -418,6 +418,19 @@ export interface DownloadSummary {
    * print.
    */
   storedBytes: number;
+  /**
+   * Groups an index lists that the server would not send (it closed the connection on them, or
+   * never answered): every other group is downloaded; a later run asks for these again.
+   */
+  missing: { archive: number; group: number }[];
+}
+
+/** A request that failed because its connection ended (closed by the server, or silent). */
+function connectionLost(err: unknown): boolean {
+  return (
+    err instanceof Js5Error &&
+    (err.code === 'ERR_JS5_CLOSED' || err.code === 'ERR_JS5_TIMEOUT' || err.code === 'ERR_JS5_CONNECTION')
+  );
 }
 
 /** The stored size of a group that is present and matches its index entry, else undefined. */
@@ -439,10 +452,6 @@ function groupIsCurrent(
 }
 
 /**
- * Downloads the master index, every index and every group, verifying CRC32 and versions, into
- * a disk or flat-file cache at `out`. Groups already present and valid are skipped (resume).
- */
-/**
  * True when `dir` is absent, empty, or already looks like a cache (a disk store, flat-store
  * archive folders, or an unfinished download): the only folders a download may write into.
  */
@@ -455,6 +464,15 @@ function cacheOrEmpty(dir: string): boolean {
   );
 }
 
+/**
+ * Downloads the master index, every index and every group, verifying CRC32 and versions, into
+ * a disk or flat-file cache at `out`. Groups already present and valid are skipped (resume).
+ *
+ * A server closes the connection on a group it does not have (or leaves it unanswered), and with
+ * it every request behind it. The first unanswered request is then the suspect: it is asked for
+ * again alone, on a new connection; if that fails too it is listed in `missing`, and the rest
+ * carry on pipelined. So one missing group costs one extra connection, not the download.
+ */
 export async function downloadCache(options: DownloadOptions): Promise<DownloadSummary> {
   if (!cacheOrEmpty(options.out)) {
     throw new Js5Error(
@@ -462,13 +480,20 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
       `${options.out} is not empty and holds no cache: pass a new folder, or one a previous download wrote`,
     );
   }
-  const client = await Js5Client.connect(options);
+  let client: Js5Client | undefined = await Js5Client.connect(options);
   const store =
     fs.existsSync(options.out) && fs.readdirSync(options.out).length > 0
       ? openStore(options.out, { writable: true })
       : createStore(options.out, options.kind ?? 'disk');
   const writer = new CacheWriter(store);
-  const summary: DownloadSummary = { archives: 0, groups: 0, downloaded: 0, skipped: 0, storedBytes: 0 };
+  const summary: DownloadSummary = {
+    archives: 0,
+    groups: 0,
+    downloaded: 0,
+    skipped: 0,
+    storedBytes: 0,
+    missing: [],
+  };
   // Marks the folder as an unfinished download until the last index is written.
   const marker = path.join(options.out, DOWNLOAD_STATE_FILE);
   const state: DownloadState = {
@@ -486,7 +511,7 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
     await Promise.all(
       master.entries.map(async (entry, archive) => {
         if (entry.checksum === 0 && entry.version === 0) return;
-        const container = await client.request(255, archive, true);
+        const container = await client!.request(255, archive, true);
         if (crc32(container) !== entry.checksum) {
           throw new DecodeError('ERR_JS5_CRC', `index ${archive}: crc does not match the master index`, 0);
         }
@@ -512,7 +537,8 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
     const total = indexes.reduce((n, x) => n + x.index.groups.filter((g) => g.id <= 0xffff).length, 0);
     options.onTotal?.(total);
     let done = 0;
-    const jobs: Promise<void>[] = [];
+    type Job = { archive: number; group: number; checksum: number; version: number };
+    let pending: Job[] = [];
     for (const { archive, index } of indexes) {
       summary.archives++;
       for (const g of index.groups) {
@@ -525,30 +551,58 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
           options.onProgress?.(++done, total);
           continue;
         }
-        jobs.push(
-          client.request(archive, g.id, false).then((container) => {
-            if (crc32(container) !== g.checksum) {
-              throw new DecodeError(
-                'ERR_JS5_CRC',
-                `group ${archive}/${g.id}: crc does not match its index`,
-                0,
-              );
-            }
-            writer.putContainer(archive, g.id, container, g.version);
-            summary.downloaded++;
-            summary.storedBytes += container.length + 2;
-            options.onProgress?.(++done, total);
-          }),
-        );
+        pending.push({ archive, group: g.id, checksum: g.checksum, version: g.version });
       }
     }
-    await Promise.all(jobs);
+    const save = (job: Job, container: Buffer) => {
+      if (crc32(container) !== job.checksum) {
+        throw new DecodeError(
+          'ERR_JS5_CRC',
+          `group ${job.archive}/${job.group}: crc does not match its index`,
+          0,
+        );
+      }
+      writer.putContainer(job.archive, job.group, container, job.version);
+      summary.downloaded++;
+      summary.storedBytes += container.length + 2;
+      options.onProgress?.(++done, total);
+    };
+    /** Resolves true once saved, false when the connection ended first. */
+    const fetch = (c: Js5Client, job: Job): Promise<boolean> =>
+      c.request(job.archive, job.group, false).then(
+        (container) => {
+          save(job, container);
+          return true;
+        },
+        (err: unknown) => {
+          if (connectionLost(err)) return false;
+          throw err;
+        },
+      );
+    while (pending.length > 0) {
+      client ??= await Js5Client.connect(options);
+      const c: Js5Client = client;
+      const saved = await Promise.all(pending.map((job) => fetch(c, job)));
+      const first = saved.indexOf(false);
+      if (first < 0) break;
+      const suspect = pending[first]!;
+      pending = pending.filter((_, i) => !saved[i] && i !== first);
+      await c.close();
+      client = await Js5Client.connect(options);
+      if (!(await fetch(client, suspect))) {
+        summary.missing.push({ archive: suspect.archive, group: suspect.group });
+        options.onProgress?.(++done, total);
+        await client.close();
+        client = undefined;
+      }
+    }
+    summary.missing.sort((a, b) => a.archive - b.archive || a.group - b.group);
     // Indexes last: a cache is complete only once its indexes are written.
     for (const { archive, container } of indexes) store.write(255, archive, container);
     fs.rmSync(marker, { force: true });
     return summary;
   } finally {
     store.close();
-    await client.close();
+    await client?.close();
   }
 }

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
+import { downloadCache } from '../../../src/protocols/js5/client.js';
 import { BIN as bin, ROOT as root, runCli as run } from '../../helpers/cli.js';
 import { tempDir } from './helpers.js';
 
@@ -232,15 +233,19 @@ describe('gamewire js5 (spawned)', () => {
       expect(missing.code).toBe(1);
       expect(JSON.parse(missing.stderr.trim()).error.code).toBe('ERR_JS5_NO_CACHE');
 
-      // A download cut off half way: the server's cache lists a group its store lacks, so the
-      // server closes the connection when it reaches it (after what was queued before).
-      const cache = path.join(tempDir(), 'broken');
-      expect(run(['js5', 'cache', 'create-demo', cache, '--flat']).code).toBe(0);
-      fs.rmSync(path.join(cache, '2', '20.dat'));
-      const { child, port } = await serve(['--cache', cache]);
+      // A download cut off half way: the server dies once the indexes are in.
+      const { child, port } = await serve([]);
       const dl = path.join(tempDir(), 'dl');
-      const got = run(['js5', 'download', '--port', String(port), '--out', dl]);
-      expect(got.code).toBe(1);
+      await expect(
+        downloadCache({
+          host: '127.0.0.1',
+          port,
+          profile: '530',
+          build: 530,
+          out: dl,
+          onTotal: () => child.kill('SIGKILL'),
+        }),
+      ).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_JS5_(NO_SERVER|CONNECTION)$/) });
       expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(true);
       const v = run(['js5', 'cache', 'verify', dl]);
       expect(v.code).toBe(1);
@@ -248,9 +253,58 @@ describe('gamewire js5 (spawned)', () => {
       const err = JSON.parse(v.stderr.trim()).error;
       expect(err.code).toBe('ERR_JS5_INCOMPLETE');
       expect(err.message).toMatch(/did not finish.*gamewire js5 download/);
+    },
+    SPAWNS_TIMEOUT_MS,
+  );
+
+  test(
+    'a server that lacks groups: every other group is downloaded, the missing ones are named (exit 1), and a later run fetches them',
+    async () => {
+      const cache = path.join(tempDir(), 'holes');
+      expect(run(['js5', 'cache', 'create-demo', cache, '--flat']).code).toBe(0);
+      // Two holes in one archive and one in another: each makes the server close the connection.
+      const holes = ['2/20', '2/21', '5/2'];
+      const saved = new Map<string, Buffer>();
+      for (const h of holes) {
+        const file = path.join(cache, ...`${h}.dat`.split('/'));
+        saved.set(file, fs.readFileSync(file));
+        fs.rmSync(file);
+      }
+      const { child, port } = await serve(['--cache', cache]);
+      const dl = path.join(tempDir(), 'dl');
+      const got = run(['js5', 'download', '--port', String(port), '--out', dl]);
+      expect(got.code).toBe(1);
+      const err = JSON.parse(got.stderr.trim()).error;
+      expect(err.code).toBe('ERR_JS5_SERVER_MISSING');
+      expect(err.message).toMatch(/would not send 3 group\(s\).*2\/20, 2\/21, 5\/2/);
+      const summary = JSON.parse(got.stdout);
+      expect(summary).toMatchObject({ groups: 212, downloaded: 209, skipped: 0 });
+      expect(summary.missing).toEqual([
+        { archive: 2, group: 20 },
+        { archive: 2, group: 21 },
+        { archive: 5, group: 2 },
+      ]);
+      // A finished download of what the server has: verify names exactly the holes.
+      expect(fs.existsSync(path.join(dl, 'gamewire-download.json'))).toBe(false);
+      const v = run(['js5', 'cache', 'verify', dl]);
+      expect(v.code).toBe(1);
+      expect(JSON.parse(v.stderr.trim()).error.code).toBe('ERR_JS5_VERIFY');
+      const problems = JSON.parse(v.stdout).problems as { archive: number; group: number; code: string }[];
+      expect(problems.map((p) => `${p.archive}/${p.group} ${p.code}`)).toEqual(
+        holes.map((h) => `${h} ERR_JS5_MISSING`),
+      );
       const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
       child.kill('SIGTERM');
       expect(await exited).toBe(0);
+      // The server's cache is mended (and served again); the same command fetches only what
+      // was missing.
+      for (const [file, bytes] of saved) fs.writeFileSync(file, bytes);
+      const mended = await serve(['--cache', cache]);
+      const again = run(['js5', 'download', '--port', String(mended.port), '--out', dl]);
+      expect(again.code, again.stderr).toBe(0);
+      expect(JSON.parse(again.stdout)).toMatchObject({ downloaded: 3, skipped: 209, missing: [] });
+      expect(run(['js5', 'cache', 'verify', dl]).code).toBe(0);
+      mended.child.kill('SIGTERM');
     },
     SPAWNS_TIMEOUT_MS,
   );
