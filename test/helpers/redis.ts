@@ -8,6 +8,7 @@
  * it throws, so CI never passes without the real thing.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import dgram from 'node:dgram';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -22,15 +23,27 @@ export function haveRedisServer(): boolean {
   return ok;
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
+/**
+ * A port number free on 127.0.0.1 for TCP and for UDP alike (callers use it for either, and a
+ * NoxVR or rmc server binds both): the system's pick for TCP, kept only if UDP can bind it too.
+ * Another process can still take it before the caller binds; that window is as short as it gets.
+ */
+export async function freePort(): Promise<number> {
+  for (;;) {
+    const tcp = net.createServer();
+    const port = await new Promise<number>((resolve, reject) => {
+      tcp.once('error', reject);
+      tcp.listen(0, '127.0.0.1', () => resolve((tcp.address() as net.AddressInfo).port));
     });
-  });
+    const udp = dgram.createSocket('udp4');
+    const udpFree = await new Promise<boolean>((resolve) => {
+      udp.once('error', () => resolve(false));
+      udp.bind(port, '127.0.0.1', () => resolve(true));
+    });
+    if (udpFree) await new Promise<void>((r) => udp.close(() => r()));
+    await new Promise<void>((r) => tcp.close(() => r()));
+    if (udpFree) return port;
+  }
 }
 
 export class RedisServer {

@@ -344,9 +344,11 @@ describe('against a classic server that breaks one rule', () => {
   // conform run at a time, or the SYNs of the others wait behind the logins.
   test.each(cases.filter((c) => c.on === 'classic'))(
     '$rule: only $check fails',
-    // Retried: on a loaded CI runner a later check's SYN has once gone unanswered within its 6 s
-    // (the classic logins of the earlier cases share the server); the rule's own check must fail
-    // every time, so a broken rule still fails all three tries.
+    // Retried: on a loaded CI runner a later check's SYN has gone unanswered within its 6 s. One
+    // cause is fixed in the server (a SYN from the address and port of a connection it still
+    // held was dropped, and the system can give a new socket, or the proxy's upstream, that
+    // port); CPU starvation of the shared server remains. The rule's own check must fail every
+    // time, so a broken rule still fails all three tries.
     { timeout: 120_000, retry: 2 },
     async ({ check, message, mutation }) => {
       await run('classic', check, message, mutation);
