@@ -83,9 +83,15 @@ export interface UnityRelayOptions {
   /** Largest relay message forwarded to a DTLS / WebSocket recipient. Defaults 1363 / 1386. */
   maxMessageToDtls?: number;
   maxMessageToWs?: number;
-  /** BIND/CONNECT_REQUEST per source IP per second (checked before any HMAC). Default 50, burst 100. */
+  /**
+   * BIND/CONNECT_REQUEST that fail (forged, replayed, over an allocation's budget), per source IP
+   * per second (a source without budget is dropped before any HMAC). Default 50, burst 100.
+   */
   hmacRatePerSecond?: number;
   hmacBurst?: number;
+  /** BIND/CONNECT_REQUEST per allocation per second. Default 10, burst 20. */
+  allocationHmacRatePerSecond?: number;
+  allocationHmacBurst?: number;
   /** WebSocket endpoint limits beyond the connection caps (deadlines, idle, send buffer). */
   ws?: Pick<
     WsEndpointOptions,
@@ -290,6 +296,12 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     ...(options.errorSources !== undefined ? { errorSources: options.errorSources } : {}),
     ...(options.hmacRatePerSecond !== undefined ? { hmacRatePerSecond: options.hmacRatePerSecond } : {}),
     ...(options.hmacBurst !== undefined ? { hmacBurst: options.hmacBurst } : {}),
+    ...(options.allocationHmacRatePerSecond !== undefined
+      ? { allocationHmacRatePerSecond: options.allocationHmacRatePerSecond }
+      : {}),
+    ...(options.allocationHmacBurst !== undefined
+      ? { allocationHmacBurst: options.allocationHmacBurst }
+      : {}),
     ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
     ...(options.maxMessageToWs !== undefined ? { maxMessageToWs: options.maxMessageToWs } : {}),
   });

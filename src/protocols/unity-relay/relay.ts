@@ -65,12 +65,21 @@ export interface RelayOptions {
   /** Most sources each rate limiter remembers; the least recently used is evicted. Default 100 000. */
   errorSources?: number;
   /**
-   * BIND and CONNECT_REQUEST messages (each costs an HMAC) accepted per source IP per second,
-   * checked before any HMAC is computed. Default 50.
+   * BIND and CONNECT_REQUEST messages (each costs an HMAC) that fail, per source IP per second:
+   * forged or unknown connection data, a wrong HMAC, a replay, an allocation over its own budget.
+   * A source with nothing left is dropped before any HMAC is computed. Default 50.
    */
   hmacRatePerSecond?: number;
-  /** Burst of BIND/CONNECT_REQUEST per source IP. Default 100. */
+  /** Burst of failed BIND/CONNECT_REQUEST per source IP. Default 100. */
   hmacBurst?: number;
+  /**
+   * BIND and CONNECT_REQUEST messages per allocation per second (UTP sends one a second until
+   * answered). What a crowd behind one address sends is paid from here, each player its own, not
+   * from its address's budget. Default 10.
+   */
+  allocationHmacRatePerSecond?: number;
+  /** Burst of BIND/CONNECT_REQUEST per allocation. Default 20. */
+  allocationHmacBurst?: number;
   /** Largest relay message forwarded to a DTLS recipient (UTP drops bigger datagrams). Default 1363. */
   maxMessageToDtls?: number;
   /** Largest relay message forwarded to a WebSocket recipient (UTP aborts on bigger frames). Default 1386. */
@@ -100,8 +109,10 @@ export class RelayServer {
   private readonly log: Logger;
   /** ERROR replies per source IP. */
   private readonly errorLimiter: TokenBuckets;
-  /** BIND / CONNECT_REQUEST (HMAC work) per source IP. */
+  /** BIND / CONNECT_REQUEST (HMAC work) that failed, per source IP. */
   private readonly hmacLimiter: TokenBuckets;
+  /** BIND / CONNECT_REQUEST per allocation (keyed by its id). */
+  private readonly allocationHmacLimiter: TokenBuckets;
   private readonly reader = new WireReader();
   private readonly sweepTimer: NodeJS.Timeout;
   private readonly nativeMirror: RelayOptions['nativeMirror'];
@@ -135,6 +146,11 @@ export class RelayServer {
     const sources = options.errorSources ?? DEFAULT_ERROR_SOURCES;
     this.errorLimiter = new TokenBuckets(options.errorRatePerSecond ?? 5, options.errorBurst ?? 10, sources);
     this.hmacLimiter = new TokenBuckets(options.hmacRatePerSecond ?? 50, options.hmacBurst ?? 100, sources);
+    this.allocationHmacLimiter = new TokenBuckets(
+      options.allocationHmacRatePerSecond ?? 10,
+      options.allocationHmacBurst ?? 20,
+      sources,
+    );
     this.udpSource = new UdpSource(socket, this.maxDatagram);
     this.nativeMirror = options.nativeMirror;
     this.udpTable = new ConnectionTable<UdpLink>({
@@ -354,10 +370,27 @@ export class RelayServer {
     this.countSent(msg, link);
   }
 
-  /** Per-source budget for messages that cost an HMAC; checked before computing any. */
+  /**
+   * Room in the source address's budget for HMAC work that fails; checked before computing any.
+   * Work that succeeds is paid by its allocation (`allocationAllows`), so a crowd behind one
+   * address binds at once while forgeries and replays from it are cut after the burst.
+   */
   private hmacAllowed(src: RelayLink): boolean {
-    if (this.hmacLimiter.take(src.address, this.store.now())) return true;
+    if (this.hmacLimiter.bucket(src.address, this.store.now()).peek(this.store.now()) >= 1) return true;
     this.metrics.drop('hmac_rate_limited');
+    return false;
+  }
+
+  /** HMAC work from `src` that failed (or was refused): paid from its address's budget. */
+  private chargeFailed(src: RelayLink): void {
+    this.hmacLimiter.take(src.address, this.store.now());
+  }
+
+  /** One BIND or CONNECT_REQUEST of the allocation `id`, from its own budget (else charged to `src`). */
+  private allocationAllows(id: Buffer, src: RelayLink): boolean {
+    if (this.allocationHmacLimiter.take(id.toString('latin1'), this.store.now())) return true;
+    this.chargeFailed(src);
+    this.metrics.drop('allocation_hmac_rate_limited');
     return false;
   }
 
@@ -370,16 +403,19 @@ export class RelayServer {
     const bind = BindMsg.read(this.reader.reset(msg, 4));
     const id = this.store.verifyConnectionData(msg, 8); // bind.connectionData, in place
     if (id === undefined) {
+      this.chargeFailed(src);
       this.metrics.drop('unknown_connection_data');
       return;
     }
     if (src.identity !== undefined && !id.equals(src.identity)) {
+      this.chargeFailed(src);
       this.metrics.drop('identity_mismatch');
       return;
     }
     let a = this.store.find(id, 0);
     if (a === undefined && !this.store.adoptFromConnectionData) {
       // Connection data we issued, for an allocation long forgotten.
+      this.chargeFailed(src);
       this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('allocation_not_found');
       return;
@@ -388,6 +424,7 @@ export class RelayServer {
     const key = a !== undefined ? a.key : this.store.credentials.keyFor(id);
     const expected = bindHmac(key, msg.subarray(0, BIND_SIGNED_LENGTH));
     if (!timingSafeEqual(expected, msg.subarray(BIND_SIGNED_LENGTH, BIND_SIGNED_LENGTH + HMAC_LENGTH))) {
+      this.chargeFailed(src);
       this.metrics.drop('bad_hmac'); // silently, as the doc says
       return;
     }
@@ -412,9 +449,13 @@ export class RelayServer {
     const sameAddress = a.state === 'bound' && sameLink(a.link, src);
     // A new address (or no binding at all, e.g. after CLOSE) needs a newer nonce, wrap-aware.
     if (!sameAddress && !nonceIsNewer(bind.nonce, a.nonce)) {
+      this.chargeFailed(src); // a replay from another address
       this.metrics.drop('stale_nonce');
       return;
     }
+    // Charged only now, once the BIND is genuine: forged BINDs for an allocation (its connection
+    // data is no secret from its game's other players) cannot spend its budget.
+    if (!this.allocationAllows(a.id, src)) return;
     if (a.state !== 'bound') this.metrics.open++;
     else if (!sameAddress) this.metrics.count('rebind_new_address');
     // The source says what it binds through (a reused UDP source is never stored: a binding to a
@@ -434,9 +475,11 @@ export class RelayServer {
     const requester = this.sender(msg, 4, src);
     if (requester === undefined) return;
     if (!this.hmacAllowed(src)) return;
+    if (!this.allocationAllows(requester.id, src)) return;
     // Replies go out on the requester's binding (the same peer as `src`), which counts them.
     const back = requester.link!;
     const targetId = this.store.verifyConnectionData(msg, 21);
+    if (targetId === undefined) this.chargeFailed(src);
     const target = targetId === undefined ? undefined : this.store.find(targetId, 0);
     if (
       target === undefined &&
@@ -532,6 +575,7 @@ export class RelayServer {
       const now = this.store.now();
       this.errorLimiter.prune(now);
       this.hmacLimiter.prune(now);
+      this.allocationHmacLimiter.prune(now);
     } catch (err) {
       this.log.error({ err }, 'sweep failed');
     }

@@ -8,7 +8,7 @@ export interface DtlsServerOptions {
   cipherSuites?: number[];
   /** Handshakes in progress (past the cookie), in all. Default 1024. */
   maxHandshakes?: number;
-  /** Handshakes in progress from one address: an IPv4 address, or one IPv6 /64 (`addressKey`). Default 32. */
+  /** Handshakes in progress from one address: an IPv4 address, or one IPv6 /64 (`addressKey`). Default 64. */
   maxHandshakesPerIp?: number;
   /** A handshake not finished this long after its verified ClientHello is dropped. Default 61_000. */
   handshakeTimeoutMs?: number;

@@ -41,7 +41,7 @@ const CCS_BODY = Buffer.from([1]);
 /** Defaults of every limit (docs/dtls.md lists them). */
 export const DTLS_SERVER_DEFAULTS = {
   maxHandshakes: 1024,
-  maxHandshakesPerIp: 32,
+  maxHandshakesPerIp: 64,
   handshakeTimeoutMs: 61_000,
   probeQuietMs: 5000,
   cookieSecretRotationMs: 60_000,

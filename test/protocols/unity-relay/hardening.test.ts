@@ -225,11 +225,91 @@ describe('unity-relay flood hardening (issue 17 item 10)', () => {
     expect(ok?.toString('hex')).toBe('da720001');
     // Wait until the relay has seen the whole flood, then check where it went.
     await waitFor(() => s.metrics.received >= 2000, { what: 'the whole flood at the relay' });
+    // The forgeries named the victim's allocation but spent none of its budget: it binds at once.
+    const victimSocket = await openUdp('127.0.0.2');
+    victimSocket.send(utpBind(0, cd, Buffer.from(victim.key, 'base64')), s.udpPort, '127.0.0.1');
+    expect((await nextDatagram(victimSocket, 1, 2000))?.toString('hex')).toBe('da720001');
+    expect(s.metrics.dropped.get('allocation_hmac_rate_limited') ?? 0).toBe(0);
     const limited = s.metrics.dropped.get('hmac_rate_limited') ?? 0;
     const hmacs = s.metrics.dropped.get('bad_hmac') ?? 0;
     // At most the burst plus what refilled during the test reached the HMAC.
     expect(hmacs).toBeLessThanOrEqual(20 + 10 * 10);
     expect(limited).toBeGreaterThan(1000);
+  });
+
+  it('a crowd behind one address binds at once on a small address budget: valid BINDs are paid by their allocations', async () => {
+    const key = 'hardening-backend-key';
+    // An address budget of 20 failures; 120 players behind one address bind in one go.
+    const s = await start({ hmacRatePerSecond: 1, hmacBurst: 20, apiKey: key });
+    const headers = { authorization: `Bearer ${key}` };
+    const allocations: AllocationJson[] = await Promise.all(
+      Array.from(
+        { length: 120 },
+        async () =>
+          (await request('POST', '/v1/allocate', { body: { maxConnections: 2 }, headers })).json.data
+            .allocation,
+      ),
+    );
+    const players = await Promise.all(allocations.map(() => openUdp('127.0.0.3')));
+    const answers = players.map((p) => nextDatagram(p, 1, 5000));
+    players.forEach((p, i) =>
+      p.send(
+        utpBind(
+          0,
+          Buffer.from(allocations[i]!.connectionData, 'base64'),
+          Buffer.from(allocations[i]!.key, 'base64'),
+        ),
+        s.udpPort,
+        '127.0.0.1',
+      ),
+    );
+    // Every player's first BIND is answered: none waits for a retry.
+    expect((await Promise.all(answers)).every((a) => a?.toString('hex') === 'da720001')).toBe(true);
+    expect(s.metrics.dropped.get('hmac_rate_limited') ?? 0).toBe(0);
+    expect(s.metrics.dropped.get('allocation_hmac_rate_limited') ?? 0).toBe(0);
+  });
+
+  it('one valid BIND replayed in a flood: its allocation’s budget, then its address’s, cut it before any HMAC', async () => {
+    const s = await start({
+      hmacRatePerSecond: 10,
+      hmacBurst: 20,
+      allocationHmacRatePerSecond: 5,
+      allocationHmacBurst: 10,
+    });
+    const mine = await allocation();
+    const bind = utpBind(0, Buffer.from(mine.connectionData, 'base64'), Buffer.from(mine.key, 'base64'));
+    const player = await openUdp('127.0.0.4');
+    let received = 0;
+    player.on('message', (m) => {
+      if (m[3] === 1) received++;
+    });
+    const started = performance.now();
+    for (let i = 0; i < 2000; i++) player.send(bind, s.udpPort, '127.0.0.1');
+    await waitFor(() => s.metrics.received >= 2000, { what: 'the whole flood at the relay' });
+    const seconds = (performance.now() - started) / 1000 + 1;
+    const perAllocation = s.metrics.dropped.get('allocation_hmac_rate_limited') ?? 0;
+    const limited = s.metrics.dropped.get('hmac_rate_limited') ?? 0;
+    // The allocation's burst (plus refill) was answered; the address's burst (plus refill) paid for
+    // refusals; everything else was dropped before an HMAC.
+    await waitFor(() => received > 0, { what: 'the first BIND_RECEIVED' });
+    expect(received).toBeLessThanOrEqual(10 + 5 * seconds);
+    expect(perAllocation).toBeLessThanOrEqual(20 + 10 * seconds);
+    expect(perAllocation).toBeGreaterThan(0);
+    expect(limited).toBeGreaterThan(2000 - (10 + 5 * seconds) - (20 + 10 * seconds) - 1);
+    // Another player of the same address still binds (its allocation has its own budget; the
+    // address's failures budget refills at 10/s).
+    const other = await allocation();
+    const second = await openUdp('127.0.0.4');
+    let ok: Buffer | undefined;
+    for (let i = 0; i < 20 && ok === undefined; i++) {
+      second.send(
+        utpBind(0, Buffer.from(other.connectionData, 'base64'), Buffer.from(other.key, 'base64')),
+        s.udpPort,
+        '127.0.0.1',
+      );
+      ok = await nextDatagram(second, 1, 300);
+    }
+    expect(ok?.toString('hex')).toBe('da720001');
   });
 
   it('the ERROR limiter is keyed by IP: rotating source ports does not buy more ERROR replies', async () => {
