@@ -252,17 +252,10 @@ describe('unity-relay flood hardening (issue 17 item 10)', () => {
     );
     const players = await Promise.all(allocations.map(() => openUdp('127.0.0.3')));
     const answers = players.map((p) => nextDatagram(p, 1, 5000));
-    players.forEach((p, i) =>
-      p.send(
-        utpBind(
-          0,
-          Buffer.from(allocations[i]!.connectionData, 'base64'),
-          Buffer.from(allocations[i]!.key, 'base64'),
-        ),
-        s.udpPort,
-        '127.0.0.1',
-      ),
-    );
+    for (const [i, a] of allocations.entries()) {
+      const bind = utpBind(0, Buffer.from(a.connectionData, 'base64'), Buffer.from(a.key, 'base64'));
+      players[i]!.send(bind, s.udpPort, '127.0.0.1');
+    }
     // Every player's first BIND is answered: none waits for a retry.
     expect((await Promise.all(answers)).every((a) => a?.toString('hex') === 'da720001')).toBe(true);
     expect(s.metrics.dropped.get('hmac_rate_limited') ?? 0).toBe(0);
