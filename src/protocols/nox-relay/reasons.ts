@@ -95,6 +95,8 @@ export const Counter = {
   ReliableBatches: 'reliable_batches',
   SegmentsReassembled: 'segments_reassembled',
   Authenticated: 'authenticated',
+  /** A repeated Authentification after success, answered again with the same identity. */
+  AuthRepeatedAnswered: 'auth_repeated_answered',
   AuthFailed: 'auth_failed',
   AuthError: 'auth_error',
   EnterRefused: 'enter_refused',

@@ -67,8 +67,11 @@ export class RelayClient implements Connection {
   readonly addressKey: string;
   readonly key: string;
   handshaked = false;
-  /** Handshakes received on this session (only the first few are answered). */
-  handshakes = 0;
+  /**
+   * Handshakes answered: the first, the one carrying gamewire's cookie and a retry at once, then
+   * one a second (a client on a lossy path resends every 2 s for as long as it needs).
+   */
+  handshakes: TokenBucket | undefined = undefined;
   engine = '';
   platform = '';
   auth: AuthState = 'none';

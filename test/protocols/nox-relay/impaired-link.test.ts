@@ -43,11 +43,12 @@ afterAll(async () => {
 });
 
 describe('nox-relay through impaired paths', () => {
-  // Retried: on a loaded CI runner a Handshake step (2 s per try, the relay answers a repeated
-  // Handshake three times) once timed out before the path was the cause; a wrong reassembly fails
-  // every try.
+  // Retried once, for a loaded CI runner. Two causes of lost joins through this path are fixed in
+  // the relay: a repeated Handshake was answered only three times per session (now three, then
+  // one a second), and a repeated Authentification never (its lost reply left the player
+  // waiting; 3 of 11 tries failed so, 0 of 10 since). A wrong reassembly fails every try.
   it('UDP: reordered segments reassemble correctly; only what the path lost is missing', {
-    retry: 2,
+    retry: 1,
     timeout: 60_000,
   }, async () => {
     const s = await runProtocolLoad(
@@ -62,7 +63,7 @@ describe('nox-relay through impaired paths', () => {
       { stopWhen: (p) => p.sessions.joined === 4 && (p.counters.transformsReceived ?? 0) >= 300 },
     );
     // The reason first, should a session fail.
-    expect(s.errorMessages).toEqual({});
+    expect(s.errorMessages, JSON.stringify(s.errorMessages)).toEqual({});
     expect(s.sessions).toMatchObject({ joined: 4, failed: 0 });
     expect(s.violations).toEqual({});
     expect(s.counters.transformsSegmented).toBeGreaterThan(20);

@@ -109,6 +109,16 @@ describe('nox-relay server: handshake and authentication', () => {
       serverAddress: 'nox.server',
     });
     expect(seen[2]).toMatchObject({ access_token: 'good', token_type: 'integrity', ip: '127.0.0.1' });
+    // Asked again once authenticated (a UDP client whose reply was lost): the same identity,
+    // without asking the master again.
+    expect(await c.authenticate('good', 1)).toMatchObject({
+      result: 0,
+      userId: 77,
+      displayName: 'Alice',
+      serverAddress: 'nox.server',
+    });
+    expect(seen).toHaveLength(3);
+    expect(s.metrics.counters.get('auth_repeated_answered')).toBe(1);
     // Unreachable master: MasterError.
     const s2 = await server({ master: 'http://127.0.0.1:1' });
     const c2 = new NoxRelayClient({ port: s2.port, keepAliveMs: 0 });

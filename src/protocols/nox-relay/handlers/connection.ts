@@ -1,5 +1,6 @@
 /** Connection-level requests: Handshake, Latency, Authentification, Sessions. */
 
+import { TokenBucket } from '../../../core/token-bucket.js';
 import type { AuthOutcome } from '../auth.js';
 import {
   AuthFlags,
@@ -17,8 +18,10 @@ import { ipv4Bytes, type RelayClient } from '../session.js';
 
 type Msg<T extends ClientMessage['type']> = Extract<ClientMessage, { type: T }>;
 
-/** Handshakes answered per session (the first, the cookie's, a retry). */
-export const MAX_HANDSHAKES = 3;
+/** Handshakes answered per session at once (the first, the cookie's, a retry)… */
+export const HANDSHAKE_BURST = 3;
+/** …and then per second: a client resending after lost replies is always answered in the end. */
+export const HANDSHAKES_PER_SECOND = 1;
 
 /** Seconds for the Handshake's u16 fields (at least 1, so a client never sees 0). */
 function seconds(ms: number): number {
@@ -80,9 +83,12 @@ export function handleHandshake(
     ctx.metrics.drop(DropReason.UdpAmplification);
     return;
   }
-  // A client handshakes once, twice with gamewire's cookie, maybe once more after a lost reply;
-  // a source that keeps repeating it is flooding, and is not answered again.
-  if (++client.handshakes > MAX_HANDSHAKES) {
+  // A client handshakes once, twice with gamewire's cookie, maybe once more after a lost reply,
+  // and on a lossy path again every 2 s; a source repeating it faster is flooding, and is not
+  // answered more often than that.
+  const now = performance.now();
+  client.handshakes ??= new TokenBucket(HANDSHAKES_PER_SECOND, HANDSHAKE_BURST, now);
+  if (!client.handshakes.take(now)) {
     ctx.metrics.drop(DropReason.HandshakeRepeated);
     return;
   }
@@ -115,7 +121,27 @@ export function handleAuthentification(
   uid: number,
   m: Msg<'Authentification'>,
 ): void {
+  if (client.auth === 'done') {
+    // Asked again after success: over UDP the reply can be lost, and Reliable has no acks, so a
+    // client that retries would wait forever for an answer the reference server never repeats.
+    // The same identity again grants nothing new (no second master check).
+    ctx.metrics.count(Counter.AuthRepeatedAnswered);
+    ctx.send(
+      client,
+      uid,
+      {
+        type: 'Authentification',
+        result: AuthResult.Success,
+        userId: client.userId,
+        serverAddress: client.userServer,
+        displayName: client.displayName,
+      },
+      Priority.High,
+    );
+    return;
+  }
   if (client.auth !== 'none') {
+    // Still with the master: its answer is on the way.
     ctx.metrics.drop(DropReason.AuthRepeated);
     return;
   }
