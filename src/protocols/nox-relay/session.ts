@@ -77,6 +77,8 @@ export class RelayClient implements Connection {
   auth: AuthState = 'none';
   userId = 0;
   userServer = '';
+  /** The token that authenticated this session (a repeat of it is answered again). */
+  authToken = '';
   displayName = '';
   /** Master-side privileges (e.g. MasterModerator) OR-ed into every player of this client. */
   userFlags = 0;

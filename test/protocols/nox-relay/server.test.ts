@@ -91,7 +91,7 @@ describe('nox-relay server: handshake and authentication', () => {
     cleanup.push(() => master.close());
     const url = `http://127.0.0.1:${(master.server.address() as { port: number }).port}`;
     const s = await server({ master: url });
-    const c = new NoxRelayClient({ port: s.port, keepAliveMs: 0 });
+    const c = new NoxRelayClient({ port: s.port, keepAliveMs: 0, requestTimeoutMs: 1500 });
     cleanup.push(() => c.close());
     await c.connect();
     const h = await c.handshake();
@@ -118,6 +118,11 @@ describe('nox-relay server: handshake and authentication', () => {
       serverAddress: 'nox.server',
     });
     expect(seen).toHaveLength(3);
+    expect(s.metrics.counters.get('auth_repeated_answered')).toBe(1);
+    // Another token on an authenticated session is ignored (no answer), as the reference server does.
+    await expect(c.authenticate('bad', 0)).rejects.toMatchObject({ code: 'ERR_NOX_TIMEOUT' });
+    expect(seen).toHaveLength(3);
+    expect(s.metrics.dropped.get('auth_repeated')).toBe(1);
     expect(s.metrics.counters.get('auth_repeated_answered')).toBe(1);
     // Unreachable master: MasterError.
     const s2 = await server({ master: 'http://127.0.0.1:1' });

@@ -121,10 +121,11 @@ export function handleAuthentification(
   uid: number,
   m: Msg<'Authentification'>,
 ): void {
-  if (client.auth === 'done') {
+  if (client.auth === 'done' && m.accessToken === client.authToken) {
     // Asked again after success: over UDP the reply can be lost, and Reliable has no acks, so a
     // client that retries would wait forever for an answer the reference server never repeats.
-    // The same identity again grants nothing new (no second master check).
+    // The same token gets the same identity again, which grants nothing new (no second master
+    // check); another token is ignored, as the reference server does.
     ctx.metrics.count(Counter.AuthRepeatedAnswered);
     ctx.send(
       client,
@@ -190,6 +191,7 @@ export function handleAuthentification(
           displayName: outcome.displayName,
         });
         client.auth = 'done';
+        client.authToken = m.accessToken;
         client.userId = outcome.userId;
         client.userServer = outcome.serverAddress;
         client.displayName = outcome.displayName;
