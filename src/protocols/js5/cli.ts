@@ -239,7 +239,7 @@ export function registerCommands(program: Command): void {
               .join(', ');
             throw new CliError(
               'ERR_JS5_SERVER_MISSING',
-              `${target} would not send ${n} group(s) its indexes list (${some}${n > 5 ? ', …' : ''}; all in "missing"): every other group is downloaded and ${opts.out} serves as a cache that lacks them; \`gamewire js5 download --out ${opts.out}\` run again asks for them again`,
+              `${target} would not send ${n} group(s) its indexes list (${some}${n > 5 ? ', …' : ''}; all in "missing"): every other group is downloaded and ${opts.out} serves as a cache that lacks them; \`gamewire js5 download --host ${opts.host} --port ${opts.port} --out ${opts.out}\` run again asks for them again`,
             );
           }
         } catch (e) {
