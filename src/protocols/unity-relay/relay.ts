@@ -434,6 +434,7 @@ export class RelayServer {
       if (typeof adopted === 'string') {
         // Placed on another node, or too late: the client cannot succeed here (ERROR 4 is fatal
         // for it, rather than re-binding forever).
+        this.chargeFailed(src);
         this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
         this.metrics.drop(adopted === 'other_node' ? 'placed_on_other_node' : adopted);
         return;
@@ -442,6 +443,7 @@ export class RelayServer {
       this.metrics.count('allocations_adopted');
     }
     if (a.state === 'expired') {
+      this.chargeFailed(src);
       this.sendError(a.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
       this.metrics.drop('allocation_expired');
       return;
@@ -475,11 +477,13 @@ export class RelayServer {
     const requester = this.sender(msg, 4, src);
     if (requester === undefined) return;
     if (!this.hmacAllowed(src)) return;
-    if (!this.allocationAllows(requester.id, src)) return;
     // Replies go out on the requester's binding (the same peer as `src`), which counts them.
     const back = requester.link!;
     const targetId = this.store.verifyConnectionData(msg, 21);
     if (targetId === undefined) this.chargeFailed(src);
+    // Charged once the request names a genuine target: a spoofer who knows a player's address,
+    // port and allocation id also needs a host's connection data to spend that player's budget.
+    else if (!this.allocationAllows(requester.id, src)) return;
     const target = targetId === undefined ? undefined : this.store.find(targetId, 0);
     if (
       target === undefined &&

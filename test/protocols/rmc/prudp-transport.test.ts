@@ -279,6 +279,59 @@ describe('RMC over PRUDP', () => {
     expect(f.prudp.connections).toBe(1);
   });
 
+  it('after a SYN from its source, the open connection’s own resent CONNECT is answered as before, not taken for a restart', async () => {
+    const f = await fixture();
+    const checksum = { width: 1 as const, keyByte: accessKeyByte(KEY) };
+    const replies: Buffer[] = [];
+    const player = await rawSocket('127.0.0.77');
+    player.on('message', (m) => replies.push(m));
+    player.send(syn(), f.port, '127.0.0.1');
+    await until(() => replies.length === 1);
+    const synAck = newPacket();
+    readPacket(replies[0]!, 0, checksum, synAck);
+    const connect = (sessionId: number) => {
+      const w = new WireWriter();
+      writePacket(
+        w,
+        {
+          source: 0x3f,
+          destination: 0x31,
+          type: PacketType.CONNECT,
+          flags: Flag.RELIABLE | Flag.NEED_ACK,
+          sessionId,
+          packetSignature: synAck.connectionSignature,
+          sequenceId: 1,
+          connectionSignature: 0x0100007f,
+        },
+        undefined,
+        checksum,
+      );
+      return w.toBuffer();
+    };
+    player.send(connect(0x21), f.port, '127.0.0.1');
+    await until(() => replies.length === 2);
+    expect(f.prudp.connections).toBe(1);
+    // A late copy of its SYN, then (its CONNECT-ACK lost) its CONNECT again: the same CONNECT-ACK.
+    player.send(syn(), f.port, '127.0.0.1');
+    await until(() => replies.length === 3);
+    // A second SYN within 500 ms is not answered (spoofed SYNs cannot make it a reflector).
+    player.send(syn(), f.port, '127.0.0.1');
+    await until(() => f.metrics.dropped.get('prudp_restart_syn_rate') === 1);
+    player.send(connect(0x21), f.port, '127.0.0.1');
+    await until(() => replies.length === 4);
+    expect(replies[3]!.equals(replies[1]!)).toBe(true);
+    expect(f.metrics.counters.get('prudp_restarts')).toBeUndefined();
+    // A CONNECT of another session (a new client on that port) with the cookie replaces it.
+    player.send(connect(0x22), f.port, '127.0.0.1');
+    await until(() => replies.length === 5);
+    const ack = newPacket();
+    readPacket(replies[4]!, 0, checksum, ack);
+    expect(ack.type).toBe(PacketType.CONNECT);
+    expect(replies[4]!.equals(replies[1]!)).toBe(false);
+    expect(f.metrics.counters.get('prudp_restarts')).toBe(1);
+    expect(f.prudp.connections).toBe(1);
+  });
+
   it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async () => {
     const f = await fixture({ maxHalfOpenPerIp: 5, maxHalfOpen: 100 });
     const sockets = await Promise.all(Array.from({ length: 12 }, () => rawSocket('127.0.0.70')));

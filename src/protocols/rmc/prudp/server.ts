@@ -16,6 +16,7 @@
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import type dgram from 'node:dgram';
+import { crc32 } from 'node:zlib';
 import type { Logger } from 'pino';
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../../core/connection.js';
 import type { ProtocolMetrics } from '../../../core/metrics.js';
@@ -101,6 +102,9 @@ type State = (typeof State)[keyof typeof State];
  * of the seam once its CONNECT is accepted. Its messages are PRUDP packets; `send` takes one
  * whole RMC frame (fragmented and sent reliably).
  */
+/** Least time between two answers to SYNs from the source of an open connection (ms). */
+const RESTART_SYN_INTERVAL_MS = 500;
+
 class PrudpPeer implements Connection {
   readonly transport = 'prudp' as const;
   readonly key: string;
@@ -117,8 +121,11 @@ class PrudpPeer implements Connection {
   link: PrudpLink | undefined = undefined;
   connectAck: Buffer | undefined = undefined;
   connectSeq = 0;
-  /** A SYN came from this source after the connection opened (see onRestartSyn). */
+  /** CRC-32 of the CONNECT's payload (a resend carries the same; a new client's key or ticket does not). */
+  connectCrc = 0;
+  /** A SYN came from this source after the connection opened (see onRestartSyn), and when. */
   restartSyn = false;
+  restartSynAt = 0;
   rmc: RmcConnection | undefined = undefined;
   writer: WireWriter | undefined = undefined;
   removed = false;
@@ -364,11 +371,28 @@ export class PrudpServer {
    * client got it: a spoofed SYN alone never closes anyone.
    */
   private onRestartSyn(peer: PrudpPeer, msg: Buffer): void {
+    // At most one answer per RESTART_SYN_INTERVAL_MS (a client resends its SYN every second):
+    // spoofed SYNs cannot turn a player's game port into a reflector.
+    const now = Date.now();
+    if (now - peer.restartSynAt < RESTART_SYN_INTERVAL_MS) {
+      this.metrics.drop('prudp_restart_syn_rate');
+      return;
+    }
     const answer = this.synAckFor(msg, peer.remoteAddress, peer.remotePort);
     if (answer === undefined) return;
     peer.restartSyn = true;
+    peer.restartSynAt = now;
     this.metrics.count('prudp_restart_syn');
-    this.send(peer, answer.synAck);
+    // Not the old connection's traffic: counted for the server only.
+    const s = this.socket;
+    if (s === undefined) return;
+    this.metrics.sent++;
+    this.metrics.bytesSent += answer.synAck.length;
+    try {
+      s.send(answer.synAck, peer.remotePort, peer.remoteAddress);
+    } catch (err) {
+      this.log.debug({ err }, 'PRUDP send failed');
+    }
   }
 
   /**
@@ -532,6 +556,17 @@ export class PrudpServer {
         if (!(e instanceof DecodeError)) throw e;
         continue;
       }
+      // The old client's own CONNECT again (its CONNECT-ACK was lost, and a late copy of its SYN
+      // came first): not a new client, so the open connection answers it as before.
+      const link = replacing?.link;
+      if (
+        link !== undefined &&
+        p.sequenceId === replacing!.connectSeq &&
+        p.sessionId === link.id.remoteSession &&
+        p.connectionSignature === link.id.remoteSignature &&
+        crc32(p.payload) === replacing!.connectCrc
+      )
+        return false;
       const epoch = this.epoch();
       const sig = p.packetSignature;
       if (
@@ -693,6 +728,7 @@ export class PrudpServer {
     );
     peer.connectAck = Buffer.from(w.view());
     peer.connectSeq = p.sequenceId;
+    peer.connectCrc = crc32(p.payload);
     peer.link = link;
     peer.writer = writer;
     peer.state = State.Open;
