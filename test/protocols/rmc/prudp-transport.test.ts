@@ -82,6 +82,27 @@ function syn(): Buffer {
   return w.toBuffer();
 }
 
+/** A client's CONNECT (sequence 1, no payload) stamped with `signature`, the SYN-ACK's. */
+function connectPacket(signature: number, sessionId = 0x21): Buffer {
+  const w = new WireWriter();
+  writePacket(
+    w,
+    {
+      source: 0x3f,
+      destination: 0x31,
+      type: PacketType.CONNECT,
+      flags: Flag.RELIABLE | Flag.NEED_ACK,
+      sessionId,
+      packetSignature: signature,
+      sequenceId: 1,
+      connectionSignature: 0x0100007f,
+    },
+    undefined,
+    { width: 1, keyByte: accessKeyByte(KEY) },
+  );
+  return w.toBuffer();
+}
+
 describe('RMC over PRUDP', () => {
   it('calls complete over PRUDP (hyperscape RMC variant, classic payloads)', async () => {
     const f = await fixture();
@@ -206,25 +227,7 @@ describe('RMC over PRUDP', () => {
     // Another source's SYN takes the only half-open slot: the player's entry is gone.
     (await rawSocket('127.0.0.75')).send(syn(), f.port, '127.0.0.1');
     await until(() => f.metrics.counters.get('prudp_half_open_evicted') === 1);
-    const connect = (signature: number) => {
-      const w = new WireWriter();
-      writePacket(
-        w,
-        {
-          source: 0x3f,
-          destination: 0x31,
-          type: PacketType.CONNECT,
-          flags: Flag.RELIABLE | Flag.NEED_ACK,
-          sessionId: 0x21,
-          packetSignature: signature,
-          sequenceId: 1,
-          connectionSignature: 0x0100007f,
-        },
-        undefined,
-        checksum,
-      );
-      return w.toBuffer();
-    };
+    const connect = (signature: number) => connectPacket(signature);
     // A guess from a third source (no SYN-ACK seen): dropped.
     (await rawSocket('127.0.0.76')).send(connect(synAck.connectionSignature ^ 1), f.port, '127.0.0.1');
     await until(() => (f.metrics.dropped.get('prudp_unknown_connection') ?? 0) === 1);
@@ -289,25 +292,7 @@ describe('RMC over PRUDP', () => {
     await until(() => replies.length === 1);
     const synAck = newPacket();
     readPacket(replies[0]!, 0, checksum, synAck);
-    const connect = (sessionId: number) => {
-      const w = new WireWriter();
-      writePacket(
-        w,
-        {
-          source: 0x3f,
-          destination: 0x31,
-          type: PacketType.CONNECT,
-          flags: Flag.RELIABLE | Flag.NEED_ACK,
-          sessionId,
-          packetSignature: synAck.connectionSignature,
-          sequenceId: 1,
-          connectionSignature: 0x0100007f,
-        },
-        undefined,
-        checksum,
-      );
-      return w.toBuffer();
-    };
+    const connect = (sessionId: number) => connectPacket(synAck.connectionSignature, sessionId);
     player.send(connect(0x21), f.port, '127.0.0.1');
     await until(() => replies.length === 2);
     expect(f.prudp.connections).toBe(1);
