@@ -568,7 +568,7 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
       options.onProgress?.(++done, total);
     };
     /** Resolves true once saved, false when the connection ended first. */
-    const fetch = (c: Js5Client, job: Job): Promise<boolean> =>
+    const fetchGroup = (c: Js5Client, job: Job): Promise<boolean> =>
       c.request(job.archive, job.group, false).then(
         (container) => {
           save(job, container);
@@ -582,14 +582,14 @@ export async function downloadCache(options: DownloadOptions): Promise<DownloadS
     while (pending.length > 0) {
       client ??= await Js5Client.connect(options);
       const c: Js5Client = client;
-      const saved = await Promise.all(pending.map((job) => fetch(c, job)));
+      const saved = await Promise.all(pending.map((job) => fetchGroup(c, job)));
       const first = saved.indexOf(false);
       if (first < 0) break;
       const suspect = pending[first]!;
       pending = pending.filter((_, i) => !saved[i] && i !== first);
       await c.close();
       client = await Js5Client.connect(options);
-      if (!(await fetch(client, suspect))) {
+      if (!(await fetchGroup(client, suspect))) {
         summary.missing.push({ archive: suspect.archive, group: suspect.group });
         options.onProgress?.(++done, total);
         await client.close();

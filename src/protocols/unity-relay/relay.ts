@@ -386,11 +386,16 @@ export class RelayServer {
     this.hmacLimiter.take(src.address, this.store.now());
   }
 
-  /** One BIND or CONNECT_REQUEST of the allocation `id`, from its own budget (else charged to `src`). */
-  private allocationAllows(id: Buffer, src: RelayLink): boolean {
-    if (this.allocationHmacLimiter.take(id.toString('latin1'), this.store.now())) return true;
+  /** A BIND or CONNECT_REQUEST dropped for `reason` after HMAC work: charged to `src`, counted. */
+  private failed(src: RelayLink, reason: string): void {
     this.chargeFailed(src);
-    this.metrics.drop('allocation_hmac_rate_limited');
+    this.metrics.drop(reason);
+  }
+
+  /** One BIND or CONNECT_REQUEST of allocation `a`, from its own budget (else charged to `src`). */
+  private allocationAllows(a: Allocation, src: RelayLink): boolean {
+    if (this.allocationHmacLimiter.take(a.guid, this.store.now())) return true;
+    this.failed(src, 'allocation_hmac_rate_limited');
     return false;
   }
 
@@ -403,29 +408,25 @@ export class RelayServer {
     const bind = BindMsg.read(this.reader.reset(msg, 4));
     const id = this.store.verifyConnectionData(msg, 8); // bind.connectionData, in place
     if (id === undefined) {
-      this.chargeFailed(src);
-      this.metrics.drop('unknown_connection_data');
+      this.failed(src, 'unknown_connection_data');
       return;
     }
     if (src.identity !== undefined && !id.equals(src.identity)) {
-      this.chargeFailed(src);
-      this.metrics.drop('identity_mismatch');
+      this.failed(src, 'identity_mismatch');
       return;
     }
     let a = this.store.find(id, 0);
     if (a === undefined && !this.store.adoptFromConnectionData) {
       // Connection data we issued, for an allocation long forgotten.
-      this.chargeFailed(src);
       this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
-      this.metrics.drop('allocation_not_found');
+      this.failed(src, 'allocation_not_found');
       return;
     }
     // A relay node derives the key of an allocation it has not seen yet from the fleet secret.
     const key = a !== undefined ? a.key : this.store.credentials.keyFor(id);
     const expected = bindHmac(key, msg.subarray(0, BIND_SIGNED_LENGTH));
     if (!timingSafeEqual(expected, msg.subarray(BIND_SIGNED_LENGTH, BIND_SIGNED_LENGTH + HMAC_LENGTH))) {
-      this.chargeFailed(src);
-      this.metrics.drop('bad_hmac'); // silently, as the doc says
+      this.failed(src, 'bad_hmac'); // silently, as the doc says
       return;
     }
     if (a === undefined) {
@@ -434,30 +435,27 @@ export class RelayServer {
       if (typeof adopted === 'string') {
         // Placed on another node, or too late: the client cannot succeed here (ERROR 4 is fatal
         // for it, rather than re-binding forever).
-        this.chargeFailed(src);
         this.sendError(id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
-        this.metrics.drop(adopted === 'other_node' ? 'placed_on_other_node' : adopted);
+        this.failed(src, adopted === 'other_node' ? 'placed_on_other_node' : adopted);
         return;
       }
       a = adopted;
       this.metrics.count('allocations_adopted');
     }
     if (a.state === 'expired') {
-      this.chargeFailed(src);
       this.sendError(a.id, RelayErrorCode.ALLOCATION_NOT_FOUND, src, msg.length);
-      this.metrics.drop('allocation_expired');
+      this.failed(src, 'allocation_expired');
       return;
     }
     const sameAddress = a.state === 'bound' && sameLink(a.link, src);
     // A new address (or no binding at all, e.g. after CLOSE) needs a newer nonce, wrap-aware.
     if (!sameAddress && !nonceIsNewer(bind.nonce, a.nonce)) {
-      this.chargeFailed(src); // a replay from another address
-      this.metrics.drop('stale_nonce');
+      this.failed(src, 'stale_nonce'); // a replay from another address
       return;
     }
     // Charged only now, once the BIND is genuine: forged BINDs for an allocation (its connection
     // data is no secret from its game's other players) cannot spend its budget.
-    if (!this.allocationAllows(a.id, src)) return;
+    if (!this.allocationAllows(a, src)) return;
     if (a.state !== 'bound') this.metrics.open++;
     else if (!sameAddress) this.metrics.count('rebind_new_address');
     // The source says what it binds through (a reused UDP source is never stored: a binding to a
@@ -483,7 +481,7 @@ export class RelayServer {
     if (targetId === undefined) this.chargeFailed(src);
     // Charged once the request names a genuine target: a spoofer who knows a player's address,
     // port and allocation id also needs a host's connection data to spend that player's budget.
-    else if (!this.allocationAllows(requester.id, src)) return;
+    else if (!this.allocationAllows(requester, src)) return;
     const target = targetId === undefined ? undefined : this.store.find(targetId, 0);
     if (
       target === undefined &&

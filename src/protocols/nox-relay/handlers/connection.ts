@@ -115,6 +115,11 @@ export function handleLatency(ctx: RelayContext, client: RelayClient, uid: numbe
   );
 }
 
+/** The Authentification reply of a success. */
+function authSuccess(userId: number, serverAddress: string, displayName: string): ServerMessage {
+  return { type: 'Authentification', result: AuthResult.Success, userId, serverAddress, displayName };
+}
+
 export function handleAuthentification(
   ctx: RelayContext,
   client: RelayClient,
@@ -127,18 +132,7 @@ export function handleAuthentification(
     // The same token gets the same identity again, which grants nothing new (no second master
     // check); another token is ignored, as the reference server does.
     ctx.metrics.count(Counter.AuthRepeatedAnswered);
-    ctx.send(
-      client,
-      uid,
-      {
-        type: 'Authentification',
-        result: AuthResult.Success,
-        userId: client.userId,
-        serverAddress: client.userServer,
-        displayName: client.displayName,
-      },
-      Priority.High,
-    );
+    ctx.send(client, uid, authSuccess(client.userId, client.userServer, client.displayName), Priority.High);
     return;
   }
   if (client.auth !== 'none') {
@@ -183,13 +177,10 @@ export function handleAuthentification(
       if (outcome.result === AuthResult.Success) {
         // Encode first: a reply that cannot be written (a huge name, say) must not leave the
         // client half-authenticated.
-        const bytes = ctx.encode(uid, {
-          type: 'Authentification',
-          result: AuthResult.Success,
-          userId: outcome.userId,
-          serverAddress: outcome.serverAddress,
-          displayName: outcome.displayName,
-        });
+        const bytes = ctx.encode(
+          uid,
+          authSuccess(outcome.userId, outcome.serverAddress, outcome.displayName),
+        );
         client.auth = 'done';
         client.authToken = m.accessToken;
         client.userId = outcome.userId;

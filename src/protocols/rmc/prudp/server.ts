@@ -97,14 +97,14 @@ export interface PrudpListenOptions {
 const State = { HalfOpen: 0, Open: 1 } as const;
 type State = (typeof State)[keyof typeof State];
 
+/** Least time between two answers to SYNs from the source of an open connection (ms). */
+const RESTART_SYN_INTERVAL_MS = 500;
+
 /**
  * One PRUDP peer (a source address, port and virtual port): admitted at its SYN, a `Connection`
  * of the seam once its CONNECT is accepted. Its messages are PRUDP packets; `send` takes one
  * whole RMC frame (fragmented and sent reliably).
  */
-/** Least time between two answers to SYNs from the source of an open connection (ms). */
-const RESTART_SYN_INTERVAL_MS = 500;
-
 class PrudpPeer implements Connection {
   readonly transport = 'prudp' as const;
   readonly key: string;
@@ -123,8 +123,7 @@ class PrudpPeer implements Connection {
   connectSeq = 0;
   /** CRC-32 of the CONNECT's payload (a resend carries the same; a new client's key or ticket does not). */
   connectCrc = 0;
-  /** A SYN came from this source after the connection opened (see onRestartSyn), and when. */
-  restartSyn = false;
+  /** When a SYN from this source was last answered after the connection opened (0: never; see onRestartSyn). */
   restartSynAt = 0;
   rmc: RmcConnection | undefined = undefined;
   writer: WireWriter | undefined = undefined;
@@ -279,14 +278,20 @@ export class PrudpServer {
   }
 
   private send(peer: PrudpPeer, datagram: Buffer): void {
+    if (this.socket === undefined) return;
+    peer.messagesOut++;
+    peer.bytesOut += datagram.length;
+    this.sendTo(peer.remoteAddress, peer.remotePort, datagram);
+  }
+
+  /** Sends and counts for the server (a peer's own counters are `send`'s). */
+  private sendTo(address: string, port: number, datagram: Buffer): void {
     const s = this.socket;
     if (s === undefined) return;
     this.metrics.sent++;
     this.metrics.bytesSent += datagram.length;
-    peer.messagesOut++;
-    peer.bytesOut += datagram.length;
     try {
-      s.send(datagram, peer.remotePort, peer.remoteAddress);
+      s.send(datagram, port, address);
     } catch (err) {
       this.log.debug({ err }, 'PRUDP send failed');
     }
@@ -312,7 +317,7 @@ export class PrudpServer {
       // After such a SYN, a CONNECT with its cookie is the new client's (else the old one's).
       if (
         type === PacketType.CONNECT &&
-        peer.restartSyn &&
+        peer.restartSynAt !== 0 &&
         this.onCookieConnect(msg, key, address, port, peer)
       )
         return;
@@ -380,19 +385,10 @@ export class PrudpServer {
     }
     const answer = this.synAckFor(msg, peer.remoteAddress, peer.remotePort);
     if (answer === undefined) return;
-    peer.restartSyn = true;
     peer.restartSynAt = now;
     this.metrics.count('prudp_restart_syn');
     // Not the old connection's traffic: counted for the server only.
-    const s = this.socket;
-    if (s === undefined) return;
-    this.metrics.sent++;
-    this.metrics.bytesSent += answer.synAck.length;
-    try {
-      s.send(answer.synAck, peer.remotePort, peer.remoteAddress);
-    } catch (err) {
-      this.log.debug({ err }, 'PRUDP send failed');
-    }
+    this.sendTo(peer.remoteAddress, peer.remotePort, answer.synAck);
   }
 
   /**
