@@ -7,7 +7,6 @@ import diagnosticsChannel from 'node:diagnostics_channel';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
-import type { Logger } from 'pino';
 import { isLoopbackName } from '../core/admin/hosts.js';
 import {
   type AdminServer,
@@ -30,6 +29,7 @@ import {
   valuesFromEnv,
 } from '../core/config.js';
 import { CommandError, ConfigError, UsageError } from '../core/errors.js';
+import type { Logger } from '../core/logger.js';
 import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';

@@ -26,11 +26,11 @@
  *   written still go out first.
  */
 import type net from 'node:net';
-import type { Logger } from 'pino';
 import { DecodeError } from '../wire/errors.js';
 import { type FrameMeasure, StreamDeframer } from '../wire/framing.js';
 import { WireWriter } from '../wire/writer.js';
 import type { Connection } from './connection.js';
+import type { Logger } from './logger.js';
 import type { ProtocolMetrics } from './metrics.js';
 import {
   CloseReason,

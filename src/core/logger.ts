@@ -1,8 +1,34 @@
 import { createRequire } from 'node:module';
-import type { Logger } from 'pino';
 import { LogDestination } from './log-destination.js';
 
 const require = createRequire(import.meta.url);
+
+/** One logging call: fields then a message, or a message alone (pino's calling convention). */
+export interface LogFn {
+  (fields: object, msg?: string): void;
+  (msg: string): void;
+}
+
+/**
+ * What gamewire's servers log through: the part of pino's logger they use, declared here so that
+ * the package's types name no dependency. A pino logger is one; so is `silentLogger()`, and any
+ * object with these members (a library user's own logger behind an adapter).
+ */
+export interface Logger {
+  /** The lowest level written (`info`, `debug`, `silent`, …). */
+  readonly level: string;
+  fatal: LogFn;
+  error: LogFn;
+  warn: LogFn;
+  info: LogFn;
+  debug: LogFn;
+  trace: LogFn;
+  isLevelEnabled(level: string): boolean;
+  /** A logger that adds `bindings` to every line. */
+  child(bindings: Record<string, unknown>): Logger;
+  /** Writes what is buffered (pino has it; a plain object may leave it out). */
+  flush?(): void;
+}
 
 /**
  * One logger (pino), on stderr so that stdout stays for results and listen lines. JSON lines
@@ -37,7 +63,7 @@ const noop = (): void => {};
  * Logger methods (no pino behind it), so servers created without a logger load no logging code.
  */
 export function silentLogger(): Logger {
-  const logger = {
+  const logger: Logger = {
     level: 'silent',
     fatal: noop,
     error: noop,
@@ -45,12 +71,10 @@ export function silentLogger(): Logger {
     info: noop,
     debug: noop,
     trace: noop,
-    silent: noop,
     isLevelEnabled: () => false,
     child: () => logger,
-    flush: noop,
   };
-  return logger as unknown as Logger;
+  return logger;
 }
 
 /** Limits of a `RateLimitedLog`. */

@@ -294,11 +294,13 @@ export class RedisNodeRegistry extends HeartbeatingRegistry {
 
   protected async remove(info: NodeInfo): Promise<void> {
     await storeCall('node removal', () =>
-      this.redis.client
-        .multi()
-        .del(this.recordPrefix(info.kind) + info.id)
-        .zrem(this.setKey(info.kind), info.id)
-        .exec(),
+      this.redis.client.eval(
+        "redis.call('DEL', KEYS[1]); return redis.call('ZREM', KEYS[2], ARGV[1])",
+        2,
+        this.recordPrefix(info.kind) + info.id,
+        this.setKey(info.kind),
+        info.id,
+      ),
     );
   }
 

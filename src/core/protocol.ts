@@ -3,7 +3,6 @@
  * exports one `ProtocolModule`; `src/protocols/registry.ts` lists them; the CLI, `serve` and the
  * bench runner only ever go through this interface.
  */
-import type { Command } from 'commander';
 import type { Json } from '../wire/codec.js';
 import type { AnyConformSuite } from './conform.js';
 import type { ProtocolInspection } from './flow.js';
@@ -50,6 +49,15 @@ export interface ProtocolCodec {
   encode(json: unknown, options: CodecOptions): Buffer;
 }
 
+/**
+ * The command-line program a protocol adds its subcommands to: commander's `Command`, named here
+ * by the one member every protocol starts from, so that the package's types name no dependency.
+ * A protocol's `registerCommands` may declare its parameter as commander's `Command`.
+ */
+export interface CommandProgram {
+  command(nameAndArgs: string): unknown;
+}
+
 export interface ProtocolModule {
   name: string;
   summary: string;
@@ -58,7 +66,7 @@ export interface ProtocolModule {
   /** Present when `gamewire serve <name>` can run a server. */
   server?: ServerDefinition;
   /** Adds protocol-specific subcommands (`gamewire js5 cache …`, `gamewire rmc call …`). */
-  registerCommands?(program: Command): void;
+  registerCommands?(program: CommandProgram): void;
   /**
    * Loads the protocol's conformance checks (`gamewire conform <name>`): rules read from the real
    * clients, run against any server. A loader, so the module does not import them until asked.

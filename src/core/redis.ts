@@ -15,7 +15,7 @@
  *   re-announced itself;
  * - every key is under `prefix` (default `gamewire:`), so several fleets can share one Redis.
  */
-import type { Redis, RedisOptions } from 'ioredis';
+import type { RedisOptions } from 'ioredis';
 import { CommandError } from './errors.js';
 
 export interface RedisConnectOptions {
@@ -31,14 +31,28 @@ export interface RedisConnectOptions {
   onStatus?: (up: boolean, err?: Error) => void;
 }
 
+/** A Redis argument: what the stores send. */
+export type RedisArg = string | number | Buffer;
+
+/**
+ * The Redis commands gamewire's stores send, declared here so that the package's types name no
+ * dependency (an ioredis client is one, behind `connectRedis`). `call` sends any other command.
+ */
+export interface RedisClient {
+  eval(script: string, numKeys: number, ...args: RedisArg[]): Promise<unknown>;
+  get(key: string): Promise<string | null>;
+  set(key: string, value: string, mode: 'PX', milliseconds: number): Promise<unknown>;
+  hget(key: string, field: string): Promise<string | null>;
+  hlen(key: string): Promise<number>;
+  call(command: string, ...args: RedisArg[]): Promise<unknown>;
+}
+
 export interface RedisConnection {
-  readonly client: Redis;
+  readonly client: RedisClient;
   readonly url: string;
   readonly prefix: string;
   /** True while commands can be sent. */
   readonly up: boolean;
-  /** A second connection for blocking or subscriber use (same options), closed with this one. */
-  duplicate(): Redis;
   /**
    * Runs `hook` each time the connection is back after an outage, before `up` turns true (and
    * before `onStatus(true)`); `up` waits for every hook to settle (each command is bounded by the
@@ -104,7 +118,6 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     commandTimeout: 2000,
   };
   const client = new RedisClass(url, redisOptions);
-  const extra: Redis[] = [];
   const reconnectHooks = new Set<() => Promise<unknown>>();
   let up = false;
   let closing = false;
@@ -179,8 +192,10 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
     );
   }
 
+  // ioredis's overloads are wider than RedisClient's; each of RedisClient's calls is one of them.
+  const commands: RedisClient = client as unknown as RedisClient;
   return {
-    client,
+    client: commands,
     url,
     prefix: options.prefix ?? 'gamewire:',
     get up() {
@@ -192,15 +207,8 @@ export async function connectRedis(url: string, options: RedisConnectOptions = {
         reconnectHooks.delete(hook);
       };
     },
-    duplicate() {
-      const d = client.duplicate();
-      d.on('error', () => {});
-      extra.push(d);
-      return d;
-    },
     async close() {
       closing = true;
-      for (const d of extra) d.disconnect();
       try {
         await client.quit();
       } catch {

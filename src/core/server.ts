@@ -1,5 +1,5 @@
-import type { Logger } from 'pino';
 import type { AdminSource } from './admin/source.js';
+import type { Logger } from './logger.js';
 import type { ProtocolMetrics } from './metrics.js';
 
 /**

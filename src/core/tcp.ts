@@ -1,6 +1,6 @@
 import net from 'node:net';
-import type { Logger } from 'pino';
 import { addressKey, CloseReason, type Connection, ConnectionTable, formatRemote } from './connection.js';
+import type { Logger } from './logger.js';
 import type { ProtocolMetrics } from './metrics.js';
 import { trafficRecorder } from './recording.js';
 

@@ -44,10 +44,12 @@ export {
   perDirection,
   type SchemaItem,
 } from '../core/flow.js';
+export type { LogFn, Logger } from '../core/logger.js';
 export { ProtocolMetrics } from '../core/metrics.js';
 export type {
   CodecFlag,
   CodecOptions,
+  CommandProgram,
   DashboardPage,
   Direction,
   ProtocolCodec,

@@ -1,6 +1,8 @@
 /** `gamewire/rmc`: Rendez-Vous RMC: client, server, dispatcher, protocol declarations, codecs. */
 
+export type { LogFn, Logger } from '../core/logger.js';
 export { RedisNodeRegistry } from '../core/node-registry.js';
+export type { RedisArg, RedisClient, RedisConnection, RedisConnectOptions } from '../core/redis.js';
 export { connectRedis, StoreUnavailableError } from '../core/redis.js';
 export { AccountFileError } from '../protocols/rmc/account-log.js';
 export type { RmcClientOptions } from '../protocols/rmc/client.js';
@@ -38,7 +40,16 @@ export { PrudpError } from '../protocols/rmc/prudp/packet.js';
 export { KeyDerivationBusyError } from '../protocols/rmc/prudp/user-keys.js';
 export type { RmcServerOptions } from '../protocols/rmc/server.js';
 export { RmcServer } from '../protocols/rmc/server.js';
-export type { ArgsOf, MethodDef, ProtocolDef, ResultsOf } from '../protocols/rmc/signature.js';
+export type {
+  ArgsOf,
+  LayoutStatus,
+  MethodDef,
+  MethodSpec,
+  MethodSpecs,
+  ProtocolDef,
+  ProtocolMethods,
+  ResultsOf,
+} from '../protocols/rmc/signature.js';
 export { defineProtocol, method } from '../protocols/rmc/signature.js';
 export type { AccountStore, LoginSessionRecord, RmcStore } from '../protocols/rmc/store.js';
 export { MemoryStore } from '../protocols/rmc/store.js';

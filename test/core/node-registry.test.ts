@@ -15,7 +15,7 @@ import {
   StoreUnavailableError,
   storeCall,
 } from '../../src/core/redis.js';
-import { freePort, haveRedisServer, type RedisServer, startRedis } from '../helpers/redis.js';
+import { freePort, haveRedisServer, type RedisServer, rawRedis, startRedis } from '../helpers/redis.js';
 import { elapse, waitFor } from '../helpers/wait.js';
 
 function node(id: string, load: number, extra: Partial<NodeInfo> = {}): NodeInfo {
@@ -250,7 +250,7 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     await dying.announce(node('dying', 0));
     expect((await watcher.live('unity-relay')).map((n) => n.id)).toEqual(['dying']);
     // kill -9 of the process: its connection drops, nothing deregisters it.
-    conn.client.disconnect();
+    rawRedis(conn).disconnect();
     await elapse(1300, 'past the 1000 ms TTL with no heartbeat: Redis must have expired the record');
     expect(await watcher.live('unity-relay')).toEqual([]);
   });
@@ -316,19 +316,21 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
     const reg = new RedisNodeRegistry(conn, { ttlMs: 1000, heartbeatMs: 200 });
     await reg.announce(node('q', 0));
     await elapse(700, 'several steady heartbeats, none of which may set fleet:recovering');
-    expect(await admin.client.exists('quiet:fleet:recovering:unity-relay')).toBe(0);
+    expect(await rawRedis(admin).exists('quiet:fleet:recovering:unity-relay')).toBe(0);
     expect(Number(await admin.client.get('quiet:fleet:beat-due:unity-relay'))).toBeGreaterThan(0);
     // No heartbeat reaches Redis for longer than one period plus a quarter of the rest of the TTL.
-    conn.client.disconnect();
+    rawRedis(conn).disconnect();
     await elapse(700, 'a silence longer than a heartbeat period plus a quarter of the rest of the TTL');
-    conn.client.connect().catch(() => {});
+    rawRedis(conn)
+      .connect()
+      .catch(() => {});
     await waitFor(() => conn.up, { what: 'the connection back up', intervalMs: 5 });
-    const pttl = await admin.client.pttl('quiet:fleet:recovering:unity-relay');
+    const pttl = await rawRedis(admin).pttl('quiet:fleet:recovering:unity-relay');
     // Two TTLs, but at least a TTL plus 8 s (the reconnection's backoff and hooks).
     expect(pttl).toBeGreaterThan(8000);
     expect(pttl).toBeLessThanOrEqual(9000);
     // Another kind is not recovering: its own keys say nothing of this one's silence.
-    expect(await admin.client.exists('quiet:fleet:recovering:rmc-secure')).toBe(0);
+    expect(await rawRedis(admin).exists('quiet:fleet:recovering:rmc-secure')).toBe(0);
     await reg.close();
   });
 
@@ -344,7 +346,7 @@ describe.skipIf(!haveRedisServer())('RedisNodeRegistry on a real redis-server', 
 
   it('storeCall passes through errors that are not outages', async () => {
     const conn = await connect('wrongtype:');
-    await conn.client.set('wrongtype:k', 'v');
-    await expect(storeCall('x', () => conn.client.hget('wrongtype:k', 'f'))).rejects.toThrow(/WRONGTYPE/);
+    await rawRedis(conn).set('wrongtype:k', 'v');
+    await expect(storeCall('x', () => rawRedis(conn).hget('wrongtype:k', 'f'))).rejects.toThrow(/WRONGTYPE/);
   });
 });

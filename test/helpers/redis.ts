@@ -13,7 +13,17 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import type { Redis } from 'ioredis';
+import type { RedisConnection } from '../../src/core/redis.js';
 import { waitFor } from './wait.js';
+
+/**
+ * The ioredis client behind a connection, for tests that inspect keys or cut the connection
+ * (the public `RedisClient` type names only the commands the stores send).
+ */
+export function rawRedis(conn: RedisConnection): Redis {
+  return conn.client as unknown as Redis;
+}
 
 export function haveRedisServer(): boolean {
   const r = spawnSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' });

@@ -155,39 +155,94 @@ describe('code blocks in README.md and docs/ that import gamewire', () => {
     expect(internal.map((b) => `${b.doc}:${b.line}`)).toEqual([]);
   });
 
-  it('type-check against the installed package (tsc --strict)', () => {
+  /** Type-checks every `ts` block with `compilerOptions` in a tsconfig of its own; '' when clean. */
+  function typecheck(name: string, compilerOptions: Record<string, unknown>): string {
     const ts = examples.filter((e) => e.lang === 'ts');
     expect(ts.length).toBeGreaterThan(0);
     for (const e of ts) writeFileSync(path.join(dir, fileOf(e)), e.code);
+    const config = path.join(dir, `tsconfig.${name}.json`);
     writeFileSync(
-      path.join(dir, 'tsconfig.json'),
+      config,
       JSON.stringify({
-        compilerOptions: {
-          module: 'nodenext',
-          moduleResolution: 'nodenext',
-          target: 'es2023',
-          lib: ['es2023'],
-          strict: true,
-          noEmit: true,
-          skipLibCheck: false,
-          types: ['node'],
-          typeRoots: [path.join(ROOT, 'node_modules', '@types')],
-        },
+        compilerOptions: { ...compilerOptions, typeRoots: [path.join(ROOT, 'node_modules', '@types')] },
         include: ts.map(fileOf),
       }),
     );
     const r = spawnSync(
       process.execPath,
-      [path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', dir],
-      {
-        cwd: dir,
-        encoding: 'utf8',
-        timeout: 300_000,
-      },
+      [path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', config],
+      { cwd: dir, encoding: 'utf8', timeout: 300_000 },
     );
-    expect(`${r.stdout}${r.stderr}`.trim(), 'type errors in the docs examples').toBe('');
-    expect(r.status).toBe(0);
+    return `${r.stdout}${r.stderr}`.trim() || (r.status === 0 ? '' : `tsc exited ${r.status}`);
+  }
+
+  it('type-check against the installed package (tsc --strict, skipLibCheck off)', () => {
+    // skipLibCheck off: the compiler reads every .d.ts the package's types reach. They must name
+    // no dependency (ioredis, fastify, pino, ws, commander): a dependency's new release with
+    // broken types would otherwise break every user who never imported it.
+    const out = typecheck('strict', {
+      module: 'nodenext',
+      moduleResolution: 'nodenext',
+      target: 'es2023',
+      lib: ['es2023'],
+      strict: true,
+      noEmit: true,
+      skipLibCheck: false,
+      types: ['node'],
+    });
+    expect(out, 'type errors in the docs examples').toBe('');
   }, 300_000);
+
+  it("type-check with the config `tsc --init` writes (declarations on), plus types: ['node']", () => {
+    // Declarations on: every type an example's exported value infers must be exported by the
+    // package (TS2883 otherwise). The options are those TypeScript 7's `tsc --init` writes.
+    const out = typecheck('init', {
+      module: 'nodenext',
+      target: 'esnext',
+      types: ['node'],
+      declaration: true,
+      declarationMap: true,
+      emitDeclarationOnly: true,
+      outDir: path.join(dir, 'out-init'),
+      noUncheckedIndexedAccess: true,
+      exactOptionalPropertyTypes: true,
+      strict: true,
+      verbatimModuleSyntax: true,
+      isolatedModules: true,
+      noUncheckedSideEffectImports: true,
+      moduleDetection: 'force',
+      skipLibCheck: true,
+    });
+    expect(out, 'type errors in the docs examples').toBe('');
+  }, 300_000);
+
+  it('the types of every entry point reach no dependency, only node:', () => {
+    const pkgDir = path.join(packed.app, 'node_modules', 'gamewire');
+    const pkg = JSON.parse(readFileSync(path.join(pkgDir, 'package.json'), 'utf8')) as {
+      exports: Record<string, string>;
+    };
+    const leaks: string[] = [];
+    const seen = new Set<string>();
+    const stack = Object.values(pkg.exports)
+      .filter((target) => target.endsWith('.js'))
+      .map((target) => path.join(pkgDir, target.replace(/\.js$/, '.d.ts')));
+    expect(stack.length).toBeGreaterThan(10);
+    while (stack.length > 0) {
+      const file = stack.pop()!;
+      if (seen.has(file)) continue;
+      seen.add(file);
+      const text = readFileSync(file, 'utf8')
+        .replace(/\/\*[\s\S]*?\*\//g, '')
+        .replace(/\/\/.*$/gm, '');
+      for (const m of text.matchAll(/(?:\bfrom\s+|\bimport\(\s*|^import\s+)['"]([^'"]+)['"]/gm)) {
+        const spec = m[1]!;
+        if (spec.startsWith('.')) stack.push(path.join(path.dirname(file), spec.replace(/\.js$/, '.d.ts')));
+        else if (!spec.startsWith('node:')) leaks.push(`${path.relative(pkgDir, file)} imports ${spec}`);
+      }
+    }
+    expect(seen.size).toBeGreaterThan(50);
+    expect(leaks).toEqual([]);
+  });
 
   for (const e of examples.filter((x) => !x.typecheckOnly)) {
     it(`${e.where} runs and prints what its comments say`, () => {

@@ -182,16 +182,20 @@ async function prepare(run: LoadRun) {
             got(i, container);
           }, fail);
         };
-        // The game needs a group now: the one furthest down the prefetch order, not yet here.
+        /** The game needs a group now: one not here yet, asked for urgently. */
+        const upgrade = (i: number) => {
+          let n = 0;
+          for (; n < total && done[i] === 1; n++) i = (i + 1) % total;
+          if (done[i] === 1) return -1;
+          upgrades.add();
+          requestGroup(i, true);
+          return i;
+        };
         const upgrader =
           o.urgentRate > 0
             ? setInterval(() => {
                 if (remaining === 0 || failed) return;
-                let i = randomInt(total);
-                for (let n = 0; n < total && done[i] === 1; n++) i = (i + 1) % total;
-                if (done[i] === 1) return;
-                upgrades.add();
-                requestGroup(i, true);
+                upgrade(randomInt(total));
               }, 1000 / o.urgentRate)
             : undefined;
         const start = async () => {
@@ -219,8 +223,12 @@ async function prepare(run: LoadRun) {
             resolve();
             return;
           }
-          // Everything not here yet, in order; the client keeps 20 in flight and queues the rest.
-          for (let i = 0; i < total; i++) if (done[i] === 0) requestGroup(i, false);
+          // As the game does on entering a region: one group it needs at once, asked for urgently
+          // before the prefetch list (so every connection with work left makes an upgrade, however
+          // fast the server answers), the one furthest down the prefetch order.
+          const first = o.urgentRate > 0 ? upgrade(total - 1) : -1;
+          // Everything else not here yet, in order; the client keeps 20 in flight and queues the rest.
+          for (let i = 0; i < total; i++) if (done[i] === 0 && i !== first) requestGroup(i, false);
         };
         start().catch(fail);
       });

@@ -27,13 +27,13 @@
  * after four refusals: docs/js5.md).
  */
 
-import type { Logger } from 'pino';
 import {
   type FramedConnection,
   type FramedTcpServer,
   type FrameSink,
   listenFramedTcp,
 } from '../../core/framed-tcp.js';
+import type { Logger } from '../../core/logger.js';
 import { RateLimitedLog } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { WireTap } from '../../core/wire-tap.js';

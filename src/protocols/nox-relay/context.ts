@@ -3,7 +3,7 @@
  * path. Handlers see only this interface, so they can be read (and tested) without the transport,
  * admission and reassembly machinery behind it.
  */
-import type { Logger } from 'pino';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { WireWriter } from '../../wire/index.js';
 import type { Authenticator } from './auth.js';

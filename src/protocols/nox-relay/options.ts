@@ -3,8 +3,9 @@
  * checked, complete set the server runs with (`ResolvedOptions`). docs/nox-relay.md ("Limits")
  * lists every default.
  */
-import type { Logger } from 'pino';
+
 import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { Authenticator } from './auth.js';
 import {

@@ -9,7 +9,6 @@
  */
 
 import type dgram from 'node:dgram';
-import type { Logger } from 'pino';
 import { addressKey, ConnectionTable, CloseReason as SeamCloseReason } from '../../core/connection.js';
 import {
   type FramedConnection,
@@ -17,6 +16,7 @@ import {
   type FrameSink,
   listenFramedTcp,
 } from '../../core/framed-tcp.js';
+import type { Logger } from '../../core/logger.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import { listenOnOnePort } from '../../core/one-port.js';

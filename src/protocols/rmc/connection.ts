@@ -5,8 +5,9 @@
  * (src/core/connection.ts): address, address key and counters come from there, so nothing
  * here asks which transport it is.
  */
-import type { Logger } from 'pino';
+
 import type { Connection as SeamConnection, TransportKind } from '../../core/connection.js';
+import type { Logger } from '../../core/logger.js';
 import type { WireWriter } from '../../wire/index.js';
 
 /** Who is authenticated on a connection. */

@@ -14,7 +14,7 @@
  * - A malformed envelope (the part before the arguments) throws DecodeError: the transport
  *   closes that connection, since it cannot answer a call it cannot read.
  */
-import type { Logger } from 'pino';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import {

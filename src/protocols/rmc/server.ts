@@ -12,13 +12,14 @@
  * A PRUDP transport does the same with reassembled DATA payloads: `dispatcher.open`,
  * `dispatcher.handleFrame` per RMC message, `dispatcher.closeConnection`. Handlers do not change.
  */
-import type { Logger } from 'pino';
+
 import {
   FRAMED_TCP_DEFAULTS,
   type FramedConnection,
   type FrameSink,
   listenFramedTcp,
 } from '../../core/framed-tcp.js';
+import type { Logger } from '../../core/logger.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint, RunningServer } from '../../core/server.js';

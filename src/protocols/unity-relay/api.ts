@@ -4,10 +4,11 @@
  * use it through `SetAllocationsServiceBasePath`. Errors use the SDK's `ErrorResponseBody`.
  */
 import { randomUUID, timingSafeEqual } from 'node:crypto';
+import type { Server } from 'node:http';
 import net from 'node:net';
-import { type FastifyInstance, type FastifyReply, type FastifyRequest, fastify } from 'fastify';
-import type { Logger } from 'pino';
+import { type FastifyReply, type FastifyRequest, fastify } from 'fastify';
 import { ConfigError } from '../../core/errors.js';
+import type { Logger } from '../../core/logger.js';
 import { StoreUnavailableError } from '../../core/redis.js';
 import { type Allocation, AllocationStore, type Region } from './allocations.js';
 import { ApiError, StoreFullError } from './errors.js';
@@ -334,10 +335,21 @@ const GUID = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a
 export const STORE_RETRY_AFTER_SECONDS = 2;
 
 /**
+ * The allocation API's HTTP app, as its callers use it (fastify's instance is one; the package's
+ * types name no dependency).
+ */
+export interface ApiApp {
+  listen(options: { host: string; port: number; backlog?: number }): Promise<string>;
+  close(): Promise<void>;
+  /** The Node HTTP server under it (its address once listening). */
+  readonly server: Server;
+}
+
+/**
  * Builds the fastify app (not listening), on one process's `AllocationStore` or on any
  * `AllocationService` (a fleet's allocator).
  */
-export function buildApi(source: AllocationStore | AllocationService, options: ApiOptions): FastifyInstance {
+export function buildApi(source: AllocationStore | AllocationService, options: ApiOptions): ApiApp {
   // Requests are not logged one by one; failures go to `options.log` from the error handler.
   const app = fastify({ logger: false, bodyLimit: 16 * 1024 });
   const maxPlayers = options.maxConnectionsLimit ?? 150;

@@ -7,9 +7,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
-import type { FastifyInstance } from 'fastify';
-import type { Logger } from 'pino';
 import { ConfigError, UsageError } from '../../core/errors.js';
+import type { Logger } from '../../core/logger.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import { RedisNodeRegistry } from '../../core/node-registry.js';
@@ -21,6 +20,7 @@ import type { DtlsServerOptions } from '../../transports/dtls/index.js';
 import { relayAdmin } from './admin.js';
 import { AllocationStore, checkNodeId, RelayCredentials, type StoreOptions } from './allocations.js';
 import {
+  type ApiApp,
   type ApiLimitOptions,
   ApiLimits,
   buildApi,
@@ -184,7 +184,7 @@ export interface UnityRelayInstance extends RunningServer, FleetAdmin {
   apiLimits: ApiLimits;
   store: AllocationStore;
   /** The allocation API (undefined on a relay node: its allocators serve it). */
-  api: FastifyInstance | undefined;
+  api: ApiApp | undefined;
   metrics: ProtocolMetrics;
   udpPort: number;
   /** 0 on a relay node. */
@@ -336,7 +336,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       ? { rateLimitPerMinute: options.apiRateLimitPerMinute }
       : {}),
   });
-  let api: FastifyInstance | undefined;
+  let api: ApiApp | undefined;
   let redis: RedisConnection | undefined;
   let presence: RelayNodePresence | undefined;
   let announceNode: (() => Promise<void>) | undefined;

@@ -15,8 +15,9 @@
  *   hands the record layer of its associations to it (native-dtls.ts), which forwards RELAYs
  *   between bound, linked peers without entering JavaScript.
  */
-import type { Logger } from 'pino';
+
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../core/connection.js';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { type DtlsAssociation, DtlsServer, type DtlsServerOptions } from '../../transports/dtls/index.js';
 import { type AllocationStore, bytesFromGuid, guidFromBytes } from './allocations.js';

@@ -10,8 +10,8 @@
  */
 
 import { timingSafeEqual } from 'node:crypto';
-import type { Logger } from 'pino';
 import { ConnectionTable } from '../../core/connection.js';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { WireReader } from '../../wire/reader.js';

@@ -19,9 +19,9 @@ import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
-import type { Logger } from 'pino';
-import { type WebSocket, WebSocketServer } from 'ws';
+import { WebSocketServer } from 'ws';
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../core/connection.js';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
@@ -114,6 +114,18 @@ export class WsConnection implements Connection {
   }
 }
 
+/**
+ * The accepted WebSocket as a link uses it (a `ws` socket is one; the package's types name no
+ * dependency).
+ */
+export interface WsSocket {
+  readonly readyState: number;
+  readonly bufferedAmount: number;
+  send(data: Buffer, options: { binary: boolean }): void;
+  close(code?: number, reason?: string): void;
+  terminate(): void;
+}
+
 /** One WebSocket connection: the client's "address" on the relay. */
 export class WsLink implements RelayLink {
   readonly transport: 'ws' | 'wss';
@@ -121,7 +133,7 @@ export class WsLink implements RelayLink {
   readonly maxMessage: number;
   readonly address: string;
   readonly port: number;
-  readonly ws: WebSocket;
+  readonly ws: WsSocket;
   /** The connection of the seam it runs on (its counters, its close reason). */
   readonly connection: WsConnection | undefined;
   readonly openedAt: number;
@@ -132,7 +144,7 @@ export class WsLink implements RelayLink {
 
   constructor(
     transport: 'ws' | 'wss',
-    ws: WebSocket,
+    ws: WsSocket,
     address: string,
     port: number,
     maxMessage: number,

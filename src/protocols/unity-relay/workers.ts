@@ -14,9 +14,9 @@
  *   decides what to do; restarting silently would hide a crash loop.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import type { Logger } from 'pino';
 import { envName, flagName } from '../../core/config.js';
 import { ConfigError } from '../../core/errors.js';
+import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import type { Endpoint, RunningServer, ServeOption } from '../../core/server.js';
 

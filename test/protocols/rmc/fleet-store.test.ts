@@ -31,7 +31,7 @@ import {
   type SessionStore,
   sessionHandlers,
 } from '../../../src/protocols/rmc/index.js';
-import { type RedisServer, startRedis } from '../../helpers/redis.js';
+import { type RedisServer, rawRedis, startRedis } from '../../helpers/redis.js';
 import { elapse, waitFor } from '../../helpers/wait.js';
 
 interface Limits {
@@ -580,7 +580,7 @@ describe('rmc fleet sweep', () => {
     expect(sessions.steps).toBeGreaterThanOrEqual(SESSIONS / (2 * COUNT));
     expect(steps).toHaveLength(logins.steps + sessions.steps);
     // What is left is the live node's, with its indexes.
-    const admin = live.conn.client;
+    const admin = rawRedis(live.conn);
     const P = `${prefix}rmc:`;
     expect(await admin.hlen(`${P}logins`)).toBe(LOGINS / 2);
     expect(await admin.scard(`${P}sessions`)).toBe(SESSIONS / 2);
@@ -673,21 +673,21 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     await own.stop();
     await until(() => !a.conn.up && !b.conn.up);
     await c.registry.close();
-    c.conn.client.disconnect();
+    rawRedis(c.conn).disconnect();
     await elapse(TTL + 700, 'the outage must outlast the node TTL');
     // a is slow to come back (its reconnection backs off longer): b comes back first and acts.
-    a.conn.client.disconnect();
+    rawRedis(a.conn).disconnect();
     await own.start();
     await until(() => b.conn.up, 15_000);
     const admin = await connectRedis(own.url);
     cleanup.push(() => admin.close());
     const P = `${prefix}rmc:`;
     // The records of a and c survived the restart, their node records did not.
-    expect(await admin.client.exists(`${prefix}node:rmc-secure:a`, `${prefix}node:rmc-secure:c`)).toBe(0);
+    expect(await rawRedis(admin).exists(`${prefix}node:rmc-secure:a`, `${prefix}node:rmc-secure:c`)).toBe(0);
     const present = async (ref: string) => ({
-      login: await admin.client.hexists(`${P}logins`, ref),
-      account: await admin.client.sismember(`${P}logins:acct:acct`, ref),
-      member: await admin.client.hexists(`${P}session:${spec.id}:members`, ref),
+      login: await rawRedis(admin).hexists(`${P}logins`, ref),
+      account: await rawRedis(admin).sismember(`${P}logins:acct:acct`, ref),
+      member: await rawRedis(admin).hexists(`${P}session:${spec.id}:members`, ref),
     });
     const kept = { login: 1, account: 1, member: 1 };
 
@@ -705,10 +705,12 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     await sweepPass(b.sessions, { pauseMs: 0 });
     expect(await present(a.ref(1))).toEqual(kept);
     // c is not known to be dead yet either.
-    expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(1);
+    expect(await rawRedis(admin).hexists(`${P}logins`, c.ref(3))).toBe(1);
 
     // a comes back: its record is there the moment its connection is up.
-    a.conn.client.connect().catch(() => {});
+    rawRedis(a.conn)
+      .connect()
+      .catch(() => {});
     await until(() => a.conn.up, 15_000);
     expect((await b.registry.live('rmc-secure')).map((n) => n.id).sort()).toEqual(['a', 'b']);
     // Past the grace (two TTLs, and at least a TTL plus 8 s, after beats resumed), a sweep drops
@@ -716,7 +718,7 @@ describe('rmc fleet stores: a Redis outage longer than the node TTL', () => {
     await elapse(Math.max(2 * TTL, TTL + 8000) + 300, 'the sweep grace must pass');
     await sweepPass(b.store, { pauseMs: 0 });
     await sweepPass(b.sessions, { pauseMs: 0 });
-    expect(await admin.client.hexists(`${P}logins`, c.ref(3))).toBe(0);
+    expect(await rawRedis(admin).hexists(`${P}logins`, c.ref(3))).toBe(0);
     expect(await present(a.ref(1))).toEqual(kept);
   }, 60_000);
 });

@@ -148,8 +148,8 @@ const backends: { name: string; build(o?: Options): Promise<Harness | undefined>
           // Redis expires the records (and owner entries) in its own clock: wait until it has.
           await waitFor(
             async () =>
-              (await conn.client.keys(`${conn.prefix}ur:alloc:*`)).length === 0 &&
-              (await conn.client.keys(`${conn.prefix}ur:code:*`)).length === 0,
+              ((await conn.client.call('KEYS', `${conn.prefix}ur:alloc:*`)) as string[]).length === 0 &&
+              ((await conn.client.call('KEYS', `${conn.prefix}ur:code:*`)) as string[]).length === 0,
             { what: 'the allocation records and join codes to expire in Redis' },
           );
         },

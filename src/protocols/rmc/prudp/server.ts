@@ -17,8 +17,8 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type dgram from 'node:dgram';
 import { crc32 } from 'node:zlib';
-import type { Logger } from 'pino';
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../../core/connection.js';
+import type { Logger } from '../../../core/logger.js';
 import type { ProtocolMetrics } from '../../../core/metrics.js';
 import type { Endpoint } from '../../../core/server.js';
 import { bindUdp, closeUdp } from '../../../core/udp.js';

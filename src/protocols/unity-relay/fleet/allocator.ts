@@ -2,8 +2,7 @@
  * An allocator of a Unity Relay fleet (`--role allocator`): the allocation API only, stateless,
  * on Redis (`RedisAllocationService`). Any number of them can run behind a load balancer.
  */
-import type { FastifyInstance } from 'fastify';
-import type { Logger } from 'pino';
+import type { Logger } from '../../../core/logger.js';
 import { silentLogger } from '../../../core/logger.js';
 import { ProtocolMetrics } from '../../../core/metrics.js';
 import { RedisNodeRegistry } from '../../../core/node-registry.js';
@@ -11,7 +10,7 @@ import { connectRedis } from '../../../core/redis.js';
 import type { RunningServer } from '../../../core/server.js';
 import { allocatorAdmin } from '../admin.js';
 import { RelayCredentials } from '../allocations.js';
-import { type ApiLimitOptions, ApiLimits, buildApi, checkApiExposure } from '../api.js';
+import { type ApiApp, type ApiLimitOptions, ApiLimits, buildApi, checkApiExposure } from '../api.js';
 import type { FleetCommonOptions } from '../composition.js';
 import { DEFAULT_API_PORT } from '../options.js';
 import { LISTEN_BACKLOG } from '../websocket.js';
@@ -40,7 +39,7 @@ export interface UnityRelayAllocatorOptions extends FleetCommonOptions {
 }
 
 export interface UnityRelayAllocatorInstance extends RunningServer, FleetAdmin {
-  api: FastifyInstance;
+  api: ApiApp;
   service: RedisAllocationService;
   apiLimits: ApiLimits;
   metrics: ProtocolMetrics;

@@ -3,7 +3,7 @@
  * the dashboard and the per-node gauges show it, the endpoints its allocations carry, and the
  * one log line per Redis outage. See deploy.md ("Unity Relay as a fleet").
  */
-import type { Logger } from 'pino';
+import type { Logger } from '../../../core/logger.js';
 import type { ProtocolMetrics } from '../../../core/metrics.js';
 import type { NodeRecord } from '../../../core/node-registry.js';
 import { type ServerEndpointJson, serverEndpoint } from '../api.js';
