@@ -4,18 +4,69 @@ import { defineConfig } from 'vitest/config';
 // in parallel); a test that needs a given port sets GAMEWIRE_ADMIN_PORT itself.
 process.env.GAMEWIRE_ADMIN_PORT ??= '0';
 
+/**
+ * The files whose servers carry relayed traffic, which the unity-relay data plane moves: they run
+ * a second time on the other plane (GAMEWIRE_DATAPLANE=js; the default, `auto`, is the native
+ * plane on Linux). What the plane does not touch (the allocation API, stores, codecs, limiters,
+ * WebSocket, which is always JavaScript) and the files that pick a plane themselves run once.
+ */
+const RELAY_PLANE_FILES = [
+  'client',
+  'conform',
+  'crowd',
+  'crowd-attack',
+  'dataplane',
+  'dtls',
+  'fleet',
+  'fleet-load',
+  'hardening',
+  'impaired-link',
+  'load',
+  'relay',
+  'seam',
+  'transport-limits',
+].map((f) => `test/protocols/unity-relay/${f}.test.ts`);
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     globalSetup: ['test/global-setup.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
     // Most test files wait on sockets, child processes and timers rather than compute: vitest's
     // default (one worker fewer than the CPUs: a single worker on a 2-core runner) left CI's CPUs
-    // mostly idle and took over half an hour. Three files at a time keep both cores busy.
+    // mostly idle. Three files at a time keep both cores busy.
     maxWorkers: Number(process.env.GAMEWIRE_TEST_WORKERS ?? 3),
     // CI also writes a JSON report, from which .ci/run prints its closing "N passed, N failed" line.
     reporters: process.env.CI ? ['default', ['json', { outputFile: 'test-results.json' }]] : ['default'],
+    // Both data planes run the same tests, as projects of this one run (never a nested vitest):
+    // every test of each counts, and a program a test needs is required under CI in both.
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'main',
+          include: ['test/**/*.test.ts'],
+          // The soak has its own command (`npm run soak`, vitest.soak.config.ts).
+          exclude: ['test/soak/**'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'unity-relay on the JavaScript data plane',
+          include: RELAY_PLANE_FILES,
+          env: { GAMEWIRE_DATAPLANE: 'js' },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'DTLS on the native record layer',
+          include: ['test/transports/dtls/**/*.test.ts'],
+          env: { GAMEWIRE_DATAPLANE: 'native' },
+        },
+      },
+    ],
   },
 });

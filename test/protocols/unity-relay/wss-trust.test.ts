@@ -13,10 +13,6 @@ import { RelayApiClient, UnityRelayClient } from '../../../src/protocols/unity-r
 import { BIN, cliEnv } from '../../helpers/cli.js';
 import { fast } from './fleet-helpers.js';
 
-// Nothing here depends on the data plane: dataplane.test.ts's rerun of this folder on the other
-// plane (GAMEWIRE_DATAPLANE set) skips it.
-const otherPlaneRun = process.env.GAMEWIRE_DATAPLANE !== undefined;
-
 const cwd = mkdtempSync(path.join(tmpdir(), 'gamewire-wss-trust-'));
 let relay: ChildProcess | undefined;
 
@@ -57,7 +53,7 @@ function join(code: string, api: string, extra: string[]) {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-describe.skipIf(otherPlaneRun)('unity-relay join --transport wss against a self-signed relay', () => {
+describe('unity-relay join --transport wss against a self-signed relay', () => {
   it('fails with one line naming --ca and --insecure; the documented --ca path then works', async () => {
     const api = await serveRelay();
     // Where the docs say the generated certificate is.

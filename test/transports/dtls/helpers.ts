@@ -14,8 +14,8 @@ import { elapse, waitFor as waitUntil } from '../../helpers/wait.js';
  * Which record layer the echo servers of these tests use: `js` (the default: the server's own
  * socket and its JavaScript record layer) or `native` (GAMEWIRE_DATAPLANE=native: the relay's
  * native data plane owns the socket and runs the record layer of established associations, as
- * `gamewire serve unity-relay` does). test/transports/dtls/planes.test.ts runs every file here
- * on the native plane too.
+ * `gamewire serve unity-relay` does). vitest.config.ts runs every file here on the native plane
+ * too (a project of its own).
  */
 export const recordPlane: 'js' | 'native' = process.env.GAMEWIRE_DATAPLANE === 'native' ? 'native' : 'js';
 
