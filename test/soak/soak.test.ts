@@ -6,12 +6,14 @@
  *
  * It shows flat memory and no leaked handles:
  * - resident memory, fitted by least squares over the load after its first quarter, grows less
- *   than 40 MiB over the window and, on runs of 10 minutes or more, less than 4 MiB a minute;
+ *   than 40 MiB over the window and, on runs of 10 minutes or more, less than 1 MiB a minute
+ *   (a leak of 1 MiB a minute fails `npm run soak`);
  * - once the clients have left, open file descriptors and active resources (sockets, timers,
  *   requests: process.getActiveResourcesInfo()) come back to within 16 of what they were before
  *   the load, after a warm-up (every socket, timer and session released).
  *
- * CI runs it for 60 s; `npm run soak` for 10 minutes (GAMEWIRE_SOAK_SECONDS).
+ * Not part of `npm test`: `npm run soak` runs it for 10 minutes (GAMEWIRE_SOAK_SECONDS), and
+ * .ci/run runs a 60 s one as a step of its own (vitest.soak.config.ts).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -237,7 +239,7 @@ describe(`soak: every server under churn for ${SECONDS} s`, () => {
       const report = `rss ${(before.rss / MiB).toFixed(0)} -> ${(steady.at(-1)!.rss / MiB).toFixed(0)} MiB, slope ${((rssPerSecond * 60) / MiB).toFixed(2)} MiB/min over ${window.toFixed(0)} s; fds ${before.fds} -> max ${Math.max(...samples.map((x) => x.fds))}, resources ${before.handles} -> max ${Math.max(...samples.map((x) => x.handles))}`;
       console.log(`soak: ${report}`);
       expect(rssPerSecond * window, report).toBeLessThan(40 * MiB);
-      if (SECONDS >= 600) expect(rssPerSecond * 60, report).toBeLessThan(4 * MiB);
+      if (SECONDS >= 600) expect(rssPerSecond * 60, report).toBeLessThan(1 * MiB);
 
       // Handles: every session's sockets and timers are released once its client has left.
       let after = await sample(admin!, t0);

@@ -42,14 +42,38 @@ interface NoxLoadOptions {
 const FLAGS = 0x01 | 0x02 | 0x08;
 const RIG = 5;
 
-/** The check value of transform `seq` from session `sender` (below 2^16: exact in a float32). */
-export function transformCheck(seq: number, sender: number): number {
-  return (((seq * 31 + sender * 17) ^ 0x5a5a) >>> 0) & 0xffff;
+// The float32 bytes the checks digest, reused: no allocation per transform.
+const digestFloats = new Float32Array(4);
+const digestBytes = new Uint8Array(digestFloats.buffer);
+
+/**
+ * CRC-16/CCITT (polynomial 0x1021, initial 0xffff) of the first `count` values of
+ * `digestFloats` as float32 bytes. A CRC catches every single flipped bit (and every burst of up
+ * to 16): a weighted sum does not. Below 2^16, so exact in the float32 that carries it.
+ */
+function floatsDigest(count: number): number {
+  let crc = 0xffff;
+  for (let i = 0; i < count * 4; i++) {
+    crc ^= digestBytes[i]! << 8;
+    for (let b = 0; b < 8; b++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
 }
 
-/** The position's check value (the send time is in x and y). */
+/** The velocity's check value: a digest of transform `seq` from session `sender` sent at (x, y). */
+export function transformCheck(seq: number, sender: number, x: number, y: number): number {
+  digestFloats[0] = seq;
+  digestFloats[1] = sender;
+  digestFloats[2] = x;
+  digestFloats[3] = y;
+  return floatsDigest(4);
+}
+
+/** The position's check value (the send time is in x and y): a digest of both. */
 export function positionCheck(x: number, y: number): number {
-  return (x * 7 + y) % 65_521;
+  digestFloats[0] = x;
+  digestFloats[1] = y;
+  return floatsDigest(2);
 }
 
 /** The avatar turns a little each tick; receivers recompute the rotation from the number. */
@@ -142,7 +166,7 @@ async function prepare(run: LoadRun) {
       if (
         !Number.isInteger(seq) ||
         !Number.isInteger(sender) ||
-        v.y !== transformCheck(seq, sender) ||
+        v.y !== transformCheck(seq, sender, p.x, p.y) ||
         p.z !== positionCheck(p.x, p.y) ||
         r === undefined ||
         r.x !== 0 ||
@@ -234,6 +258,7 @@ async function prepare(run: LoadRun) {
         countBytes();
         const us = Math.round((performance.now() - origin) * 1000);
         const secs = Math.floor(us / 1_000_000);
+        const micros = us - secs * 1_000_000;
         const a = angle(seq);
         const message: Extract<ClientMessage, { type: 'Transform' }> = {
           type: 'Transform',
@@ -242,9 +267,9 @@ async function prepare(run: LoadRun) {
           playerId: 0xffff,
           rig: RIG,
           flags: FLAGS,
-          position: { x: secs, y: us - secs * 1_000_000, z: positionCheck(secs, us - secs * 1_000_000) },
+          position: { x: secs, y: micros, z: positionCheck(secs, micros) },
           rotation: { x: 0, y: Math.sin(a / 2), z: 0, w: Math.cos(a / 2) },
-          velocity: { x: seq, y: transformCheck(seq, client.index), z: client.index },
+          velocity: { x: seq, y: transformCheck(seq, client.index, secs, micros), z: client.index },
         };
         seq++;
         sent.add();

@@ -24,7 +24,7 @@ import {
   UnityRelayClient,
 } from '../../../src/protocols/unity-relay/client.js';
 import { attackerAddresses, flood, type Served, spawnServe } from '../../helpers/crowd.js';
-import { waitFor } from '../../helpers/wait.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { utpBind } from './utp.js';
 
 const KEY = 'crowd-attack-backend-key-0123';
@@ -191,7 +191,7 @@ describe('issue 24 item 5: unity-relay, proven games versus attackers on many ad
     const newcomers: Promise<{ transport: ConnectionType; ms: number }>[] = [];
     const transports: ConnectionType[] = ['udp', 'dtls', 'ws'];
     for (let i = 0; i < 12; i++) {
-      await new Promise((r) => setTimeout(r, 500));
+      await elapse(500, 'arrivals: a new game every 500 ms while the attack runs');
       const transport = transports[i % 3]!;
       newcomers.push(
         (async () => {

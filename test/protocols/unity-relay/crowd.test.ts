@@ -21,7 +21,7 @@ import {
 } from '../../../src/protocols/unity-relay/client.js';
 import { RelayApiError } from '../../../src/protocols/unity-relay/errors.js';
 import { type Served, spawnServe } from '../../helpers/crowd.js';
-import { waitFor } from '../../helpers/wait.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 
 const KEY = 'crowd-backend-key-0123456789';
 let served: Served;
@@ -93,7 +93,7 @@ async function relayBothWays(pairs: Pair[], count: number, size: number, spacing
       p.joiner.send(content(2 * i + 1, seq, size));
       p.host.send(content(2 * i, seq, size), p.joiner.data.allocationId);
     });
-    await new Promise((r) => setTimeout(r, spacingMs));
+    await elapse(spacingMs, 'pacing: each player sends at its game tick, not all at once');
   }
   const total = () => players.reduce((n, c) => n + received.get(c)!.length, 0);
   await waitFor(() => total() >= players.length * count, {

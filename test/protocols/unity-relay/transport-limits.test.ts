@@ -21,7 +21,7 @@ import {
   type UnityRelayInstance,
   type UnityRelayOptions,
 } from '../../../src/protocols/unity-relay/index.js';
-import { waitFor } from '../../helpers/wait.js';
+import { elapse, waitFor } from '../../helpers/wait.js';
 import { hasProgram } from '../../transports/dtls/helpers.js';
 import { type AllocationJson, UtpDriver, utpBind, utpConnectRequest } from './utp.js';
 import { RawWsClient } from './wsraw.js';
@@ -55,14 +55,6 @@ async function rawClient(port: number): Promise<RawWsClient> {
   return c;
 }
 
-async function until(cond: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not reached');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 describe('unity-relay transport limits', () => {
   it('closes a WebSocket that never binds, and one that goes silent', async () => {
     const s = await start({ ws: { bindTimeoutMs: 300, idleTimeoutMs: 5000, sweepIntervalMs: 50 } });
@@ -75,7 +67,7 @@ describe('unity-relay transport limits', () => {
 
     const s2 = await start({ ws: { bindTimeoutMs: 60_000, idleTimeoutMs: 300, sweepIntervalMs: 50 } });
     const silent = await rawClient(s2.ws!.port);
-    await until(() => silent.closed);
+    await waitFor(() => silent.closed, { what: 'the silent WebSocket closed for idleness' });
     expect(s2.metrics.closed.get('ws_idle')).toBe(1);
   });
 
@@ -102,7 +94,7 @@ describe('unity-relay transport limits', () => {
     const drops = () => s.metrics.dropped.get('ws_backpressure') ?? 0;
     for (let burst = 0; burst < 1000 && drops() <= 1000; burst++) {
       for (let i = 0; i < 100; i++) h.relay(id, Buffer.alloc(1300, i));
-      await new Promise((r) => setTimeout(r, 5));
+      await elapse(5, 'pacing: the host sends in bursts, as a game does, not in one synchronous loop');
     }
     expect(drops()).toBeGreaterThan(1000);
     // The server holds at most the limit plus what the kernel buffers, not the 8 MB.
