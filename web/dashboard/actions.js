@@ -3,9 +3,14 @@
 import { post } from './api.js';
 import { h } from './dom.js';
 
-/** Shows a message in the alert region for a while; `kind` is 'error' or 'info'. */
+/**
+ * Shows a message in the alert region for a while; `kind` is 'error' or 'info'.
+ * @param {string} text
+ * @param {'error' | 'info'} [kind]
+ */
 export function toast(text, kind = 'error') {
-  const box = document.getElementById('toasts');
+  // index.html holds the alert region.
+  const box = /** @type {HTMLElement} */ (document.getElementById('toasts'));
   const item = h('div', { class: `toast ${kind}`, testid: kind === 'error' ? 'error' : 'notice' }, text);
   const close = h(
     'button',
@@ -17,23 +22,30 @@ export function toast(text, kind = 'error') {
   setTimeout(() => item.remove(), kind === 'error' ? 15000 : 5000);
 }
 
-/** Resolves true when the user confirms. */
+/**
+ * Resolves true when the user confirms.
+ * @param {string} text the question
+ * @param {string} okLabel the confirming button's label
+ * @returns {Promise<boolean>}
+ */
 export function confirmAction(text, okLabel) {
+  // index.html holds the dialog, its text and its buttons.
   const dialog = /** @type {HTMLDialogElement} */ (document.getElementById('confirm'));
-  document.getElementById('confirm-text').textContent = text;
-  document.getElementById('confirm-ok').textContent = okLabel;
+  /** @type {HTMLElement} */ (document.getElementById('confirm-text')).textContent = text;
+  /** @type {HTMLElement} */ (document.getElementById('confirm-ok')).textContent = okLabel;
   return new Promise((resolve) => {
     dialog.returnValue = '';
     dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
     dialog.showModal();
     // The safe choice has focus: Enter alone never ends someone's session.
-    dialog.querySelector(/** @type {'button'} */ ('[value="cancel"]')).focus();
+    /** @type {HTMLButtonElement} */ (dialog.querySelector('[value="cancel"]')).focus();
   });
 }
 
 /**
  * A button that runs an action: `label` on the button, `question` in the confirm dialog,
  * `path` (under /api) to POST. `done` runs after success (e.g. to refresh the view).
+ * @param {{ label: string, question: string, path: string, testid?: string, done?: () => void, danger?: boolean }} options
  */
 export function actionButton({ label, question, path, testid, done, danger = true }) {
   const button = h(
@@ -49,7 +61,7 @@ export function actionButton({ label, question, path, testid, done, danger = tru
       toast(`${label}: done`, 'info');
       done?.();
     } catch (err) {
-      toast(`${label} failed: ${err.message}`);
+      toast(`${label} failed: ${/** @type {Error} */ (err).message}`);
     } finally {
       button.disabled = false;
     }
@@ -57,6 +69,10 @@ export function actionButton({ label, question, path, testid, done, danger = tru
   return button;
 }
 
+/**
+ * A path segment: `s` URI-encoded.
+ * @param {string | number} s
+ */
 export function enc(s) {
   return encodeURIComponent(String(s));
 }

@@ -1,8 +1,25 @@
 // Talks to gamewire's admin API (docs/dashboard-api.md). Same-origin only: the admin token, when
 // one is configured, travels in the HttpOnly cookie set by `/?token=…`, so this code never sees it.
 
+/** @typedef {import('../../src/core/admin/api-types.js').SessionJson} SessionJson */
+/** @typedef {import('../../src/core/admin/api-types.js').ActionAnswerJson} ActionAnswerJson */
+
+/**
+ * The handlers of the stream's events, each given the event's parsed data.
+ * @typedef {object} StreamHandlers
+ * @property {(tick: import('../../src/core/admin/api-types.js').TickJson) => void} tick
+ * @property {(body: import('../../src/core/admin/api-types.js').ServerDetailJson<any>) => void} state
+ * @property {(data: import('../../src/core/admin/api-types.js').WireEventJson) => void} wire
+ */
+
+/** @typedef {'open' | 'reconnecting' | 'closed'} StreamStatus */
+
 /** Thrown for any non-2xx answer; `status` is the HTTP status, `message` the server's `error`. */
 export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {string} message
+   */
   constructor(status, message) {
     super(message);
     this.name = 'ApiError';
@@ -11,14 +28,24 @@ export class ApiError extends Error {
 }
 
 let actionToken = '';
+/** @type {Set<() => void>} */
 const unauthorizedListeners = new Set();
 
-/** Called with no argument whenever the server answers 401 (token missing or wrong). */
+/**
+ * Called with no argument whenever the server answers 401 (token missing or wrong).
+ * @param {() => void} fn
+ */
 export function onUnauthorized(fn) {
   unauthorizedListeners.add(fn);
 }
 
+/**
+ * The answer's JSON (any JSON: the caller knows its shape from api-types.ts), or an ApiError.
+ * @param {Response} res
+ * @returns {Promise<any>}
+ */
 async function parse(res) {
+  /** @type {any} */
   let body;
   try {
     body = await res.json();
@@ -33,19 +60,33 @@ async function parse(res) {
   return body;
 }
 
+/**
+ * GET `path`: its JSON (any JSON: the caller knows its shape from api-types.ts).
+ * @param {string} path
+ * @returns {Promise<any>}
+ */
 export async function getJson(path) {
   const res = await fetch(path, { headers: { accept: 'application/json' }, cache: 'no-store' });
   return parse(res);
 }
 
-/** GET /api/session: remembers the action token for `post`. */
+/**
+ * GET /api/session: remembers the action token for `post`.
+ * @returns {Promise<SessionJson>}
+ */
 export async function loadSession() {
+  /** @type {SessionJson} */
   const session = await getJson('/api/session');
   actionToken = session.actionToken ?? '';
   return session;
 }
 
-/** An action: POST with the action token header, JSON body. Resolves to the answer's JSON. */
+/**
+ * An action: POST with the action token header, JSON body. Resolves to the answer's JSON.
+ * @param {string} path
+ * @param {unknown} [body] sent as JSON
+ * @returns {Promise<ActionAnswerJson>}
+ */
 export async function post(path, body = {}) {
   const res = await fetch(path, {
     method: 'POST',
@@ -59,6 +100,10 @@ export async function post(path, body = {}) {
 /**
  * One EventSource on /api/stream. `handlers` maps event names (tick, state, wire) to functions
  * taking the parsed data; `onStatus` hears 'open', 'reconnecting' and 'closed'.
+ * @param {{ protocol?: string, wire?: string }} query
+ * @param {StreamHandlers} handlers
+ * @param {(status: StreamStatus) => void} onStatus
+ * @returns {{ close: () => void }}
  */
 export function openStream(query, handlers, onStatus) {
   const params = new URLSearchParams();

@@ -16,6 +16,9 @@ import { mountOverview } from './overview.js';
 import { notRunning } from './protocol-page.js';
 import { mountWire } from './wire.js';
 
+/** @typedef {import('../../src/core/admin/api-types.js').ServerJson} ServerJson */
+/** @typedef {import('./kit.js').View} View */
+
 /** @type {Map<string, Promise<import('./kit.js').PageModule>>} Page modules loaded, by URL. */
 const pages = new Map();
 const RETRY_MS = 3000;
@@ -23,18 +26,28 @@ const RETRY_MS = 3000;
 /** Hooks for the browser tests and for curious users in the console (no secrets in here). */
 window.gamewireDashboard = { route: '', map: undefined, ticks: 0 };
 
-const main = document.getElementById('main');
-const nav = document.getElementById('nav');
-const statusEl = document.getElementById('status');
-const metaEl = document.getElementById('meta');
+// index.html holds these.
+const main = /** @type {HTMLElement} */ (document.getElementById('main'));
+const nav = /** @type {HTMLElement} */ (document.getElementById('nav'));
+const statusEl = /** @type {HTMLElement} */ (document.getElementById('status'));
+const metaEl = /** @type {HTMLElement} */ (document.getElementById('meta'));
 
+/** @type {import('../../src/core/admin/api-types.js').SessionJson | undefined} */
 let session;
+/** @type {ServerJson[]} */
 let servers = [];
+/** @type {View | undefined} */
 let view;
+/** @type {{ close: () => void } | undefined} */
 let stream;
 let locked = false;
+/** @type {number | undefined} */
 let retryTimer;
 
+/**
+ * @param {string} text
+ * @param {'live' | 'reconnecting' | 'closed' | 'locked'} kind (data-state, for the styles)
+ */
 function setStatus(text, kind) {
   statusEl.textContent = text;
   statusEl.dataset.state = kind;
@@ -48,7 +61,7 @@ function parseRoute() {
 
 function renderNav() {
   const { protocol } = parseRoute();
-  const link = (href, label, current) =>
+  const link = (/** @type {string} */ href, /** @type {string} */ label, /** @type {boolean} */ current) =>
     h('li', null, h('a', { href, class: 'navlink', 'aria-current': current ? 'page' : undefined }, label));
   fill(
     nav,
@@ -70,7 +83,9 @@ function closeView() {
   destroyAllCharts();
 }
 
+/** Re-reads the server list; resolves whether it changed (protocols added or gone). */
 async function refreshServers() {
+  /** @type {import('../../src/core/admin/api-types.js').ServersJson} */
   const r = await getJson('/api/servers');
   const before = servers.map((s) => s.protocol).join(',');
   servers = r.servers ?? [];
@@ -79,6 +94,7 @@ async function refreshServers() {
 }
 
 let refreshingServers = false;
+/** @type {import('./kit.js').PageContext} */
 const ctx = {
   get servers() {
     return servers;
@@ -103,15 +119,17 @@ const ctx = {
     if (protocol === '' || current?.onState === undefined) return;
     getJson(`/api/servers/${encodeURIComponent(protocol)}`)
       .then((body) => {
-        if (view === current) current.onState(body);
+        // (current.onState was checked above)
+        if (view === current) /** @type {Required<Pick<View, 'onState'>>} */ (current).onState(body);
       })
       .catch(() => {});
   },
 };
 
+/** Opens the stream the current view wants (once it is mounted). */
 function connect() {
   stream?.close();
-  const current = view;
+  const current = /** @type {View} */ (view);
   stream = openStream(
     current.stream ?? {},
     {
@@ -142,7 +160,11 @@ function connect() {
   );
 }
 
-/** The protocol's own page module, or undefined (the generic view) when it has none or it fails to load. */
+/**
+ * The protocol's own page module, or undefined (the generic view) when it has none or it fails to load.
+ * @param {ServerJson | undefined} server
+ * @returns {Promise<import('./kit.js').PageModule | undefined>}
+ */
 async function pageModule(server) {
   if (server?.page == null) return undefined;
   let loading = pages.get(server.page);
@@ -154,7 +176,9 @@ async function pageModule(server) {
     return await loading;
   } catch (err) {
     pages.delete(server.page);
-    toast(`the ${server.protocol} page did not load (${err.message}): showing its state as a tree`);
+    toast(
+      `the ${server.protocol} page did not load (${/** @type {Error} */ (err).message}): showing its state as a tree`,
+    );
     return undefined;
   }
 }
@@ -168,6 +192,7 @@ async function mount() {
   window.gamewireDashboard.route = protocol === '' ? '/' : `/${protocol}${sub ? `/${sub}` : ''}`;
   renderNav();
   const server = servers.find((s) => s.protocol === protocol);
+  /** @type {View} */
   let next;
   if (protocol === '') next = mountOverview(main, ctx);
   else if (server === undefined) {
@@ -229,7 +254,7 @@ async function start() {
         'section',
         { class: 'panel', testid: 'unreachable' },
         h('h1', null, 'gamewire is not answering'),
-        h('p', null, `${err.message}. Retrying…`),
+        h('p', null, `${/** @type {Error} */ (err).message}. Retrying…`),
       ),
     );
     clearTimeout(retryTimer);

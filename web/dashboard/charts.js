@@ -6,17 +6,35 @@ import { series, WINDOW_MS } from './history.js';
 // @ts-expect-error: served from the uplot package at /assets/vendor/uplot/ (not a file of this folder)
 import uPlot from './vendor/uplot/uPlot.esm.js';
 
+/** @typedef {import('uplot')} UPlot the chart object (the uplot package's declarations) */
+/** @typedef {keyof import('./history.js').Rates} RateKey */
+
+/**
+ * A CSS custom property of the page, or `fallback` when it is not set.
+ * @param {string} name
+ * @param {string} fallback
+ */
 function cssVar(name, fallback) {
   const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   return v === '' ? fallback : v;
 }
 
+/**
+ * "14:03:27" of a time in seconds since the epoch (uPlot's x values).
+ * @param {number} seconds
+ */
 function hms(seconds) {
   const d = new Date(seconds * 1000);
-  const pad = (x) => String(x).padStart(2, '0');
+  const pad = (/** @type {number} */ x) => String(x).padStart(2, '0');
   return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+/**
+ * What a chart shows: its title, the in and out series, how values read, the y range's floor.
+ * @typedef {{ title: string, keys: [RateKey, RateKey], value: (n: number) => string, floor: number }} ChartKind
+ */
+
+/** @type {{ messages: ChartKind, bytes: ChartKind }} */
 const KINDS = {
   messages: { title: 'Messages per second', keys: ['msgIn', 'msgOut'], value: (n) => fmt.count(n), floor: 1 },
   bytes: {
@@ -27,11 +45,26 @@ const KINDS = {
   },
 };
 
+/**
+ * A live chart: its element (`box`), and what the page calls on it.
+ * @typedef {object} RateChart
+ * @property {string} protocol
+ * @property {HTMLElement} box the `<figure>`, with data-points
+ * @property {() => void} update redraws from the protocol's history
+ * @property {() => void} resize fits the plot to its box
+ * @property {() => void} destroy
+ * @property {UPlot} plot
+ */
+
+/** @type {Set<RateChart>} */
 const live = new Set();
 
 /**
  * A chart of one protocol's in/out rates over the last five minutes. The returned element
  * carries data-points (how many samples are drawn), which the browser tests read.
+ * @param {string} protocol
+ * @param {keyof typeof KINDS} kind
+ * @returns {RateChart}
  */
 export function rateChart(protocol, kind) {
   const k = KINDS[kind];
@@ -42,6 +75,7 @@ export function rateChart(protocol, kind) {
   const fg = cssVar('--fg', '#222');
   const grid = cssVar('--grid', 'rgba(128,128,128,0.2)');
   const axis = { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+  /** @type {import('uplot').Options} */
   const opts = {
     width: 320,
     height: 150,
@@ -68,7 +102,8 @@ export function rateChart(protocol, kind) {
       { ...axis, size: 64, values: (_u, splits) => splits.map((v) => k.value(v)) },
     ],
   };
-  const plot = new uPlot(opts, [[], [], []], plotBox);
+  const plot = /** @type {UPlot} */ (new uPlot(opts, [[], [], []], plotBox));
+  /** @type {RateChart} */
   const chart = {
     protocol,
     box,
@@ -101,7 +136,10 @@ export function rateChart(protocol, kind) {
   return chart;
 }
 
-/** Redraws the charts of the given protocols (after a tick). */
+/**
+ * Redraws the charts of the given protocols (after a tick).
+ * @param {string[]} protocols
+ */
 export function updateCharts(protocols) {
   for (const c of live) if (protocols.includes(c.protocol)) c.update();
 }

@@ -1,14 +1,39 @@
 // A tiny element builder: h('td', {class: 'num', dataset: {testid: 'x'}}, 'text', child…).
 // Text is always set as text (never as HTML), so nothing the server sends can inject markup.
 
+/**
+ * An attribute's value: `undefined`, `null` and `false` leave it out, `true` sets it empty, a
+ * function under an `on…` name is a listener, anything else is set as its string.
+ * @typedef {string | number | boolean | null | undefined | EventListener | DOMStringMap} AttrValue
+ */
+
+/**
+ * Attributes of `h`: `class`, `dataset` (data-* values), `testid` (data-testid), `on…` listeners
+ * and plain attributes.
+ * @typedef {{ class?: string | null, dataset?: DOMStringMap | null, testid?: string | null } & { [name: string]: AttrValue }} Attrs
+ */
+
+/**
+ * A child of `h`/`fill`: a node, text (numbers too), nothing (`undefined`, `null`, `false`), or a
+ * list of children.
+ * @typedef {Node | string | number | boolean | null | undefined | Child[]} Child
+ */
+
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Attrs | null} [attrs]
+ * @param {...Child} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   if (attrs !== undefined && attrs !== null) {
     for (const [k, v] of Object.entries(attrs)) {
       if (v === undefined || v === null || v === false) continue;
-      if (k === 'class') el.className = v;
+      if (k === 'class') el.className = /** @type {string} */ (v);
       else if (k === 'dataset') Object.assign(el.dataset, v);
-      else if (k === 'testid') el.dataset.testid = v;
+      else if (k === 'testid') el.dataset.testid = /** @type {string} */ (v);
       else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
       else if (v === true) el.setAttribute(k, '');
       else el.setAttribute(k, String(v));
@@ -18,6 +43,10 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+/**
+ * @param {Element} el
+ * @param {Child[]} children
+ */
 function append(el, children) {
   for (const c of children) {
     if (c === undefined || c === null || c === false) continue;
@@ -27,7 +56,13 @@ function append(el, children) {
   }
 }
 
-/** Replaces an element's children. */
+/**
+ * Replaces an element's children.
+ * @template {Element} E
+ * @param {E} el
+ * @param {...Child} children
+ * @returns {E}
+ */
 export function fill(el, ...children) {
   el.replaceChildren();
   append(el, children);
@@ -35,9 +70,20 @@ export function fill(el, ...children) {
 }
 
 /**
+ * A column of `table`: its heading, and whether its cells are numbers (right-aligned).
+ * @typedef {{ label: string, num?: boolean }} Column
+ */
+
+/**
+ * A cell carrying more than its text: its raw value (data-value), a class, a title, a test id.
+ * @typedef {{ text?: Child, value?: string | number | boolean | null, class?: string, title?: string, testid?: string }} CellObject
+ */
+
+/**
  * A semantic table: `columns` are {label, num?}; `rows` are arrays of cells (text or nodes, or
  * {value, text, testid} for a cell carrying its raw value in data-value). Empty rows show `empty`.
- * @param {{ caption?: string, columns: any[], rows: any[], testid?: string, rowTestid?: string, rowKey?: (row: any) => string, empty?: string }} options
+ * `rowKey` is given the row's index.
+ * @param {{ caption?: string, columns: Column[], rows: (Child | CellObject)[][], testid?: string, rowTestid?: string, rowKey?: (index: number) => string | number, empty?: string }} options
  */
 export function table({ caption, columns, rows, testid, rowTestid, rowKey, empty = 'none' }) {
   const thead = h(
@@ -81,11 +127,27 @@ export function table({ caption, columns, rows, testid, rowTestid, rowKey, empty
   return h('table', { testid }, caption === undefined ? null : h('caption', null, caption), thead, tbody);
 }
 
+/**
+ * A titled panel (`<section>` labelled by its `<h2>`).
+ * @param {string} title
+ * @param {string} testid
+ * @param {...Child} children
+ */
 export function section(title, testid, ...children) {
   const id = `s-${title.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`;
   return h('section', { class: 'panel', testid, 'aria-labelledby': id }, h('h2', { id }, title), children);
 }
 
+/**
+ * The text of a live cell, or the cell with its value, class, title and test id.
+ * @typedef {string | number | boolean | null | undefined | CellObject} CellSpec
+ */
+
+/**
+ * @param {HTMLTableCellElement} td
+ * @param {CellSpec} spec
+ * @param {boolean | undefined} numeric
+ */
 function setCell(td, spec, numeric) {
   const d = spec !== null && typeof spec === 'object' && !(spec instanceof Node) ? spec : { text: spec };
   const text = d.text === undefined || d.text === null ? '' : String(d.text);
@@ -100,10 +162,29 @@ function setCell(td, spec, numeric) {
 }
 
 /**
+ * A column of `liveTable`: `cell` gives the cell's text (or spec) each sample; `create` makes
+ * its content once per row (a button: anything but a node leaves the cell empty).
+ * @template T
+ * @typedef {object} LiveColumn
+ * @property {string} label
+ * @property {boolean} [num]
+ * @property {(item: T) => CellSpec} [cell]
+ * @property {(item: T) => Node | string | false | null | undefined} [create]
+ */
+
+/**
+ * A live table of items of type `T`: its node, and `update` with each sample's items.
+ * @template T
+ * @typedef {{ node: HTMLTableElement, update: (items: T[]) => void }} LiveTable
+ */
+
+/**
  * A table updated in place each sample: rows are keyed, cells rewritten only when their text
  * changes, and cells built by `create` (buttons) are made once per row, so focus and clicks
  * survive the once-a-second refresh. `columns`: {label, num?, cell(item) | create(item)}.
- * @param {{ caption?: string, columns: any[], testid?: string, rowTestid?: string, empty?: string, key: (item: any) => string | number }} options
+ * @template T
+ * @param {{ caption?: string, columns: LiveColumn<T>[], testid?: string, rowTestid?: string, empty?: string, key: (item: T) => string | number }} options
+ * @returns {LiveTable<T>}
  */
 export function liveTable({ caption, columns, testid, rowTestid, empty = 'none', key }) {
   const tbody = h('tbody');
@@ -124,6 +205,7 @@ export function liveTable({ caption, columns, testid, rowTestid, empty = 'none',
     ),
     tbody,
   );
+  /** @type {Map<string, { tr: HTMLTableRowElement, tds: HTMLTableCellElement[] }>} */
   const rows = new Map();
   return {
     node,
@@ -135,6 +217,7 @@ export function liveTable({ caption, columns, testid, rowTestid, empty = 'none',
         return;
       }
       emptyRow.remove();
+      /** @type {Set<string>} */
       const seen = new Set();
       let before = tbody.firstChild;
       for (const item of items) {

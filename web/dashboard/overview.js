@@ -5,6 +5,15 @@ import { fill, h } from './dom.js';
 import * as fmt from './format.js';
 import { latestCounters, series } from './history.js';
 
+/** @typedef {import('../../src/core/admin/api-types.js').ServerJson} ServerJson */
+/** @typedef {import('../../src/core/admin/api-types.js').CountersJson} CountersJson */
+
+/**
+ * A table of counts by reason (those above zero, largest first), or "none".
+ * @param {string} title
+ * @param {Record<string, number> | undefined} reasons
+ * @param {string} testid
+ */
 function reasonsList(title, reasons, testid) {
   const entries = Object.entries(reasons ?? {}).filter(([, n]) => n > 0);
   entries.sort((a, b) => b[1] - a[1]);
@@ -43,11 +52,20 @@ function reasonsList(title, reasons, testid) {
   );
 }
 
+/**
+ * A figure of the card: its `<dt>`/`<dd>` pair, and the `<dd>` to write the value in.
+ * @param {string} label
+ * @param {string} testid
+ */
 function stat(label, testid) {
   const value = h('dd', { testid });
   return { node: [h('dt', null, label), value], value };
 }
 
+/**
+ * The card of one server; `update` writes its counters (and the rates of its history).
+ * @param {ServerJson} server
+ */
 function card(server) {
   const p = server.protocol;
   const uptime = stat('uptime', 'uptime');
@@ -99,6 +117,7 @@ function card(server) {
     ),
     reasons,
   );
+  /** @param {CountersJson | undefined} counters */
   const update = (counters) => {
     uptime.value.textContent = fmt.duration(Date.now() - server.startedAt);
     if (counters === undefined) return;
@@ -120,7 +139,14 @@ function card(server) {
   return { node, update, charts };
 }
 
+/**
+ * The overview: a card per running server.
+ * @param {HTMLElement} main
+ * @param {import('./kit.js').PageContext} ctx
+ * @returns {import('./kit.js').View}
+ */
 export function mountOverview(main, ctx) {
+  /** @type {Map<string, ReturnType<typeof card>>} */
   const cards = new Map();
   const grid = h('div', { class: 'cards', testid: 'overview' });
   fill(main, h('h1', { class: 'visually-hidden' }, 'Overview'), grid);

@@ -6,6 +6,16 @@ import { fill, h } from './dom.js';
 import * as fmt from './format.js';
 import { latestCounters, series } from './history.js';
 
+/** @typedef {import('../../src/core/admin/api-types.js').ServerJson} ServerJson */
+/** @typedef {import('../../src/core/admin/api-types.js').CountersJson} CountersJson */
+
+/**
+ * The frame of a protocol's page: heading, tabs, counters and charts, then `body` for the page.
+ * @param {HTMLElement} main
+ * @param {import('./kit.js').PageContext} ctx
+ * @param {string} protocol
+ * @param {'state' | 'wire'} tab the tab shown
+ */
 export function protocolFrame(main, ctx, protocol, tab) {
   const server = ctx.servers.find((s) => s.protocol === protocol);
   const summary = h('p', { class: 'counters', testid: 'counters' });
@@ -52,6 +62,7 @@ export function protocolFrame(main, ctx, protocol, tab) {
     body,
   );
   for (const c of charts) c.resize();
+  /** @param {CountersJson | undefined} counters */
   const updateCounters = (counters) => {
     if (counters === undefined) return;
     const r = series(protocol).rates;
@@ -95,7 +106,10 @@ export function protocolFrame(main, ctx, protocol, tab) {
       let shown = false;
       return {
         node,
-        /** @param {any} state the server's state (`/api/servers/<name>` body.state) */
+        /**
+         * @param {{ drain?: { available?: boolean } | null, [key: string]: unknown } | null | undefined} state
+         *   the server's state (`/api/servers/<name>` body.state)
+         */
         update(state) {
           const available =
             state?.drain?.available ?? (Array.isArray(server?.actions) && server.actions.includes('drain'));
@@ -115,6 +129,7 @@ export function protocolFrame(main, ctx, protocol, tab) {
         },
       };
     },
+    /** @param {import('../../src/core/admin/api-types.js').TickJson} tick */
     onTick(tick) {
       const s = (tick.servers ?? []).find((x) => x.protocol === protocol);
       if (s !== undefined) updateCounters(s.counters);
@@ -127,9 +142,18 @@ export function protocolFrame(main, ctx, protocol, tab) {
  * `rate(id, key, value, t)` returns units per second since the previous sample of that id/key.
  */
 export function rateTracker() {
+  /** @type {Map<string, { value: number, t: number }>} */
   let prev = new Map();
+  /** @type {Map<string, { value: number, t: number }>} */
   let next = new Map();
   return {
+    /**
+     * @param {string | number} id the item's id
+     * @param {string} key which of its values
+     * @param {number} value the cumulative value now
+     * @param {number} t the sample's time (ms)
+     * @returns {number | undefined} units per second, undefined on an item's first sample
+     */
     rate(id, key, value, t) {
       const k = `${id}\u0000${key}`;
       next.set(k, { value, t });
@@ -145,11 +169,20 @@ export function rateTracker() {
   };
 }
 
-/** Whether the server offers an action (`actions` in /api/servers; assumed when absent). */
+/**
+ * Whether the server offers an action (`actions` in /api/servers; assumed when absent).
+ * @param {ServerJson | undefined} server
+ * @param {string} action
+ */
 export function offers(server, action) {
   return !Array.isArray(server?.actions) || server.actions.includes(action);
 }
 
+/**
+ * What a route to a protocol that is not running shows.
+ * @param {HTMLElement} main
+ * @param {string} protocol
+ */
 export function notRunning(main, protocol) {
   fill(
     main,

@@ -6,9 +6,14 @@ import { fill, h } from './dom.js';
 import * as fmt from './format.js';
 import { protocolFrame } from './protocol-page.js';
 
+/** @typedef {import('../../src/core/admin/api-types.js').JsonValue} JsonValue */
+/** @typedef {import('../../src/core/admin/api-types.js').WireMessageJson} WireMessageJson */
+/** @typedef {import('../../src/core/admin/api-types.js').WirePageJson} WirePageJson */
+
 export const MAX_MESSAGES = 500;
 const TREE_OPEN_DEPTH = 3;
 
+/** @param {JsonValue} value a string, number, boolean or null */
 function leaf(value) {
   if (value === null) return h('span', { class: 'v-null' }, 'null');
   if (typeof value === 'string')
@@ -18,10 +23,17 @@ function leaf(value) {
   return h('span', null, String(value));
 }
 
-/** A collapsible tree of a JSON value (<details> per object/array: keyboard-usable as is). */
+/**
+ * A collapsible tree of a JSON value (<details> per object/array: keyboard-usable as is).
+ * @param {JsonValue} value
+ * @param {string} [key] its name in its parent
+ * @param {number} [depth]
+ * @returns {HTMLLIElement}
+ */
 export function fieldTree(value, key = undefined, depth = 0) {
   const label = key === undefined ? null : h('span', { class: 'k' }, `${key}: `);
   if (value !== null && typeof value === 'object') {
+    /** @type {[string, JsonValue][]} */
     const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
     const kind = Array.isArray(value) ? `[${entries.length}]` : `{${entries.length}}`;
     return h(
@@ -42,6 +54,7 @@ export function fieldTree(value, key = undefined, depth = 0) {
   return h('li', null, label, leaf(value));
 }
 
+/** @param {string} hex */
 function hexDump(hex) {
   const rows = fmt.hexRows(hex);
   return h(
@@ -75,18 +88,29 @@ function hexDump(hex) {
   );
 }
 
+/** @param {string} d */
 function directionLabel(d) {
   return d === 'client' ? 'C→S' : d === 'server' ? 'S→C' : String(d ?? '?');
 }
 
+/**
+ * The wire view of a protocol.
+ * @param {HTMLElement} main
+ * @param {import('./kit.js').PageContext} ctx
+ * @param {string} protocol
+ * @returns {import('./kit.js').View}
+ */
 export function mountWire(main, ctx, protocol) {
   const frame = protocolFrame(main, ctx, protocol, 'wire');
-  /** Newest first. */
+  /** @type {WireMessageJson[]} Newest first. */
   let messages = [];
+  /** @type {WireMessageJson[]} Newest first: held while paused or while a row has focus. */
   let pending = [];
   let lastSeq = -1;
   let paused = false;
+  /** @type {number | undefined} */
   let selectedSeq;
+  /** @type {Set<string>} */
   const names = new Set();
 
   const nameInput = h('input', {
@@ -167,7 +191,9 @@ export function mountWire(main, ctx, protocol) {
     h('div', { class: 'wire-layout' }, h('div', { class: 'scroll wire-list' }, tableNode), detail),
   );
 
+  /** @type {WeakMap<WireMessageJson, string>} */
   const searchable = new WeakMap();
+  /** @param {WireMessageJson} m */
   const matches = (m) => {
     const name = nameInput.value.trim().toLowerCase();
     const conn = connInput.value.trim();
@@ -194,6 +220,7 @@ export function mountWire(main, ctx, protocol) {
     return true;
   };
 
+  /** @param {WireMessageJson} m */
   const rowOf = (m) => {
     const tr = h(
       'tr',
@@ -246,12 +273,17 @@ export function mountWire(main, ctx, protocol) {
         : shown.map(rowOf),
     );
     if (focusedSeq !== undefined)
-      tbody.querySelector(`tr[data-seq="${focusedSeq}"]`)?.focus({ preventScroll: true });
+      /** @type {HTMLTableRowElement | null} */ (tbody.querySelector(`tr[data-seq="${focusedSeq}"]`))?.focus({
+        preventScroll: true,
+      });
     updateInfo(shown.length);
   };
 
+  /** @type {number | undefined} */
   let sampled;
+  /** @type {number | undefined} */
   let seen;
+  /** @param {number} shown how many rows are listed */
   const updateInfo = (shown) => {
     const parts = [`${shown} shown of ${messages.length} kept (max ${MAX_MESSAGES})`];
     if (paused) parts.push(`paused: ${pending.length} new`);
@@ -261,10 +293,11 @@ export function mountWire(main, ctx, protocol) {
     info.textContent = parts.join(' · ');
   };
 
+  /** @param {number} seq */
   const select = (seq) => {
     selectedSeq = seq;
     const m = messages.find((x) => x.seq === seq);
-    for (const tr of tbody.querySelectorAll('tr[data-seq]'))
+    for (const tr of /** @type {NodeListOf<HTMLTableRowElement>} */ (tbody.querySelectorAll('tr[data-seq]')))
       tr.setAttribute('aria-selected', tr.dataset.seq === String(seq) ? 'true' : 'false');
     if (m === undefined) return;
     const head = h(
@@ -318,7 +351,9 @@ export function mountWire(main, ctx, protocol) {
     );
   };
 
+  /** @param {WireMessageJson[] | undefined} list */
   const add = (list) => {
+    /** @type {WireMessageJson[]} */
     const fresh = [];
     for (const m of list ?? []) {
       if (typeof m.seq !== 'number' || m.seq <= lastSeq) continue;
@@ -368,14 +403,19 @@ export function mountWire(main, ctx, protocol) {
   dirSelect.addEventListener('change', render);
   // Arrow keys move the selection; Enter/Space select the focused row.
   tbody.addEventListener('keydown', (e) => {
-    const tr = e.target.closest('tr[data-seq]');
+    // Keys reach the body from its rows (elements).
+    const tr = /** @type {HTMLTableRowElement | null} */ (
+      /** @type {Element} */ (e.target).closest('tr[data-seq]')
+    );
     if (tr === null) return;
     if (e.key === 'Enter' || e.key === ' ') {
       e.preventDefault();
       select(Number(tr.dataset.seq));
     } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
       e.preventDefault();
-      const next = e.key === 'ArrowDown' ? tr.nextElementSibling : tr.previousElementSibling;
+      const next = /** @type {HTMLTableRowElement | null} */ (
+        e.key === 'ArrowDown' ? tr.nextElementSibling : tr.previousElementSibling
+      );
       if (next?.dataset.seq !== undefined) {
         next.focus();
         select(Number(next.dataset.seq));
@@ -386,13 +426,13 @@ export function mountWire(main, ctx, protocol) {
   render();
   // What the server already holds, then the stream (duplicates are dropped by sequence number).
   getJson(`/api/wire/${encodeURIComponent(protocol)}?limit=${MAX_MESSAGES}`)
-    .then((r) => {
+    .then((/** @type {WirePageJson} */ r) => {
       sampled = r.sampled;
       seen = r.seen;
       add(r.messages);
       updateInfo(tbody.querySelectorAll('tr[data-seq]').length);
     })
-    .catch((err) => {
+    .catch((/** @type {Error} */ err) => {
       info.textContent = `wire view unavailable: ${err.message}`;
     });
 
@@ -400,7 +440,7 @@ export function mountWire(main, ctx, protocol) {
   // keeps the server's tap armed, as the stream does).
   const refreshFigures = () => {
     getJson(`/api/wire/${encodeURIComponent(protocol)}?after=${Math.max(0, lastSeq)}&limit=1`)
-      .then((r) => {
+      .then((/** @type {WirePageJson} */ r) => {
         sampled = r.sampled;
         seen = r.seen;
         updateInfo(tbody.querySelectorAll('tr[data-seq]').length);

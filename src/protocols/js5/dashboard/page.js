@@ -1,6 +1,37 @@
 // #/js5: connections with their queue depths and bytes served, and the cache's archives.
 
 /**
+ * A js5 connection (docs/dashboard-api.md).
+ * @typedef {object} Js5Connection
+ * @property {string} id
+ * @property {string} remote
+ * @property {number} build
+ * @property {boolean} handshaken
+ * @property {number} urgentQueued
+ * @property {number} prefetchQueued
+ * @property {number} inFlight a response being written: 0 or 1
+ * @property {number} bytesServed
+ * @property {number} since
+ */
+
+/**
+ * An archive of the master index; `storedBytes` is what was read so far until
+ * `storedBytesComplete`.
+ * @typedef {{ id: number, groups: number, storedBytes: number, crc: number, version: number }} Js5Archive
+ */
+
+/**
+ * js5's state (`/api/servers/js5` body.state).
+ * @typedef {object} Js5State
+ * @property {Js5Connection[]} connections
+ * @property {number} bytesServed
+ * @property {Js5Archive[]} archives
+ * @property {string} profile
+ * @property {number} build
+ * @property {boolean} storedBytesComplete
+ */
+
+/**
  * @param {HTMLElement} main
  * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
  * @param {import('../../../../web/dashboard/kit.js').Kit} kit
@@ -12,6 +43,7 @@ export function mount(main, ctx, kit) {
   const rates = rateTracker();
   const served = h('p', { class: 'muted', testid: 'bytes-served' });
 
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<Js5Connection & { rate: number | undefined }>} */
   const connections = liveTable({
     testid: 'connections',
     rowTestid: 'connection-row',
@@ -45,6 +77,7 @@ export function mount(main, ctx, kit) {
       },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<Js5Archive>} */
   const archives = liveTable({
     testid: 'archives',
     rowTestid: 'archive-row',
@@ -66,6 +99,7 @@ export function mount(main, ctx, kit) {
   return {
     stream: { protocol: 'js5' },
     onTick: frame.onTick,
+    /** @param {import('../../../../src/core/admin/api-types.js').ServerDetailJson<Js5State>} body */
     onState(body) {
       const s = body.state ?? {};
       const now = Date.now();

@@ -2,14 +2,38 @@
 // fit the players, and motion interpolated between samples (one sample per second, drawn every
 // animation frame) so players glide instead of jumping.
 
+/** @typedef {{ x: number, y: number, z: number }} Vec3 a position (world units) */
+/** @typedef {{ x: number, y: number, z: number, w: number }} Quat a rotation */
+/** @typedef {{ x: number, z: number }} XZ a point of the map (world x/z) */
+/** @typedef {{ minX: number, maxX: number, minZ: number, maxZ: number }} Bounds the map's extent (world x/z) */
+
+/**
+ * What the map reads of a player in the state: its id, name, position and rotation (null until
+ * it sent a Transform).
+ * @typedef {{ id: string, name?: string | null, position?: Vec3 | null, rotation?: Quat | null }} MapPlayer
+ */
+
+/** @typedef {{ id: string, players?: MapPlayer[] | null }} MapInstance an instance and its players */
+
+/**
+ * A player on the map: its name and heading, and its motion from `from` to `to` (the latest
+ * sample), from `t0` over `dur` ms.
+ * @typedef {{ name: string, from: XZ, to: XZ, t0: number, dur: number, heading: XZ | undefined }} MapEntry
+ */
+
 const PAD = 28;
 const MIN_SPAN = 4; // world units: a lone player still gets a readable scale
 
+/**
+ * @param {string} name
+ * @param {string} fallback
+ */
 function cssVar(name, fallback) {
   const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   return v === '' ? fallback : v;
 }
 
+/** @param {string} id */
 function hue(id) {
   // FNV-1a then a golden-ratio spread: neighbouring ids ("0/1", "0/2") get distant colours.
   let x = 0x811c9dc5;
@@ -17,7 +41,11 @@ function hue(id) {
   return Math.floor(((x * 0.618033988749895) % 1) * 360);
 }
 
-/** Unity forward (+z) rotated by the quaternion, projected on x/z. */
+/**
+ * Unity forward (+z) rotated by the quaternion, projected on x/z.
+ * @param {Quat | null | undefined} q
+ * @returns {XZ | undefined}
+ */
 function heading(q) {
   if (q === null || q === undefined) return undefined;
   const fx = 2 * (q.x * q.z + q.w * q.y);
@@ -26,10 +54,16 @@ function heading(q) {
   return len < 1e-6 ? undefined : { x: fx / len, z: fz / len };
 }
 
+/**
+ * @param {number} a
+ * @param {number} b
+ * @param {number} t
+ */
 function lerp(a, b, t) {
   return a + (b - a) * t;
 }
 
+/** @param {number} span */
 function niceStep(span) {
   const raw = span / 6;
   const p = 10 ** Math.floor(Math.log10(raw));
@@ -37,16 +71,29 @@ function niceStep(span) {
   return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
+/**
+ * The map drawn on `canvas`: `update` with each state's instances and bounds.
+ * @param {HTMLCanvasElement} canvas
+ */
 export function createMap(canvas) {
-  const ctx2d = canvas.getContext('2d');
-  /** id → {name, from:{x,z}, to:{x,z}, t0, dur, heading} */
+  // A canvas always has a 2d context unless another kind was asked of it first (none is).
+  const ctx2d = /** @type {CanvasRenderingContext2D} */ (canvas.getContext('2d'));
+  /** @type {Map<string, MapEntry>} id → {name, from:{x,z}, to:{x,z}, t0, dur, heading} */
   const players = new Map();
+  /** @type {Bounds | undefined} */
   let view; // {minX,maxX,minZ,maxZ}, eased toward target
+  /** @type {Bounds | undefined} */
   let target;
   let frame = 0;
   let lastDraw = 0;
+  /** @type {Map<string, { x: number, y: number }>} */
   const drawn = new Map(); // id → {x, y} canvas pixels of the last frame
 
+  /**
+   * The bounds to show: `bounds` (the server's), else the players', with a margin and square.
+   * @param {Bounds | null | undefined} bounds
+   * @returns {Bounds}
+   */
   function targetBounds(bounds) {
     let b = bounds;
     if (b === null || b === undefined) {
@@ -66,8 +113,13 @@ export function createMap(canvas) {
     return { minX: cx - half, maxX: cx + half, minZ: cz - half, maxZ: cz + half };
   }
 
+  /**
+   * @param {MapInstance[]} instances
+   * @param {Bounds | null | undefined} bounds the server's bounds of the positions (null: fit the players)
+   */
   function update(instances, bounds) {
     const now = performance.now();
+    /** @type {Set<string>} */
     const seen = new Set();
     for (const inst of instances) {
       for (const pl of inst.players ?? []) {
@@ -104,12 +156,19 @@ export function createMap(canvas) {
     start();
   }
 
+  /**
+   * Where a player is drawn at `now` (eased between its samples).
+   * @param {MapEntry} p
+   * @param {number} now
+   * @returns {XZ}
+   */
   function position(p, now) {
     const t = Math.min(1, Math.max(0, (now - p.t0) / p.dur));
     const e = t * t * (3 - 2 * t);
     return { x: lerp(p.from.x, p.to.x, e), z: lerp(p.from.z, p.to.z, e) };
   }
 
+  /** @param {number} now */
   function draw(now) {
     frame = 0;
     const dpr = window.devicePixelRatio || 1;
@@ -123,15 +182,16 @@ export function createMap(canvas) {
     lastDraw = now;
     if (view !== undefined && target !== undefined) {
       const k = 1 - Math.exp(-dt / 300);
-      for (const key of ['minX', 'maxX', 'minZ', 'maxZ']) view[key] = lerp(view[key], target[key], k);
+      for (const key of /** @type {(keyof Bounds)[]} */ (['minX', 'maxX', 'minZ', 'maxZ']))
+        view[key] = lerp(view[key], target[key], k);
     }
     const v = view ?? targetBounds(null);
     const scale = Math.min((w - 2 * PAD) / (v.maxX - v.minX), (hgt - 2 * PAD) / (v.maxZ - v.minZ));
     const cx = (v.minX + v.maxX) / 2;
     const cz = (v.minZ + v.maxZ) / 2;
     // Screen: x to the right, z up (top-down, north = +z).
-    const sx = (x) => w / 2 + (x - cx) * scale;
-    const sy = (z) => hgt / 2 - (z - cz) * scale;
+    const sx = (/** @type {number} */ x) => w / 2 + (x - cx) * scale;
+    const sy = (/** @type {number} */ z) => hgt / 2 - (z - cz) * scale;
     const fg = cssVar('--fg', '#222');
     const grid = cssVar('--grid', 'rgba(128,128,128,0.25)');
     const muted = cssVar('--muted', '#777');

@@ -1,7 +1,44 @@
 // #/nox-relay: instances and their players with a live top-down map, and the connections.
 import { createMap } from './map.js';
 
-/** @param {{ num(n: number): string }} fmt */
+/** @typedef {import('./map.js').Vec3} Vec3 */
+
+/**
+ * A player of an instance (docs/dashboard-api.md): its position and rotation are its latest
+ * Transform's, null (like `updatedAt`) until it sent one.
+ * @typedef {object} NoxPlayer
+ * @property {string} id
+ * @property {string} name
+ * @property {string} connection
+ * @property {number} userId
+ * @property {boolean} bot
+ * @property {Vec3 | null} position
+ * @property {import('./map.js').Quat | null} rotation
+ * @property {number | null} updatedAt
+ */
+
+/** @typedef {{ id: string, name: string, capacity: number, players: NoxPlayer[] }} NoxInstance */
+
+/**
+ * @typedef {object} NoxConnection
+ * @property {string} id
+ * @property {string} remote
+ * @property {string} transport
+ * @property {string | null} playerId its first player
+ * @property {string | null} user its display name
+ * @property {number} since
+ */
+
+/**
+ * nox-relay's state (`/api/servers/nox-relay` body.state).
+ * @typedef {{ instances: NoxInstance[], connections: NoxConnection[], bounds: import('./map.js').Bounds | null }} NoxState
+ */
+
+/**
+ * "x, y, z" of a position, or '–'.
+ * @param {{ num(n: number): string }} fmt
+ * @param {Vec3 | null | undefined} p
+ */
 function vec(fmt, p) {
   return p === null || p === undefined ? '–' : `${fmt.num(p.x)}, ${fmt.num(p.y)}, ${fmt.num(p.z)}`;
 }
@@ -25,6 +62,7 @@ export function mount(main, ctx, kit) {
   const mapCaption = h('p', { class: 'muted', testid: 'map-caption' });
   const summary = h('p', { class: 'muted', testid: 'nox-summary' });
 
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<NoxInstance>} */
   const instances = liveTable({
     testid: 'instances',
     rowTestid: 'instance-row',
@@ -57,6 +95,7 @@ export function mount(main, ctx, kit) {
       },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<NoxPlayer & { instance: string }>} */
   const players = liveTable({
     testid: 'players',
     rowTestid: 'player-row',
@@ -85,6 +124,7 @@ export function mount(main, ctx, kit) {
       },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<NoxConnection>} */
   const connections = liveTable({
     testid: 'connections',
     rowTestid: 'connection-row',
@@ -120,6 +160,7 @@ export function mount(main, ctx, kit) {
   return {
     stream: { protocol: 'nox-relay' },
     onTick: frame.onTick,
+    /** @param {import('../../../../src/core/admin/api-types.js').ServerDetailJson<NoxState>} body */
     onState(body) {
       const s = body.state ?? {};
       const inst = s.instances ?? [];

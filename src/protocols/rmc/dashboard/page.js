@@ -1,11 +1,53 @@
 // #/rmc: connections (TCP and PRUDP), logged-in players, sessions and the recent calls with their
 // method, latency and result.
 
+/**
+ * A connection, TCP or PRUDP (docs/dashboard-api.md): `pid` is a number for 4-byte PIDs, the hex
+ * of a 16-byte UUID PID, null (like `user`) until it logs in.
+ * @typedef {object} RmcConnection
+ * @property {string} id
+ * @property {string} remote
+ * @property {string} transport `tcp` or `prudp`
+ * @property {number | string | null} pid
+ * @property {string | null} user
+ * @property {number} since
+ * @property {boolean} secure
+ */
+
+/**
+ * A SessionProtocol session (its key never appears).
+ * @typedef {object} RmcSession
+ * @property {string} id
+ * @property {string} type
+ * @property {number | string} host its host's PID
+ * @property {(number | string)[]} members PIDs
+ * @property {{ type: string, createdAt: number, memberNames: string[], nodes: string[] }} attributes
+ */
+
+/**
+ * A call answered: `result` is `ok` or `Namespace::ErrorName`.
+ * @typedef {{ at: number, connection: string, protocol: string, method: string, latencyMs: number, result: string }} RmcCall
+ */
+
+/**
+ * rmc's state (`/api/servers/rmc` body.state).
+ * @typedef {{ connections: RmcConnection[], sessions: RmcSession[], recentCalls: RmcCall[] }} RmcState
+ */
+
+/**
+ * The `p`th percentile of sorted values, undefined when there are none.
+ * @param {number[]} sorted
+ * @param {number} p
+ */
 function percentile(sorted, p) {
   if (sorted.length === 0) return undefined;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
+/**
+ * "k=v, …" of a session's attributes, or '–'.
+ * @param {Record<string, unknown> | null | undefined} a
+ */
 function attributes(a) {
   if (a === null || a === undefined) return '–';
   const entries = Object.entries(a);
@@ -26,7 +68,9 @@ export function mount(main, ctx, kit) {
   const drain = frame.drainButton('Drain this server? It refuses new logins; connected players stay.');
   const callStats = h('p', { class: 'muted', testid: 'call-stats' });
 
-  const disconnect = (c) => frame.disconnect(c.id, `Disconnect ${c.user ?? c.remote} (connection ${c.id})?`);
+  const disconnect = (/** @type {RmcConnection} */ c) =>
+    frame.disconnect(c.id, `Disconnect ${c.user ?? c.remote} (connection ${c.id})?`);
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<RmcConnection>} */
   const connections = liveTable({
     testid: 'connections',
     rowTestid: 'connection-row',
@@ -43,6 +87,7 @@ export function mount(main, ctx, kit) {
       { label: 'actions', create: disconnect },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<RmcConnection>} */
   const players = liveTable({
     testid: 'players',
     rowTestid: 'player-row',
@@ -56,6 +101,7 @@ export function mount(main, ctx, kit) {
       { label: 'since', cell: (c) => fmt.ago(c.since) },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<RmcSession>} */
   const sessions = liveTable({
     testid: 'sessions',
     rowTestid: 'session-row',
@@ -71,6 +117,7 @@ export function mount(main, ctx, kit) {
       { label: 'attributes', cell: (s) => attributes(s.attributes) },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<RmcCall & { i: number }>} */
   const calls = liveTable({
     testid: 'calls',
     rowTestid: 'call-row',
@@ -108,6 +155,7 @@ export function mount(main, ctx, kit) {
   return {
     stream: { protocol: 'rmc' },
     onTick: frame.onTick,
+    /** @param {import('../../../../src/core/admin/api-types.js').ServerDetailJson<RmcState>} body */
     onState(body) {
       const s = body.state ?? {};
       const conns = s.connections ?? [];
@@ -115,6 +163,7 @@ export function mount(main, ctx, kit) {
       players.update(conns.filter((c) => c.pid !== null && c.pid !== undefined));
       sessions.update(s.sessions ?? []);
       // Same-millisecond duplicates get an index so their keys stay unique.
+      /** @type {Map<string, number>} */
       const seen = new Map();
       const recent = (s.recentCalls ?? []).map((c) => {
         const k = `${c.at}/${c.connection}/${c.protocol}/${c.method}`;

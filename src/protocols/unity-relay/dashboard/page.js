@@ -2,6 +2,56 @@
 // when the relay is scaled out, and the drain action where the server supports it.
 
 /**
+ * An allocation (docs/dashboard-api.md): `transport` and `boundAddress` are null until it binds.
+ * @typedef {object} Allocation
+ * @property {string} id its GUID
+ * @property {'host' | 'client'} role
+ * @property {string} region
+ * @property {'allocated' | 'bound'} state
+ * @property {string | null} transport `udp`, `dtls`, `ws` or `wss`
+ * @property {string | null} boundAddress `ip:port`
+ * @property {string[]} peers GUIDs
+ * @property {string | null} joinCode
+ * @property {string | null} host a client's host GUID
+ * @property {number} maxConnections
+ * @property {number} createdAt
+ * @property {number} lastSeen
+ * @property {number} packetsIn
+ * @property {number} packetsOut
+ * @property {number} bytesIn
+ * @property {number} bytesOut
+ */
+
+/** @typedef {{ code: string, host: string, expiresAt: number }} JoinCode a live join code */
+
+/**
+ * A live relay node of the fleet.
+ * @typedef {object} RelayNode
+ * @property {string} id
+ * @property {string} region
+ * @property {{ transport: string, host: string, port: number }[]} endpoints
+ * @property {number} load bound allocations
+ * @property {number} capacity
+ * @property {number} allocations
+ * @property {boolean} draining
+ * @property {number} heartbeatAgeMs
+ */
+
+/**
+ * unity-relay's state (`/api/servers/unity-relay` body.state): `nodes` is null for a single
+ * relay; an allocator has no allocations and no data plane.
+ * @typedef {object} UnityRelayState
+ * @property {Allocation[]} allocations
+ * @property {JoinCode[]} joinCodes
+ * @property {RelayNode[] | null} nodes
+ * @property {'js' | 'native' | null} dataplane
+ * @property {'js' | 'native'} [wireServedBy] the plane serving bindings now
+ * @property {string} role
+ * @property {string | null} nodeId
+ * @property {boolean} draining
+ */
+
+/**
  * @param {HTMLElement} main
  * @param {import('../../../../web/dashboard/kit.js').PageContext} ctx
  * @param {import('../../../../web/dashboard/kit.js').Kit} kit
@@ -16,6 +66,7 @@ export function mount(main, ctx, kit) {
     'Drain this relay? It stops taking new allocations; existing ones keep relaying.',
   );
 
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<Allocation & { rateIn: number | undefined, rateOut: number | undefined }>} */
   const allocations = liveTable({
     testid: 'allocations',
     rowTestid: 'allocation-row',
@@ -84,6 +135,7 @@ export function mount(main, ctx, kit) {
       },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<JoinCode>} */
   const joinCodes = liveTable({
     testid: 'join-codes',
     rowTestid: 'join-code-row',
@@ -95,6 +147,7 @@ export function mount(main, ctx, kit) {
       { label: 'expires in', cell: (j) => fmt.duration(j.expiresAt - Date.now()) },
     ],
   });
+  /** @type {import('../../../../web/dashboard/dom.js').LiveTable<RelayNode>} */
   const nodes = liveTable({
     testid: 'nodes',
     rowTestid: 'node-row',
@@ -129,6 +182,7 @@ export function mount(main, ctx, kit) {
   return {
     stream: { protocol: 'unity-relay' },
     onTick: frame.onTick,
+    /** @param {import('../../../../src/core/admin/api-types.js').ServerDetailJson<UnityRelayState>} body */
     onState(body) {
       const s = body.state ?? {};
       const now = Date.now();
@@ -142,7 +196,8 @@ export function mount(main, ctx, kit) {
       allocations.update(list);
       joinCodes.update(s.joinCodes ?? []);
       nodesPanel.hidden = s.nodes === null || s.nodes === undefined;
-      if (!nodesPanel.hidden) nodes.update(s.nodes);
+      // (shown only when there are nodes)
+      if (!nodesPanel.hidden) nodes.update(/** @type {RelayNode[]} */ (s.nodes));
       // Drain is offered when the server says it applies (a node role): see docs/dashboard.md.
       drain.update(s);
     },
