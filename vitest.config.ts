@@ -22,6 +22,7 @@ const RELAY_PLANE_FILES = [
   'hardening',
   'impaired-link',
   'load',
+  'load-corrupt',
   'relay',
   'seam',
   'transport-limits',

@@ -66,6 +66,10 @@ function cell(text: string): string {
 
 /** The Markdown config reference (docs/config.md). */
 export function configReference(protocols: readonly ProtocolModule[]): string {
+  // The example's section: the first protocol with a server, moved off its default port.
+  const example = protocols.find((p) => p.server !== undefined);
+  const exampleSection =
+    example === undefined ? '' : `, "${example.name}": { "port": ${example.server!.defaultPort + 1} }`;
   const out = [
     '# Configuration reference',
     '',
@@ -76,7 +80,7 @@ export function configReference(protocols: readonly ProtocolModule[]): string {
     'flag. The config file is JSON (with `//` comments allowed) holding one object per section:',
     '',
     '```json',
-    '{ "serve": { "adminPort": 9100 }, "js5": { "port": 43595, "profile": "osrs" } }',
+    `{ "serve": { "adminPort": 9100 }${exampleSection} }`,
     '```',
     '',
     'Every value is checked before anything starts: its type, its range or choices, and that its',

@@ -3,18 +3,70 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
+import { CommandError, EXIT_USAGE } from '../core/errors.js';
+import type { DecoderFlag } from '../core/flow.js';
 import { generateDissectors } from '../inspect/dissector.js';
 import type { InspectRecord, PortMapping } from '../inspect/inspector.js';
 import { accepts, type RecordFilter, recordJson, tableLine } from '../inspect/output.js';
-import { loadFlowProtocols } from '../inspect/protocols.js';
+import { loadFlowProtocols, loadInspections } from '../inspect/protocols.js';
 import { inspectChunks } from '../inspect/run.js';
-import type { RmcVariant } from '../protocols/rmc/messages.js';
+import { registry } from '../protocols/registry.js';
 import { CliError, parseIntOption, UsageError } from './errors.js';
 
-/** The names `--port` and `--protocol` accept: every protocol's flows (prudp too), tls and dtls. */
+/** The names `--port` and `--protocol` accept: every protocol's flows (a protocol may have several), tls and dtls. */
 export async function flowNames(): Promise<string[]> {
   return (await loadFlowProtocols()).map((p) => p.name);
+}
+
+/** `a`, `a or b`, `a, b or c`. */
+function orList(values: readonly string[]): string {
+  return values.length <= 1 ? values.join('') : `${values.slice(0, -1).join(', ')} or ${values.at(-1)}`;
+}
+
+/**
+ * Adds every protocol's own flags of one command (`inspectFlags` of `gamewire inspect`,
+ * `replayFlags` of `gamewire replay`, declared in its inspection and reached through its registry
+ * entry) to `cmd`, in registry order. Returns what turns the parsed values into the decoder
+ * options (each flag checked, then applied). A flag another protocol or the command already has
+ * is refused (ERR_PLUGIN, exit 2).
+ */
+export async function addDecoderFlags(
+  cmd: Command,
+  kind: 'inspectFlags' | 'replayFlags',
+): Promise<(values: Record<string, unknown>) => Record<string, unknown>> {
+  const declared: { flag: DecoderFlag; option: Option }[] = [];
+  for (const { protocol, inspection } of await loadInspections()) {
+    for (const flag of inspection[kind] ?? []) {
+      const option = new Option(flag.flag, flag.description);
+      if (flag.default !== undefined) option.default(flag.default);
+      const taken = cmd.options.find(
+        (o) =>
+          (o.long !== undefined && o.long === option.long) || o.attributeName() === option.attributeName(),
+      );
+      if (taken !== undefined) {
+        throw new CommandError(
+          'ERR_PLUGIN',
+          `${protocol}: the flag ${option.long ?? flag.flag} of \`gamewire ${cmd.name()}\` is already taken`,
+          EXIT_USAGE,
+        );
+      }
+      cmd.addOption(option);
+      declared.push({ flag, option });
+    }
+  }
+  return (values) => {
+    const options: Record<string, unknown> = {};
+    for (const { flag, option } of declared) {
+      const raw = values[option.attributeName()];
+      const value = raw === true ? true : typeof raw === 'string' ? raw : undefined;
+      if (flag.choices !== undefined && typeof value === 'string' && !flag.choices.includes(value)) {
+        throw new UsageError(`${option.long} takes ${orList(flag.choices)}`);
+      }
+      Object.assign(options, flag.apply(value));
+    }
+    return options;
+  };
 }
 
 /** Refuses a name no flow protocol has, listing the known ones. */
@@ -50,10 +102,6 @@ interface InspectFlags {
   protocol?: string;
   flow?: string;
   type?: string;
-  rmcVariant: string;
-  js5Seeded?: boolean;
-  accessKey?: string;
-  prudpChecksum: string;
   detect: boolean;
   maxRecordBytes: number;
   maxFlows: number;
@@ -104,8 +152,10 @@ async function* chunksOf(source: string): AsyncGenerator<Buffer> {
   }
 }
 
-export function addInspectCommand(program: Command): void {
-  program
+export async function addInspectCommand(program: Command): Promise<void> {
+  // Flow names that are no registered protocol's (a protocol's second flow, the transports).
+  const extraNames = (await flowNames()).filter((n) => !registry.some((e) => e.name === n));
+  const cmd = program
     .command('inspect')
     .description('decode a pcap/pcapng capture (or a live stream with --follow -) across every protocol')
     .argument('[file]', 'a pcap or pcapng file, or - for stdin')
@@ -125,14 +175,13 @@ export function addInspectCommand(program: Command): void {
     )
     .option(
       '--protocol <list>',
-      'only these protocols (comma-separated: the names of `gamewire protocols`, prudp, tls, dtls)',
+      `only these protocols (comma-separated: the names of \`gamewire protocols\`${extraNames.map((n) => `, ${n}`).join('')})`,
     )
     .option('--flow <flow>', 'only this flow: its label, one endpoint (host:port) or a port')
-    .option('--type <list>', 'only these message types (comma-separated; "error" for decode failures)')
-    .option('--rmc-variant <variant>', 'RMC envelope: hyperscape, nex-verbose or classic', 'hyperscape')
-    .option('--access-key <key>', "PRUDP: the game's access key (checksums are checked with it)")
-    .option('--prudp-checksum <width>', 'PRUDP checksum width: 1 or 4 bytes', '1')
-    .option('--js5-seeded', 'JS5 handshakes carry the 16-byte seed (OSRS 223 and later)')
+    .option('--type <list>', 'only these message types (comma-separated; "error" for decode failures)');
+  // Each protocol's own decoder flags (`--rmc-variant`, …), declared in its folder.
+  const decoderOptions = await addDecoderFlags(cmd, 'inspectFlags');
+  cmd
     .option('--no-detect', 'do not guess protocols from content for flows on unmapped ports')
     .option('--max-record-bytes <n>', 'largest capture record accepted', parseIntOption, 1 << 20)
     .option('--max-flows <n>', 'flows tracked at once', parseIntOption, 65_536)
@@ -146,12 +195,7 @@ export function addInspectCommand(program: Command): void {
     .action(async (file: string | undefined, flags: InspectFlags) => {
       const source = file ?? (flags.follow === true ? '-' : undefined);
       if (source === undefined) throw new UsageError('give a capture FILE, or - for stdin');
-      if (!['hyperscape', 'nex-verbose', 'classic'].includes(flags.rmcVariant)) {
-        throw new UsageError('--rmc-variant takes hyperscape, nex-verbose or classic');
-      }
-      if (flags.prudpChecksum !== '1' && flags.prudpChecksum !== '4') {
-        throw new UsageError('--prudp-checksum takes 1 or 4');
-      }
+      const decoder = decoderOptions(flags as unknown as Record<string, unknown>);
       const known = await flowNames();
       for (const m of flags.port) checkFlowName(m.protocol, known);
       const protocols = list(flags.protocol);
@@ -178,12 +222,7 @@ export function addInspectCommand(program: Command): void {
         maxFlows: flags.maxFlows,
         capture: { maxRecordBytes: flags.maxRecordBytes },
         tcp: { maxOutOfOrderBytes: flags.maxOutOfOrderBytes },
-        decoder: {
-          rmcVariant: flags.rmcVariant as RmcVariant,
-          js5Seeded: flags.js5Seeded === true,
-          prudpAccessKey: flags.accessKey,
-          prudpChecksum: flags.prudpChecksum === '4' ? 4 : 1,
-        },
+        decoder,
       });
       if (flags.stats) process.stderr.write(`${JSON.stringify({ stats })}\n`);
     });

@@ -8,9 +8,8 @@ import type { Command } from 'commander';
 import { setTrafficRecorder } from '../core/recording.js';
 import { PcapngRecorder } from '../inspect/recorder.js';
 import { replay } from '../inspect/replay.js';
-import type { RmcVariant } from '../protocols/rmc/messages.js';
 import { CliError, connectFailure, parseIntOption, UsageError } from './errors.js';
-import { checkFlowName, flowNames, parsePortMapping } from './inspect.js';
+import { addDecoderFlags, checkFlowName, flowNames, parsePortMapping } from './inspect.js';
 import { writeOut } from './stdio.js';
 
 /** The recording flags of `serve`. */
@@ -56,8 +55,13 @@ function parseTarget(value: string): { host: string; port: number } {
   return { host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port: Number(m[2]) };
 }
 
-export function addReplayCommand(program: Command): void {
-  program
+type ReplayFlags = { target: string; port: any[]; ignore?: string; stepTimeoutMs: number } & Record<
+  string,
+  unknown
+>;
+
+export async function addReplayCommand(program: Command): Promise<void> {
+  const cmd = program
     .command('replay')
     .description(
       "play a recording's client side back to a server and report where its replies differ, field by field",
@@ -76,50 +80,47 @@ export function addReplayCommand(program: Command): void {
       "longest wait for the server's replies before each send",
       parseIntOption,
       2000,
-    )
-    .option('--rmc-variant <variant>', 'RMC envelope: hyperscape, nex-verbose or classic', 'hyperscape')
-    .action(
-      async (
-        file: string,
-        flags: { target: string; port: any[]; ignore?: string; stepTimeoutMs: number; rmcVariant: string },
-      ) => {
-        const target = parseTarget(flags.target);
-        const known = await flowNames();
-        for (const m of flags.port) checkFlowName(m.protocol, known);
-        let capture: Buffer;
-        try {
-          capture = fs.readFileSync(file);
-        } catch (err) {
-          throw new CliError('ERR_READ', `cannot read ${file}: ${(err as Error).message}`);
-        }
-        const ignore = new Set(
-          (flags.ignore ?? '')
-            .split(',')
-            .map((s) => s.trim())
-            .filter((s) => s !== ''),
-        );
-        const result = await replay(capture, {
-          host: target.host,
-          port: target.port,
-          stepTimeoutMs: flags.stepTimeoutMs,
-          ignore,
-          ports: flags.port,
-          decoder: { rmcVariant: flags.rmcVariant as RmcVariant },
-        }).catch((err: unknown) => {
-          // A target that cannot be reached (refused, a name that does not resolve): say which.
-          const hint = connectFailure(err, flags.target, '--target');
-          throw hint instanceof CliError ? hint : err;
-        });
-        for (const d of result.differences) process.stdout.write(`${JSON.stringify({ difference: d })}\n`);
-        process.stderr.write(
-          `${JSON.stringify({ replay: { flows: result.flows, messages: result.messages, differences: result.differences.length } })}\n`,
-        );
-        if (result.differences.length > 0) {
-          throw new CliError(
-            'ERR_REPLAY_DIFFERS',
-            `${result.differences.length} difference(s) from the recording`,
-          );
-        }
-      },
     );
+  // Each protocol's own decoder flags (`--rmc-variant`, …), declared in its folder.
+  const decoderOptions = await addDecoderFlags(cmd, 'replayFlags');
+  cmd.action(async (file: string, flags: ReplayFlags) => {
+    const target = parseTarget(flags.target);
+    const decoder = decoderOptions(flags);
+    const known = await flowNames();
+    for (const m of flags.port) checkFlowName(m.protocol, known);
+    let capture: Buffer;
+    try {
+      capture = fs.readFileSync(file);
+    } catch (err) {
+      throw new CliError('ERR_READ', `cannot read ${file}: ${(err as Error).message}`);
+    }
+    const ignore = new Set(
+      (flags.ignore ?? '')
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== ''),
+    );
+    const result = await replay(capture, {
+      host: target.host,
+      port: target.port,
+      stepTimeoutMs: flags.stepTimeoutMs,
+      ignore,
+      ports: flags.port,
+      decoder,
+    }).catch((err: unknown) => {
+      // A target that cannot be reached (refused, a name that does not resolve): say which.
+      const hint = connectFailure(err, flags.target, '--target');
+      throw hint instanceof CliError ? hint : err;
+    });
+    for (const d of result.differences) process.stdout.write(`${JSON.stringify({ difference: d })}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ replay: { flows: result.flows, messages: result.messages, differences: result.differences.length } })}\n`,
+    );
+    if (result.differences.length > 0) {
+      throw new CliError(
+        'ERR_REPLAY_DIFFERS',
+        `${result.differences.length} difference(s) from the recording`,
+      );
+    }
+  });
 }

@@ -20,10 +20,10 @@ import {
   checkConfigFile,
   checkValue,
   defaultsOf,
-  fillOptions,
   flagName,
   flagParser,
   readConfigFile,
+  resolveOptions,
   SERVE_OPTIONS,
   sectionOptions,
   valuesFromEnv,
@@ -33,7 +33,7 @@ import type { Logger } from '../core/logger.js';
 import { createLogger, RateLimitedLog } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
-import type { RunningServer, ServeOption } from '../core/server.js';
+import type { CommonServerOptions, RunningServer, ServeOption } from '../core/server.js';
 import { printError } from './errors.js';
 import { addRecordOptions, startRecording } from './record.js';
 import { keepRunningWithoutStdout, writeOut } from './stdio.js';
@@ -106,10 +106,10 @@ export function configSchema(protocols: readonly ProtocolModule[]): Map<string, 
 
 /**
  * A server's options: defaults, then its config-file section, then environment variables, then
- * command-line flags, then the defaults of what none of them set (`fillOptions`). Flags are
- * looked up under commander's name for each flag (`--unity-idle-timeout` → `unityIdleTimeout`),
- * which may differ from the option's key. The section's values were checked with the config
- * file (`checkConfigFile`).
+ * command-line flags, then the defaults of what none of them set (`resolveOptions`: the options
+ * its `start` receives, typed by its definition). Flags are looked up under commander's name for
+ * each flag (`--unity-idle-timeout` → `unityIdleTimeout`), which may differ from the option's key.
+ * The section's values were checked with the config file (`checkConfigFile`).
  */
 export function resolveServeOptions(
   p: ProtocolModule,
@@ -118,7 +118,7 @@ export function resolveServeOptions(
   serveHost: string,
   env: NodeJS.ProcessEnv = process.env,
   warnings: string[] = [],
-): Record<string, unknown> {
+): ServeOptionsView {
   const def = p.server!;
   const options = sectionOptions(def.defaultPort, def.options);
   const values: Record<string, unknown> = { ...section, ...valuesFromEnv(p.name, options, env) };
@@ -130,8 +130,15 @@ export function resolveServeOptions(
     if (value !== undefined)
       values[o.key] = checkValue(o, value, { kind: 'flag', flag: `${p.name} ${flagName(o)}` });
   }
-  return fillOptions(p.name, options, values, serveHost);
+  return resolveOptions(def, p.name, values, serveHost);
 }
+
+/**
+ * The options `serve` resolved for a server, as `serve` itself reads them: `host`, `port`, and
+ * any key by name (messages that name the option a port came from; tests). What the server's
+ * `start` receives is the same object, typed by its definition.
+ */
+export type ServeOptionsView = CommonServerOptions & { readonly [key: string]: unknown };
 
 export function addServeCommand(program: Command, protocols: readonly ProtocolModule[]): void {
   const servers = protocols.filter((p) => p.server !== undefined);
@@ -235,19 +242,19 @@ interface ConnectionEvent {
   reason?: string;
 }
 
-/** The option-key prefixes that say which transport a protocol's option is for. */
+/**
+ * The option-key prefixes that say which transport a protocol's option is for, where they are not
+ * the transport kind itself (`tcpMaxConnections`, or `<kind>MaxConnections` for a protocol's own kind).
+ */
 const TRANSPORT_KEY_PREFIXES: Readonly<Record<string, readonly string[]>> = {
-  tcp: ['tcp'],
-  udp: ['udp'],
-  dtls: ['dtls'],
   websocket: ['ws', 'websocket'],
-  prudp: ['prudp'],
 };
 
 /**
  * The option that caps a protocol's connections over `transport`: among its integer
  * `max…Connections` / `max…Clients` options, the one named for that transport
- * (`prudpMaxConnections` for `prudp`), else the one named for no transport (`maxConnections`).
+ * (`<transport>MaxConnections`), else the one named for no transport (`maxConnections`: its key
+ * starts with `max`).
  */
 export function connectionCapOption(
   options: readonly ServeOption[],
@@ -256,10 +263,7 @@ export function connectionCapOption(
   const caps = options.filter((o) => o.type === 'int' && /max\w*(Connections|Clients)$/i.test(o.key));
   const namedFor = (o: ServeOption, t: string) =>
     (TRANSPORT_KEY_PREFIXES[t] ?? [t]).some((prefix) => o.key.toLowerCase().startsWith(prefix));
-  return (
-    caps.find((o) => namedFor(o, transport)) ??
-    caps.find((o) => !Object.keys(TRANSPORT_KEY_PREFIXES).some((t) => namedFor(o, t)))
-  );
+  return caps.find((o) => namedFor(o, transport)) ?? caps.find((o) => /^max/i.test(o.key));
 }
 
 /**
@@ -307,13 +311,13 @@ export function logConnections(
 export function startFailure(
   name: string,
   err: unknown,
-  options: Record<string, unknown>,
+  options: ServeOptionsView,
   def: ProtocolModule,
 ): CommandError {
   if (err instanceof CommandError) return err;
   const e = err as NodeJS.ErrnoException & { port?: number; address?: string };
   if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
-    const port = e.port ?? (options.port as number);
+    const port = e.port ?? options.port;
     const owner = sectionOptions(def.server!.defaultPort, def.server!.options).find(
       (o) => o.type === 'int' && (o.key === 'port' || /Port$/.test(o.key)) && options[o.key] === port,
     );
@@ -456,7 +460,7 @@ async function runServers(
 
   // Every protocol's options, checked before anything starts (a bad value or a fleet-only option
   // without Redis stops `serve` with nothing listening yet).
-  const resolved: [ProtocolModule, Record<string, unknown>][] = [];
+  const resolved: [ProtocolModule, ServeOptionsView][] = [];
   for (const p of selected) {
     const flagWarnings: string[] = [];
     const options = resolveServeOptions(
@@ -476,7 +480,7 @@ async function runServers(
   // once every server and the admin endpoint listen.
   const announcements: {
     name: string;
-    options: Record<string, unknown>;
+    options: ServeOptionsView;
     module: ProtocolModule;
     announce: () => Promise<void>;
   }[] = [];

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
-import type { ServeOption, ServerDefinition } from './server.js';
+import type { CommonServerOptions, ServeOption, ServerDefinition } from './server.js';
 
 /** Where a value came from, for messages that say exactly what to fix. */
 export type ValueSource =
@@ -88,8 +88,12 @@ export function checkKind(option: ServeOption, raw: unknown, source: ValueSource
       let n: number;
       if (typeof raw === 'number' && Number.isInteger(raw)) n = raw;
       else if (fromText && /^-?\d+$/.test((raw as string).trim())) n = Number((raw as string).trim());
-      else fail(source, `expected a whole number, got ${JSON.stringify(raw)}`);
-      const { min, max } = intRange(option);
+      else
+        fail(source, `expected a whole number, got ${typeof raw === 'number' ? raw : JSON.stringify(raw)}`);
+      const range = intRange(option);
+      const max = range.max;
+      // A library caller may go below `min` down to `libraryMin` (js5's tiny slices).
+      const min = source.kind === 'value' && option.libraryMin !== undefined ? option.libraryMin : range.min;
       if (n < min || n > max) fail(source, `${n} is out of range ${min}..${max}`);
       return n;
     }
@@ -340,8 +344,9 @@ export function checkRequires(
 
 /**
  * A section's complete options from values already checked (`checkValue`): every option not
- * given takes its default (through its `parse`, if it has one), `host` is `host` unless given,
- * and an option set without the one it `requires` is refused. What `start()` receives.
+ * given takes its default (through its `parse`, if it has one), then each option with a derived
+ * default (`derive`) not given takes it, in declaration order; `host` is `host` unless given, and
+ * an option set without the one it `requires` is refused. What `start()` receives.
  */
 export function fillOptions(
   section: string,
@@ -356,8 +361,25 @@ export function fillOptions(
     else if (o.default !== undefined) out[o.key] = o.parse === undefined ? o.default : o.parse(o.default);
     else if (!(o.key in out)) out[o.key] = undefined;
   }
+  for (const o of options) if (out[o.key] === undefined && o.derive !== undefined) out[o.key] = o.derive(out);
   checkRequires(section, options, out);
   return out;
+}
+
+/**
+ * The typed options of a server (or an `OptionSet`) from values checked against its `options`
+ * (`checkValue`): `fillOptions`, typed. The one place a checked record is given its type `O`: the
+ * registry holds definitions of every options type (`ProtocolModule.server`, `O` erased), and
+ * the values were checked and filled from that same definition's declarations, so they are what
+ * its `start` expects; `OptionSet.resolve` names `O` from its declarations.
+ */
+export function resolveOptions<O extends CommonServerOptions>(
+  server: Pick<ServerDefinition<O>, 'defaultPort' | 'options'>,
+  section: string,
+  values: Readonly<Record<string, unknown>>,
+  host = '0.0.0.0',
+): O {
+  return fillOptions(section, sectionOptions(server.defaultPort, server.options), { ...values }, host) as O;
 }
 
 /**
@@ -370,11 +392,23 @@ export function fillOptions(
  * const running = await js5.server.start(completeOptions('js5', js5.server, { port: 0 }), ctx);
  * ```
  */
-export function completeOptions<O extends object>(
+export function completeOptions<O extends CommonServerOptions>(
   section: string,
   server: ServerDefinition<O>,
   values: Readonly<Record<string, unknown>> = {},
 ): O {
+  return resolveOptions(server, section, checkGiven(section, server, values));
+}
+
+/**
+ * Values a library caller gives for a server's section (`host`, `port` and its own options), each
+ * checked as the config file would check it (with `libraryMin`); unknown keys refused.
+ */
+export function checkGiven(
+  section: string,
+  server: Pick<ServerDefinition, 'defaultPort' | 'options'>,
+  values: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
   const options = sectionOptions(server.defaultPort, server.options);
   const checked: Record<string, unknown> = {};
   for (const [key, raw] of Object.entries(values)) {
@@ -389,7 +423,7 @@ export function completeOptions<O extends object>(
       );
     if (raw !== undefined) checked[key] = checkValue(o, raw, { kind: 'value', key: `${section}.${key}` });
   }
-  return fillOptions(section, options, checked) as O;
+  return checked;
 }
 
 /**

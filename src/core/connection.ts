@@ -1,6 +1,6 @@
 /**
- * The connection seam: what every server transport (TCP, UDP sessions, DTLS, WebSocket, PRUDP)
- * shows a protocol of one peer, and the table that admits peers under the global and
+ * The connection seam: what every server transport (TCP, UDP sessions, DTLS, WebSocket, or one a
+ * protocol brings) shows a protocol of one peer, and the table that admits peers under the global and
  * per-address caps and publishes their lifecycle on the `gamewire:connection:*` diagnostics
  * channels. A protocol holds `Connection`s and never asks which transport one came over; a
  * transport keeps its own wire mechanics and reports opens and closes here.
@@ -41,8 +41,22 @@ export const CloseReason = {
 } as const;
 export type CloseReasonName = (typeof CloseReason)[keyof typeof CloseReason];
 
-/** How a peer reached the server. A protocol may read it (to show it), never branch on it. */
-export type TransportKind = 'tcp' | 'udp' | 'dtls' | 'websocket' | 'prudp';
+/**
+ * How a peer reached the server: one of the built-in kinds (`TransportKinds`), or a kind a
+ * protocol brings for a transport of its own (any other lowercase name, declared as a constant in
+ * the protocol's folder). An option named for a kind starts with it (`<kind>MaxConnections`;
+ * `ws…` for `websocket`). A protocol may read it (to show it), never branch on it.
+ */
+export type TransportKind = BuiltinTransportKind | (string & {});
+
+/** The transport kinds gamewire's shared transports report. */
+export const TransportKinds = {
+  tcp: 'tcp',
+  udp: 'udp',
+  dtls: 'dtls',
+  websocket: 'websocket',
+} as const;
+export type BuiltinTransportKind = (typeof TransportKinds)[keyof typeof TransportKinds];
 
 /** One peer of a server, whatever the transport. */
 export interface Connection {
@@ -58,7 +72,7 @@ export interface Connection {
   readonly bytesOut: number;
   /**
    * Messages received and sent: frames of a framed stream, datagrams, records, WebSocket
-   * messages, PRUDP packets. A raw TCP stream has no messages (0).
+   * messages, a protocol transport's packets. A raw TCP stream has no messages (0).
    */
   readonly messagesIn: number;
   readonly messagesOut: number;
@@ -143,10 +157,10 @@ export interface ConnectionTableOptions extends ConnectionCaps {
 /**
  * The listener half of the seam, one per endpoint: admits connections under the caps, counts
  * them per address key, and publishes `open` / `close` / `drop`. A transport calls `admit` when
- * a peer starts (a TCP accept, a PRUDP SYN, a DTLS association), `announce` once it is a
+ * a peer starts (a TCP accept, a DTLS association, a protocol transport's handshake), `announce` once it is a
  * connection the protocol sees (publishes `open`; `open` does both), and `release` when it is
  * gone (publishes `close` if it was announced). An entry admitted and released unannounced (a
- * PRUDP handshake that never completed) publishes nothing.
+ * handshake that never completed) publishes nothing.
  */
 export class ConnectionTable<C extends Connection = Connection> {
   readonly protocol: string;

@@ -131,6 +131,13 @@ export interface FlowDeclaration {
   messages: { client: Codec<any>; server: Codec<any> };
   /** Content detection: the bytes a client's first message starts with (after any prefix). */
   clientSignature?: { offset: number; bytes: readonly number[] };
+  /** Its own decoder options and their defaults (set by its `inspectFlags`), as `FlowProtocol.defaults`. */
+  defaults?: Record<string, unknown>;
+  /**
+   * How a decoded message is shown, given the decoder options (its own included): the message's
+   * JSON as decoded, returned changed or as is. Absent: as decoded. The dissector ignores it.
+   */
+  present?(message: Json, direction: Direction, options: BaseDecoderOptions & Record<string, unknown>): Json;
 }
 
 // ---- helpers for decoders ------------------------------------------------------------------------
@@ -238,15 +245,23 @@ export function prefixWidth(prefix: LengthPrefixOptions['prefix']): number {
 
 /** The flow decoder of a declared protocol (see `FlowDeclaration`). */
 export function declaredFlow(decl: FlowDeclaration): FlowProtocol {
-  const emitMessages = (out: Emitter, d: Direction, bytes: Buffer, start: number): void => {
+  const present = decl.present;
+  const emitMessages = (
+    out: Emitter,
+    options: BaseDecoderOptions & Record<string, unknown>,
+    d: Direction,
+    bytes: Buffer,
+    start: number,
+  ): void => {
     const codec = decl.messages[d];
-    out.message(d, codec.toJson(decode(codec, bytes.subarray(start))) as Json);
+    const json = codec.toJson(decode(codec, bytes.subarray(start))) as Json;
+    out.message(d, present === undefined ? json : present(json, d, options));
   };
   const signature = decl.clientSignature;
   // The message starts after the length field, whatever the length counts.
   const framedOffset = (f: Omit<LengthPrefixOptions, 'maxFrameBytes' | 'minFrameBytes'>): number =>
     (f.at ?? 0) + prefixWidth(f.prefix);
-  return {
+  const flow: FlowProtocol<Record<string, unknown>> = {
     name: decl.name,
     tcpPorts: decl.tcpPorts,
     udpPorts: decl.udpPorts,
@@ -264,7 +279,7 @@ export function declaredFlow(decl: FlowDeclaration): FlowProtocol {
                 minFrameBytes: framedOffset(tcp),
               }),
               options.maxFrameBytes,
-              (d, frame) => emitMessages(out, d, frame, framedOffset(tcp)),
+              (d, frame) => emitMessages(out, options, d, frame, framedOffset(tcp)),
             );
       const udpMeasure =
         udp === undefined || udp === 'datagram'
@@ -279,7 +294,7 @@ export function declaredFlow(decl: FlowDeclaration): FlowProtocol {
             : (d, payload) => {
                 try {
                   if (udpMeasure === undefined || udp === 'datagram') {
-                    emitMessages(out, d, payload, 0);
+                    emitMessages(out, options, d, payload, 0);
                     return;
                   }
                   let off = 0;
@@ -289,7 +304,7 @@ export function declaredFlow(decl: FlowDeclaration): FlowProtocol {
                       throw new DecodeError(ErrorCode.INCOMPLETE, 'frame cut short by the datagram', off);
                     }
                     try {
-                      emitMessages(out, d, payload.subarray(off, off + n), framedOffset(udp));
+                      emitMessages(out, options, d, payload.subarray(off, off + n), framedOffset(udp));
                     } catch (e) {
                       throw asDecodeError(e, 0).atBase(off);
                     }
@@ -315,6 +330,30 @@ export function declaredFlow(decl: FlowDeclaration): FlowProtocol {
             return 'client';
           },
   };
+  if (decl.defaults !== undefined) flow.defaults = decl.defaults;
+  return flow;
+}
+
+/**
+ * A command-line flag a protocol adds to `gamewire inspect` (its `inspectFlags`) or to `gamewire
+ * replay` (its `replayFlags`) for its own decoder options: `--rmc-variant <variant>` sets
+ * `rmcVariant`. The command adds it as declared (flag, help line, default) and hands every
+ * decoder the options `apply` returns.
+ */
+export interface DecoderFlag {
+  /** Commander's flag: `--rmc-variant <variant>` takes a value, `--js5-seeded` is a switch. */
+  flag: string;
+  /** Its help line. */
+  description: string;
+  /** The value when the flag is not given (shown by `--help`); for a flag with a value only. */
+  default?: string;
+  /** The values it accepts: another is refused (exit 2, "--rmc-variant takes a, b or c"). */
+  choices?: readonly string[];
+  /**
+   * The decoder options it sets, from its value: the string given (or its default), `true` for a
+   * switch given, undefined for neither. May throw `UsageError` for a value it refuses.
+   */
+  apply(value: string | true | undefined): Record<string, unknown>;
 }
 
 /** Everything a protocol gives the inspector: its flows and its dissectors. */
@@ -323,6 +362,16 @@ export interface ProtocolInspection {
   flows: readonly (FlowProtocol<any> | FlowDeclaration)[];
   /** Dissectors written from declarations plus glue. */
   dissectors?: readonly DissectorDeclaration[];
+  /** Its flags of `gamewire inspect` (for its flows' decoder options), in `--help` order. */
+  inspectFlags?: readonly DecoderFlag[];
+  /** Its flags of `gamewire replay` (the decoder that follows a replayed flow). */
+  replayFlags?: readonly DecoderFlag[];
+  /**
+   * Ports of its endpoints that carry TLS over TCP (a `wss` endpoint) or DTLS over UDP, which
+   * the inspector shows as `tls` or `dtls` records (the protocol inside cannot be read).
+   */
+  tlsPorts?: readonly number[];
+  dtlsPorts?: readonly number[];
 }
 
 /** A declared flow (rather than a hand-written decoder). */

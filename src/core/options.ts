@@ -17,7 +17,16 @@
  * } });
  * ```
  */
-import type { RunningServer, ServeOption, ServerContext, ServerDefinition } from './server.js';
+import { checkGiven, resolveOptions } from './config.js';
+import type {
+  CommonServerOptions,
+  RunningServer,
+  ServeOption,
+  ServerContext,
+  ServerDefinition,
+} from './server.js';
+
+export type { CommonServerOptions } from './server.js';
 
 export declare const VALUE: unique symbol;
 
@@ -44,18 +53,27 @@ export type Infer<D extends OptionDeclarations> = {
 };
 
 /**
- * What every server is given besides its own options: where it binds. (A type, not an interface:
- * options types stay assignable to `Record<string, unknown>`, which `ProtocolModule.server` is.)
+ * The options `start()` of a server with these declarations receives (and the library class it
+ * builds): every declared key, `host` and `port`; the keys `K` have a derived default (`derive`),
+ * so they are always there too.
  */
-export type CommonServerOptions = {
-  /** Bind address (`<protocol>.host`, else `serve.host`; `0.0.0.0` for a library caller). */
-  host: string;
-  /** The protocol's main port (its default port unless set). */
-  port: number;
+export type ServerOptions<D extends OptionDeclarations, K extends keyof D = never> = Infer<D> & {
+  -readonly [P in K]-?: NonNullable<Infer<D>[P]>;
+} & CommonServerOptions;
+
+/**
+ * Defaults that follow from other options (js5's `maxPerIp` from `maxClients`): key → its value
+ * when none was given, computed from the options filled before it (fixed defaults, given values,
+ * and the derived options declared before it). The declaration's description says the rule.
+ */
+export type Derivations<D extends OptionDeclarations, K extends keyof D> = {
+  readonly [P in K]: (options: ServerOptions<D, K>) => NonNullable<Infer<D>[P]>;
 };
 
-/** The options `start()` of a server with these declarations receives. */
-export type ServerOptions<D extends OptionDeclarations> = Infer<D> & CommonServerOptions;
+/** What a library caller may give a server: any declared option, `host`, `port`; the rest is filled. */
+export type OptionValues<D extends OptionDeclarations> = {
+  [P in keyof D]?: Infer<D>[P];
+} & Partial<CommonServerOptions>;
 
 /** What every declaration may say, whatever its type. */
 type CommonSpec = Pick<
@@ -67,6 +85,12 @@ export interface IntSpec extends CommonSpec {
   default?: number;
   /** Smallest value (default 0). */
   min?: number;
+  /**
+   * Smallest value a library caller may give (`resolve`, `completeOptions`), when lower than
+   * `min`, which `gamewire serve` and the config file keep (js5's tiny slices exercise the framing
+   * in tests; operators get at least one block).
+   */
+  libraryMin?: number;
   /** Largest value (default 65535 for ports, else Number.MAX_SAFE_INTEGER). */
   max?: number;
   unit?: string;
@@ -141,8 +165,61 @@ export function serveOptions(declarations: OptionDeclarations): ServeOption[] {
   return Object.entries(declarations).map(([key, d]) => ({ key, ...d }));
 }
 
+/**
+ * A protocol's options, declared once: its config section, its default port, the declarations
+ * and the defaults that follow from other options. `resolve` gives the complete, checked, typed
+ * options from whatever part of them a caller gives: the server's `start()` receives the same
+ * (`gamewire serve` fills them from the config file, the environment and the flags), and a
+ * library class (`Js5Server`) resolves the partial options it is constructed with through it, so
+ * no default and no rule is written anywhere else.
+ */
+export interface OptionSet<D extends OptionDeclarations, K extends keyof D = never> {
+  readonly section: string;
+  readonly defaultPort: number;
+  readonly declarations: D;
+  /** The `ServeOption`s (derived defaults attached), in declaration order. */
+  readonly options: readonly ServeOption[];
+  /**
+   * The complete options from `values`: each checked as the config file would check it (with
+   * `libraryMin` for ints), unknown keys refused, every default (fixed or derived) filled, an
+   * option set without the one it `requires` refused. Throws `ConfigError` naming
+   * `<section>.<key>`.
+   */
+  resolve(values?: OptionValues<D>): ServerOptions<D, K>;
+}
+
+/** Declares a protocol's options once (see `OptionSet`). */
+export function defineOptions<const D extends OptionDeclarations, K extends keyof D & string = never>(set: {
+  section: string;
+  defaultPort: number;
+  options: D;
+  derive?: Derivations<D, K>;
+}): OptionSet<D, K> {
+  const derive = (set.derive ?? {}) as Record<string, ServeOption['derive']>;
+  const options = serveOptions(set.options).map((o) =>
+    derive[o.key] === undefined ? o : { ...o, derive: derive[o.key] },
+  );
+  const target = { defaultPort: set.defaultPort, options };
+  return {
+    section: set.section,
+    defaultPort: set.defaultPort,
+    declarations: set.options,
+    options,
+    resolve: (values = {}) =>
+      resolveOptions<ServerOptions<D, K>>(target, set.section, checkGiven(set.section, target, values)),
+  };
+}
+
 /** What `defineServer` takes: a server whose `start` gets the options its declarations give. */
-export interface ServerDeclaration<D extends OptionDeclarations> {
+export interface ServerDeclaration<D extends OptionDeclarations, K extends keyof D = never> {
+  summary: string;
+  /** The options, declared once with `defineOptions`. */
+  options: OptionSet<D, K>;
+  start(options: ServerOptions<D, K>, ctx: ServerContext): Promise<RunningServer>;
+}
+
+/** The older form: declarations inline (no derived defaults; `resolve` names the section `server`). */
+export interface InlineServerDeclaration<D extends OptionDeclarations> {
   summary: string;
   defaultPort: number;
   options: D;
@@ -150,23 +227,36 @@ export interface ServerDeclaration<D extends OptionDeclarations> {
 }
 
 /** A server defined from typed declarations; `declarations` keeps them for the type checker. */
-export interface TypedServerDefinition<D extends OptionDeclarations>
-  extends ServerDefinition<ServerOptions<D>> {
+export interface TypedServerDefinition<D extends OptionDeclarations, K extends keyof D = never>
+  extends ServerDefinition<ServerOptions<D, K>> {
   readonly declarations: D;
+  /** The options `start()` receives from part of them (`OptionSet.resolve`). */
+  resolve(values?: OptionValues<D>): ServerOptions<D, K>;
 }
 
 /**
  * Defines a protocol's server from its option declarations: `options` becomes the `ServeOption`
  * list, and `start` is typed with the options it will receive, every default filled.
  */
+export function defineServer<D extends OptionDeclarations, K extends keyof D = never>(
+  server: ServerDeclaration<D, K>,
+): TypedServerDefinition<D, K>;
 export function defineServer<const D extends OptionDeclarations>(
-  server: ServerDeclaration<D>,
-): TypedServerDefinition<D> {
+  server: InlineServerDeclaration<D>,
+): TypedServerDefinition<D>;
+export function defineServer(
+  server: ServerDeclaration<OptionDeclarations> | InlineServerDeclaration<OptionDeclarations>,
+): TypedServerDefinition<OptionDeclarations> {
+  const set: OptionSet<OptionDeclarations> =
+    'defaultPort' in server
+      ? defineOptions({ section: 'server', defaultPort: server.defaultPort, options: server.options })
+      : server.options;
   return {
     summary: server.summary,
-    defaultPort: server.defaultPort,
-    options: serveOptions(server.options),
-    declarations: server.options,
+    defaultPort: set.defaultPort,
+    options: set.options,
+    declarations: set.declarations,
+    resolve: set.resolve,
     start: (options, ctx) => server.start(options, ctx),
   };
 }

@@ -22,8 +22,15 @@ export interface ServeOption {
   type: 'int' | 'string' | 'bool' | 'list' | 'json';
   /** The default, as the config file would give it (`parse`, when declared, applies to it too). */
   default?: unknown;
+  /**
+   * A default that follows from other options (`defineOptions`'s `derive`): the value when none
+   * was given, from the options filled before it (declared earlier, or with a fixed default).
+   */
+  derive?(options: Readonly<Record<string, unknown>>): unknown;
   /** Smallest accepted value (`int`). Ports and counts default to 0 when unset. */
   min?: number;
+  /** Smallest value a library caller may give (`int`), when lower than `min` (src/core/options.ts). */
+  libraryMin?: number;
   /** Largest accepted value (`int`). */
   max?: number;
   /** The only accepted values (`string`, or each item of a `list`). */
@@ -89,11 +96,25 @@ export interface RunningServer {
 }
 
 /**
+ * What every server is given besides its own options: where it binds. (A type, not an interface,
+ * so every options type built on it stays a plain object type.)
+ */
+export type CommonServerOptions = {
+  /** Bind address (`<protocol>.host`, else `serve.host`; `0.0.0.0` for a library caller). */
+  host: string;
+  /** The protocol's main port (its default port unless set). */
+  port: number;
+};
+
+/**
  * A protocol's server. `O` is the type of the options `start` receives: `defineServer`
  * (src/core/options.ts) derives it from the option declarations, so `start` never parses or
- * defaults a value itself.
+ * defaults a value itself. The registry (`ProtocolModule.server`) holds definitions of every `O`
+ * as `ServerDefinition` (`O` = `CommonServerOptions`); `serve` and `completeOptions` hand each
+ * `start` the options checked and filled from that same definition's `options`
+ * (`resolveOptions`, src/core/config.ts, the one place a checked record is typed as an `O`).
  */
-export interface ServerDefinition<O extends object = Record<string, unknown>> {
+export interface ServerDefinition<O extends CommonServerOptions = CommonServerOptions> {
   summary: string;
   defaultPort: number;
   /** Protocol-specific options. `--port` and `--host` are common to all and always present. */

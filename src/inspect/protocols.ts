@@ -3,7 +3,13 @@
  * `src/protocols/<name>/inspect.ts` and reached through its registry entry, plug-ins included),
  * then the transports they ride on (TLS and DTLS record headers). Loaded once, on first use.
  */
-import { type BaseDecoderOptions, declaredFlow, type FlowProtocol, isFlowDeclaration } from '../core/flow.js';
+import {
+  type BaseDecoderOptions,
+  declaredFlow,
+  type FlowProtocol,
+  isFlowDeclaration,
+  type ProtocolInspection,
+} from '../core/flow.js';
 import { dtlsDecoder, looksLikeDtls, looksLikeTls, tlsDecoder } from '../core/flow-transports.js';
 import { registry } from '../protocols/registry.js';
 
@@ -17,23 +23,51 @@ export const DEFAULT_DECODER_OPTIONS: BaseDecoderOptions = { maxFrameBytes: 16 <
 
 export const STREAM_ERROR = 'ERR_INSPECT_DESYNC';
 
-/** Transports, after the protocols: their content detection is the weakest. */
-export const TRANSPORT_FLOWS: readonly FlowProtocol[] = [
-  {
-    name: 'tls',
-    tcpPorts: [37003],
-    udpPorts: [],
-    create: tlsDecoder,
-    detect: (tr, b) => (tr === 'tcp' && looksLikeTls(b) && b[5] === 1 ? 'client' : undefined),
-  },
-  {
-    name: 'dtls',
-    tcpPorts: [],
-    udpPorts: [],
-    create: (out) => dtlsDecoder(out),
-    detect: (tr, b) => (tr === 'udp' && looksLikeDtls(b) && b[13] === 1 ? 'client' : undefined),
-  },
-];
+/**
+ * Transports, after the protocols: their content detection is the weakest. Their ports are the
+ * ones protocols declare as carrying TLS or DTLS (`ProtocolInspection.tlsPorts`, `dtlsPorts`).
+ */
+export function transportFlows(
+  ports: { tls?: readonly number[]; dtls?: readonly number[] } = {},
+): FlowProtocol[] {
+  return [
+    {
+      name: 'tls',
+      tcpPorts: ports.tls ?? [],
+      udpPorts: [],
+      create: tlsDecoder,
+      detect: (tr, b) => (tr === 'tcp' && looksLikeTls(b) && b[5] === 1 ? 'client' : undefined),
+    },
+    {
+      name: 'dtls',
+      tcpPorts: [],
+      udpPorts: ports.dtls ?? [],
+      create: (out) => dtlsDecoder(out),
+      detect: (tr, b) => (tr === 'udp' && looksLikeDtls(b) && b[13] === 1 ? 'client' : undefined),
+    },
+  ];
+}
+
+/** A registered protocol's name and what it gives the inspector. */
+export interface LoadedInspection {
+  protocol: string;
+  inspection: ProtocolInspection;
+}
+
+let inspections: Promise<LoadedInspection[]> | undefined;
+
+/** What every registered protocol gives the inspector (plug-ins included), in registry order. */
+export function loadInspections(): Promise<LoadedInspection[]> {
+  inspections ??= (async () => {
+    const out: LoadedInspection[] = [];
+    for (const entry of registry) {
+      if (entry.loadInspection === undefined) continue;
+      out.push({ protocol: entry.name, inspection: await entry.loadInspection() });
+    }
+    return out;
+  })();
+  return inspections;
+}
 
 let loaded: Promise<FlowProtocol<any>[]> | undefined;
 
@@ -41,12 +75,14 @@ let loaded: Promise<FlowProtocol<any>[]> | undefined;
 export function loadFlowProtocols(): Promise<FlowProtocol<any>[]> {
   loaded ??= (async () => {
     const flows: FlowProtocol<any>[] = [];
-    for (const entry of registry) {
-      if (entry.loadInspection === undefined) continue;
-      const inspection = await entry.loadInspection();
+    const tls: number[] = [];
+    const dtls: number[] = [];
+    for (const { inspection } of await loadInspections()) {
       for (const f of inspection.flows) flows.push(isFlowDeclaration(f) ? declaredFlow(f) : f);
+      tls.push(...(inspection.tlsPorts ?? []));
+      dtls.push(...(inspection.dtlsPorts ?? []));
     }
-    return [...flows, ...TRANSPORT_FLOWS];
+    return [...flows, ...transportFlows({ tls, dtls })];
   })();
   return loaded;
 }

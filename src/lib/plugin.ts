@@ -24,11 +24,13 @@ export {
   type ConnectionEvent,
   ConnectionTable,
   type TransportKind,
+  TransportKinds,
 } from '../core/connection.js';
 export { CommandError, ConfigError, UsageError } from '../core/errors.js';
 export {
   type BaseDecoderOptions,
   type CustomDissection,
+  type DecoderFlag,
   type DissectorDeclaration,
   type DissectorField,
   declaredFlow,

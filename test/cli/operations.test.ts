@@ -433,6 +433,14 @@ describe('connection lifecycle logs', () => {
     expect(connectionCapOption(optionsOf('nox-relay'), 'udp')?.key).toBe('maxClients');
     expect(connectionCapOption(optionsOf('nox-relay'), 'tcp')?.key).toBe('maxClients');
     expect(connectionCapOption(optionsOf('js5'), 'tcp')?.key).toBe('maxClients');
+    // A transport kind a plug-in brings (core does not know it): its own cap for it, the
+    // protocol-wide one for the others.
+    const plugin = [
+      { key: 'quicMaxConnections', type: 'int' },
+      { key: 'maxConnections', type: 'int' },
+    ] as unknown as Parameters<typeof connectionCapOption>[0];
+    expect(connectionCapOption(plugin, 'quic')?.key).toBe('quicMaxConnections');
+    expect(connectionCapOption(plugin, 'tcp')?.key).toBe('maxConnections');
   });
 });
 

@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ipPacket, LinkType, pcapFileHeader, pcapRecord } from '../../src/inspect/writer.js';
 import { registry } from '../../src/protocols/registry.js';
 import { launchBrowser, type Serve, startServe, watchPage } from '../dashboard/browser-helpers.js';
 import { errorOf, ROOT, runCli } from '../helpers/cli.js';
@@ -109,6 +110,49 @@ describe('a protocol plugged in through one registry entry', () => {
     expect(twice.status).toBe(2);
     expect(JSON.parse(twice.stderr).error.message).toMatch(/"echo" is already registered/);
     expect(twice.stderr.split('\n').filter((l) => l !== '')).toHaveLength(1);
+  });
+
+  it("`inspect` takes the plug-in's own flag from its declaration: --help, default, applied, refused", () => {
+    // Say and Said over UDP, to and from the plug-in's default port.
+    const client = { address: '127.0.0.1', port: 51000 };
+    const server = { address: '127.0.0.1', port: 7007 };
+    const udp = (from: typeof client, to: typeof client, type: number) =>
+      ipPacket('udp', from, to, Buffer.concat([Buffer.from([type]), say('hi')]));
+    const file = path.join(tempDir('gamewire-plugin-flag-'), 'echo.pcap');
+    fs.writeFileSync(
+      file,
+      Buffer.concat([
+        pcapFileHeader(LinkType.RAW),
+        pcapRecord(1_000_000, udp(client, server, 1)),
+        pcapRecord(1_000_100, udp(server, client, 1)),
+      ]),
+    );
+    const help = runCli(['inspect', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(
+      /--echo-text <form>\s+Echo: Say and Said texts shown as plain or hex\s+\(default: "plain"\)/,
+    );
+    // The built-in protocols' flags are still there, in registry order, before --no-detect.
+    const order = [
+      '--rmc-variant',
+      '--access-key',
+      '--prudp-checksum',
+      '--js5-seeded',
+      '--echo-text',
+      '--no-detect',
+    ];
+    const at = order.map((f) => help.stdout.indexOf(f));
+    expect(at.every((i) => i >= 0)).toBe(true);
+    expect([...at].sort((a, b) => a - b)).toEqual(at);
+    const texts = (args: string[]) =>
+      inspectJson(file, args)
+        .filter((r) => r.protocol === 'echo')
+        .map((r) => `${r.transport} ${r.direction} ${r.message?.type} ${r.message?.text}`);
+    expect(texts([])).toEqual(['udp client Say hi', 'udp server Said hi']);
+    expect(texts(['--echo-text', 'hex'])).toEqual(['udp client Say 6869', 'udp server Said 6869']);
+    const refused = runCli(['inspect', file, '--echo-text', 'base64']);
+    expect(refused.code).toBe(2);
+    expect(errorOf(refused)).toMatchObject({ code: 'ERR_USAGE', message: '--echo-text takes plain or hex' });
   });
 
   describe('served, recorded, inspected, dissected and shown', () => {
@@ -263,7 +307,7 @@ describe('a protocol plugged in through one registry entry', () => {
 
 describe('the plug-in rule in the code', () => {
   const names = registry.map((e) => e.name);
-  const protocolWords = new RegExp(`\\b(${[...names, 'nox', 'unity', 'vcmp'].join('|')})\\b`, 'i');
+  const protocolWords = new RegExp(`\\b(${[...names, 'nox', 'unity', 'vcmp', 'prudp'].join('|')})\\b`, 'i');
 
   /** A file's code with its comments (line, block, JSDoc) removed; strings stay. */
   function code(text: string): string {
@@ -290,6 +334,47 @@ describe('the plug-in rule in the code', () => {
       });
     }
     expect(offenders).toEqual([]);
+  });
+
+  /** The shared code of the CLI: every command but main.ts (which wires the registry in). */
+  const cliFiles = () => files('src/cli', /\.ts$/).filter((f) => f !== path.join('src', 'cli', 'main.ts'));
+
+  /** Offending lines of `list` (comments removed; `43_594` read as `43594`). */
+  function offenders(list: readonly string[], pattern: RegExp): string[] {
+    const out: string[] = [];
+    for (const f of list) {
+      const lines = code(fs.readFileSync(path.join(ROOT, f), 'utf8')).split('\n');
+      lines.forEach((l, i) => {
+        if (pattern.test(l.replace(/(\d)_(?=\d)/g, '$1'))) out.push(`${f}:${i + 1}: ${l.trim()}`);
+      });
+    }
+    return out;
+  }
+
+  it("src/core, src/inspect and src/cli hold no protocol's default port, and src/cli names no protocol transport", async () => {
+    // Every port a protocol owns: its server's default, its flows' and its TLS/DTLS endpoints', and
+    // the ones its docs name (js5's second port, unity-relay's derived ones and its API).
+    const ports = new Set([43594, 43595, 9103, 23032, 37000, 37001, 37002, 37003, 37080]);
+    for (const entry of registry) {
+      const m = await entry.load();
+      if (m.server !== undefined) ports.add(m.server.defaultPort);
+      const inspection = await entry.loadInspection?.();
+      for (const f of inspection?.flows ?? []) for (const p of [...f.tcpPorts, ...f.udpPorts]) ports.add(p);
+      for (const p of [...(inspection?.tlsPorts ?? []), ...(inspection?.dtlsPorts ?? [])]) ports.add(p);
+    }
+    const portWords = new RegExp(`\\b(${[...ports].join('|')})\\b`);
+    const shared = [...files('src/core', /\.ts$/), ...files('src/inspect', /\.ts$/), ...cliFiles()];
+    expect(offenders(shared, portWords)).toEqual([]);
+    expect(offenders(cliFiles(), /\bprudp\b/i)).toEqual([]);
+  }, 60_000);
+
+  it("src/core, src/inspect and src/cli import nothing from a protocol's folder (only the registry)", () => {
+    const shared = [
+      ...files('src/core', /\.ts$/),
+      ...files('src/inspect', /\.ts$/),
+      ...files('src/cli', /\.ts$/),
+    ];
+    expect(offenders(shared, /from '(\.\.\/)+protocols\/(?!registry\.js'|plugins\.js')/)).toEqual([]);
   });
 
   it("package.json's exports give each built-in protocol its two library subpaths, and src/lib holds their modules", () => {

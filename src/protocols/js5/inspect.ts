@@ -5,6 +5,7 @@
  */
 import {
   type BaseDecoderOptions,
+  type DecoderFlag,
   type DissectorDeclaration,
   type Emitter,
   type FlowDecoder,
@@ -286,4 +287,17 @@ P:register_heuristic("tcp", heuristic)
 `,
 };
 
-export const inspection: ProtocolInspection = { flows: [js5Flow], dissectors: [js5Dissector] };
+/** `--js5-seeded` of `gamewire inspect`. */
+export const JS5_INSPECT_FLAGS: readonly DecoderFlag[] = [
+  {
+    flag: '--js5-seeded',
+    description: 'JS5 handshakes carry the 16-byte seed (OSRS 223 and later)',
+    apply: (value) => ({ js5Seeded: value === true }),
+  },
+];
+
+export const inspection: ProtocolInspection = {
+  flows: [js5Flow],
+  dissectors: [js5Dissector],
+  inspectFlags: JS5_INSPECT_FLAGS,
+};

@@ -27,7 +27,9 @@
  * after four refusals: docs/js5.md).
  */
 
+import { ConfigError } from '../../core/errors.js';
 import {
+  FRAMED_TCP_DEFAULTS,
   type FramedConnection,
   type FramedTcpServer,
   type FrameSink,
@@ -36,6 +38,7 @@ import {
 import type { Logger } from '../../core/logger.js';
 import { RateLimitedLog } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import type { OptionValues } from '../../core/options.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { DecodeError, ErrorCode } from '../../wire/errors.js';
 import { type FrameMeasure, fixedFrames } from '../../wire/framing.js';
@@ -45,58 +48,75 @@ import type { Store } from './cache/store.js';
 import { Js5Error } from './errors.js';
 import { xorInPlace } from './framing.js';
 import { HandshakeStatus, INIT_JS5_OPCODE, Js5Request } from './messages.js';
-import { handshakeIsSeeded, type Js5Profile, PROFILES, type ProfileSpec } from './profiles.js';
+import { type JS5_OPTIONS, type Js5Options, js5Options } from './options.js';
+import { handshakeIsSeeded, PROFILES, type ProfileSpec } from './profiles.js';
 import { ResponseSource, requestKey } from './responses.js';
 
 export type MissingGroupBehaviour = 'close' | 'drop';
 
-export interface Js5ServerOptions {
-  host: string;
-  port: number;
+/**
+ * What `Js5Server` is constructed with: any part of the js5 options (`Js5Options`, declared once
+ * in options.ts: `host`, `port`, `profile`, `build`, `maxClients`, `sliceBytes`, `cacheMb`, …),
+ * resolved through that declaration (its defaults, derived defaults and checks; a bad value is
+ * `ERR_JS5_BAD_OPTION`), plus what only a library caller has: the store, logger and metrics.
+ */
+export type Js5ServerOptions = OptionValues<typeof JS5_OPTIONS> & {
   store: Store;
-  profile: Js5Profile;
-  /** Build the server accepts; others get 6 (out of date). Default: the profile's. */
-  build?: number;
-  /** Master index format (default: the profile's). */
-  masterIndexFormat?: MasterIndexFormat;
-  /** JS5 sessions beyond this get 7 (full). */
-  maxClients?: number;
-  /**
-   * Connections per remote address (counted from accept, handshaken or not); one more gets 9
-   * (IP limit) at once and is closed. 0 = no limit (behind a proxy every client shares one address).
-   * Default max(8, maxClients / 4): 250.
-   */
-  maxPerIp?: number;
-  /**
-   * Output turns the connections of one address share per scheduler round (one each while they
-   * are fewer); 0 = one turn per connection. Default 8.
-   */
-  turnsPerIp?: number;
-  /** Connections still in their handshake; one more closes the oldest of them. Default 1024. */
-  maxHandshaking?: number;
-  /** A connection that has not sent its whole handshake this long after accept is closed. */
-  handshakeTimeoutMs?: number;
-  /**
-   * A JS5 session with no request (prefetch or urgent) for this long is closed, unless responses
-   * it asked for are still being written and the socket keeps taking them. 0 disables.
-   */
-  idleTimeoutMs?: number;
-  /** Info-level refusal logs (wrong build, missing group, full): at most one per reason per this. */
-  logIntervalMs?: number;
-  missingGroup?: MissingGroupBehaviour;
-  /** Bytes one connection may be sent per scheduler turn: a positive integer (CLI: ≥ 512). */
-  sliceBytes?: number;
-  /** Bytes queued in a socket's user-space buffer before the connection waits for 'drain'. */
-  maxBufferedBytes?: number;
-  /** Request bytes held across all connections (partial requests, requests behind a full queue). */
-  maxInputBytes?: number;
-  /** Request bytes held for the connections of one address; 0 = only the global budget. */
-  maxInputBytesPerIp?: number;
-  cacheBytes?: number;
-  preload?: boolean;
-  preloadMaxBytes?: number;
   log: Logger;
   metrics: ProtocolMetrics;
+  /**
+   * Bytes queued in a socket's user-space buffer before the connection waits for 'drain'
+   * (library only; default: the framed TCP seam's `maxQueuedBytes`).
+   */
+  maxBufferedBytes?: number;
+  /** The framed-group cache in bytes, finer than `cacheMb` (which it overrides; tests, benches). */
+  cacheBytes?: number;
+  /** The `preload` budget in bytes, finer than `preloadMaxMb` (which it overrides). */
+  preloadMaxBytes?: number;
+  /** Former name of `masterIndex`, still accepted. */
+  masterIndexFormat?: MasterIndexFormat;
+};
+
+/** What the server runs with: the resolved js5 options and the library caller's own. */
+type Js5Settings = Js5Options & {
+  store: Store;
+  log: Logger;
+  metrics: ProtocolMetrics;
+  maxBufferedBytes: number;
+};
+
+const MIB = 1024 * 1024;
+
+/** `Js5ServerOptions` resolved through the one declaration; a bad value is `ERR_JS5_BAD_OPTION`. */
+function resolveJs5(given: Js5ServerOptions): {
+  settings: Js5Settings;
+  cacheBytes: number;
+  preloadMaxBytes: number;
+} {
+  const { store, log, metrics, maxBufferedBytes, cacheBytes, preloadMaxBytes, masterIndexFormat, ...values } =
+    given;
+  let options: Js5Options;
+  try {
+    options = js5Options.resolve(
+      masterIndexFormat === undefined || values.masterIndex !== undefined
+        ? values
+        : { ...values, masterIndex: masterIndexFormat },
+    );
+  } catch (err) {
+    if (err instanceof ConfigError) throw new Js5Error('ERR_JS5_BAD_OPTION', err.message);
+    throw err;
+  }
+  return {
+    settings: {
+      ...options,
+      store,
+      log,
+      metrics,
+      maxBufferedBytes: maxBufferedBytes ?? FRAMED_TCP_DEFAULTS.maxQueuedBytes,
+    },
+    cacheBytes: cacheBytes ?? options.cacheMb * MIB,
+    preloadMaxBytes: preloadMaxBytes ?? options.preloadMaxMb * MIB,
+  };
 }
 
 interface Queued {
@@ -106,30 +126,14 @@ interface Queued {
   bytes: number;
 }
 
-/**
- * Smallest `--js5-slice-bytes` the CLI accepts: one 512-byte block of the response framing.
- * The constructor accepts any positive integer (tiny slices exercise the framing in tests).
- */
-export const MIN_SLICE_BYTES = 512;
-
-/**
- * Default connections per address: a quarter of the server (at least 8), so a venue or a campus
- * NAT is served, and one address still cannot take every slot. One player needs one JS5
- * connection (two briefly while it reconnects). Behind a proxy, use 0.
- */
-export function defaultMaxPerIp(maxClients: number): number {
-  return Math.max(8, Math.floor(maxClients / 4));
-}
-
-/** Default output turns one address's connections share per round (the bandwidth of 8 players). */
-export const DEFAULT_TURNS_PER_IP = 8;
-
-/** Default connections in their handshake at once. */
-export const DEFAULT_MAX_HANDSHAKING = 1024;
-
-/** Default input budgets (the framed TCP seam's): across all connections, and per address. */
-export const DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024;
-export const DEFAULT_MAX_INPUT_BYTES_PER_IP = 1024 * 1024;
+export {
+  DEFAULT_MAX_HANDSHAKING,
+  DEFAULT_MAX_INPUT_BYTES,
+  DEFAULT_MAX_INPUT_BYTES_PER_IP,
+  DEFAULT_TURNS_PER_IP,
+  defaultMaxPerIp,
+  MIN_SLICE_BYTES,
+} from './options.js';
 
 const MODE_HANDSHAKE = 0;
 const MODE_JS5 = 1;
@@ -190,7 +194,7 @@ export class Js5Server {
     responses: 0,
     bytesSent: 0,
   };
-  private readonly options: Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
+  private readonly options: Js5Settings;
   private readonly sessions = new Set<Session>();
   /** Connections still in their handshake, oldest first (O(1) eviction). */
   private readonly handshaking = new Set<Session>();
@@ -206,60 +210,27 @@ export class Js5Server {
   private readonly notice: RateLimitedLog;
 
   constructor(options: Js5ServerOptions) {
-    this.profile = PROFILES[options.profile];
-    this.build = options.build ?? this.profile.defaultBuild;
-    const maxClients = options.maxClients ?? 1000;
-    this.options = {
-      maxClients,
-      maxPerIp: defaultMaxPerIp(maxClients),
-      turnsPerIp: DEFAULT_TURNS_PER_IP,
-      maxHandshaking: DEFAULT_MAX_HANDSHAKING,
-      handshakeTimeoutMs: 10_000,
-      idleTimeoutMs: 30_000,
-      logIntervalMs: 10_000,
-      missingGroup: 'close',
-      sliceBytes: 16 * 1024,
-      maxBufferedBytes: 256 * 1024,
-      maxInputBytes: DEFAULT_MAX_INPUT_BYTES,
-      maxInputBytesPerIp: DEFAULT_MAX_INPUT_BYTES_PER_IP,
-      cacheBytes: 64 * 1024 * 1024,
-      preload: false,
-      preloadMaxBytes: 1024 * 1024 * 1024,
-      ...options,
-    } as Required<Omit<Js5ServerOptions, 'build' | 'masterIndexFormat'>>;
-    const slice = this.options.sliceBytes;
-    if (!Number.isInteger(slice) || slice < 1) {
-      throw new Js5Error('ERR_JS5_BAD_OPTION', `sliceBytes must be a positive integer, got ${slice}`);
-    }
-    for (const k of [
-      'maxClients',
-      'maxPerIp',
-      'turnsPerIp',
-      'maxHandshaking',
-      'handshakeTimeoutMs',
-      'idleTimeoutMs',
-      'logIntervalMs',
-    ] as const) {
-      const v = this.options[k];
-      if (!Number.isInteger(v) || v < 0)
-        throw new Js5Error('ERR_JS5_BAD_OPTION', `${k} must be a whole number, got ${v}`);
-    }
-    if (this.options.handshakeTimeoutMs === 0)
-      throw new Js5Error('ERR_JS5_BAD_OPTION', 'handshakeTimeoutMs must be positive');
-    if (this.options.maxHandshaking === 0)
-      throw new Js5Error('ERR_JS5_BAD_OPTION', 'maxHandshaking must be positive');
+    const { settings, cacheBytes, preloadMaxBytes } = resolveJs5(options);
+    this.options = settings;
+    this.profile = PROFILES[settings.profile];
+    this.build = settings.build;
     // One line per reason per interval; the line names its reason (docs/js5.md, "Logs").
-    this.notice = new RateLimitedLog(this.options.log, {
-      intervalMs: this.options.logIntervalMs,
+    this.notice = new RateLimitedLog(settings.log, {
+      intervalMs: settings.logIntervalMs,
       perInterval: 1,
     });
-    this.responses = new ResponseSource(options.store, {
-      masterIndexFormat: options.masterIndexFormat ?? this.profile.masterIndexFormat,
-      cacheBytes: this.options.cacheBytes,
-      preload: this.options.preload,
-      preloadMaxBytes: this.options.preloadMaxBytes,
+    this.responses = new ResponseSource(settings.store, {
+      masterIndexFormat: settings.masterIndex,
+      cacheBytes,
+      preload: settings.preload,
+      preloadMaxBytes,
     });
     this.reportCacheProblems();
+  }
+
+  /** The options this server runs with: the js5 declaration's, every default filled (options.ts). */
+  get settings(): Readonly<Js5Options> {
+    return this.options;
   }
 
   /**
@@ -320,7 +291,7 @@ export class Js5Server {
       // Counted here, so that a refused client is told 9 (IP limit) rather than dropped.
       maxConnectionsPerIp: 0,
       // Our own idle rule (requests only) replaces the transport's any-byte timer.
-      idleTimeoutMs: 0,
+      idleTimeoutMs: 0, // the transport's setting, not the option
       frameTimeoutMs: o.handshakeTimeoutMs,
       firstFrameTimeoutReason: 'handshake_timeout',
       maxBufferedBytes: o.maxInputBytes,

@@ -144,7 +144,8 @@ export function loadInstances(value: unknown): InstanceConfig[] | undefined {
   return parseInstances(value, 'nox-relay.instances');
 }
 
-const server = defineServer({
+/** `gamewire serve nox-relay`: its options typed once, every default filled. */
+export const noxRelayServer = defineServer({
   summary: 'NoxVR Relay v1: instances, membership and transform fan-out over TCP and UDP on one port',
   defaultPort: DEFAULT_PORT,
   options: NOX_RELAY_OPTIONS,
@@ -183,7 +184,7 @@ export const noxRelay: ProtocolModule = {
   name: 'nox-relay',
   summary: 'NoxVR Relay v1 (social VR instances; TCP+UDP)',
   codecs: [noxRelayCodec],
-  server,
+  server: noxRelayServer,
   registerCommands,
   conform: async () => (await import('./conform/index.js')).noxRelayConform,
   inspection: async () => (await import('./inspect.js')).inspection,

@@ -162,17 +162,18 @@ async function prepare(run: LoadRun) {
       const sender = v.z;
       const r = m.rotation;
       // Every field is checked: the velocity's check value, the position's own check, and the
-      // rotation recomputed from the sequence number (float32 values, exact both ways).
+      // rotation recomputed from the sequence number (float32 values, exact both ways). Object.is,
+      // not ===: a flipped sign bit turns 0 into -0, which === takes for 0.
       if (
         !Number.isInteger(seq) ||
         !Number.isInteger(sender) ||
-        v.y !== transformCheck(seq, sender, p.x, p.y) ||
-        p.z !== positionCheck(p.x, p.y) ||
+        !Object.is(v.y, transformCheck(seq, sender, p.x, p.y)) ||
+        !Object.is(p.z, positionCheck(p.x, p.y)) ||
         r === undefined ||
-        r.x !== 0 ||
-        r.z !== 0 ||
-        r.y !== Math.fround(Math.sin(angle(seq) / 2)) ||
-        r.w !== Math.fround(Math.cos(angle(seq) / 2))
+        !Object.is(r.x, 0) ||
+        !Object.is(r.z, 0) ||
+        !Object.is(r.y, Math.fround(Math.sin(angle(seq) / 2))) ||
+        !Object.is(r.w, Math.fround(Math.cos(angle(seq) / 2)))
       ) {
         stats.violation(
           'corrupt_transform',

@@ -5,9 +5,15 @@
  */
 
 import { protocolPageDir } from '../../core/admin/static.js';
-import { ConfigError, UsageError } from '../../core/errors.js';
+import { UsageError } from '../../core/errors.js';
 import { FRAMED_TCP_DEFAULTS } from '../../core/framed-tcp.js';
-import { defineServer, type OptionDeclaration, option, serveOptions } from '../../core/options.js';
+import {
+  defineOptions,
+  defineServer,
+  type OptionDeclaration,
+  option,
+  serveOptions,
+} from '../../core/options.js';
 import type { ProtocolModule } from '../../core/protocol.js';
 import type { ServeOption } from '../../core/server.js';
 import { rmcAdmin } from './admin.js';
@@ -215,7 +221,7 @@ export const RMC_OPTIONS = {
     1,
     ['rmcMaxConnections'],
   ),
-  // No fixed default: max(64, maxConnections / 4), so a venue's NAT of players fits (issue 24).
+  // Derived default (rmcOptions): max(64, maxConnections / 4), so a venue's NAT of players fits (issue 24).
   maxConnectionsPerIp: option.int({
     flag: '--rmc-max-connections-per-ip <n>',
     description:
@@ -265,11 +271,20 @@ export const RMC_OPTIONS = {
 /** Every rmc serve option but the transport's, as the config schema reads them. */
 export const RMC_SERVE_OPTIONS: readonly ServeOption[] = serveOptions(RMC_OPTIONS);
 
-/** `gamewire serve rmc`: its options (these and the transport's) typed once, every default filled. */
-export const rmcServer = defineServer({
-  summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
+/** `gamewire serve rmc`'s options (these and the transport's), declared once with their derived defaults. */
+export const rmcOptions = defineOptions({
+  section: 'rmc',
   defaultPort: 9103,
   options: { ...RMC_OPTIONS, ...PRUDP_OPTIONS },
+  derive: {
+    maxConnectionsPerIp: (o) => Math.max(64, Math.floor(o.maxConnections / 4)),
+  },
+});
+
+/** `gamewire serve rmc`: its options typed once, every default filled. */
+export const rmcServer = defineServer({
+  summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
+  options: rmcOptions,
   async start(options, ctx) {
     const datacenters = options.datacenters ?? parseDatacenters(undefined);
     const variant = options.prudpProfile === 'classic' ? 'classic' : 'hyperscape';
@@ -281,8 +296,7 @@ export const rmcServer = defineServer({
       idleTimeoutMs: options.idleTimeoutMs,
       frameTimeoutMs: options.frameTimeoutMs,
       maxConnections: options.maxConnections,
-      maxConnectionsPerIp:
-        options.maxConnectionsPerIp ?? Math.max(64, Math.floor(options.maxConnections / 4)),
+      maxConnectionsPerIp: options.maxConnectionsPerIp,
       maxBufferedBytes: options.maxBufferedBytes,
       maxBufferedBytesPerIp: options.maxBufferedBytesPerIp,
       maxQueuedBytes: options.maxQueuedBytes,
@@ -290,14 +304,8 @@ export const rmcServer = defineServer({
       framesPerTurn: options.framesPerTurn,
     });
     const { role } = options;
+    // A fleet role without --redis was refused with the options (`requires`).
     const redisUrl = options.redis === '' ? undefined : options.redis;
-    // The schema refuses a fleet role without --redis (`requires`); a hand-built options object
-    // meets the same refusal here.
-    if (redisUrl === undefined && role !== 'all')
-      throw new ConfigError(
-        `rmc: --role (config rmc.role) needs --redis (config rmc.redis): the fleet's accounts, sessions and nodes are in Redis`,
-        'rmc.role',
-      );
     if (redisUrl !== undefined) {
       if (options.store !== undefined)
         throw new UsageError(
@@ -316,7 +324,7 @@ export const rmcServer = defineServer({
         capacity: options.maxConnections,
         accounts: {
           maxAccounts: options.maxAccounts,
-          maxSessionsPerAccount: options.maxLoginsPerAccount,
+          maxLoginsPerAccount: options.maxLoginsPerAccount,
           registrationsPerIpPerHour: options.registrationsPerIpPerHour,
           registrationsPerHour: options.registrationsPerHour,
         },
@@ -339,7 +347,7 @@ export const rmcServer = defineServer({
     let draining = false;
     const store = new MemoryStore(options.store, {
       maxAccounts: options.maxAccounts,
-      maxSessionsPerAccount: options.maxLoginsPerAccount,
+      maxLoginsPerAccount: options.maxLoginsPerAccount,
     });
     const sessions = new SessionRegistry({
       maxSessionsPerIp: options.maxSessionsPerIp,

@@ -4,6 +4,7 @@
  * prudp/inspect.ts.
  */
 import {
+  type DecoderFlag,
   type DissectorDeclaration,
   type FlowProtocol,
   framedStreams,
@@ -21,12 +22,23 @@ import {
   VerboseSuccessBody,
 } from './messages.js';
 import { BUILTIN_PROTOCOLS } from './protocols/index.js';
-import { prudpFlow } from './prudp/inspect.js';
+import { PRUDP_INSPECT_FLAGS, prudpFlow } from './prudp/inspect.js';
 
 export interface RmcInspectOptions {
   /** RMC envelope variant. */
   rmcVariant: RmcVariant;
 }
+
+const RMC_VARIANTS: readonly RmcVariant[] = ['hyperscape', 'nex-verbose', 'classic'];
+
+/** `--rmc-variant` of `gamewire inspect` and `gamewire replay`: the envelope of RMC and PRUDP flows. */
+export const RMC_VARIANT_FLAG: DecoderFlag = {
+  flag: '--rmc-variant <variant>',
+  description: 'RMC envelope: hyperscape, nex-verbose or classic',
+  default: 'hyperscape',
+  choices: RMC_VARIANTS,
+  apply: (value) => ({ rmcVariant: value as RmcVariant }),
+};
 
 export const rmcFlow: FlowProtocol<RmcInspectOptions> = {
   name: 'rmc',
@@ -221,6 +233,8 @@ DissectorTable.get("tcp.port"):add(9103, P)
 
 export const inspection: ProtocolInspection = {
   flows: [rmcFlow, prudpFlow],
+  inspectFlags: [RMC_VARIANT_FLAG, ...PRUDP_INSPECT_FLAGS],
+  replayFlags: [RMC_VARIANT_FLAG],
   get dissectors() {
     return [rmcDissector()];
   },

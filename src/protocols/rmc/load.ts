@@ -11,6 +11,9 @@
  * Each call's StationURL carries a sequence number that the answer must echo (the server puts
  * the client's first URL back with its own address): an answer for another call, or a second
  * answer to one call, is an integrity violation; a call that gets no answer fails the session.
+ * The rest of every answer is checked too: the result, the connection id and the URL must be
+ * what the connection's first answer said (the URL but for the number), so a changed bit anywhere
+ * in an answer's results is a violation (`corrupt_response`).
  * User names (tokens) are the prefix and the client slot, so churned players log in again as
  * the same accounts instead of registering new ones.
  */
@@ -23,7 +26,7 @@ import { TicketGrantingProtocol } from './protocols/ticket-granting.js';
 import { keyFromTable, openUserTicket, userKeyTable } from './prudp/kerberos.js';
 import { kerberosCredentials } from './prudp/profiles.js';
 import { ecdhCredentials } from './prudp/secure.js';
-import { parseStationUrl } from './types.js';
+import { parseStationUrl, RESULT_SUCCESS } from './types.js';
 
 const DEFAULT_PORT = 9103;
 
@@ -55,6 +58,87 @@ function userKey(pid: number, password: string): Buffer {
 
 function stationUrlFor(index: number, seq: number): string {
   return `prudp:/address=127.0.0.1;port=${5000 + (index % 50_000)};sid=15;type=2;seq=${seq}`;
+}
+
+/** The number a public URL echoes (undefined when it does not read). */
+function echoedSeq(url: string): string | undefined {
+  try {
+    return parseStationUrl(url).params.get('seq');
+  } catch {
+    return undefined;
+  }
+}
+
+/** The results of Register (classic) and Register_V1 (HyperScape). */
+export interface RegisterAnswer {
+  retval: number;
+  pidConnectionID: number;
+  urlPublic: string;
+}
+
+/** What every Register answer on one connection must be, but for its call's number. */
+export interface AnswerShape {
+  pidConnectionID: number;
+  /** The public URL up to the number (`…;seq=`). */
+  head: string;
+}
+
+/**
+ * The shape later answers must have, from the login's Register answer to `sent` (call 0): the
+ * server replaces the address and the port with the ones it sees (and a classic secure server
+ * sets type=3); every other parameter comes back as sent. A string when the answer itself is
+ * wrong (it says what).
+ */
+export function answerShape(first: RegisterAnswer, sent: string): AnswerShape | string {
+  if (first.retval !== RESULT_SUCCESS) return `result 0x${first.retval.toString(16)}`;
+  let got: ReturnType<typeof parseStationUrl>;
+  try {
+    got = parseStationUrl(first.urlPublic);
+  } catch {
+    return `public URL ${JSON.stringify(first.urlPublic)}`;
+  }
+  const want = parseStationUrl(sent);
+  const keys = [...got.params.keys()];
+  if (
+    got.scheme !== want.scheme ||
+    keys.join(';') !== [...want.params.keys()].join(';') ||
+    keys.at(-1) !== 'seq'
+  )
+    return `public URL ${first.urlPublic} for ${sent}`;
+  for (const [k, v] of want.params) {
+    const back = got.params.get(k)!;
+    if (k === 'address' || k === 'port' || k === 'seq') continue;
+    if (k === 'type' ? back !== v && back !== '3' : back !== v)
+      return `public URL ${first.urlPublic} for ${sent}`;
+  }
+  const at = first.urlPublic.lastIndexOf(';seq=');
+  return { pidConnectionID: first.pidConnectionID, head: first.urlPublic.slice(0, at + 5) };
+}
+
+/**
+ * Checks the answer to call `seq` against the connection's shape, without allocating:
+ * `mismatched` when it is intact but another call's (its number differs), `corrupt` when
+ * anything else differs (result, connection id, any other character of the URL), undefined when
+ * it is the right answer.
+ */
+export function checkAnswer(
+  a: RegisterAnswer,
+  seq: number,
+  shape: AnswerShape,
+): 'corrupt' | 'mismatched' | undefined {
+  if (a.retval !== RESULT_SUCCESS || a.pidConnectionID !== shape.pidConnectionID) return 'corrupt';
+  const url = a.urlPublic;
+  const head = shape.head;
+  const digits = url.length - head.length;
+  if (digits < 1 || digits > 10 || !url.startsWith(head)) return 'corrupt';
+  if (digits > 1 && url.charCodeAt(head.length) === 48) return 'corrupt';
+  let n = 0;
+  for (let i = head.length; i < url.length; i++) {
+    const d = url.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) return 'corrupt';
+    n = n * 10 + d;
+  }
+  return n === seq ? undefined : 'mismatched';
 }
 
 async function prepare(run: LoadRun) {
@@ -122,8 +206,8 @@ async function prepare(run: LoadRun) {
         },
       });
       connections.push(secure);
-      const register = (urls: string[]) =>
-        secure.call(SecureConnectionProtocol, 'Register', { vecMyURLs: urls }).then((r) => r.urlPublic);
+      const register = (urls: string[]): Promise<RegisterAnswer> =>
+        secure.call(SecureConnectionProtocol, 'Register', { vecMyURLs: urls });
       return { connection: secure, register };
     }
     const options: RmcClientOptions = {
@@ -143,8 +227,8 @@ async function prepare(run: LoadRun) {
         urlSpecialProtocols: 'prudp:/',
       },
     });
-    const register = (urls: string[]) =>
-      conn.call(LoginProtocol, 'Register_V1', { vecMyURLs: urls }).then((r) => r.urlPublic);
+    const register = (urls: string[]): Promise<RegisterAnswer> =>
+      conn.call(LoginProtocol, 'Register_V1', { vecMyURLs: urls });
     return { connection: conn, register };
   };
 
@@ -172,9 +256,14 @@ async function prepare(run: LoadRun) {
       main = connection;
       // The login's own Register: the client is in once it answers.
       let seq = 0;
-      const first = await register([stationUrlFor(client.index, seq)]);
-      if (parseStationUrl(first).params.get('seq') !== String(seq))
-        stats.violation('mismatched_answer', `login Register of session ${client.index}: ${first}`);
+      const sentFirst = stationUrlFor(client.index, seq);
+      const first = await register([sentFirst]);
+      const echoedFirst = echoedSeq(first.urlPublic);
+      const shape = answerShape(first, sentFirst);
+      if (echoedFirst !== undefined && echoedFirst !== String(seq))
+        stats.violation('mismatched_answer', `login Register of session ${client.index}: ${first.urlPublic}`);
+      else if (typeof shape === 'string')
+        stats.violation('corrupt_response', `login Register of session ${client.index}: ${shape}`);
       seq++;
       client.signal.removeEventListener('abort', closeAll);
       if (client.signal.aborted) return;
@@ -190,20 +279,22 @@ async function prepare(run: LoadRun) {
           const sentAt = performance.now();
           calls.add();
           const p = register([stationUrlFor(client.index, mine)]).then(
-            (url) => {
+            (answer) => {
               callLatency.record(performance.now() - sentAt);
               answered.add();
               countBytes();
-              let echoed: string | undefined;
-              try {
-                echoed = parseStationUrl(url).params.get('seq');
-              } catch {
-                echoed = undefined;
-              }
-              if (echoed !== String(mine))
+              // Without a shape (the login's answer was wrong, and counted), only the number.
+              const fault =
+                typeof shape === 'string'
+                  ? echoedSeq(answer.urlPublic) === String(mine)
+                    ? undefined
+                    : 'mismatched'
+                  : checkAnswer(answer, mine, shape);
+              if (fault !== undefined)
                 stats.violation(
-                  'mismatched_answer',
-                  `call #${mine} of session ${client.index} answered with ${url}`,
+                  fault === 'corrupt' ? 'corrupt_response' : 'mismatched_answer',
+                  `call #${mine} of session ${client.index} answered with result 0x${answer.retval.toString(16)}, ` +
+                    `connection ${answer.pidConnectionID}, ${answer.urlPublic}`,
                 );
             },
             (err: Error) => {

@@ -33,7 +33,12 @@ export interface MemoryStoreOptions {
   maxAccounts?: number;
   /** With a file: changes to existing accounts are written at most this often, in ms (default 1000). */
   saveDelayMs?: number;
-  /** Most login sessions one account may hold at once (default 8); more get ConcurrentLoginDenied. 0 = no limit. */
+  /**
+   * Most login sessions one account may hold at once (default 8); more get ConcurrentLoginDenied.
+   * 0 = no limit. The same name as `rmc.maxLoginsPerAccount` (`--rmc-max-logins-per-account`).
+   */
+  maxLoginsPerAccount?: number;
+  /** Former name of `maxLoginsPerAccount`, still accepted. */
   maxSessionsPerAccount?: number;
 }
 
@@ -92,7 +97,7 @@ export class MemoryStore implements RmcStore {
   private readonly perAccount = new Map<string, number>();
   private readonly log: AccountLogWriter | undefined;
   readonly maxAccounts: number;
-  readonly maxSessionsPerAccount: number;
+  readonly maxLoginsPerAccount: number;
   private readonly saveDelayMs: number;
   private timer: NodeJS.Timeout | undefined = undefined;
 
@@ -103,7 +108,8 @@ export class MemoryStore implements RmcStore {
   constructor(file?: string, options: MemoryStoreOptions = {}) {
     this.maxAccounts = options.maxAccounts ?? DEFAULT_MAX_ACCOUNTS;
     this.saveDelayMs = options.saveDelayMs ?? 1000;
-    this.maxSessionsPerAccount = options.maxSessionsPerAccount ?? DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT;
+    this.maxLoginsPerAccount =
+      options.maxLoginsPerAccount ?? options.maxSessionsPerAccount ?? DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT;
     if (file !== undefined) {
       const loaded = loadAccountLog(file);
       for (const [k, v] of loaded.accounts) this.accounts.set(k, v);
@@ -150,10 +156,10 @@ export class MemoryStore implements RmcStore {
     // A second login on the same connection replaces its first session.
     this.endSession(session.connectionId);
     const held = this.perAccount.get(session.accountId) ?? 0;
-    if (this.maxSessionsPerAccount > 0 && held >= this.maxSessionsPerAccount)
+    if (this.maxLoginsPerAccount > 0 && held >= this.maxLoginsPerAccount)
       throw RmcError.of(
         'RendezVous::ConcurrentLoginDenied',
-        `an account may hold at most ${this.maxSessionsPerAccount} login sessions`,
+        `an account may hold at most ${this.maxLoginsPerAccount} login sessions`,
       );
     this.live.set(session.connectionId, session);
     this.perAccount.set(session.accountId, (this.perAccount.get(session.accountId) ?? 0) + 1);

@@ -111,4 +111,9 @@ P:register_heuristic("udp", heuristic)
 `,
 };
 
-export const inspection: ProtocolInspection = { flows: [unityRelayFlow], dissectors: [unityRelayDissector] };
+export const inspection: ProtocolInspection = {
+  flows: [unityRelayFlow],
+  dissectors: [unityRelayDissector],
+  // The wss endpoint (37003): TLS records only.
+  tlsPorts: [37003],
+};

@@ -5,9 +5,10 @@
  * connect to the host, then everyone relays to the host and the host to everyone at a rate and
  * size, until the game ends (churn, or the end of the run).
  *
- * Every RELAY carries a sequence number, the sender, the send time and a byte pattern derived
- * from the sequence number; receivers measure latency and loss per sender and check every byte
- * (a changed byte is an integrity violation). `--api` may list several allocators (a fleet):
+ * Every RELAY carries a sequence number, the sender, the send time, a CRC-32 of the whole payload
+ * and a byte pattern derived from the sequence number; receivers measure latency and loss per
+ * sender and check every byte (the CRC catches any flipped bit, header included; a changed byte
+ * is an integrity violation). `--api` may list several allocators (a fleet):
  * games take them in turn, and go to the relay node each allocation names.
  */
 import { readFileSync } from 'node:fs';
@@ -32,8 +33,61 @@ import { RelayApiError, RelayClientError } from './errors.js';
 import { RELAY_HEADER_LENGTH, RelayErrorCode } from './messages.js';
 import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT } from './options.js';
 
-/** seq u32, sender u32, send time f64 (ms on this process's clock), then the pattern. */
-const PAYLOAD_HEADER = 16;
+/**
+ * seq u32, sender u32, send time f64 (ms on this process's clock), the payload's CRC-32 (u32),
+ * then the pattern.
+ */
+const PAYLOAD_HEADER = 20;
+/** Where the CRC-32 sits; it covers every other byte of the payload. */
+const DIGEST_AT = 16;
+
+const CRC_TABLE = (() => {
+  const t = new Int32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    t[n] = c;
+  }
+  return t;
+})();
+
+/**
+ * The CRC-32 (zlib's) of a RELAY payload: every byte but the four that carry it. A CRC catches
+ * every single flipped bit and every burst up to 32 bits; the pattern alone would not notice a
+ * changed header (a sequence bit above the eighth, the send time). No allocation.
+ */
+export function relayDigest(data: Uint8Array, length = data.length): number {
+  let crc = -1;
+  for (let i = 0; i < length; i++) {
+    if (i === DIGEST_AT) i += 4;
+    if (i >= length) break;
+    crc = CRC_TABLE[(crc ^ data[i]!) & 0xff]! ^ (crc >>> 8);
+  }
+  return (crc ^ -1) >>> 0;
+}
+
+/** Fills `payload` as message `seq` of `sender` sent at `sentMs`, digest included. */
+export function fillRelayPayload(payload: Buffer, seq: number, sender: number, sentMs: number): void {
+  payload.writeUInt32LE(seq, 0);
+  payload.writeUInt32LE(sender, 4);
+  payload.writeDoubleLE(sentMs, 8);
+  for (let i = PAYLOAD_HEADER; i < payload.length; i++) payload[i] = patternByte(seq, sender, i);
+  payload.writeUInt32LE(relayDigest(payload), DIGEST_AT);
+}
+
+/**
+ * What is wrong with a received RELAY payload, or undefined when it is intact: its length, its
+ * CRC-32, or a pattern byte.
+ */
+export function relayPayloadFault(b: Buffer): string | undefined {
+  if (b.length < PAYLOAD_HEADER) return `${b.length}-byte message`;
+  const seq = b.readUInt32LE(0);
+  const sender = b.readUInt32LE(4);
+  if (b.readUInt32LE(DIGEST_AT) !== relayDigest(b)) return `the CRC of #${seq} from player ${sender}`;
+  for (let i = PAYLOAD_HEADER; i < b.length; i++)
+    if (b[i] !== patternByte(seq, sender, i)) return `byte ${i} of #${seq} from player ${sender}`;
+  return undefined;
+}
 
 interface UnityLoadOptions {
   apis: string[];
@@ -156,18 +210,13 @@ async function prepare(run: LoadRun) {
       });
       p.on('message', (data: Buffer, fromId: Buffer) => {
         stats.bytesIn.add(data.length + RELAY_HEADER_LENGTH);
-        if (data.length < PAYLOAD_HEADER) {
-          stats.violation('corrupt_relay', `${data.length}-byte message`);
+        const fault = relayPayloadFault(data);
+        if (fault !== undefined) {
+          stats.violation('corrupt_relay', fault);
           return;
         }
         const seq = data.readUInt32LE(0);
         const sender = data.readUInt32LE(4);
-        for (let i = PAYLOAD_HEADER; i < data.length; i++) {
-          if (data[i] !== patternByte(seq, sender, i)) {
-            stats.violation('corrupt_relay', `byte ${i} of #${seq} from player ${sender}`);
-            return;
-          }
-        }
         received.add();
         const key = `${who}<${fromId.toString('hex')}`;
         let t = trackers.get(key);
@@ -239,10 +288,7 @@ async function prepare(run: LoadRun) {
             const hex = to.toString('hex');
             const seq = seqs.get(hex) ?? 0;
             seqs.set(hex, seq + 1);
-            payload.writeUInt32LE(seq, 0);
-            payload.writeUInt32LE(sender, 4);
-            payload.writeDoubleLE(performance.now() - origin, 8);
-            for (let i = PAYLOAD_HEADER; i < payload.length; i++) payload[i] = patternByte(seq, sender, i);
+            fillRelayPayload(payload, seq, sender, performance.now() - origin);
             try {
               p.send(payload, to);
               sent.add();
@@ -345,7 +391,7 @@ export const unityRelayLoad: LoadDefinition = {
     {
       flag: '--relay-bytes <n>',
       key: 'relayBytes',
-      description: 'application bytes in each RELAY (at least 16)',
+      description: 'application bytes in each RELAY (at least 20: number, sender, send time, CRC-32)',
       type: 'int',
       min: PAYLOAD_HEADER,
       max: 1300,

@@ -683,12 +683,13 @@ describe('nox-relay server: audiences and lifecycle', () => {
 
 describe('nox-relay server definition (gamewire serve)', () => {
   it('starts from config-file options, with instances inline, on one port for TCP and UDP', async () => {
-    const { noxRelay, loadInstances } = await import('../../../src/protocols/nox-relay/index.js');
+    const { noxRelayServer: def, loadInstances } = await import('../../../src/protocols/nox-relay/index.js');
     const { silentLogger } = await import('../../../src/core/logger.js');
-    const def = noxRelay.server!;
-    const options: Record<string, unknown> = { host: '127.0.0.1', port: 0 };
-    for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
-    options.instances = [{ id: 9, capacity: 2 }];
+    // Instances inline, as a config file gives them (start() reads a file name or the array).
+    const options = {
+      ...def.resolve({ host: '127.0.0.1', port: 0 }),
+      instances: [{ id: 9, capacity: 2 }] as unknown as string,
+    };
     const running = await def.start(options, {
       log: silentLogger(),
       metrics: new ProtocolMetrics('nox-relay'),
@@ -706,21 +707,19 @@ describe('nox-relay server definition (gamewire serve)', () => {
     expect(() => loadInstances('/nonexistent/instances.json')).toThrow(/cannot read instance file/);
     await expect(
       def.start(
-        { ...options, instances: [{ id: -1 }] },
+        { ...options, instances: [{ id: -1 }] as unknown as string },
         { log: silentLogger(), metrics: new ProtocolMetrics('x'), dataDir: '/tmp' },
       ),
     ).rejects.toThrow(/id must be an integer/);
   });
 
   it('passes the limit options (--nox-max-udp-per-ip, …) to the server and refuses values out of range', async () => {
-    const { noxRelay } = await import('../../../src/protocols/nox-relay/index.js');
+    const { noxRelayServer: def } = await import('../../../src/protocols/nox-relay/index.js');
     const { silentLogger } = await import('../../../src/core/logger.js');
-    const def = noxRelay.server!;
     const flags = def.options.map((o) => o.flag);
     expect(flags).toContain('--nox-max-half-open-udp-per-ip <n>');
     expect(flags).toContain('--nox-max-reassembly-bytes-per-ip <n>');
-    const options: Record<string, unknown> = { host: '127.0.0.1', port: 0 };
-    for (const o of def.options) if (o.default !== undefined) options[o.key] = o.default;
+    const options = def.resolve({ host: '127.0.0.1', port: 0 });
     const ctx = () => ({ log: silentLogger(), metrics: new ProtocolMetrics('nox-relay'), dataDir: '/tmp' });
     const running = await def.start({ ...options, maxUdpPerIp: 1, udpReplyFactor: 1 }, ctx());
     cleanup.push(() => running.close());

@@ -83,14 +83,10 @@ describe('rmc fleet node', () => {
       message: expect.stringMatching(/--role \(config rmc\.role\) needs --redis/),
     });
     await expect(start({ role: 'relay' })).rejects.toThrow(/"relay" is not one of auth, secure, all/);
-    // A hand-built options object (no schema) meets the same refusal in start().
-    const options = completeOptions('rmc', rmc.server!, { host: '127.0.0.1', port: 0 });
-    await expect(
-      rmc.server!.start(
-        { ...options, role: 'auth' },
-        { log: silentLogger(), metrics: new ProtocolMetrics('rmc'), dataDir: os.tmpdir() },
-      ),
-    ).rejects.toThrow(/needs --redis/);
+    // A library caller's options meet the same refusal: the rule is the declaration's (`requires`).
+    expect(() => completeOptions('rmc', rmc.server!, { host: '127.0.0.1', port: 0, role: 'auth' })).toThrow(
+      /needs --redis/,
+    );
     await expect(
       start({ role: 'secure', redis: 'redis://127.0.0.1:1', store: '/tmp/x.log' }),
     ).rejects.toMatchObject({

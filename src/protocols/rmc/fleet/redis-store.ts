@@ -48,6 +48,8 @@ export interface RedisAccountStoreOptions {
   /** Most accounts in the fleet (default 100 000). */
   maxAccounts?: number;
   /** Most login sessions one account may hold at once, over the fleet (default 8; 0 = no limit). */
+  maxLoginsPerAccount?: number;
+  /** Former name of `maxLoginsPerAccount`, still accepted. */
   maxSessionsPerAccount?: number;
   /** New accounts one address may create per hour, over the fleet (default 20; 0 = no limit). */
   registrationsPerIpPerHour?: number;
@@ -197,7 +199,7 @@ return v`;
 export class RedisAccountStore implements AccountStore {
   readonly enforcesRegistrationLimits = true;
   readonly maxAccounts: number;
-  readonly maxSessionsPerAccount: number;
+  readonly maxLoginsPerAccount: number;
   readonly registrationsPerIpPerHour: number;
   readonly registrationsPerHour: number;
   private readonly ctx: FleetStoreContext;
@@ -208,7 +210,8 @@ export class RedisAccountStore implements AccountStore {
     this.keys = keysOf(ctx);
     this.cleanup = new CleanupQueue(ctx);
     this.maxAccounts = options.maxAccounts ?? DEFAULT_MAX_ACCOUNTS;
-    this.maxSessionsPerAccount = options.maxSessionsPerAccount ?? DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT;
+    this.maxLoginsPerAccount =
+      options.maxLoginsPerAccount ?? options.maxSessionsPerAccount ?? DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT;
     this.registrationsPerIpPerHour =
       options.registrationsPerIpPerHour ?? DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR;
     this.registrationsPerHour = options.registrationsPerHour ?? DEFAULT_REGISTRATIONS_PER_HOUR;
@@ -280,13 +283,13 @@ export class RedisAccountStore implements AccountStore {
         this.ref(session.connectionId),
         session.accountId,
         JSON.stringify({ ...session, node: this.ctx.nodeRef }),
-        String(this.maxSessionsPerAccount),
+        String(this.maxLoginsPerAccount),
       ),
     );
     if (ok !== 1)
       throw RmcError.of(
         'RendezVous::ConcurrentLoginDenied',
-        `an account may hold at most ${this.maxSessionsPerAccount} login sessions`,
+        `an account may hold at most ${this.maxLoginsPerAccount} login sessions`,
       );
   }
 

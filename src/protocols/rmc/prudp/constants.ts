@@ -2,6 +2,13 @@
  * PRUDP V0 (Quazal Rendez-Vous, Ubisoft flavour) constants: packet types, flags, stream types
  * and the defaults of the reliability layer. See docs/rmc.md, "PRUDP transport".
  */
+import type { TransportKind } from '../../../core/connection.js';
+
+/**
+ * The transport kind PRUDP connections report (`Connection.transport`, connection events, the
+ * admin API): a kind of rmc's own, not one of core's; its caps are the `prudp…` options.
+ */
+export const PRUDP_TRANSPORT = 'prudp' satisfies TransportKind;
 
 /** Packet types: the low 3 bits of the type_flags byte. */
 export const PacketType = {

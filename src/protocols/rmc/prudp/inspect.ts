@@ -5,7 +5,13 @@
  * each whole RMC message decoded with the `rmc` codec. Without `--access-key` the checksum
  * cannot be checked, and the packets are reported as such rather than guessed.
  */
-import type { BaseDecoderOptions, Emitter, FlowDecoder, FlowProtocol } from '../../../core/flow.js';
+import type {
+  BaseDecoderOptions,
+  DecoderFlag,
+  Emitter,
+  FlowDecoder,
+  FlowProtocol,
+} from '../../../core/flow.js';
 import type { Direction } from '../../../core/protocol.js';
 import type { Json } from '../../../wire/codec.js';
 import { asDecodeError, DecodeError, ErrorCode } from '../../../wire/errors.js';
@@ -144,6 +150,22 @@ function prudpDecoder(out: Emitter, options: BaseDecoderOptions & PrudpInspectOp
     gap() {},
   };
 }
+
+/** The PRUDP flags of `gamewire inspect` (after rmc's `--rmc-variant`, which PRUDP flows read too). */
+export const PRUDP_INSPECT_FLAGS: readonly DecoderFlag[] = [
+  {
+    flag: '--access-key <key>',
+    description: "PRUDP: the game's access key (checksums are checked with it)",
+    apply: (value) => ({ prudpAccessKey: typeof value === 'string' ? value : undefined }),
+  },
+  {
+    flag: '--prudp-checksum <width>',
+    description: 'PRUDP checksum width: 1 or 4 bytes',
+    default: '1',
+    choices: ['1', '4'],
+    apply: (value) => ({ prudpChecksum: value === '4' ? 4 : 1 }),
+  },
+];
 
 export const prudpFlow: FlowProtocol<PrudpInspectOptions> = {
   name: 'prudp',

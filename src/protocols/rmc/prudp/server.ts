@@ -30,6 +30,7 @@ import {
   Flag,
   PacketType,
   PRUDP_DEFAULTS,
+  PRUDP_TRANSPORT,
   type PrudpProfile,
 } from './constants.js';
 import { type LinkOptions, PrudpLink } from './link.js';
@@ -106,7 +107,7 @@ const RESTART_SYN_INTERVAL_MS = 500;
  * whole RMC frame (fragmented and sent reliably).
  */
 class PrudpPeer implements Connection {
-  readonly transport = 'prudp' as const;
+  readonly transport = PRUDP_TRANSPORT;
   readonly key: string;
   readonly remoteAddress: string;
   readonly remotePort: number;
@@ -215,7 +216,7 @@ export class PrudpServer {
     this.log = options.log;
     this.table = new ConnectionTable({
       protocol: options.metrics.protocol,
-      transport: 'prudp',
+      transport: PRUDP_TRANSPORT,
       maxConnections: options.maxConnections ?? PRUDP_DEFAULTS.maxConnections,
       maxConnectionsPerIp:
         options.maxConnectionsPerIp ??
