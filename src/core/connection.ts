@@ -148,37 +148,37 @@ export interface ConnectionCaps {
   maxConnectionsPerIp: number;
 }
 
-export interface ConnectionTableOptions extends ConnectionCaps {
+/** Where a set of connections publishes its events: the protocol and transport they name. */
+export interface ConnectionSetOptions {
   /** Protocol name in the diagnostics events. */
   protocol: string;
   transport: TransportKind;
 }
 
+export interface ConnectionTableOptions extends ConnectionSetOptions, ConnectionCaps {}
+
 /**
- * The listener half of the seam, one per endpoint: admits connections under the caps, counts
- * them per address key, and publishes `open` / `close` / `drop`. A transport calls `admit` when
- * a peer starts (a TCP accept, a DTLS association, a protocol transport's handshake), `announce` once it is a
- * connection the protocol sees (publishes `open`; `open` does both), and `release` when it is
- * gone (publishes `close` if it was announced). An entry admitted and released unannounced (a
- * handshake that never completed) publishes nothing.
+ * The publishing half of the seam: the connections of one endpoint, counted per address key,
+ * with their lifecycle published on the seam's channels (`open` / `close` / `drop`). It applies
+ * no cap: a protocol that keeps its own admission rules (nox-relay's UDP sessions) records its
+ * connections here; `ConnectionTable` adds the caps for the transports that admit through it.
+ * `add` counts a connection unannounced, `announce` publishes `open` once the protocol sees it,
+ * `release` forgets it (and publishes `close` if it was announced). An entry added and released
+ * unannounced (a handshake that never completed) publishes nothing.
  */
-export class ConnectionTable<C extends Connection = Connection> {
+export class ConnectionSet<C extends Connection = Connection> {
   readonly protocol: string;
   readonly transport: TransportKind;
-  readonly caps: ConnectionCaps;
   /** Connections held, and whether each was announced. */
   private readonly live = new Map<C, boolean>();
   private readonly perAddress = new Map<string, number>();
-  /** Set by `closing()`: every later admission is refused as `server_closing`. */
-  private refusing = false;
 
-  constructor(options: ConnectionTableOptions) {
+  constructor(options: ConnectionSetOptions) {
     this.protocol = options.protocol;
     this.transport = options.transport;
-    this.caps = { maxConnections: options.maxConnections, maxConnectionsPerIp: options.maxConnectionsPerIp };
   }
 
-  /** Connections held (admitted and not released). */
+  /** Connections held (added and not released). */
   get size(): number {
     return this.live.size;
   }
@@ -201,33 +201,16 @@ export class ConnectionTable<C extends Connection = Connection> {
     return this.live.keys();
   }
 
-  /** Why a newcomer from `key` would be refused now (`undefined`: it would be admitted). */
-  refusalFor(key: string): CloseReasonName | undefined {
-    if (this.refusing) return CloseReason.ServerClosing;
-    if (this.live.size >= this.caps.maxConnections) return CloseReason.OverCapacity;
-    const perIp = this.caps.maxConnectionsPerIp;
-    if (perIp > 0 && (this.perAddress.get(key) ?? 0) >= perIp) return CloseReason.PerIpLimit;
-    return undefined;
-  }
-
-  /**
-   * Admits `connection` under the caps and counts it, without announcing it. Returns the reason
-   * it was refused for (and publishes `drop`), or undefined once admitted.
-   */
-  admit(connection: C): CloseReasonName | undefined {
-    if (this.live.has(connection)) return undefined;
-    const key = connection.addressKey;
-    const refused = this.refusalFor(key);
-    if (refused !== undefined) {
-      this.refuse(connection.remoteAddress, connection.remotePort, refused);
-      return refused;
-    }
+  /** Counts `connection` (unannounced); false when it was held already. */
+  add(connection: C): boolean {
+    if (this.live.has(connection)) return false;
     this.live.set(connection, false);
+    const key = connection.addressKey;
     this.perAddress.set(key, (this.perAddress.get(key) ?? 0) + 1);
-    return undefined;
+    return true;
   }
 
-  /** Publishes `open` for an admitted connection (once). */
+  /** Publishes `open` for a held connection (once). */
   announce(connection: C): void {
     if (this.live.get(connection) !== false) return;
     this.live.set(connection, true);
@@ -239,13 +222,6 @@ export class ConnectionTable<C extends Connection = Connection> {
         addressKey: connection.addressKey,
       } satisfies ConnectionEvent);
     }
-  }
-
-  /** `admit` then `announce`: the refusal reason, or undefined once open. */
-  open(connection: C): CloseReasonName | undefined {
-    const refused = this.admit(connection);
-    if (refused === undefined) this.announce(connection);
-    return refused;
   }
 
   /**
@@ -287,6 +263,54 @@ export class ConnectionTable<C extends Connection = Connection> {
         reason,
       } satisfies ConnectionEvent);
     }
+  }
+}
+
+/**
+ * The listener half of the seam, one per endpoint: a `ConnectionSet` that admits connections
+ * under the caps. A transport calls `admit` when a peer starts (a TCP accept, a DTLS
+ * association, a protocol transport's handshake), `announce` once it is a connection the
+ * protocol sees (`open` does both), and `release` when it is gone.
+ */
+export class ConnectionTable<C extends Connection = Connection> extends ConnectionSet<C> {
+  readonly caps: ConnectionCaps;
+  /** Set by `closing()`: every later admission is refused as `server_closing`. */
+  private refusing = false;
+
+  constructor(options: ConnectionTableOptions) {
+    super(options);
+    this.caps = { maxConnections: options.maxConnections, maxConnectionsPerIp: options.maxConnectionsPerIp };
+  }
+
+  /** Why a newcomer from `key` would be refused now (`undefined`: it would be admitted). */
+  refusalFor(key: string): CloseReasonName | undefined {
+    if (this.refusing) return CloseReason.ServerClosing;
+    if (this.size >= this.caps.maxConnections) return CloseReason.OverCapacity;
+    const perIp = this.caps.maxConnectionsPerIp;
+    if (perIp > 0 && this.countFor(key) >= perIp) return CloseReason.PerIpLimit;
+    return undefined;
+  }
+
+  /**
+   * Admits `connection` under the caps and counts it, without announcing it. Returns the reason
+   * it was refused for (and publishes `drop`), or undefined once admitted.
+   */
+  admit(connection: C): CloseReasonName | undefined {
+    if (this.has(connection)) return undefined;
+    const refused = this.refusalFor(connection.addressKey);
+    if (refused !== undefined) {
+      this.refuse(connection.remoteAddress, connection.remotePort, refused);
+      return refused;
+    }
+    this.add(connection);
+    return undefined;
+  }
+
+  /** `admit` then `announce`: the refusal reason, or undefined once open. */
+  open(connection: C): CloseReasonName | undefined {
+    const refused = this.admit(connection);
+    if (refused === undefined) this.announce(connection);
+    return refused;
   }
 
   /** The server is shutting down: every later admission is refused as `server_closing`. */

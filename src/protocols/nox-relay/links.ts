@@ -1,6 +1,6 @@
 /**
  * The transport half of a relay client. A `RelayClient` holds the protocol's state (players,
- * segments, request budgets, address proof); its `RelayLink` knows how bytes leave, how
+ * segments, request budgets, address proof); its `PlayerLink` knows how bytes leave, how
  * congestion shows, how the client is counted and released, and how it closes: a framed TCP
  * connection, or a UDP session on the server's one socket. The server and the handlers call the
  * same methods whatever the transport, and never ask which one a client came over. Where NoxVR
@@ -9,14 +9,14 @@
  * capability, not its transport's name (docs/ARCHITECTURE.md, "Connections").
  */
 import type dgram from 'node:dgram';
-import type { ConnectionTable, TransportKind } from '../../core/connection.js';
+import { ConnectionSet, CloseReason as SeamCloseReason, type TransportKind } from '../../core/connection.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { Priority } from './constants.js';
 import { CloseReason, DropReason } from './reasons.js';
 import type { RelayClient, SendLimits } from './session.js';
 
 /** One relay client's transport: what differs between a TCP connection and a UDP session. */
-export interface RelayLink {
+export interface PlayerLink {
   /** How the peer came: to show (admin, logs, the wire view), never to branch on. */
   readonly transport: TransportKind;
   /**
@@ -113,7 +113,7 @@ export class TcpClients extends AddressCounts {}
  * reading (its queue at the close limit, or over the soft limit too long) is closed rather than
  * buffered for. The listener publishes its `open`/`close` on the seam.
  */
-export class TcpLink implements RelayLink {
+export class TcpPlayerLink implements PlayerLink {
   readonly transport = 'tcp' as const;
   readonly datagram = false;
   readonly remoteAddress: string;
@@ -204,7 +204,7 @@ export function udpKey(ip: string, port: number): string {
 /**
  * The UDP endpoint: the one socket every session sends on, its sampled send queue, the sessions
  * by source (`maxUdpPerIp` counts them per address key, half-open ones included), and their
- * table on the connection seam (it records and publishes; the relay applies its own caps).
+ * set on the connection seam (it counts and publishes; the relay applies its own caps).
  */
 export class UdpSessions {
   readonly socket: dgram.Socket;
@@ -213,13 +213,20 @@ export class UdpSessions {
    * native call, not one per send). Only a last-resort signal: each session has its own budget.
    */
   readonly queue: { bytes: number };
-  readonly table: ConnectionTable<RelayClient>;
+  /** The sessions on the connection seam: the one place nox-relay's UDP set is built. */
+  readonly table = new ConnectionSet<RelayClient>({ protocol: 'nox-relay', transport: 'udp' });
   private readonly bySource = new Map<string, RelayClient>();
+  /** Set when the server closes: a session that starts then is refused on the seam, not counted. */
+  private refusing = false;
 
-  constructor(socket: dgram.Socket, queue: { bytes: number }, table: ConnectionTable<RelayClient>) {
+  constructor(socket: dgram.Socket, queue: { bytes: number }) {
     this.socket = socket;
     this.queue = queue;
-    this.table = table;
+  }
+
+  /** The server is shutting down: later sessions are published as refused (`server_closing`). */
+  closing(): void {
+    this.refusing = true;
   }
 
   get size(): number {
@@ -237,7 +244,9 @@ export class UdpSessions {
   add(client: RelayClient): void {
     this.bySource.set(client.key, client);
     // On the seam from its first datagram; announced once it is more than half-open.
-    this.table.admit(client);
+    if (this.refusing)
+      this.table.refuse(client.remoteAddress, client.remotePort, SeamCloseReason.ServerClosing);
+    else this.table.add(client);
   }
 
   remove(client: RelayClient, reason: string): void {
@@ -252,7 +261,7 @@ export class UdpSessions {
  * else's traffic; the socket's real send queue only sheds all but Critical when the host's link
  * is full. A session has nothing to flush: closing it is forgetting it.
  */
-export class UdpLink implements RelayLink {
+export class UdpPlayerLink implements PlayerLink {
   readonly transport = 'udp' as const;
   readonly datagram = true;
   readonly remoteAddress: string;

@@ -9,7 +9,7 @@
  */
 
 import type dgram from 'node:dgram';
-import { addressKey, ConnectionTable, CloseReason as SeamCloseReason } from '../../core/connection.js';
+import { addressKey, type ConnectionSet, CloseReason as SeamCloseReason } from '../../core/connection.js';
 import {
   type FramedConnection,
   type FramedTcpServer,
@@ -32,7 +32,7 @@ import { type DispatchContext, dispatch } from './dispatch.js';
 import { handshakeReply } from './handlers/connection.js';
 import { removePlayer } from './handlers/membership.js';
 import { DEFAULT_INSTANCE, Instance } from './instances.js';
-import { TcpClients, TcpLink, type TcpPeer, UdpLink, UdpSessions } from './links.js';
+import { TcpClients, type TcpPeer, TcpPlayerLink, UdpPlayerLink, UdpSessions } from './links.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
 import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
@@ -66,6 +66,11 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private readonly tcpClients = new TcpClients();
   /** The UDP endpoint: its socket, sessions by source and per address (`maxUdpPerIp`), seam table. */
   private udpSessions: UdpSessions | undefined;
+
+  /** The UDP sessions on the connection seam (undefined before `start`). */
+  get udpTable(): ConnectionSet<RelayClient> | undefined {
+    return this.udpSessions?.table;
+  }
   /**
    * Who goes first when the server is full (docs/security.md): established sessions that have
    * not proven their address (only a datagram link starts unproven), then connections that have
@@ -156,7 +161,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     );
     this.tcp = listeners.first;
     this.udp = listeners.second;
-    this.udpSessions = new UdpSessions(this.udp, this.udpQueue, this.udpTable);
+    this.udpSessions = new UdpSessions(this.udp, this.udpQueue);
     this.udp.on('message', (msg, rinfo) => this.onDatagram(msg, rinfo));
     this.udp.on('error', (err) => this.log.warn({ err: err.message }, 'udp socket error'));
     const shortest = Math.min(
@@ -189,7 +194,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
-      this.udpTable.closing();
+      this.udpSessions?.closing();
       for (const c of this.clients.values()) c.closeReason ??= SeamCloseReason.ServerClosing;
       if (this.timer !== undefined) clearInterval(this.timer);
       for (const inst of this.instances.values())
@@ -212,14 +217,6 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   send(client: RelayClient, uid: number, message: ServerMessage, priority: Priority): void {
     client.send(this.encode(uid, message), priority);
   }
-
-  /** The connection seam's table of UDP sessions (events; the caps are this server's own, above). */
-  readonly udpTable = new ConnectionTable<RelayClient>({
-    protocol: 'nox-relay',
-    transport: 'udp',
-    maxConnections: Number.POSITIVE_INFINITY,
-    maxConnectionsPerIp: 0,
-  });
 
   disconnect(client: RelayClient, reason: string, quitType: number): void {
     // A half-open UDP source never sent a second packet: nothing more is sent to it.
@@ -422,7 +419,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       c.close(CloseReason.OverCapacityIp, { abort: true, counted: true });
       return refused;
     }
-    const link = new TcpLink(tcpPeer(c), this.tcpClients, this.limits, this.metrics);
+    const link = new TcpPlayerLink(tcpPeer(c), this.tcpClients, this.limits, this.metrics);
     const client = new RelayClient(this.freeClientId(), link, this.limits, this.metrics);
     this.register(client);
     this.beforeHandshake.add(client);
@@ -543,7 +540,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       this.noteFull('maxUdpPerIp', ip);
       return;
     }
-    const link = new UdpLink(ip, rinfo.port, this.udpSessions!, this.limits, this.metrics);
+    const link = new UdpPlayerLink(ip, rinfo.port, this.udpSessions!, this.limits, this.metrics);
     const client = new RelayClient(this.freeClientId(), link, this.limits, this.metrics);
     if (proven) {
       client.addressProven = true;

@@ -1,22 +1,30 @@
 /**
  * One connected client (a TCP connection, or a UDP source address), its state, its send path
  * with per-connection priorities, and its segmentation sessions. What differs between its
- * transports lives in its `RelayLink` (links.ts).
+ * transports lives in its `PlayerLink` (links.ts).
  */
 
 import type dgram from 'node:dgram';
-import { addressKey, type Connection, ConnectionTable, type TransportKind } from '../../core/connection.js';
+import { addressKey, type Connection, type TransportKind } from '../../core/connection.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
 import { TokenBucket } from '../../core/token-bucket.js';
 import type { WireTap } from '../../core/wire-tap.js';
 import { Priority } from './constants.js';
 import type { Player } from './instances.js';
-import { type RelayLink, TcpClients, TcpLink, type TcpPeer, UdpLink, UdpSessions, udpKey } from './links.js';
+import {
+  type PlayerLink,
+  TcpClients,
+  type TcpPeer,
+  TcpPlayerLink,
+  UdpPlayerLink,
+  UdpSessions,
+  udpKey,
+} from './links.js';
 import type { CongestionLimits } from './options.js';
 import { DropReason } from './reasons.js';
 import type { InstanceAliases } from './udp-admission.js';
 
-export type { RelayLink, TcpPeer } from './links.js';
+export type { PlayerLink, TcpPeer } from './links.js';
 export { udpKey } from './links.js';
 export type { CongestionLimits } from './options.js';
 
@@ -49,7 +57,7 @@ export type AuthState = 'none' | 'pending' | 'done';
  * callers) a TCP peer or a UDP socket and source with an endpoint of their own.
  */
 export type RelayTransport =
-  | RelayLink
+  | PlayerLink
   | { tcp: TcpPeer }
   | { udp: dgram.Socket; ip: string; port: number; queue: { bytes: number } };
 
@@ -60,7 +68,7 @@ export type RelayTransport =
  */
 export class RelayClient implements Connection {
   readonly id: number;
-  readonly link: RelayLink;
+  readonly link: PlayerLink;
   readonly ip: string;
   readonly port: number;
   /** What per-address limits count under: the IPv4 address, or the IPv6 /64 (one host's usual share). */
@@ -212,17 +220,11 @@ export class RelayClient implements Connection {
 }
 
 /** The link for a transport given to the constructor (a TCP peer or UDP source alone gets an endpoint of its own). */
-function linkOf(transport: RelayTransport, limits: SendLimits, metrics: ProtocolMetrics): RelayLink {
-  if ('tcp' in transport) return new TcpLink(transport.tcp, new TcpClients(), limits, metrics);
+function linkOf(transport: RelayTransport, limits: SendLimits, metrics: ProtocolMetrics): PlayerLink {
+  if ('tcp' in transport) return new TcpPlayerLink(transport.tcp, new TcpClients(), limits, metrics);
   if ('udp' in transport) {
-    const table = new ConnectionTable<RelayClient>({
-      protocol: 'nox-relay',
-      transport: 'udp',
-      maxConnections: Number.POSITIVE_INFINITY,
-      maxConnectionsPerIp: 0,
-    });
-    const sessions = new UdpSessions(transport.udp, transport.queue, table);
-    return new UdpLink(transport.ip, transport.port, sessions, limits, metrics);
+    const sessions = new UdpSessions(transport.udp, transport.queue);
+    return new UdpPlayerLink(transport.ip, transport.port, sessions, limits, metrics);
   }
   return transport;
 }

@@ -6,7 +6,7 @@
  * here asks which transport it is.
  */
 
-import type { Connection as SeamConnection, TransportKind } from '../../core/connection.js';
+import type { Connection, TransportKind } from '../../core/connection.js';
 import type { Logger } from '../../core/logger.js';
 import type { WireWriter } from '../../wire/index.js';
 
@@ -26,7 +26,7 @@ export interface RmcConnection {
   /** How the peer came (to show; handlers never need to branch on it). */
   readonly transport: TransportKind;
   /** The transport's connection of the seam: address key, byte and message counters. */
-  readonly peer: SeamConnection;
+  readonly peer: Connection;
   readonly remoteAddress: string;
   readonly remotePort: number;
   /** When the transport opened it (ms since the epoch). */
@@ -55,18 +55,18 @@ export interface RmcSink {
   /** Ends the connection. */
   close(): void;
   /** The transport's connection of the seam (framed TCP's, a PRUDP peer) this sink writes to. */
-  readonly connection: SeamConnection;
+  readonly connection: Connection;
 }
 
 let nextConnectionId = 1;
 
 /** The dispatcher's connection state (handlers see it as `RmcConnection`). */
-export class Connection implements RmcConnection {
+export class DispatcherConnection implements RmcConnection {
   readonly id = nextConnectionId++;
   /** When the transport opened it (ms since the epoch), for the dashboard. */
   readonly openedAt = Date.now();
   readonly transport: TransportKind;
-  readonly peer: SeamConnection;
+  readonly peer: Connection;
   readonly remoteAddress: string;
   readonly remotePort: number;
   user: RmcUser | undefined = undefined;

@@ -25,7 +25,7 @@ import {
   WireReader,
   type WireWriter,
 } from '../../wire/index.js';
-import { Connection, type RmcConnection, type RmcSink } from './connection.js';
+import { DispatcherConnection, type RmcConnection, type RmcSink } from './connection.js';
 import { encodeString, matchAt, readClassVersions, writeFailure } from './envelope.js';
 import { RmcError } from './errors.js';
 import { beginFrame, endFrame, type RmcVariant, readProtocolId, writeProtocolId } from './messages.js';
@@ -116,7 +116,7 @@ export class RmcDispatcher {
   private readonly protocolsById = new Map<number, RegisteredProtocol>();
   private readonly unimplementedSeen = new Map<string, number>();
   private readonly maxTracked: number;
-  private readonly connections = new Set<Connection>();
+  private readonly connections = new Set<DispatcherConnection>();
   private lastProtocol: RegisteredProtocol | undefined = undefined;
   /** The last calls answered (the dashboard's recent calls). */
   readonly recentCalls = new RecentCalls(200);
@@ -187,14 +187,14 @@ export class RmcDispatcher {
 
   /** Opens an RMC connection over a transport's connection (`sink.connection`). */
   open(sink: RmcSink): RmcConnection {
-    const c = new Connection(sink, this.log);
+    const c = new DispatcherConnection(sink, this.log);
     this.connections.add(c);
     return c;
   }
 
   /** The transport reports that a connection ended: runs its disconnect hooks. */
   closeConnection(connection: RmcConnection): void {
-    const c = connection as Connection;
+    const c = connection as DispatcherConnection;
     this.connections.delete(c);
     c.end();
   }
@@ -205,7 +205,7 @@ export class RmcDispatcher {
    * the envelope is malformed; the transport must then close the connection.
    */
   handleFrame(connection: RmcConnection, buf: Buffer, start: number, end: number): void {
-    const conn = connection as Connection;
+    const conn = connection as DispatcherConnection;
     if (this.wireTap?.armed) this.wireTap.record('client', conn.id, conn.transport, buf, start, end);
     const r = this.reader;
     r.reset(buf, start, end);
@@ -220,7 +220,7 @@ export class RmcDispatcher {
     else this.dispatch(conn, r);
   }
 
-  private dispatch(conn: Connection, r: WireReader): void {
+  private dispatch(conn: DispatcherConnection, r: WireReader): void {
     // The envelope. Names are matched against the last protocol and method seen as raw bytes
     // first (no string is decoded on that path), then decoded and looked up in the Maps.
     let field = 'protocol';
@@ -283,7 +283,7 @@ export class RmcDispatcher {
   }
 
   /** The classic packed envelope: protocol byte (0x80 = request), call id, method id. */
-  private dispatchClassic(conn: Connection, r: WireReader): void {
+  private dispatchClassic(conn: DispatcherConnection, r: WireReader): void {
     let field = 'protocolId';
     let protocolId: number;
     let callId: number;
@@ -323,7 +323,7 @@ export class RmcDispatcher {
 
   /** Decodes the arguments, runs the handler (or the fallback) and writes the outcome. */
   private call(
-    conn: Connection,
+    conn: DispatcherConnection,
     r: WireReader,
     ctx: CallContext,
     p: RegisteredProtocol | undefined,
@@ -374,7 +374,7 @@ export class RmcDispatcher {
 
   /** Writes a handler's outcome: at once for a plain value, when it settles for a promise. */
   private settle(
-    conn: Connection,
+    conn: DispatcherConnection,
     ctx: CallContext,
     p: RegisteredProtocol,
     m: RegisteredMethod | undefined,
@@ -402,7 +402,7 @@ export class RmcDispatcher {
   }
 
   private succeed(
-    conn: Connection,
+    conn: DispatcherConnection,
     ctx: CallContext,
     p: RegisteredProtocol,
     m: RegisteredMethod | undefined,
@@ -440,7 +440,7 @@ export class RmcDispatcher {
     conn.sink.commit();
   }
 
-  private fail(conn: Connection, ctx: CallContext, err: unknown): void {
+  private fail(conn: DispatcherConnection, ctx: CallContext, err: unknown): void {
     if (conn.closed) return;
     if (err instanceof RmcError) {
       this.writeError(conn, ctx, err);
@@ -451,7 +451,7 @@ export class RmcDispatcher {
     this.writeError(conn, ctx, new RmcError('Core', 0x05));
   }
 
-  private notImplemented(conn: Connection, ctx: CallContext): void {
+  private notImplemented(conn: DispatcherConnection, ctx: CallContext): void {
     const { protocol, method } = ctx;
     this.metrics.count('unimplemented_calls');
     // Names are attacker input: keep the remembered keys short.
@@ -473,7 +473,7 @@ export class RmcDispatcher {
    * too long for a String, a full writer) is rolled back and replaced by a fixed
    * Core::Exception; if even that cannot be written, the connection is closed. Never throws.
    */
-  private writeError(conn: Connection, ctx: CallContext, err: RmcError): void {
+  private writeError(conn: DispatcherConnection, ctx: CallContext, err: RmcError): void {
     if (conn.closed) return;
     const w = conn.sink.writer;
     const frameStart = w.offset;
@@ -504,7 +504,7 @@ export class RmcDispatcher {
 
   /** Counts an answer just written at `w[frameStart..]`, remembers the call, shows it to the wire view. */
   private answered(
-    conn: Connection,
+    conn: DispatcherConnection,
     ctx: CallContext,
     w: WireWriter,
     frameStart: number,

@@ -5,10 +5,14 @@
  */
 import type dgram from 'node:dgram';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ConnectionTable } from '../../../src/core/connection.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import { Priority } from '../../../src/protocols/nox-relay/constants.js';
-import { TcpClients, TcpLink, UdpLink, UdpSessions } from '../../../src/protocols/nox-relay/links.js';
+import {
+  TcpClients,
+  TcpPlayerLink,
+  UdpPlayerLink,
+  UdpSessions,
+} from '../../../src/protocols/nox-relay/links.js';
 import { RelayClient, type SendLimits } from '../../../src/protocols/nox-relay/session.js';
 import { watchConnections } from '../../helpers/connection-events.js';
 
@@ -49,20 +53,11 @@ function fakePeer(address = '127.0.0.1', port = 1) {
   };
 }
 
-function udpTable(): ConnectionTable<RelayClient> {
-  return new ConnectionTable<RelayClient>({
-    protocol: 'nox-relay',
-    transport: 'udp',
-    maxConnections: Number.POSITIVE_INFINITY,
-    maxConnectionsPerIp: 0,
-  });
-}
-
-describe('TcpLink', () => {
+describe('TcpPlayerLink', () => {
   it('closes a consumer stalled over the soft limit on the sweep, even when nothing is sent to it', () => {
     const metrics = new ProtocolMetrics('nox-relay');
     const peer = fakePeer();
-    const link = new TcpLink(peer, new TcpClients(), limits, metrics);
+    const link = new TcpPlayerLink(peer, new TcpClients(), limits, metrics);
     peer.writableLength = 101;
     link.watch(1000);
     link.watch(5999);
@@ -78,7 +73,7 @@ describe('TcpLink', () => {
 
   it('a queue that drains below the soft limit starts the slow-consumer clock again', () => {
     const peer = fakePeer();
-    const link = new TcpLink(peer, new TcpClients(), limits, new ProtocolMetrics('nox-relay'));
+    const link = new TcpPlayerLink(peer, new TcpClients(), limits, new ProtocolMetrics('nox-relay'));
     peer.writableLength = 101;
     link.watch(1000);
     peer.writableLength = 100;
@@ -94,7 +89,7 @@ describe('TcpLink', () => {
   it('a queue at the close limit closes the connection at once, whatever the priority', () => {
     const metrics = new ProtocolMetrics('nox-relay');
     const peer = fakePeer();
-    const link = new TcpLink(peer, new TcpClients(), limits, metrics);
+    const link = new TcpPlayerLink(peer, new TcpClients(), limits, metrics);
     peer.writableLength = 1600;
     expect(link.allows(Priority.Critical)).toBe(false);
     expect(peer.destroyedWith).toEqual(['slow_consumer']);
@@ -108,7 +103,7 @@ describe('TcpLink', () => {
       const peer = fakePeer(address, port);
       return {
         peer,
-        client: new RelayClient(port, new TcpLink(peer, clients, limits, metrics), limits, metrics),
+        client: new RelayClient(port, new TcpPlayerLink(peer, clients, limits, metrics), limits, metrics),
       };
     };
     const a = make('2001:db8:0:1::5', 1);
@@ -133,14 +128,14 @@ describe('TcpLink', () => {
   });
 });
 
-describe('UdpLink', () => {
+describe('UdpPlayerLink', () => {
   it("sheds all but Critical while the shared socket's queue is over the close limit", () => {
     const metrics = new ProtocolMetrics('nox-relay');
     let sent = 0;
     const socket = { send: () => sent++ } as unknown as dgram.Socket;
     const queue = { bytes: 0 };
-    const sessions = new UdpSessions(socket, queue, udpTable());
-    const link = new UdpLink(
+    const sessions = new UdpSessions(socket, queue);
+    const link = new UdpPlayerLink(
       '127.0.0.1',
       1,
       sessions,
@@ -165,13 +160,7 @@ describe('UdpLink', () => {
   it('its own backlog grows with what it sends and never closes it', () => {
     const metrics = new ProtocolMetrics('nox-relay');
     const socket = { send: () => {} } as unknown as dgram.Socket;
-    const link = new UdpLink(
-      '127.0.0.1',
-      1,
-      new UdpSessions(socket, { bytes: 0 }, udpTable()),
-      limits,
-      metrics,
-    );
+    const link = new UdpPlayerLink('127.0.0.1', 1, new UdpSessions(socket, { bytes: 0 }), limits, metrics);
     link.queued(); // drained up to now: the 1 byte/s drain is then negligible
     link.write(Buffer.alloc(450));
     expect(link.queued()).toBeGreaterThan(400);
@@ -187,9 +176,9 @@ describe('UdpLink', () => {
     stops.push(() => watch.stop());
     const metrics = new ProtocolMetrics('nox-relay');
     const socket = { send: () => {} } as unknown as dgram.Socket;
-    const sessions = new UdpSessions(socket, { bytes: 0 }, udpTable());
+    const sessions = new UdpSessions(socket, { bytes: 0 });
     const at = (port: number) =>
-      new RelayClient(port, new UdpLink('127.0.0.7', port, sessions, limits, metrics), limits, metrics);
+      new RelayClient(port, new UdpPlayerLink('127.0.0.7', port, sessions, limits, metrics), limits, metrics);
     const a = at(1000);
     const b = at(1001);
     a.link.attach(a);
