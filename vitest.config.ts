@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import LongestFirst from './test/sequencer.js';
 
 // Every `gamewire serve` a test spawns gets its admin endpoint on a free port, never 9100 (tests run
 // in parallel); a test that needs a given port sets GAMEWIRE_ADMIN_PORT itself.
@@ -34,6 +35,7 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
+    sequence: { sequencer: LongestFirst },
     // Most test files wait on sockets, child processes and timers rather than compute: vitest's
     // default (one worker fewer than the CPUs: a single worker on a 2-core runner) left CI's CPUs
     // mostly idle. Three files at a time keep both cores busy.
