@@ -1,10 +1,15 @@
 #!/usr/bin/env node
 /**
- * Builds the unity-relay native data plane from the sources native/binding.gyp lists, against
- * the headers of the pinned Node in node_modules (or, in an installed package, of the Node that
- * runs this script). Nothing is downloaded.
+ * The one build recipe of the unity-relay native data plane: the checkout build (`npm ci`), the
+ * addons shipped in the package (linux-x64, and linux-arm64 cross-compiled) and the sanitizer
+ * builds of the tests all compile here, with the flags of RECIPE below, against the headers of
+ * the pinned Node in node_modules (or, in an installed package, of the Node that runs this
+ * script). Nothing is downloaded; no node-gyp, Python or make is needed, only a C compiler and
+ * binutils. A release build is reproducible: the same sources, compiler and recipe give the same
+ * bytes in any folder, and its SHA-256 is written beside it (`<file>.sha256`, sha256sum format).
  *
- *   node scripts/build-native.mjs                 source build (node-gyp): native/build/Release/relay_dataplane.node.
+ *   node scripts/build-native.mjs                 checkout build: native/build/Release/relay_dataplane.node
+ *                                                 (byte for byte the prebuilt for this platform).
  *                                                 Never fails: without a compiler, on another
  *                                                 platform or on a build error it says why, and
  *                                                 the relay uses its JavaScript data plane.
@@ -12,18 +17,32 @@
  *                                                 AddressSanitizer and UBSan (for the tests)
  *   node scripts/build-native.mjs --thread        native/build-tsan/relay_dataplane.node with
  *                                                 ThreadSanitizer (for the tests)
- *   node scripts/build-native.mjs --prebuild linux-x64 [linux-arm64 …] [--out DIR]
+ *   node scripts/build-native.mjs --prebuild linux-x64 [linux-arm64 …]
  *                                                 the addons shipped in the package (pack time):
- *                                                 DIR/<platform>-<arch>/relay_dataplane.node, DIR
- *                                                 defaulting to prebuilds/. Fails (exit 1) when one
- *                                                 cannot be built or would need a glibc newer than
- *                                                 Node 22 does (2.28).
+ *                                                 DIR/<platform>-<arch>/relay_dataplane.node and
+ *                                                 .sha256, DIR defaulting to prebuilds/. Fails
+ *                                                 (exit 1) when one cannot be built or would need
+ *                                                 a glibc newer than Node 22 does (2.28).
+ *
+ * Options: `--out DIR` (where the checkout, sanitizer or prebuilt builds go), `--nodedir DIR` (the
+ * Node headers: DIR/include/node), and, for test builds only, `--with FILE.c` (one more source)
+ * and `--wrap SYMBOL` (the linker's --wrap, so FILE.c can stand between the addon and SYMBOL).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -31,6 +50,85 @@ const native = join(root, 'native');
 const TARGET = 'relay_dataplane';
 /** Node 22's official Linux binaries need glibc 2.28; a prebuilt addon must not need more. */
 export const GLIBC_FLOOR = '2.28';
+
+/**
+ * Every flag of every build, in this one place. What distributions' compilers turn on by default
+ * differs (Ubuntu's gcc adds stack protection, CET, --as-needed; Debian's does not), so each such
+ * choice is stated here rather than inherited.
+ */
+export const RECIPE = {
+  cflags: [
+    '-std=gnu11',
+    '-fPIC',
+    '-pthread',
+    '-fno-strict-aliasing',
+    '-fno-omit-frame-pointer',
+    '-fstack-protector-strong',
+    '-fstack-clash-protection',
+    '-Wall',
+    '-Wextra',
+    '-Wno-unused-parameter',
+    // No __DATE__/__TIME__: a build must not depend on when it ran.
+    '-Werror=date-time',
+    // gcc's own random names (it uses them for some symbols) seeded by the target, not the clock.
+    `-frandom-seed=${TARGET}`,
+  ],
+  /** What node-gyp defines for an addon; OPENSSL_* matter to the OpenSSL headers. */
+  defines: [
+    `NODE_GYP_MODULE_NAME=${TARGET}`,
+    'USING_UV_SHARED=1',
+    'USING_V8_SHARED=1',
+    'V8_DEPRECATION_WARNINGS=1',
+    '_FILE_OFFSET_BITS=64',
+    '_LARGEFILE_SOURCE',
+    'OPENSSL_NO_PINSHARED',
+    'OPENSSL_THREADS',
+    'BUILDING_NODE_EXTENSION',
+  ],
+  ldflags: [
+    '-shared',
+    '-Wl,-z,noexecstack',
+    '-Wl,-z,relro',
+    '-Wl,--hash-style=gnu',
+    '-Wl,--no-as-needed',
+    // A build id that is a hash of the linked bytes: fixed for fixed inputs, still useful to
+    // debuggers (no random or time-based id).
+    '-Wl,--build-id=sha1',
+  ],
+  libraries: ['-ldl', '-lpthread'],
+  /** Per build kind: the shipped/checkout build, and the two sanitizer builds of the tests. */
+  release: ['-O2', '-U_FORTIFY_SOURCE', '-D_FORTIFY_SOURCE=2'],
+  sanitize: [
+    '-O1',
+    '-g',
+    '-U_FORTIFY_SOURCE',
+    '-fsanitize=address,undefined',
+    '-fno-sanitize-recover=undefined',
+  ],
+  thread: ['-O1', '-g', '-U_FORTIFY_SOURCE', '-fsanitize=thread'],
+  /**
+   * Per CPU: the baseline instruction set (never the build machine's), no CET/PAC. A checkout
+   * build on another Linux CPU uses its compiler's defaults (it is never shipped).
+   */
+  arch: {
+    x64: ['-m64', '-march=x86-64', '-mtune=generic', '-fcf-protection=none'],
+    arm64: ['-march=armv8-a', '-mtune=generic', '-mbranch-protection=none'],
+  },
+};
+
+const TRIPLETS = { x64: 'x86_64-linux-gnu', arm64: 'aarch64-linux-gnu' };
+
+/** Variables that would let the caller's environment change what gcc does. */
+const COMPILER_ENV = [
+  'CPATH',
+  'C_INCLUDE_PATH',
+  'LIBRARY_PATH',
+  'GCC_EXEC_PREFIX',
+  'COMPILER_PATH',
+  'DEPENDENCIES_OUTPUT',
+  'SUNPRO_DEPENDENCIES',
+  'GCC_COMPARE_DEBUG',
+];
 
 function say(text) {
   process.stderr.write(`native data plane: ${text}\n`);
@@ -54,146 +152,37 @@ export function nodeHeadersDir() {
   return undefined;
 }
 
-// ---- binding.gyp ----------------------------------------------------------------------------
-
-/** gyp files are Python literals: `#` comments, either quote, trailing commas. Returns JSON. */
-export function parseGyp(text) {
-  let out = '';
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (c === '#') {
-      while (i < text.length && text[i] !== '\n') i++;
-      out += '\n';
-    } else if (c === '"' || c === "'") {
-      let s = '';
-      for (i++; i < text.length && text[i] !== c; i++) {
-        if (text[i] === '\\') s += text[i++];
-        s += text[i];
-      }
-      // Re-quote as JSON; the escapes gyp uses (\\, \", \n) mean the same in JSON.
-      out += `"${s.replaceAll(/(?<!\\)"/g, '\\"')}"`;
-    } else {
-      out += c;
-    }
-  }
-  out = out
-    .replaceAll(/,(\s*[\]}])/g, '$1')
-    .replaceAll(/\bTrue\b/g, 'true')
-    .replaceAll(/\bFalse\b/g, 'false');
-  return JSON.parse(out);
+/** The C sources: every native/*.c, in name order (so a new file cannot be left out). */
+export function nativeSources(dir = native) {
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.c'))
+    .sort();
 }
-
-/** Evaluates a gyp condition made of `VAR=="v"`, `VAR!='v'`, `and`, `or` (what binding.gyp uses). */
-function evalCondition(expr, vars) {
-  return expr.split(/\s+or\s+/).some((alt) =>
-    alt.split(/\s+and\s+/).every((term) => {
-      const m = /^\s*\(?\s*(\w+)\s*(==|!=)\s*(["'])([^"']*)\3\s*\)?\s*$/.exec(term);
-      if (m === null)
-        throw new Error(`binding.gyp condition "${expr}" is beyond what scripts/build-native.mjs evaluates`);
-      const value = vars[m[1]];
-      if (value === undefined) throw new Error(`binding.gyp condition uses unknown variable ${m[1]}`);
-      return m[2] === '==' ? value === m[4] : value !== m[4];
-    }),
-  );
-}
-
-const LIST_KEYS = ['sources', 'cflags', 'cflags_c', 'defines', 'include_dirs', 'libraries', 'ldflags'];
-/** Keys that only matter on other platforms or to C++: ignored on Linux. */
-const IGNORED_KEYS = [
-  'target_name',
-  'cflags_cc',
-  'xcode_settings',
-  'msvs_settings',
-  'conditions',
-  'variables',
-];
-
-function merge(into, part, vars) {
-  for (const [key, value] of Object.entries(part)) {
-    if (key === 'conditions') continue;
-    if (key === 'link_settings') {
-      merge(into, value, vars);
-    } else if (LIST_KEYS.includes(key)) {
-      into[key] = [...(into[key] ?? []), ...value];
-    } else if (key === 'type') {
-      into.type = value;
-    } else if (!IGNORED_KEYS.includes(key)) {
-      throw new Error(`binding.gyp key "${key}" is not understood by scripts/build-native.mjs: teach it`);
-    }
-  }
-  for (const [expr, then, otherwise] of part.conditions ?? []) {
-    const chosen = evalCondition(expr, vars) ? then : otherwise;
-    if (chosen !== undefined) merge(into, chosen, vars);
-  }
-  return into;
-}
-
-/** The relay_dataplane target of native/binding.gyp, resolved for one platform and CPU. */
-export function gypTarget(vars, file = join(native, 'binding.gyp')) {
-  const gyp = parseGyp(readFileSync(file, 'utf8'));
-  const target = (gyp.targets ?? []).find((t) => t.target_name === TARGET);
-  if (target === undefined) throw new Error(`binding.gyp has no target ${TARGET}`);
-  return merge({ type: 'loadable_module' }, target, vars);
-}
-
-/** The C sources binding.gyp lists, as absolute paths. */
-export function nativeSources() {
-  return (gypTarget({ OS: 'linux', target_arch: process.arch }).sources ?? []).map((s) => resolve(native, s));
-}
-
-// ---- compiling --------------------------------------------------------------------------------
-
-const ARCHS = {
-  x64: { gyp: 'x64', triplet: 'x86_64-linux-gnu', flags: ['-m64'] },
-  arm64: { gyp: 'arm64', triplet: 'aarch64-linux-gnu', flags: [] },
-};
 
 /** The C compiler for a Linux CPU: the host's `cc` for its own CPU, Debian's cross gcc otherwise. */
 export function compilerFor(arch) {
   if (arch === process.arch && process.platform === 'linux') return 'cc';
-  return `${ARCHS[arch].triplet}-gcc`;
+  return `${TRIPLETS[arch]}-gcc`;
 }
 
-function run(cmd, args) {
-  const r = spawnSync(cmd, args, { encoding: 'utf8' });
+function binutil(cc, tool) {
+  return cc === 'cc' ? tool : `${cc.slice(0, -'gcc'.length)}${tool}`;
+}
+
+function compilerEnv() {
+  const env = { ...process.env, LC_ALL: 'C', SOURCE_DATE_EPOCH: '0' };
+  for (const name of COMPILER_ENV) delete env[name];
+  return env;
+}
+
+function run(cmd, args, cwd) {
+  const r = spawnSync(cmd, args, { encoding: 'utf8', cwd, env: compilerEnv() });
   if (r.error !== undefined) return { ok: false, out: `${cmd}: ${r.error.message}` };
   return { ok: r.status === 0, out: `${r.stdout}${r.stderr}` };
 }
 
-/** The arguments that compile and link the target into `output` (what node-gyp would pass on Linux). */
-function compileArgs(target, nodedir, output, extra = []) {
-  const sub = (s) => s.replaceAll('<(node_root_dir)', nodedir).replaceAll('<(module_root_dir)', native);
-  return [
-    '-shared',
-    '-fPIC',
-    '-pthread',
-    '-Wall',
-    '-Wextra',
-    '-Wno-unused-parameter',
-    '-O3',
-    '-fno-omit-frame-pointer',
-    ...extra,
-    ...(target.cflags ?? []).map(sub),
-    ...(target.cflags_c ?? []).map(sub),
-    `-DNODE_GYP_MODULE_NAME=${TARGET}`,
-    '-DUSING_UV_SHARED=1',
-    '-DUSING_V8_SHARED=1',
-    '-DV8_DEPRECATION_WARNINGS=1',
-    '-D_FILE_OFFSET_BITS=64',
-    '-D_LARGEFILE_SOURCE',
-    '-DOPENSSL_NO_PINSHARED',
-    '-DOPENSSL_THREADS',
-    '-DBUILDING_NODE_EXTENSION',
-    ...(target.defines ?? []).map((d) => `-D${sub(d)}`),
-    `-I${join(nodedir, 'include', 'node')}`,
-    ...(target.include_dirs ?? []).map((d) => `-I${resolve(native, sub(d))}`),
-    ...(target.sources ?? []).map((s) => resolve(native, sub(s))),
-    '-o',
-    output,
-    '-Wl,-z,noexecstack',
-    ...(target.ldflags ?? []).map(sub),
-    ...(target.libraries ?? []).map(sub),
-  ];
+export function sha256(file) {
+  return createHash('sha256').update(readFileSync(file)).digest('hex');
 }
 
 function versionAbove(v, floor) {
@@ -233,82 +222,132 @@ function olderVersions(cc, names) {
 }
 
 /**
- * Builds prebuilds/linux-<arch>/relay_dataplane.node. Symbols the build machine's glibc
- * versions above 2.28 (pthread_create@GLIBC_2.34 on glibc ≥ 2.34) are bound to their older
- * version with `.symver`, so the addon loads wherever Node 22 runs.
+ * The compiler's arguments for one build, run in the sources' folder with their bare names, so
+ * that no path of the build machine gets into the addon: the sources are `native/…`, the Node
+ * headers `node/…`, generated files `build/…` wherever they really are.
  */
-function prebuild(tag, outRoot) {
-  const [platform, arch] = tag.split('-');
-  if (platform !== 'linux' || ARCHS[arch] === undefined)
-    throw new Error(`no prebuilt for ${tag}: only linux-x64 and linux-arm64 are built`);
-  const nodedir = nodeHeadersDir();
+export function recipeArgs({
+  arch,
+  kind,
+  nodedir,
+  output,
+  scratch,
+  extra = [],
+  withSources = [],
+  wrap = [],
+}) {
+  // Another Linux CPU (a checkout build only, never shipped): the compiler's own baseline.
+  const cflags = [...RECIPE.cflags, ...(RECIPE.arch[arch] ?? []), ...RECIPE[kind]];
+  return [
+    ...cflags,
+    `-ffile-prefix-map=${native}=native`,
+    `-ffile-prefix-map=${nodedir}=node`,
+    `-ffile-prefix-map=${scratch}=build`,
+    ...withSources.map((f) => `-ffile-prefix-map=${dirname(f)}=test`),
+    ...extra,
+    ...RECIPE.defines.map((d) => `-D${d}`),
+    `-I${join(nodedir, 'include', 'node')}`,
+    ...nativeSources(),
+    ...withSources,
+    '-o',
+    output,
+    ...RECIPE.ldflags,
+    ...wrap.map((s) => `-Wl,--wrap=${s}`),
+    ...RECIPE.libraries,
+  ];
+}
+
+/**
+ * Builds the addon into `output` with the recipe for `arch` and `kind` (release, sanitize,
+ * thread). A release build binds every C library symbol versioned after 2.28 to its older version
+ * (`.symver`), is stripped, and gets `<output>.sha256`. The file is written whole, then renamed
+ * into place, so a process that has the previous one loaded is not disturbed. Returns its SHA-256.
+ */
+export function buildAddon({ arch, kind, output, nodedir, withSources = [], wrap = [] }) {
+  if (RECIPE.arch[arch] === undefined && arch !== process.arch)
+    throw new Error(`no recipe for CPU ${arch}: only x64 and arm64 are cross-compiled`);
   if (nodedir === undefined) throw new Error("the pinned Node's headers are missing: run npm ci first");
   const cc = compilerFor(arch);
   if (!run(cc, ['--version']).ok) {
     const pkg = arch === 'arm64' ? 'gcc-aarch64-linux-gnu' : 'gcc-x86-64-linux-gnu';
-    throw new Error(`no C compiler for ${tag} (${cc}; Debian: apt-get install ${pkg})`);
+    throw new Error(`no C compiler for linux-${arch} (${cc}; Debian: apt-get install ${pkg})`);
   }
-  const target = gypTarget({ OS: 'linux', target_arch: ARCHS[arch].gyp });
-  if (target.type === 'none') throw new Error(`binding.gyp builds nothing for ${tag}`);
-  const dir = join(outRoot, tag);
-  mkdirSync(dir, { recursive: true });
-  const output = join(dir, `${TARGET}.node`);
-  const tmp = mkdtempSync(join(tmpdir(), 'gamewire-prebuild-'));
+  mkdirSync(dirname(output), { recursive: true });
+  const scratch = mkdtempSync(join(tmpdir(), 'gamewire-native-'));
+  const partial = join(scratch, `${TARGET}.node`);
   try {
-    let extra = [...ARCHS[arch].flags];
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const r = run(cc, compileArgs(target, nodedir, output, extra));
-      if (!r.ok) throw new Error(`${cc} failed for ${tag}:\n${r.out}`);
-      const tooNew = glibcImports(output).filter((s) => versionAbove(s.version, GLIBC_FLOOR));
-      if (tooNew.length === 0) {
-        const strip = cc === 'cc' ? 'strip' : `${ARCHS[arch].triplet}-strip`;
-        run(strip, ['--strip-unneeded', output]);
-        return output;
-      }
-      if (attempt === 1) break;
-      const names = [...new Set(tooNew.map((s) => s.name))];
+    let extra = [];
+    for (let attempt = 0; ; attempt++) {
+      const args = recipeArgs({ arch, kind, nodedir, output: partial, scratch, extra, withSources, wrap });
+      const r = run(cc, args, native);
+      if (!r.ok) throw new Error(`${cc} failed for linux-${arch}:\n${r.out}`);
+      // Test builds with a hook (--with/--wrap) run only here: no floor (a versioned reference
+      // would slip past --wrap).
+      if (kind !== 'release' || wrap.length > 0) break;
+      const tooNew = glibcImports(partial).filter((s) => versionAbove(s.version, GLIBC_FLOOR));
+      if (tooNew.length === 0) break;
+      if (attempt === 1)
+        throw new Error(
+          `linux-${arch}: still needs glibc > ${GLIBC_FLOOR} after binding older symbol versions`,
+        );
+      const names = [...new Set(tooNew.map((s) => s.name))].sort();
       const older = olderVersions(cc, names);
       const missing = names.filter((n) => !older.has(n));
       if (missing.length > 0)
         throw new Error(
-          `${tag}: ${missing.join(', ')} exist only in glibc > ${GLIBC_FLOOR}; the addon must not use them`,
+          `linux-${arch}: ${missing.join(', ')} exist only in glibc > ${GLIBC_FLOOR}; the addon must not use them`,
         );
-      const header = join(tmp, 'glibc-compat.h');
+      const header = join(scratch, 'glibc-compat.h');
       writeFileSync(
         header,
-        [...older].map(([name, v]) => `__asm__(".symver ${name},${name}@GLIBC_${v}");\n`).join(''),
+        names.map((name) => `__asm__(".symver ${name},${name}@GLIBC_${older.get(name)}");\n`).join(''),
       );
-      extra = [...ARCHS[arch].flags, '-include', header];
+      extra = ['-include', header];
     }
-    throw new Error(`${tag}: still needs glibc > ${GLIBC_FLOOR} after binding older symbol versions`);
+    if (kind === 'release') {
+      const strip = run(binutil(cc, 'strip'), ['--strip-unneeded', partial]);
+      if (!strip.ok) throw new Error(`strip failed for linux-${arch}: ${strip.out}`);
+    }
+    rmSync(`${output}.sha256`, { force: true });
+    renameSync(partial, output);
+    const hash = sha256(output);
+    if (kind === 'release') writeFileSync(`${output}.sha256`, `${hash}  ${basename(output)}\n`);
+    return hash;
   } finally {
-    rmSync(tmp, { recursive: true, force: true });
+    rmSync(scratch, { recursive: true, force: true });
   }
 }
 
-// ---- the source build and the sanitizer build ------------------------------------------------
-
-function nodeGyp() {
-  const candidates = [
-    process.env.npm_config_node_gyp,
-    join(
-      dirname(process.execPath),
-      '..',
-      'lib',
-      'node_modules',
-      'npm',
-      'node_modules',
-      'node-gyp',
-      'bin',
-      'node-gyp.js',
-    ),
-    '/usr/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js',
-    '/usr/local/lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js',
-  ];
-  return candidates.find((c) => c !== undefined && existsSync(c));
+/** The compiler that made a build, as it names itself (what reproducing the hash needs). */
+function compilerVersion(arch) {
+  return run(compilerFor(arch), ['--version']).out.split('\n')[0]?.trim() ?? '';
 }
 
-function sourceBuild() {
+function option(argv, name) {
+  const at = argv.indexOf(name);
+  return at === -1 ? undefined : resolve(argv[at + 1]);
+}
+
+function options(argv, name) {
+  return argv.flatMap((a, i) => (a === name && argv[i + 1] !== undefined ? [argv[i + 1]] : []));
+}
+
+/** What node-gyp left in native/build when it made the checkout build (before this recipe). */
+function removeNodeGypLeftovers() {
+  const build = join(native, 'build');
+  for (const f of [
+    'Makefile',
+    'binding.Makefile',
+    'config.gypi',
+    `${TARGET}.target.mk`,
+    'Release/obj.target',
+    'Release/.deps',
+  ])
+    rmSync(join(build, f), { recursive: true, force: true });
+}
+
+/** The checkout build: never fails (the relay then runs its JavaScript data plane). */
+function checkoutBuild(argv) {
   if (process.platform !== 'linux') {
     say(`not built: ${process.platform} uses the JavaScript data plane (recvmmsg/sendmmsg are Linux-only)`);
     return 0;
@@ -317,76 +356,79 @@ function sourceBuild() {
     say('not built: no C compiler (cc); the relay uses the JavaScript data plane');
     return 0;
   }
-  const nodedir = nodeHeadersDir();
+  const nodedir = option(argv, '--nodedir') ?? nodeHeadersDir();
   if (nodedir === undefined) {
     say(
       'not built: no Node headers (neither the pinned Node in node_modules nor <prefix>/include/node); the relay uses the JavaScript data plane',
     );
     return 0;
   }
-  const gyp = nodeGyp();
-  if (gyp === undefined) {
-    say('not built: node-gyp not found (it ships with npm); the relay uses the JavaScript data plane');
-    return 0;
+  const output = join(option(argv, '--out') ?? join(native, 'build', 'Release'), `${TARGET}.node`);
+  if (option(argv, '--out') === undefined) removeNodeGypLeftovers();
+  try {
+    const hash = buildAddon({
+      arch: process.arch,
+      kind: 'release',
+      output,
+      nodedir,
+      withSources: options(argv, '--with').map((f) => resolve(f)),
+      wrap: options(argv, '--wrap'),
+    });
+    say(`built ${output} sha256 ${hash} (${compilerVersion(process.arch)})`);
+  } catch (err) {
+    say(`build failed; the relay uses the JavaScript data plane:\n${err.message}`);
   }
-  const r = spawnSync(process.execPath, [gyp, 'rebuild', `--nodedir=${nodedir}`], {
-    cwd: native,
-    stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, npm_config_nodedir: nodedir },
-    encoding: 'utf8',
-  });
-  if (r.status !== 0) {
-    say('build failed; the relay uses the JavaScript data plane. node-gyp said:');
-    process.stderr.write(r.stderr.split('\n').slice(-15).join('\n'));
-    return 0;
-  }
-  say('built native/build/Release/relay_dataplane.node');
   return 0;
 }
 
-/** The sanitizer builds (tests only): a direct compile of the same sources and flags, at -O1. */
-function sanitizeBuild(thread) {
-  const nodedir = nodeHeadersDir();
+/** The sanitizer builds (tests only): the same recipe at -O1 with debug information. */
+function sanitizeBuild(argv, thread) {
+  const nodedir = option(argv, '--nodedir') ?? nodeHeadersDir();
   if (process.platform !== 'linux' || nodedir === undefined) {
     say('sanitizer builds need Linux and the pinned Node headers (npm ci)');
     return 1;
   }
-  const out = join(native, thread ? 'build-tsan' : 'build-sanitize');
-  mkdirSync(out, { recursive: true });
-  const target = gypTarget({ OS: 'linux', target_arch: process.arch });
-  const sanitizers = thread
-    ? ['-fsanitize=thread']
-    : ['-fsanitize=address,undefined', '-fno-sanitize-recover=undefined'];
-  const args = compileArgs(target, nodedir, join(out, `${TARGET}.node`), ['-g', ...sanitizers]);
-  // Every optimisation flag (the target's own come later and would win) gives way to -O1.
-  const r = spawnSync('cc', [...args.filter((a) => !/^-O[0-3s]?$/.test(a)), '-O1'], { stdio: 'inherit' });
+  const dir = option(argv, '--out') ?? join(native, thread ? 'build-tsan' : 'build-sanitize');
+  const output = join(dir, `${TARGET}.node`);
   const what = thread ? 'ThreadSanitizer' : 'AddressSanitizer and UBSan';
-  if (r.status !== 0) {
-    say(`build with ${what} failed`);
+  try {
+    buildAddon({ arch: process.arch, kind: thread ? 'thread' : 'sanitize', output, nodedir });
+  } catch (err) {
+    say(`build with ${what} failed: ${err.message}`);
     return 1;
   }
-  say(`built with ${what}: ${join(out, `${TARGET}.node`)}`);
+  say(`built with ${what}: ${output}`);
   return 0;
 }
 
-function main(argv) {
-  if (argv.includes('--sanitize')) return sanitizeBuild(false);
-  if (argv.includes('--thread')) return sanitizeBuild(true);
+/** The prebuilt addons of the package: DIR/<platform>-<arch>/relay_dataplane.node (+ .sha256). */
+function prebuild(argv) {
+  const outRoot = option(argv, '--out') ?? join(root, 'prebuilds');
+  const nodedir = option(argv, '--nodedir') ?? nodeHeadersDir();
   const at = argv.indexOf('--prebuild');
-  if (at === -1) return sourceBuild();
-  const outAt = argv.indexOf('--out');
-  const outRoot = resolve(outAt === -1 ? join(root, 'prebuilds') : argv[outAt + 1]);
-  const tags = argv.slice(at + 1).filter((a, i, all) => !a.startsWith('--') && all[i - 1] !== '--out');
+  const tags = [];
+  for (let i = at + 1; i < argv.length && !argv[i].startsWith('--'); i++) tags.push(argv[i]);
   try {
     for (const tag of tags.length > 0 ? tags : [`${process.platform}-${process.arch}`]) {
-      const file = prebuild(tag, outRoot);
-      say(`built ${file}`);
+      const [platform, arch] = tag.split('-');
+      if (platform !== 'linux' || RECIPE.arch[arch] === undefined)
+        throw new Error(`no prebuilt for ${tag}: only linux-x64 and linux-arm64 are built`);
+      const output = join(outRoot, tag, `${TARGET}.node`);
+      const hash = buildAddon({ arch, kind: 'release', output, nodedir });
+      say(`built ${output} sha256 ${hash} (${compilerVersion(arch)})`);
     }
     return 0;
   } catch (err) {
     say(err.message);
     return 1;
   }
+}
+
+function main(argv) {
+  if (argv.includes('--sanitize')) return sanitizeBuild(argv, false);
+  if (argv.includes('--thread')) return sanitizeBuild(argv, true);
+  if (argv.includes('--prebuild')) return prebuild(argv);
+  return checkoutBuild(argv);
 }
 
 if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -6,9 +6,12 @@
  *             benches) and the native addon from source (native/build/Release). Skipped when npm
  *             runs it as part of `npm pack`/`npm publish`, which `prepack` has built for.
  *   prepack   what the tarball ships: a clean dist/src (JavaScript and .d.ts, no source maps) and
- *             the prebuilt addons, prebuilds/<platform>-<arch>/relay_dataplane.node, for linux-x64
- *             (required) and linux-arm64 (when Debian's cross compiler is installed; required when
+ *             the prebuilt addons, prebuilds/<platform>-<arch>/relay_dataplane.node with its SHA-256
+ *             beside it (relay_dataplane.node.sha256, printed too), for linux-x64 (required) and
+ *             linux-arm64 (when Debian's cross compiler is installed; required when
  *             GAMEWIRE_PREBUILDS names it). GAMEWIRE_PREBUILDS=linux-x64,linux-arm64 sets the list.
+ *             They are built by scripts/build-native.mjs with the same recipe as the checkout
+ *             build, so the linux-x64 one is byte for byte what `npm ci` built and the tests ran.
  *   postpack  removes prebuilds/ again, so a checkout keeps loading its own source build.
  */
 import { spawnSync } from 'node:child_process';

@@ -25,12 +25,12 @@ export interface Served {
 
 export async function startServe(
   args: readonly string[],
-  options: { timeoutMs?: number } = {},
+  options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
 ): Promise<Served> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'gamewire-serve-'));
   const child = spawn(process.execPath, [BIN, 'serve', ...args, '--data-dir', dataDir], {
     cwd: ROOT,
-    env: cliEnv(),
+    env: cliEnv(options.env),
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   let err = '';

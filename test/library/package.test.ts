@@ -1,10 +1,14 @@
 /**
  * The tarball holds exactly what an installed package needs: the compiled JavaScript and its
- * types, the CLI entry, the dashboard page, the prebuilt native data plane and the sources of its
+ * types, the CLI entry, the dashboard page, the prebuilt native data plane (with the SHA-256 of
+ * each addon, which a clean rebuild from the shipped sources reproduces) and the sources of its
  * fallback build, the user documentation, README and LICENSE. Anything else (benches, test
  * helpers, source maps, stale files) fails; so does a missing part.
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/cli.js';
@@ -19,8 +23,7 @@ const ALLOWED: readonly RegExp[] = [
   /^dist\/src\/(?:[\w.-]+\/)*[\w.-]+\.(?:js|d\.ts)$/,
   /^web\/dashboard\/[\w.-]+\.(?:html|js|css)$/,
   /^src\/protocols\/[\w-]+\/dashboard\/[\w.-]+\.js$/,
-  /^prebuilds\/linux-(?:x64|arm64)\/relay_dataplane\.node$/,
-  /^native\/binding\.gyp$/,
+  /^prebuilds\/linux-(?:x64|arm64)\/relay_dataplane\.node(?:\.sha256)?$/,
   /^native\/[\w-]+\.[ch]$/,
   /^scripts\/build-native\.mjs$/,
   /^docs\/[\w-]+\.md$/,
@@ -33,6 +36,15 @@ const pkgJson = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')
   bin: Record<string, string>;
   exports: Record<string, string>;
 };
+
+function sha256(file: string): string {
+  return createHash('sha256').update(readFileSync(file)).digest('hex');
+}
+
+/** The pinned Node's headers (node_modules/node/node_modules/node-<platform>-<arch>), as pack time used. */
+function nodeHeaders(): string {
+  return path.join(ROOT, 'node_modules', 'node', 'node_modules', `node-${process.platform}-${process.arch}`);
+}
 
 function sources(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -115,16 +127,53 @@ describe('the package tarball', () => {
     else ctx.annotate('no linux-arm64 addon: aarch64-linux-gnu-gcc is not installed');
   });
 
-  it('ships the sources of the fallback build: binding.gyp, every source of native/, the build script', () => {
-    const gyp = readFileSync(path.join(ROOT, 'native', 'binding.gyp'), 'utf8');
-    const listed = [...gyp.matchAll(/["']([\w./-]+\.[ch])["']/g)].map((m) => `native/${m[1]}`);
-    expect(listed.length).toBeGreaterThan(0);
+  it('ships the sources of the fallback build: every source of native/ and the build script (its recipe)', () => {
     const native = readdirSync(path.join(ROOT, 'native'))
       .filter((f) => /\.[ch]$/.test(f))
       .map((f) => `native/${f}`);
-    for (const f of ['native/binding.gyp', 'scripts/build-native.mjs', ...listed, ...native])
-      expect(files.has(f), f).toBe(true);
+    expect(native.length).toBeGreaterThan(0);
+    for (const f of ['scripts/build-native.mjs', ...native]) expect(files.has(f), f).toBe(true);
   });
+
+  it("ships each prebuilt addon's SHA-256 beside it, and a clean rebuild from the shipped sources gives the same bytes", (ctx) => {
+    const tags = ['linux-x64', ...(needProgram('aarch64-linux-gnu-gcc') ? ['linux-arm64'] : [])];
+    if (!tags.includes('linux-arm64'))
+      ctx.annotate('linux-arm64 not rebuilt: aarch64-linux-gnu-gcc is missing');
+    for (const tag of tags) {
+      const addon = `prebuilds/${tag}/relay_dataplane.node`;
+      expect(files.has(`${addon}.sha256`), `${addon}.sha256`).toBe(true);
+      const recorded = readFileSync(path.join(packed.pkg, `${addon}.sha256`), 'utf8');
+      expect(recorded).toBe(`${sha256(path.join(packed.pkg, addon))}  relay_dataplane.node\n`);
+    }
+    // The tarball's own build script and sources, copied to a folder of another name and length,
+    // built with the pinned Node's headers (as at pack time) and the same compilers.
+    const copy = path.join(mkdtempSync(path.join(tmpdir(), 'gamewire-rebuild-')), 'elsewhere', 'pkg');
+    for (const f of packed.files.filter((f) => f.startsWith('native/') || f === 'scripts/build-native.mjs'))
+      cpSync(path.join(packed.pkg, f), path.join(copy, f));
+    const out = path.join(copy, 'out');
+    const r = spawnSync(
+      process.execPath,
+      [
+        path.join(copy, 'scripts', 'build-native.mjs'),
+        '--prebuild',
+        ...tags,
+        '--out',
+        out,
+        '--nodedir',
+        nodeHeaders(),
+      ],
+      { encoding: 'utf8', timeout: 300_000 },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    for (const tag of tags) {
+      const rebuilt = path.join(out, tag, 'relay_dataplane.node');
+      const shipped = path.join(packed.pkg, 'prebuilds', tag, 'relay_dataplane.node');
+      expect(sha256(rebuilt), tag).toBe(sha256(shipped));
+      expect(readFileSync(rebuilt).equals(readFileSync(shipped)), tag).toBe(true);
+      expect(r.stderr).toContain(`sha256 ${sha256(shipped)}`);
+    }
+    rmSync(path.dirname(path.dirname(copy)), { recursive: true, force: true });
+  }, 300_000);
 
   it('ships the user documentation (every docs/*.md the README links to)', () => {
     const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
