@@ -35,9 +35,13 @@ static struct {
 
 static pthread_once_t ossl_once = PTHREAD_ONCE_INIT;
 static int ossl_ok;
+/* The first OpenSSL function that did not resolve, for the start-up line; NULL when all did. */
+static const char *ossl_missing;
 
 static void *sym(const char *name) {
-  return dlsym(RTLD_DEFAULT, name);
+  void *f = dlsym(RTLD_DEFAULT, name);
+  if (f == NULL && ossl_missing == NULL) ossl_missing = name;
+  return f;
 }
 
 static void ossl_load(void) {
@@ -59,6 +63,11 @@ static void ossl_load(void) {
 int dtls_crypto_available(void) {
   pthread_once(&ossl_once, ossl_load);
   return ossl_ok;
+}
+
+const char *dtls_crypto_missing(void) {
+  pthread_once(&ossl_once, ossl_load);
+  return ossl_ok ? NULL : ossl_missing;
 }
 
 /* The suites of src/transports/dtls/suites.ts, same ids and parameters. */
@@ -112,9 +121,11 @@ int dtls_dir_init(dtls_dir_t *d, const dtls_suite_t *s, const uint8_t *key, cons
 }
 
 void dtls_dir_free(dtls_dir_t *d) {
+  /* EVP_CIPHER_CTX_free wipes the key schedule; the implicit IV is wiped here. */
   if (d->ctx != NULL) ossl.ctx_free(d->ctx);
   d->ctx = NULL;
   d->suite = NULL;
+  explicit_bzero(d->iv, sizeof(d->iv));
 }
 
 /* Nonce from the implicit IV and the record's epoch ‖ seq (`es`, 8 bytes) or explicit nonce. */
@@ -187,7 +198,9 @@ long dtls_seal(dtls_dir_t *d, uint8_t type, uint16_t epoch, uint64_t seq, const 
     at += 8;
   }
   make_nonce(d, out + 3, out + 3, nonce);
-  if (!aead(d, nonce, aad, pt, len, len > 0 ? at : NULL, at + len)) return -1;
+  int ok = aead(d, nonce, aad, pt, len, len > 0 ? at : NULL, at + len);
+  explicit_bzero(nonce, sizeof(nonce)); /* holds the implicit IV */
+  if (!ok) return -1;
   return (long)(DTLS_HEADER_LEN + fragment);
 }
 
@@ -208,7 +221,9 @@ long dtls_open(dtls_dir_t *d, const uint8_t *rec, size_t rec_len, uint8_t *out) 
   make_nonce(d, rec + 3, rec + DTLS_HEADER_LEN, nonce);
   /* Copied out first: decrypting in place may overwrite nothing of it, but keep it obviously safe. */
   memcpy(tag, ct + len, s->tag_len);
-  if (!aead(d, nonce, aad, ct, len, len > 0 ? out : NULL, tag)) {
+  int ok = aead(d, nonce, aad, ct, len, len > 0 ? out : NULL, tag);
+  explicit_bzero(nonce, sizeof(nonce)); /* holds the implicit IV */
+  if (!ok) {
     /* GCM and ChaCha20 write the unauthenticated plaintext before the tag check: wipe it. */
     if (len > 0) memset(out, 0, len);
     return -1;

@@ -38,6 +38,9 @@ const dtls_suite_t *dtls_suite_find(uint16_t id);
 /* Whether every OpenSSL function used here resolves in the running process (checked once). */
 int dtls_crypto_available(void);
 
+/* The first OpenSSL function that did not resolve (NULL when every one did). */
+const char *dtls_crypto_missing(void);
+
 /* One direction of one association: a cipher context keyed once, and the implicit IV. */
 typedef struct {
   const dtls_suite_t *suite;

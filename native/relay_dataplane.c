@@ -45,6 +45,10 @@
 #define MAX_JS_PENDING (4u * 1024 * 1024)
 /* What one datagram costs against that budget beyond its bytes, so empty ones count too. */
 #define JS_DATAGRAM_COST 64
+/* Drop notices wait at most this long for a batch to go with (then they go on their own). */
+#define NOTICE_MS 5
+/* Sources × reasons of drop notices that can wait at once. */
+#define MAX_NOTICES 64
 
 /* ---- allocation table: open addressing keyed by the 16 id bytes ------------------------------ */
 
@@ -188,18 +192,41 @@ static void peers_del(entry_t *e, const uint8_t *id) {
  */
 
 typedef struct assoc {
+  /* The plane lock guards the chains and membership; the fields below `mu` are guarded by `mu`,
+   * so the worker opens and seals records with the plane lock released. */
   struct assoc *next_addr;
   struct assoc *next_id;
+  /* References: one while in the table, one per worker batch (or JavaScript call) using it. The
+   * last to let go frees it. `dead` (atomic) is set when it leaves the table: the worker then
+   * stops using it, and JavaScript reads its final state under `mu`. */
+  int refs;
+  int dead;
+  pthread_mutex_t mu;
+  /* Immutable once in the table. */
   uint32_t id;
   uint32_t addr; /* network order */
   uint16_t port; /* network order */
   uint16_t epoch;
-  /* Set when a datagram from this peer went to JavaScript undecrypted: from then on everything
-   * from it does, in order, until JavaScript has taken the association back and handed it over
-   * again (so nothing is decrypted here that JavaScript must see first). */
+  /* Set when a datagram from this peer that authenticated under this association's keys (an
+   * alert, a handshake record, several records) went to JavaScript as it arrived: from then on
+   * everything from it does, in order, until JavaScript has taken the association back and handed
+   * it over again (so nothing is decrypted here that JavaScript must see first). Nothing that
+   * fails authentication ever sets it: junk from a spoofed source cannot move the association. */
   uint8_t suspended;
   /* An application record authenticated: the peer has our Finished. */
   uint8_t app_seen;
+  /* JavaScript has a new handshake in progress from this address and port (a reconnection that
+   * proved its address with a cookie): its epoch-0 flight and its epoch-1 Finished, which does not
+   * authenticate under this association's keys, go to JavaScript instead of being dropped. */
+  uint8_t expect_hs;
+  /* The keys as JavaScript handed them over: the only copy while the association is held here
+   * (JavaScript zeroes its own); dtlsDetach writes them back. Wiped when the node is freed. */
+  uint8_t key_len;
+  uint8_t iv_len;
+  uint8_t read_key[32];
+  uint8_t read_iv[12];
+  uint8_t write_key[32];
+  uint8_t write_iv[12];
   uint32_t max_plaintext;
   uint64_t write_seq; /* next sequence number to send */
   dtls_replay_t replay;
@@ -245,8 +272,38 @@ static assoc_t *assoc_by_id(const assocs_t *t, uint32_t id) {
 static void assoc_free(assoc_t *a) {
   dtls_dir_free(&a->rd);
   dtls_dir_free(&a->wr);
+  pthread_mutex_destroy(&a->mu);
   explicit_bzero(a, sizeof(*a));
   free(a);
+}
+
+static assoc_t *assoc_new(void) {
+  assoc_t *a = calloc(1, sizeof(assoc_t));
+  if (a == NULL) return NULL;
+  if (pthread_mutex_init(&a->mu, NULL) != 0) {
+    free(a);
+    return NULL;
+  }
+  a->refs = 1;
+  return a;
+}
+
+static void assoc_ref(assoc_t *a) {
+  __atomic_add_fetch(&a->refs, 1, __ATOMIC_RELAXED);
+}
+
+static void assoc_unref(assoc_t *a) {
+  if (a != NULL && __atomic_sub_fetch(&a->refs, 1, __ATOMIC_ACQ_REL) == 0) assoc_free(a);
+}
+
+static int assoc_dead(assoc_t *a) {
+  return __atomic_load_n(&a->dead, __ATOMIC_ACQUIRE);
+}
+
+/* It left the table (under the plane lock): nobody finds it any more; users still holding it see `dead`. */
+static void assoc_retire(assoc_t *a) {
+  __atomic_store_n(&a->dead, 1, __ATOMIC_RELEASE);
+  assoc_unref(a);
 }
 
 /* Unlinks `a` from both chains (it must be in them). */
@@ -303,12 +360,12 @@ static int assocs_put(assocs_t *t, assoc_t *a) {
   assoc_t *old = assoc_by_id(t, a->id);
   if (old != NULL) {
     assocs_unlink(t, old);
-    assoc_free(old);
+    assoc_retire(old);
   }
   old = assoc_by_addr(t, a->addr, a->port);
   if (old != NULL) {
     assocs_unlink(t, old);
-    assoc_free(old);
+    assoc_retire(old);
   }
   if (t->count + 1 > t->nbuckets && assocs_grow(t) != 0) return -1;
   uint32_t mask = t->nbuckets - 1;
@@ -326,7 +383,7 @@ static void assocs_free(assocs_t *t) {
   for (uint32_t k = 0; k < t->nbuckets; k++) {
     for (assoc_t *a = t->by_addr[k], *next; a != NULL; a = next) {
       next = a->next_addr;
-      assoc_free(a);
+      assoc_retire(a);
     }
   }
   free(t->by_addr);
@@ -355,6 +412,20 @@ enum {
   C_DTLS_DROP_BAD_MAC,
   C_DTLS_DROP_TOO_LARGE,
   C_DTLS_SEALED_FOR_JS, /* records JavaScript sent through dtlsSeal */
+  /* Datagrams from the address of an association held here that did not authenticate under its
+   * keys (and were not a ClientHello or part of a handshake JavaScript expects), dropped here
+   * without changing anything: by why. */
+  C_DTLS_JUNK_TRUNCATED,   /* a header or fragment cut short, or larger than the receive slot */
+  C_DTLS_JUNK_VERSION,     /* not DTLS 1.0 or 1.2 */
+  C_DTLS_JUNK_EPOCH,       /* neither epoch 0 nor the association's */
+  C_DTLS_JUNK_BAD_MAC,     /* a record of the association's epoch (not a single application record) failing authentication */
+  C_DTLS_JUNK_REPLAY,      /* such a record already seen */
+  C_DTLS_JUNK_TOO_LARGE,   /* such a record over the plaintext limit */
+  C_DTLS_JUNK_PLAINTEXT,   /* epoch-0 records other than a ClientHello, once the peer has our Finished */
+  C_DTLS_SUSPENDED,        /* associations handed back because an authenticated record needs JavaScript */
+  C_DTLS_ATTACHED,         /* hand-overs JavaScript → native (dtlsAttach accepted) */
+  C_DTLS_DETACHED,         /* hand-overs native → JavaScript (dtlsDetach returned a state) */
+  C_DROP_JS_CALL,          /* datagrams of batches dropped because a Node-API call failed on the JS thread */
   C_COUNT
 };
 
@@ -362,19 +433,44 @@ enum {
 enum { META_OFFSET, META_LENGTH, META_IPV4, META_PORT, META_KIND, META_ASSOC, META_WIDTH };
 /* META_KIND: which socket, and whether the bytes are a datagram or a record's plaintext. */
 enum { KIND_UDP = 0, KIND_DTLS_DATAGRAM = 1, KIND_DTLS_RECORD = 2, KIND_DTLS_DROP = 3 };
-/* META_ASSOC of a KIND_DTLS_DROP: why an application record was dropped (no bytes follow). */
-enum { DROP_REPLAY = 1, DROP_BAD_MAC = 2, DROP_TOO_LARGE = 3 };
+/*
+ * META_ASSOC of a KIND_DTLS_DROP: why a record was dropped (no bytes follow), in the JavaScript
+ * server's terms; META_OFFSET is then how many such drops from that source this notice stands
+ * for (one notice per reason and source per batch, so a flood costs JavaScript one call a batch).
+ * META_ASSOC of a KIND_DTLS_DATAGRAM: the id of the association held here that inspected the
+ * datagram and still holds it (JavaScript need not take it back for it), or 0.
+ */
+enum {
+  DROP_REPLAY = 1,
+  DROP_BAD_MAC = 2,
+  DROP_TOO_LARGE = 3,
+  DROP_TRUNCATED = 4,
+  DROP_BAD_VERSION = 5,
+  DROP_BAD_EPOCH = 6,
+  DROP_UNEXPECTED_PLAINTEXT = 7,
+  DROP_REASONS = 8
+};
 
 typedef struct js_batch {
   uint32_t count;
   uint32_t bytes;
   uint32_t cost;
+  uint32_t datagrams; /* what the notices and datagrams stand for, for C_DROP_JS_CALL */
   int32_t *meta; /* count * META_WIDTH */
   uint8_t *data;
 } js_batch_t;
 
-/* What happened to each datagram of a received batch. */
-enum { DISP_JS = 0, DISP_DONE = 1, DISP_JS_RECORD = 2, DISP_JS_DROP = 3 };
+/* What happened to each datagram of a received batch. The last four are steps within a batch. */
+enum {
+  DISP_JS = 0,
+  DISP_DONE = 1,
+  DISP_JS_RECORD = 2,
+  DISP_JS_DROP = 3,
+  DISP_OPEN = 4,      /* from the address of an association held here: open it (its lock, not the plane's) */
+  DISP_ROUTE = 5,     /* opened: a RELAY to check against the table */
+  DISP_SEAL = 6,      /* to seal for the association in seal_to (its lock) */
+  DISP_SEALED = 7     /* sealed and queued: to count */
+};
 
 /* One socket's receive side: recvmmsg vectors over `batch` slots of `slot` bytes. */
 typedef struct {
@@ -384,12 +480,26 @@ typedef struct {
   struct mmsghdr *msgs;
   struct iovec *iov;
   struct sockaddr_in *addr;
-  /* per datagram: disposition, and for DISP_JS_RECORD where the plaintext is and whose it is */
+  /* per datagram: disposition, and for DISP_JS_RECORD where the plaintext is and whose it is
+   * (for DISP_JS_DROP: js_assoc is the reason; for DISP_JS: the id of the association that
+   * inspected it and still holds it, or 0) */
   uint8_t *disp;
   uint32_t *js_off;
   uint32_t *js_len;
   uint32_t *js_assoc;
+  /* per datagram, references held during the batch: the association it came from (DTLS), the
+   * association a RELAY is sealed for */
+  assoc_t **from;
+  assoc_t **seal_to;
 } rx_t;
+
+/* Drops from one source for one reason, waiting to be told to JavaScript. */
+typedef struct {
+  uint32_t ip; /* host order */
+  uint16_t port;
+  uint8_t reason;
+  uint32_t count;
+} notice_t;
 
 /* One socket's send side for a batch: sendmmsg vectors. */
 typedef struct {
@@ -421,6 +531,14 @@ typedef struct {
   uint64_t counters[C_COUNT];
   uint32_t js_pending; /* cost of batches queued for JavaScript, not yet handed over */
   napi_threadsafe_function tsfn;
+  /*
+   * Lifetime, all on the JavaScript thread: the plane is freed when both its handle (the external)
+   * and its thread-safe function are finalized, whichever comes last (`refs`). The worker is
+   * stopped before either lets go, so it never calls into a released function or freed memory.
+   */
+  int refs;
+  int tsfn_live;     /* created and not yet finalized */
+  int tsfn_released; /* this side released its reference (close, the handle's finalizer, a failed open) */
   /* worker-owned buffers */
   rx_t udp;  /* fd < 0: no plain UDP socket */
   rx_t dtls; /* fd < 0: no DTLS socket */
@@ -428,10 +546,14 @@ typedef struct {
   tx_t tx_dtls;
   uint8_t *seal_buf; /* batch * seal_slot: records sealed for DTLS peers */
   uint32_t seal_slot;
+  uint8_t *scratch; /* dtls slot bytes: where records are opened only to authenticate them */
   /* JavaScript-thread scratch for dtlsSeal (only that thread uses it) */
   uint8_t *js_seal_buf;
   uint32_t js_seal_cap;
   tally_t tally; /* worker only */
+  notice_t notices[MAX_NOTICES]; /* worker only */
+  uint32_t nnotices;
+  int64_t notices_since_ms;
 } plane_t;
 
 static int64_t now_ms(void) {
@@ -471,45 +593,75 @@ static int is_forwardable_relay(const plane_t *p, const uint8_t *m, uint32_t len
   return data_len == len - RELAY_HEADER_LEN;
 }
 
+/* Counts a forward of `len` bytes from `src` to `dst` (either may be gone by now). Plane lock held. */
+static void count_forward(plane_t *p, entry_t *src, entry_t *dst, uint32_t len, int64_t now) {
+  if (src != NULL) {
+    src->last_seen_ms = now;
+    src->packets_in++;
+    src->bytes_in += len;
+  }
+  if (dst != NULL) {
+    dst->packets_out++;
+    dst->bytes_out += len;
+  }
+  p->tally.forwarded++;
+  p->tally.bytes += len;
+}
+
 /*
- * Sends the RELAY `m` on to its target `dst`: queued unchanged for a UDP peer, or sealed into
- * `seal` (room for the record) for a DTLS peer the native side holds. Returns 0 when the target
- * cannot be served here (JavaScript decides). Counts per allocation on success.
+ * Routes the RELAY `m` (datagram or plaintext `i` of the batch) to its target `dst`: queued
+ * unchanged for a UDP peer (DISP_DONE), or, for a DTLS peer the native side holds, that
+ * association referenced in seal_to[i] to be sealed for with the plane lock released (DISP_SEAL).
+ * 0 when the target cannot be served here (JavaScript decides). Plane lock held.
  */
-static int forward_to(plane_t *p, entry_t *src, entry_t *dst, uint8_t *m, uint32_t len, uint8_t *seal,
-                      int64_t now) {
+static int route_to(plane_t *p, rx_t *rx, uint32_t i, entry_t *src, entry_t *dst, uint8_t *m, uint32_t len,
+                    int64_t now) {
   if (dst->bound == BOUND_UDP) {
     if (p->udp.fd < 0) return 0;
     tx_add(&p->tx_udp, m, len, len, dst->addr, dst->port);
-  } else if (dst->bound == BOUND_DTLS) {
-    if (p->dtls.fd < 0 || len > p->max_to_dtls) return 0;
-    assoc_t *t = assoc_by_id(&p->assocs, dst->assoc_id);
-    if (t == NULL || len > t->max_plaintext || t->write_seq > DTLS_MAX_SEQ) return 0;
-    long r = dtls_seal(&t->wr, 23, t->epoch, t->write_seq, m, len, seal, p->seal_slot);
-    if (r < 0) return 0;
-    t->write_seq++;
-    tx_add(&p->tx_dtls, seal, (uint32_t)r, len, t->addr, t->port);
-    p->tally.sealed++;
-  } else {
-    return 0;
+    count_forward(p, src, dst, len, now);
+    return DISP_DONE;
   }
-  src->last_seen_ms = now;
-  src->packets_in++;
-  src->bytes_in += len;
-  dst->packets_out++;
-  dst->bytes_out += len;
-  p->tally.forwarded++;
-  p->tally.bytes += len;
-  return 1;
+  if (dst->bound == BOUND_DTLS) {
+    /* No DTLS socket: no seal buffer either. */
+    if (p->seal_buf == NULL || p->dtls.fd < 0 || len > p->max_to_dtls) return 0;
+    assoc_t *t = assoc_by_id(&p->assocs, dst->assoc_id);
+    if (t == NULL || len > t->max_plaintext) return 0;
+    assoc_ref(t);
+    rx->seal_to[i] = t;
+    return DISP_SEAL;
+  }
+  return 0;
+}
+
+/*
+ * Seals the RELAY `m` for seal_to[i] with its next sequence number and queues it: 1, or 0 when it
+ * cannot (the association left meanwhile, its sequence numbers are spent). Its lock, not the plane's.
+ */
+static int seal_for(plane_t *p, rx_t *rx, uint32_t i, const uint8_t *m, uint32_t len) {
+  assoc_t *t = rx->seal_to[i];
+  uint8_t *seal = p->seal_buf + (size_t)i * p->seal_slot;
+  int ok = 0;
+  pthread_mutex_lock(&t->mu);
+  if (!assoc_dead(t) && t->write_seq <= DTLS_MAX_SEQ) {
+    long r = dtls_seal(&t->wr, 23, t->epoch, t->write_seq, m, len, seal, p->seal_slot);
+    if (r >= 0) {
+      t->write_seq++;
+      tx_add(&p->tx_dtls, seal, (uint32_t)r, len, t->addr, t->port);
+      ok = 1;
+    }
+  }
+  pthread_mutex_unlock(&t->mu);
+  return ok;
 }
 
 /*
  * A datagram from the plain UDP socket: a RELAY whose sender is bound from exactly this address and
  * port, to a linked, bound target. Anything else returns 0 and goes to JavaScript, which decides
- * (and answers ERROR 3 or 5 where the JS relay does).
+ * (and answers ERROR 3 or 5 where the JS relay does). Plane lock held.
  */
-static int udp_fast_path(plane_t *p, uint8_t *m, uint32_t len, const struct sockaddr_in *from, uint8_t *seal,
-                         int64_t now) {
+static int udp_route(plane_t *p, rx_t *rx, uint32_t i, uint8_t *m, uint32_t len, int64_t now) {
+  const struct sockaddr_in *from = &rx->addr[i];
   if (!is_forwardable_relay(p, m, len)) return 0;
   entry_t *src = table_find(&p->table, m + 4);
   if (src == NULL || src->bound != BOUND_UDP || src->addr != from->sin_addr.s_addr || src->port != from->sin_port)
@@ -517,32 +669,112 @@ static int udp_fast_path(plane_t *p, uint8_t *m, uint32_t len, const struct sock
   if (!peers_has(src, m + 20)) return 0;
   entry_t *dst = table_find(&p->table, m + 20);
   if (dst == NULL) return 0;
-  return forward_to(p, src, dst, m, len, seal, now);
+  rx->js_off[i] = 0;
+  rx->js_len[i] = len;
+  return route_to(p, rx, i, src, dst, m, len, now);
+}
+
+/* A datagram from the address of an association held here, dropped here as junk (counted). */
+static int junk(plane_t *p, rx_t *rx, uint32_t i, int counter, uint32_t reason) {
+  count(p, counter, 1);
+  rx->js_assoc[i] = reason;
+  return DISP_JS_DROP;
 }
 
 /*
- * A datagram from the DTLS socket. Returns its disposition. Handled here: one application_data
- * record filling the datagram, from an association held here, fresh in its replay window, within
- * the size limit and authentic; it is then forwarded (a RELAY from the allocation bound through
- * this very association to a linked, bound target) or handed to JavaScript decrypted. Such a
- * record that is replayed, too large or not authentic is dropped, as the JavaScript server would,
- * and JavaScript is told (with no bytes) so its drop counters and events stay the same on both
- * planes. Everything else (handshakes, alerts, several records, other epochs, unknown
- * peers) goes to JavaScript as it arrived.
+ * Any datagram from the address of association `a` other than a single application record of its
+ * epoch: what the JavaScript server would have to see, or junk.
+ *
+ * - Every record's header must be whole and name DTLS 1.0 or 1.2, and its epoch must be 0 or the
+ *   association's; otherwise the datagram is junk.
+ * - Each record of the association's epoch is checked like an application record (size, replay
+ *   window, authentication under the association's read keys, in a scratch buffer, and wiped:
+ *   JavaScript opens it again). One that fails makes the datagram junk, except a handshake record
+ *   while JavaScript expects a new handshake from this address (its Finished, under keys not known
+ *   here) or before the peer has shown it has our Finished (its last flight again, Finished
+ *   included). When at least one authenticates, the association is suspended and the datagram
+ *   goes to JavaScript, which takes the association back: an alert, a close, a retransmitted
+ *   Finished, a renegotiation attempt, several records. Nothing unauthenticated can do that.
+ * - A datagram of epoch-0 records only goes to JavaScript, the association staying here, when one
+ *   of them is a ClientHello (a reconnection or Unity's probe), when JavaScript expects a new
+ *   handshake from this address, or while the peer has not shown it has our Finished (its last
+ *   flight again, JavaScript resends ours); otherwise it is junk.
  */
-static int dtls_classify(plane_t *p, rx_t *rx, uint32_t i, uint32_t len, uint8_t *seal, int64_t now) {
+static int dtls_inspect(plane_t *p, assoc_t *a, rx_t *rx, uint32_t i, const uint8_t *m, uint32_t len) {
+  const dtls_suite_t *s = a->rd.suite;
+  uint32_t off = 0;
+  int epoch0 = 0, hello = 0, authentic = 0;
+  /* While JavaScript may need unauthenticated handshake records from this address: a new
+   * handshake it expects, or our Finished not yet acknowledged (the client's last flight again,
+   * with its already-seen Finished). */
+  int lenient = a->expect_hs || !a->app_seen;
+  while (off < len) {
+    if (len - off < DTLS_HEADER_LEN) return junk(p, rx, i, C_DTLS_JUNK_TRUNCATED, DROP_TRUNCATED);
+    const uint8_t *r = m + off;
+    uint16_t version = (uint16_t)(((uint16_t)r[1] << 8) | r[2]);
+    if (version != 0xfefd && version != 0xfeff) return junk(p, rx, i, C_DTLS_JUNK_VERSION, DROP_BAD_VERSION);
+    uint32_t fragment = ((uint32_t)r[11] << 8) | r[12];
+    if (fragment > len - off - DTLS_HEADER_LEN) return junk(p, rx, i, C_DTLS_JUNK_TRUNCATED, DROP_TRUNCATED);
+    uint16_t epoch = (uint16_t)(((uint16_t)r[3] << 8) | r[4]);
+    uint32_t rec_len = DTLS_HEADER_LEN + fragment;
+    if (epoch == 0) {
+      epoch0 = 1;
+      if (r[0] == 22 && fragment >= 1 && r[DTLS_HEADER_LEN] == 1) hello = 1;
+    } else if (epoch == a->epoch) {
+      int handshake = r[0] == 22;
+      if ((long)fragment - (long)dtls_overhead(s) + DTLS_HEADER_LEN > (long)a->max_plaintext) {
+        if (!(handshake && lenient)) return junk(p, rx, i, C_DTLS_JUNK_TOO_LARGE, DROP_TOO_LARGE);
+      } else {
+        uint64_t seq = 0;
+        for (int k = 0; k < 6; k++) seq = (seq << 8) | r[5 + k];
+        long n = -1;
+        if (dtls_replay_fresh(&a->replay, seq)) {
+          n = dtls_open(&a->rd, r, rec_len, p->scratch);
+          if (n > 0) explicit_bzero(p->scratch, (size_t)n);
+          if (n >= 0) authentic = 1;
+        } else if (!(handshake && lenient)) {
+          return junk(p, rx, i, C_DTLS_JUNK_REPLAY, DROP_REPLAY);
+        }
+        if (n < 0 && !(handshake && lenient)) return junk(p, rx, i, C_DTLS_JUNK_BAD_MAC, DROP_BAD_MAC);
+      }
+    } else {
+      return junk(p, rx, i, C_DTLS_JUNK_EPOCH, DROP_BAD_EPOCH);
+    }
+    off += rec_len;
+  }
+  if (authentic) {
+    a->suspended = 1;
+    count(p, C_DTLS_SUSPENDED, 1);
+    return DISP_JS;
+  }
+  if (!epoch0 || hello || lenient) {
+    /* Inspected here, and the association stays here: JavaScript need not take it back. */
+    rx->js_assoc[i] = a->id;
+    return DISP_JS;
+  }
+  return junk(p, rx, i, C_DTLS_JUNK_PLAINTEXT, DROP_UNEXPECTED_PLAINTEXT);
+}
+
+/*
+ * A datagram from the DTLS socket, from the address of association `a` (referenced). Returns its
+ * disposition. Handled here: one application_data record filling the datagram, fresh in its replay
+ * window, within the size limit and authentic; it is then routed (DISP_ROUTE: a RELAY, checked
+ * against the table next) or handed to JavaScript decrypted. Such a record that is replayed, too
+ * large or not authentic is dropped, as the JavaScript server would, and JavaScript is told (with
+ * no bytes) so its drop counters and events stay the same on both planes. Anything else from this
+ * address is inspected (`dtls_inspect`): junk is dropped here; what JavaScript must see goes to it.
+ * A suspended association's datagrams, and those of one that left meanwhile, go to JavaScript as
+ * they arrived. Runs under the association's lock only: the plane lock is not held.
+ */
+static int dtls_open_from(plane_t *p, assoc_t *a, rx_t *rx, uint32_t i, uint32_t len, int truncated, int64_t now) {
   uint8_t *m = rx->buf + (size_t)i * rx->slot;
-  const struct sockaddr_in *from = &rx->addr[i];
-  assoc_t *a = assoc_by_addr(&p->assocs, from->sin_addr.s_addr, from->sin_port);
-  if (a == NULL) return DISP_JS;
-  if (a->suspended) return DISP_JS;
+  if (assoc_dead(a) || a->suspended) return DISP_JS;
+  if (truncated) return junk(p, rx, i, C_DTLS_JUNK_TRUNCATED, DROP_TRUNCATED);
   int whole = len >= DTLS_HEADER_LEN && (((uint32_t)m[11] << 8) | m[12]) == len - DTLS_HEADER_LEN;
   uint16_t version = whole ? (uint16_t)(((uint16_t)m[1] << 8) | m[2]) : 0;
   uint16_t epoch = whole ? (uint16_t)(((uint16_t)m[3] << 8) | m[4]) : 0;
-  if (!whole || m[0] != 23 || (version != 0xfefd && version != 0xfeff) || epoch != a->epoch) {
-    a->suspended = 1;
-    return DISP_JS;
-  }
+  if (!whole || m[0] != 23 || (version != 0xfefd && version != 0xfeff) || epoch != a->epoch)
+    return dtls_inspect(p, a, rx, i, m, len);
   const dtls_suite_t *s = a->rd.suite;
   uint32_t fragment = len - DTLS_HEADER_LEN;
   /* The JavaScript server's order: size, then replay, then authentication. */
@@ -569,20 +801,28 @@ static int dtls_classify(plane_t *p, rx_t *rx, uint32_t i, uint32_t len, uint8_t
   a->last_rx_ms = now;
   a->app_seen = 1;
   uint32_t plen = (uint32_t)n;
-  if (is_forwardable_relay(p, pt, plen)) {
-    entry_t *src = table_find(&p->table, pt + 4);
-    if (src != NULL && src->bound == BOUND_DTLS && src->assoc_id == a->id && peers_has(src, pt + 20)) {
-      entry_t *dst = table_find(&p->table, pt + 20);
-      if (dst != NULL && forward_to(p, src, dst, pt, plen, seal, now)) {
-        p->tally.dtls_in++;
-        return DISP_DONE;
-      }
-    }
-  }
   rx->js_off[i] = (uint32_t)(pt - m);
   rx->js_len[i] = plen;
   rx->js_assoc[i] = a->id;
-  return DISP_JS_RECORD;
+  return is_forwardable_relay(p, pt, plen) ? DISP_ROUTE : DISP_JS_RECORD;
+}
+
+/*
+ * An opened RELAY from association `assoc_id`: forwarded when its sender allocation is bound
+ * through this very association and its target is linked and bound (over UDP, or through another
+ * association held here); otherwise JavaScript gets the plaintext. Plane lock held.
+ */
+static int dtls_route(plane_t *p, rx_t *rx, uint32_t i, uint32_t assoc_id, int64_t now) {
+  uint8_t *pt = rx->buf + (size_t)i * rx->slot + rx->js_off[i];
+  uint32_t plen = rx->js_len[i];
+  entry_t *src = table_find(&p->table, pt + 4);
+  if (src == NULL || src->bound != BOUND_DTLS || src->assoc_id != assoc_id || !peers_has(src, pt + 20))
+    return DISP_JS_RECORD;
+  entry_t *dst = table_find(&p->table, pt + 20);
+  if (dst == NULL) return DISP_JS_RECORD;
+  int d = route_to(p, rx, i, src, dst, pt, plen, now);
+  if (d == DISP_DONE) p->tally.dtls_in++;
+  return d != 0 ? d : DISP_JS_RECORD;
 }
 
 /* Sends a batch; a datagram the kernel refuses is counted and skipped. */
@@ -610,12 +850,34 @@ static void send_all(plane_t *p, int fd, tx_t *tx) {
   tx->n = 0;
 }
 
-/* Copies what JavaScript handles out of a received batch into one batch it receives at once. */
+/* Adds a drop from this source and reason to the pending notices (worker only). 0 when full. */
+static int notice_add(plane_t *p, const struct sockaddr_in *from, uint32_t reason) {
+  uint32_t ip = ntohl(from->sin_addr.s_addr);
+  uint16_t port = ntohs(from->sin_port);
+  for (uint32_t k = 0; k < p->nnotices; k++) {
+    notice_t *e = &p->notices[k];
+    if (e->ip == ip && e->port == port && e->reason == reason) {
+      e->count++;
+      return 1;
+    }
+  }
+  if (p->nnotices == MAX_NOTICES) return 0;
+  if (p->nnotices == 0) p->notices_since_ms = now_ms();
+  p->notices[p->nnotices++] = (notice_t){.ip = ip, .port = port, .reason = reason, .count = 1};
+  return 1;
+}
+
+/*
+ * Copies what JavaScript handles out of a received batch (none: `rx` NULL) into one batch it
+ * receives at once. Drop notices wait in the plane (`notices`, one per source and reason, with a
+ * count) and go along with the next batch JavaScript gets anyway, or on their own once they are
+ * NOTICE_MS old: a flood of junk costs JavaScript a call every NOTICE_MS, not one per datagram
+ * or per batch.
+ */
 static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
-  uint32_t njs = 0;
+  uint32_t njs = 0; /* datagrams and records */
   uint32_t js_bytes = 0;
-  uint32_t notices = 0; /* drop notices: already counted as drops */
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; rx != NULL && i < n; i++) {
     if (rx->disp[i] == DISP_JS) {
       njs++;
       js_bytes += rx->msgs[i].msg_len;
@@ -623,65 +885,81 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
       njs++;
       js_bytes += rx->js_len[i];
     } else if (rx->disp[i] == DISP_JS_DROP) {
-      njs++;
-      notices++;
+      if (!notice_add(p, &rx->addr[i], rx->js_assoc[i] < DROP_REASONS ? rx->js_assoc[i] : DROP_BAD_MAC)) {
+        /* Notices from more sources than fit: hand them over now, then this one. */
+        hand_to_js(p, NULL, 0, 0);
+        notice_add(p, &rx->addr[i], rx->js_assoc[i] < DROP_REASONS ? rx->js_assoc[i] : DROP_BAD_MAC);
+      }
     }
   }
-  if (njs == 0) return;
+  uint32_t nnotices = 0;
+  if (p->nnotices > 0 && (njs > 0 || rx == NULL || now_ms() - p->notices_since_ms >= NOTICE_MS))
+    nnotices = p->nnotices;
+  if (njs + nnotices == 0) return;
+  uint32_t entries = njs + nnotices;
   int c_to_js = is_dtls ? C_DTLS_TO_JS : C_TO_JS;
-  uint32_t cost = js_bytes + JS_DATAGRAM_COST * njs;
+  uint32_t cost = js_bytes + JS_DATAGRAM_COST * entries;
   if (__atomic_load_n(&p->js_pending, __ATOMIC_RELAXED) + cost > MAX_JS_PENDING) {
-    /* JavaScript is this far behind: drop, as a full receive buffer would, and count. */
-    count(p, C_DROP_BACKLOG, njs - notices);
+    /* JavaScript is this far behind: drop, as a full receive buffer would, and count (the notices
+     * stay pending, and are tried again in NOTICE_MS). */
+    count(p, C_DROP_BACKLOG, njs);
+    if (nnotices > 0) p->notices_since_ms = now_ms();
     return;
   }
   js_batch_t *b = malloc(sizeof(js_batch_t));
   uint8_t *data = malloc(js_bytes == 0 ? 1 : js_bytes);
-  int32_t *meta = malloc(sizeof(int32_t) * META_WIDTH * njs);
+  int32_t *meta = malloc(sizeof(int32_t) * META_WIDTH * entries);
   if (b == NULL || data == NULL || meta == NULL) {
     free(b);
     free(data);
     free(meta);
-    count(p, C_DROP_BACKLOG, njs - notices);
+    count(p, C_DROP_BACKLOG, njs);
+    if (nnotices > 0) p->notices_since_ms = now_ms();
     return;
   }
   uint32_t off = 0;
   uint32_t k = 0;
   uint32_t raw = 0, records = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; rx != NULL && i < n; i++) {
     uint8_t d = rx->disp[i];
-    if (d == DISP_DONE) continue;
+    if (d != DISP_JS && d != DISP_JS_RECORD) continue;
     const uint8_t *src = rx->buf + (size_t)i * rx->slot;
     uint32_t len = rx->msgs[i].msg_len;
     int32_t kind = is_dtls ? KIND_DTLS_DATAGRAM : KIND_UDP;
-    int32_t assoc = 0;
     if (d == DISP_JS_RECORD) {
       src += rx->js_off[i];
       len = rx->js_len[i];
       kind = KIND_DTLS_RECORD;
-      assoc = (int32_t)rx->js_assoc[i];
       records++;
-    } else if (d == DISP_JS_DROP) {
-      len = 0;
-      kind = KIND_DTLS_DROP;
-      assoc = (int32_t)rx->js_assoc[i];
     } else {
       raw++;
     }
-    memcpy(data + off, src, len);
+    if (len > 0) memcpy(data + off, src, len);
     int32_t *mm = meta + (size_t)k * META_WIDTH;
     mm[META_OFFSET] = (int32_t)off;
     mm[META_LENGTH] = (int32_t)len;
     mm[META_IPV4] = (int32_t)ntohl(rx->addr[i].sin_addr.s_addr);
     mm[META_PORT] = (int32_t)ntohs(rx->addr[i].sin_port);
     mm[META_KIND] = kind;
-    mm[META_ASSOC] = assoc;
+    mm[META_ASSOC] = is_dtls ? (int32_t)rx->js_assoc[i] : 0;
     off += len;
     k++;
   }
-  b->count = njs;
+  for (uint32_t j = 0; j < nnotices; j++, k++) {
+    const notice_t *e = &p->notices[j];
+    int32_t *mm = meta + (size_t)k * META_WIDTH;
+    mm[META_OFFSET] = (int32_t)e->count; /* how many drops this notice stands for */
+    mm[META_LENGTH] = 0;
+    mm[META_IPV4] = (int32_t)e->ip;
+    mm[META_PORT] = (int32_t)e->port;
+    mm[META_KIND] = KIND_DTLS_DROP;
+    mm[META_ASSOC] = (int32_t)e->reason;
+  }
+  p->nnotices -= nnotices;
+  b->count = k;
   b->bytes = js_bytes;
   b->cost = cost;
+  b->datagrams = njs;
   b->data = data;
   b->meta = meta;
   __atomic_add_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
@@ -689,17 +967,28 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
   if (st != napi_ok) {
     /* Closing: drop, count. */
     __atomic_sub_fetch(&p->js_pending, cost, __ATOMIC_RELAXED);
-    count(p, C_DROP_BACKLOG, njs - notices);
+    count(p, C_DROP_BACKLOG, njs);
     free(data);
     free(meta);
     free(b);
   } else {
-    count(p, c_to_js, raw);
+    if (raw > 0) count(p, c_to_js, raw);
     if (records > 0) count(p, C_DTLS_DECRYPTED_TO_JS, records);
   }
 }
 
-/* Receives one batch on `rx` (the UDP or the DTLS socket), forwards what it can, hands over the rest. */
+/*
+ * Receives one batch on `rx` (the UDP or the DTLS socket), forwards what it can, hands over the
+ * rest. The plane lock, which every JavaScript call takes, is held only for table look-ups, never
+ * for crypto:
+ *   1. (plane lock) route UDP datagrams; find the association each DTLS datagram comes from, and
+ *      reference it;
+ *   2. (each association's own lock) open, check and mark what came from it;
+ *   3. (plane lock) route the opened RELAYs; reference the associations to seal for;
+ *   4. (each target's own lock) seal and queue;
+ *   5. (plane lock) count the sealed forwards per allocation;
+ * then send, drop the references, and hand JavaScript its share.
+ */
 static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
   for (uint32_t i = 0; i < p->batch; i++) {
     rx->iov[i].iov_base = rx->buf + (size_t)i * rx->slot;
@@ -717,13 +1006,16 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
   count(p, is_dtls ? C_DTLS_RECEIVED : C_RECEIVED, (uint64_t)n);
   int64_t now = now_ms();
   memset(&p->tally, 0, sizeof(p->tally));
-  /* Classify under the table lock, and build the forward batches. */
+  int opens = 0, routes = 0, seals = 0;
+  /* 1. Under the plane lock: look-ups only. */
   pthread_mutex_lock(&p->lock);
   for (int i = 0; i < n; i++) {
     uint32_t len = rx->msgs[i].msg_len;
     uint8_t *m = rx->buf + (size_t)i * rx->slot;
-    uint8_t *seal = p->seal_buf + (size_t)i * p->seal_slot;
     rx->disp[i] = DISP_JS;
+    rx->js_assoc[i] = 0;
+    rx->from[i] = NULL;
+    rx->seal_to[i] = NULL;
     if (rx->msgs[i].msg_hdr.msg_namelen != sizeof(struct sockaddr_in) || rx->addr[i].sin_family != AF_INET) {
       rx->disp[i] = DISP_DONE; /* cannot happen on an AF_INET socket */
       count(p, C_DROP_BAD_SOURCE, 1);
@@ -735,18 +1027,69 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
         if (len > p->max_datagram + 1) rx->msgs[i].msg_len = p->max_datagram + 1;
         continue;
       }
-      if (udp_fast_path(p, m, len, &rx->addr[i], seal, now)) rx->disp[i] = DISP_DONE;
+      int d = udp_route(p, rx, (uint32_t)i, m, len, now);
+      if (d != 0) rx->disp[i] = (uint8_t)d;
+      if (d == DISP_SEAL) seals++;
       continue;
     }
-    /* A DTLS datagram larger than the slot reaches JavaScript cut short, which drops it. */
-    if ((rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
-      assoc_t *a = assoc_by_addr(&p->assocs, rx->addr[i].sin_addr.s_addr, rx->addr[i].sin_port);
-      if (a != NULL) a->suspended = 1;
-      continue;
-    }
-    rx->disp[i] = (uint8_t)dtls_classify(p, rx, (uint32_t)i, len, seal, now);
+    assoc_t *a = assoc_by_addr(&p->assocs, rx->addr[i].sin_addr.s_addr, rx->addr[i].sin_port);
+    if (a == NULL) continue; /* an unknown peer (handshakes): JavaScript, as it arrived */
+    assoc_ref(a);
+    rx->from[i] = a;
+    rx->disp[i] = DISP_OPEN;
+    opens++;
   }
   pthread_mutex_unlock(&p->lock);
+  /* 2. Crypto under each association's own lock. A datagram larger than the slot from an
+   * association's address is junk (no valid record is that large); from anyone else it reaches
+   * JavaScript cut short, which drops it. */
+  for (int i = 0; opens > 0 && i < n; i++) {
+    if (rx->disp[i] != DISP_OPEN) continue;
+    assoc_t *a = rx->from[i];
+    int truncated = (rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+    pthread_mutex_lock(&a->mu);
+    int d = dtls_open_from(p, a, rx, (uint32_t)i, rx->msgs[i].msg_len, truncated, now);
+    pthread_mutex_unlock(&a->mu);
+    rx->disp[i] = (uint8_t)d;
+    if (d == DISP_ROUTE) routes++;
+  }
+  /* 3. The opened RELAYs against the table. */
+  if (routes > 0) {
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < n; i++) {
+      if (rx->disp[i] != DISP_ROUTE) continue;
+      int d = dtls_route(p, rx, (uint32_t)i, rx->from[i]->id, now);
+      rx->disp[i] = (uint8_t)d;
+      if (d == DISP_SEAL) seals++;
+    }
+    pthread_mutex_unlock(&p->lock);
+  }
+  /* 4. Seal for DTLS targets under each target's own lock. One that cannot be sealed for any more
+   * goes to JavaScript, which decides (as it arrived from UDP, decrypted from DTLS). */
+  int sealed = 0;
+  for (int i = 0; seals > 0 && i < n; i++) {
+    if (rx->disp[i] != DISP_SEAL) continue;
+    uint8_t *m = rx->buf + (size_t)i * rx->slot + rx->js_off[i];
+    if (seal_for(p, rx, (uint32_t)i, m, rx->js_len[i])) {
+      rx->disp[i] = DISP_SEALED;
+      sealed++;
+    } else {
+      rx->disp[i] = is_dtls ? DISP_JS_RECORD : DISP_JS;
+    }
+  }
+  /* 5. Count the sealed forwards per allocation (the entries may have moved or gone meanwhile). */
+  if (sealed > 0) {
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < n; i++) {
+      if (rx->disp[i] != DISP_SEALED) continue;
+      const uint8_t *m = rx->buf + (size_t)i * rx->slot + rx->js_off[i];
+      count_forward(p, table_find(&p->table, m + 4), table_find(&p->table, m + 20), rx->js_len[i], now);
+      p->tally.sealed++;
+      if (is_dtls) p->tally.dtls_in++;
+      rx->disp[i] = DISP_DONE;
+    }
+    pthread_mutex_unlock(&p->lock);
+  }
   tally_t t = p->tally;
   if (t.forwarded > 0) {
     count(p, C_FORWARDED, t.forwarded);
@@ -756,6 +1099,11 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
   if (t.dtls_in > 0) count(p, C_DTLS_FORWARDED_IN, t.dtls_in);
   if (p->tx_udp.n > 0) send_all(p, p->udp.fd, &p->tx_udp);
   if (p->tx_dtls.n > 0) send_all(p, p->dtls.fd, &p->tx_dtls);
+  for (int i = 0; i < n; i++) {
+    assoc_unref(rx->from[i]);
+    assoc_unref(rx->seal_to[i]);
+    rx->from[i] = rx->seal_to[i] = NULL;
+  }
   hand_to_js(p, rx, n, is_dtls);
 }
 
@@ -774,12 +1122,22 @@ static void *worker(void *arg) {
   int wake_i = nfds;
   pfds[nfds++] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
   for (;;) {
-    int pr = poll(pfds, (nfds_t)nfds, -1);
+    /* Pending drop notices: wake up to hand them over when they are NOTICE_MS old. */
+    int timeout = -1;
+    if (p->nnotices > 0) {
+      int64_t left = p->notices_since_ms + NOTICE_MS - now_ms();
+      timeout = left < 0 ? 0 : (int)left;
+    }
+    int pr = poll(pfds, (nfds_t)nfds, timeout);
     if (pr < 0) {
       if (errno == EINTR) continue;
       break;
     }
     if (pfds[wake_i].revents != 0) break;
+    if (pr == 0) {
+      hand_to_js(p, NULL, 0, 0);
+      continue;
+    }
     if (udp_i >= 0 && (pfds[udp_i].revents & POLLIN) != 0) receive_batch(p, &p->udp, 0);
     if (dtls_i >= 0 && (pfds[dtls_i].revents & POLLIN) != 0) receive_batch(p, &p->dtls, 1);
   }
@@ -792,36 +1150,51 @@ static void finalize_batch_data(napi_env env, void *data, void *hint) {
   free(data);
 }
 
-/* Runs on the JS thread: hands one batch to the JS callback as (Buffer data, Int32Array meta). */
+/*
+ * Runs on the JS thread: hands one batch to the JS callback as (Buffer data, Int32Array meta). Every
+ * Node-API call is checked; when one fails, the batch is dropped (counted as C_DROP_JS_CALL) and
+ * nothing is written through a pointer that call was to set.
+ */
 static void call_js(napi_env env, napi_value js_cb, void *context, void *data) {
   plane_t *p = context;
   js_batch_t *b = data;
   if (env == NULL || js_cb == NULL) {
-    /* The environment is going away: the plane may be gone already, touch only the batch. */
+    /* The function is going away (after its finalizer): the plane may be gone, touch only the batch. */
     free(b->data);
     free(b->meta);
     free(b);
     return;
   }
-  /* Here the plane is alive: the queued function keeps its JS owner, and so the handle, alive. */
+  /* Here the plane is alive: the thread-safe function holds a reference to it until finalized. */
   __atomic_sub_fetch(&p->js_pending, b->cost, __ATOMIC_RELAXED);
-  napi_value buf, meta_ab, meta, undefined;
+  napi_value buf = NULL, meta_ab = NULL, meta = NULL, undefined = NULL;
   uint8_t *bytes = b->data;
-  if (napi_create_external_buffer(env, b->bytes, bytes, finalize_batch_data, NULL, &buf) != napi_ok) {
-    /* Some runtimes refuse external buffers: fall back to a copy. */
-    void *copy;
-    napi_create_buffer_copy(env, b->bytes, bytes, &copy, &buf);
+  b->data = NULL;
+  napi_status st = napi_create_external_buffer(env, b->bytes, bytes, finalize_batch_data, NULL, &buf);
+  if (st != napi_ok) {
+    /* Some runtimes refuse external buffers (the bytes stay ours): fall back to a copy. */
+    void *copy = NULL;
+    st = napi_create_buffer_copy(env, b->bytes, bytes, &copy, &buf);
     free(bytes);
   }
-  void *meta_data;
+  void *meta_data = NULL;
   size_t meta_bytes = sizeof(int32_t) * META_WIDTH * b->count;
-  napi_create_arraybuffer(env, meta_bytes, &meta_data, &meta_ab);
-  memcpy(meta_data, b->meta, meta_bytes);
-  napi_create_typedarray(env, napi_int32_array, META_WIDTH * b->count, meta_ab, 0, &meta);
+  if (st == napi_ok) st = napi_create_arraybuffer(env, meta_bytes, &meta_data, &meta_ab);
+  if (st == napi_ok && meta_data == NULL) st = napi_generic_failure;
+  if (st == napi_ok) {
+    memcpy(meta_data, b->meta, meta_bytes);
+    st = napi_create_typedarray(env, napi_int32_array, META_WIDTH * b->count, meta_ab, 0, &meta);
+  }
+  if (st == napi_ok) st = napi_get_undefined(env, &undefined);
+  uint32_t datagrams = b->datagrams;
   free(b->meta);
   free(b);
-  napi_get_undefined(env, &undefined);
+  if (st != napi_ok) {
+    count(p, C_DROP_JS_CALL, datagrams);
+    return;
+  }
   napi_value argv[2] = {buf, meta};
+  /* A throwing callback leaves its exception pending: Node reports it as uncaught, as for any callback. */
   napi_call_function(env, undefined, js_cb, 2, argv, NULL);
 }
 
@@ -916,6 +1289,8 @@ static void rx_free(rx_t *rx) {
   free(rx->js_off);
   free(rx->js_len);
   free(rx->js_assoc);
+  free(rx->from);
+  free(rx->seal_to);
 }
 
 static int rx_alloc(rx_t *rx, uint32_t batch, uint32_t slot) {
@@ -928,8 +1303,12 @@ static int rx_alloc(rx_t *rx, uint32_t batch, uint32_t slot) {
   rx->js_off = calloc(batch, sizeof(uint32_t));
   rx->js_len = calloc(batch, sizeof(uint32_t));
   rx->js_assoc = calloc(batch, sizeof(uint32_t));
-  return rx->buf && rx->msgs && rx->iov && rx->addr && rx->disp && rx->js_off && rx->js_len && rx->js_assoc ? 0
-                                                                                                            : -1;
+  rx->from = calloc(batch, sizeof(assoc_t *));
+  rx->seal_to = calloc(batch, sizeof(assoc_t *));
+  return rx->buf && rx->msgs && rx->iov && rx->addr && rx->disp && rx->js_off && rx->js_len && rx->js_assoc &&
+                 rx->from && rx->seal_to
+             ? 0
+             : -1;
 }
 
 static void tx_free(tx_t *tx) {
@@ -960,16 +1339,42 @@ static void plane_free(plane_t *p) {
   tx_free(&p->tx_udp);
   tx_free(&p->tx_dtls);
   free(p->seal_buf);
+  free(p->scratch);
   free(p->js_seal_buf);
   free(p);
 }
 
+/* JavaScript thread: drops one of the two references (handle, thread-safe function). */
+static void plane_unref(plane_t *p) {
+  if (--p->refs == 0) plane_free(p);
+}
+
+/* JavaScript thread: this side's reference to the thread-safe function, once (abort: drop what is queued). */
+static void plane_release_tsfn(plane_t *p, napi_threadsafe_function_release_mode mode) {
+  if (!p->tsfn_live || p->tsfn_released) return;
+  p->tsfn_released = 1;
+  napi_release_threadsafe_function(p->tsfn, mode);
+}
+
+/* The thread-safe function is finalized (after close, the handle's finalizer, or at environment teardown). */
+static void finalize_tsfn(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  plane_t *p = data;
+  /* The worker calls the function: it stops before the function goes. */
+  plane_stop(p);
+  p->tsfn_live = 0;
+  plane_unref(p);
+}
+
+/* The handle was collected, with or without close(). */
 static void finalize_plane(napi_env env, void *data, void *hint) {
   (void)env;
   (void)hint;
   plane_t *p = data;
-  /* close() released the thread-safe function already, or the environment is going away. */
-  plane_free(p);
+  plane_stop(p);
+  plane_release_tsfn(p, napi_tsfn_abort);
+  plane_unref(p);
 }
 
 /* A non-blocking UDP socket bound to addr:port (port in host order), or -errno. */
@@ -1046,8 +1451,9 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   if (ok && dtls_port >= 0) {
     ok = rx_alloc(&p->dtls, batch, dtls_slot) == 0;
     p->seal_buf = malloc((size_t)p->seal_slot * batch);
+    p->scratch = malloc(dtls_slot);
     p->js_seal_buf = malloc(p->js_seal_cap);
-    ok = ok && p->seal_buf != NULL && p->js_seal_buf != NULL;
+    ok = ok && p->seal_buf != NULL && p->scratch != NULL && p->js_seal_buf != NULL;
   }
   if (!ok) {
     plane_free(p);
@@ -1087,28 +1493,44 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
     return NULL;
   }
   napi_value resource_name;
-  CHECK(napi_create_string_utf8(env, "gamewire-relay-dataplane", NAPI_AUTO_LENGTH, &resource_name));
-  if (napi_create_threadsafe_function(env, argv[5], NULL, resource_name, 0, 1, NULL, NULL, p, call_js,
+  if (napi_create_string_utf8(env, "gamewire-relay-dataplane", NAPI_AUTO_LENGTH, &resource_name) != napi_ok ||
+      napi_create_threadsafe_function(env, argv[5], NULL, resource_name, 0, 1, p, finalize_tsfn, p, call_js,
                                       &p->tsfn) != napi_ok) {
     plane_free(p);
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cannot create the thread-safe function");
     return NULL;
   }
-  if (pthread_create(&p->thread, NULL, worker, p) != 0) {
-    napi_release_threadsafe_function(p->tsfn, napi_tsfn_abort);
-    plane_free(p);
-    napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cannot start the worker thread");
+  /* From here the plane has two owners: the handle below and the thread-safe function. */
+  p->tsfn_live = 1;
+  p->refs = 2;
+  napi_value handle;
+  if (napi_create_external(env, p, finalize_plane, NULL, &handle) != napi_ok) {
+    /* No handle: drop its reference now; the function's finalizer frees the plane. */
+    plane_release_tsfn(p, napi_tsfn_abort);
+    plane_unref(p);
+    napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "cannot create the handle");
     return NULL;
   }
-  p->running = 1;
-  napi_value handle, udp_v, dtls_v, result;
-  CHECK(napi_create_external(env, p, finalize_plane, NULL, &handle));
-  CHECK(napi_create_int32(env, udp_port >= 0 ? bound_udp : -1, &udp_v));
-  CHECK(napi_create_int32(env, dtls_port >= 0 ? bound_dtls : -1, &dtls_v));
-  CHECK(napi_create_array_with_length(env, 3, &result));
-  CHECK(napi_set_element(env, result, 0, handle));
-  CHECK(napi_set_element(env, result, 1, udp_v));
-  CHECK(napi_set_element(env, result, 2, dtls_v));
+  /* Any failure from here: stop, release; the handle's finalizer frees the plane. */
+  const char *failed = NULL;
+  if (pthread_create(&p->thread, NULL, worker, p) != 0) failed = "cannot start the worker thread";
+  else p->running = 1;
+  napi_value udp_v, dtls_v, result;
+  if (failed == NULL && (napi_create_int32(env, udp_port >= 0 ? bound_udp : -1, &udp_v) != napi_ok ||
+                         napi_create_int32(env, dtls_port >= 0 ? bound_dtls : -1, &dtls_v) != napi_ok ||
+                         napi_create_array_with_length(env, 3, &result) != napi_ok ||
+                         napi_set_element(env, result, 0, handle) != napi_ok ||
+                         napi_set_element(env, result, 1, udp_v) != napi_ok ||
+                         napi_set_element(env, result, 2, dtls_v) != napi_ok))
+    failed = "cannot build the result";
+  if (failed != NULL) {
+    plane_stop(p);
+    plane_release_tsfn(p, napi_tsfn_abort);
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (!pending) napi_throw_error(env, "ERR_NATIVE_DATAPLANE", failed);
+    return NULL;
+  }
   return result;
 }
 
@@ -1120,10 +1542,9 @@ static napi_value js_close(napi_env env, napi_callback_info info) {
   ARGS(1);
   plane_t *p = plane_arg(env, argv[0]);
   if (p == NULL) return NULL;
-  if (p->running || p->udp.fd >= 0 || p->dtls.fd >= 0) {
-    plane_stop(p);
-    napi_release_threadsafe_function(p->tsfn, napi_tsfn_release);
-  }
+  plane_stop(p);
+  /* Batches already queued still reach JavaScript; then the function is finalized. */
+  plane_release_tsfn(p, napi_tsfn_release);
   return NULL;
 }
 
@@ -1382,7 +1803,7 @@ static napi_value js_dtls_attach(napi_env env, napi_callback_info info) {
   CHECK(napi_get_value_uint32(env, argv[12], &lo));
   CHECK(napi_get_value_uint32(env, argv[13], &hi));
   CHECK(napi_get_value_uint32(env, argv[14], &max_plaintext));
-  assoc_t *a = calloc(1, sizeof(assoc_t));
+  assoc_t *a = assoc_new();
   int ok = a != NULL;
   if (ok) {
     a->id = id;
@@ -1395,51 +1816,92 @@ static napi_value js_dtls_attach(napi_env env, napi_callback_info info) {
     a->replay.highest = highest >= 0 ? (uint64_t)highest : 0;
     a->replay.bits = highest >= 0 ? ((uint64_t)hi << 32) | lo : 0;
     a->last_rx_ms = -1;
+    a->key_len = s->key_len;
+    a->iv_len = s->fixed_iv_len;
+    memcpy(a->read_key, rk, s->key_len);
+    memcpy(a->read_iv, riv, s->fixed_iv_len);
+    memcpy(a->write_key, wk, s->key_len);
+    memcpy(a->write_iv, wiv, s->fixed_iv_len);
     ok = dtls_dir_init(&a->rd, s, rk, riv, 0) == 0 && dtls_dir_init(&a->wr, s, wk, wiv, 1) == 0;
   }
   if (ok) {
+    /* Published by the plane lock: the worker finds it only after this. */
     pthread_mutex_lock(&p->lock);
     ok = assocs_put(&p->assocs, a) == 0;
     pthread_mutex_unlock(&p->lock);
   }
   if (!ok && a != NULL) assoc_free(a);
+  if (ok) count(p, C_DTLS_ATTACHED, 1);
   CHECK(napi_get_boolean(env, ok, &result));
   return result;
 }
 
 /*
- * dtlsDetach(handle, associationId) → [writeSeq, replayHighest (-1: none), replayLow32, replayHigh32,
- * idleMs (-1: nothing received here), applicationDataSeen (0/1)], or null when not held. The
- * association is no longer handled here.
+ * dtlsDetach(handle, associationId[, readKey, readIv, writeKey, writeIv]) → [writeSeq, replayHighest
+ * (-1: none), replayLow32, replayHigh32, idleMs (-1: nothing received here), applicationDataSeen
+ * (0/1)], or null when not held. The association is no longer handled here. With the four Buffers
+ * (of the suite's key and IV lengths), its keys are written back into them first: JavaScript zeroes
+ * its copies after dtlsAttach, so the keys live in one place at a time.
  */
 static napi_value js_dtls_detach(napi_env env, napi_callback_info info) {
-  ARGS(2);
+  size_t argc = 6;
+  napi_value argv[6];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc < 2 || (argc > 2 && argc < 6)) {
+    napi_throw_type_error(env, "ERR_NATIVE_DATAPLANE", "missing arguments");
+    return NULL;
+  }
   plane_t *p = plane_arg(env, argv[0]);
   if (p == NULL) return NULL;
   uint32_t id;
   CHECK(napi_get_value_uint32(env, argv[1], &id));
+  uint8_t *keys[4] = {NULL, NULL, NULL, NULL};
+  size_t key_lens[4] = {0, 0, 0, 0};
+  if (argc >= 6) {
+    for (int k = 0; k < 4; k++) {
+      void *d;
+      if (napi_get_buffer_info(env, argv[2 + k], &d, &key_lens[k]) != napi_ok) {
+        napi_throw_type_error(env, "ERR_NATIVE_DATAPLANE", "keys are Buffers");
+        return NULL;
+      }
+      keys[k] = d;
+    }
+  }
   double v[6];
   int found = 0;
-  int64_t now = now_ms();
+  /* Out of the table first (the worker no longer finds it), then its final state under its own
+   * lock: a batch that is opening or sealing with it finishes first, and sees `dead` after. */
   pthread_mutex_lock(&p->lock);
   assoc_t *a = assoc_by_id(&p->assocs, id);
+  if (a != NULL) assocs_unlink(&p->assocs, a);
+  pthread_mutex_unlock(&p->lock);
   if (a != NULL) {
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&a->dead, 1, __ATOMIC_RELEASE);
+    int64_t now = now_ms();
     found = 1;
+    if (keys[0] != NULL && key_lens[0] == a->key_len && key_lens[1] == a->iv_len && key_lens[2] == a->key_len &&
+        key_lens[3] == a->iv_len) {
+      memcpy(keys[0], a->read_key, a->key_len);
+      memcpy(keys[1], a->read_iv, a->iv_len);
+      memcpy(keys[2], a->write_key, a->key_len);
+      memcpy(keys[3], a->write_iv, a->iv_len);
+    }
     v[0] = (double)a->write_seq;
     v[1] = a->replay.any ? (double)a->replay.highest : -1;
     v[2] = (double)(uint32_t)(a->replay.bits & 0xffffffffu);
     v[3] = (double)(uint32_t)(a->replay.bits >> 32);
     v[4] = a->last_rx_ms < 0 ? -1 : (double)(now - a->last_rx_ms);
     v[5] = a->app_seen;
-    assocs_unlink(&p->assocs, a);
-    assoc_free(a);
+    pthread_mutex_unlock(&a->mu);
+    assoc_unref(a); /* the table's reference */
   }
-  pthread_mutex_unlock(&p->lock);
   napi_value out;
   if (!found) {
     CHECK(napi_get_null(env, &out));
     return out;
   }
+  count(p, C_DTLS_DETACHED, 1);
   CHECK(napi_create_array_with_length(env, 6, &out));
   for (uint32_t i = 0; i < 6; i++) {
     napi_value x;
@@ -1470,19 +1932,27 @@ static napi_value js_dtls_seal(napi_env env, napi_callback_info info) {
   to.sin_family = AF_INET;
   pthread_mutex_lock(&p->lock);
   assoc_t *a = p->dtls.fd < 0 ? NULL : assoc_by_id(&p->assocs, id);
-  if (a == NULL) rc = -1;
-  else if (a->write_seq > DTLS_MAX_SEQ) rc = -2;
-  else if (len > a->max_plaintext || len > 0xffff - 64) rc = -3;
-  else {
-    r = dtls_seal(&a->wr, (uint8_t)type, a->epoch, a->write_seq, pt, len, p->js_seal_buf, p->js_seal_cap);
-    if (r < 0) rc = -3;
-    else {
-      a->write_seq++;
-      to.sin_addr.s_addr = a->addr;
-      to.sin_port = a->port;
-    }
-  }
+  if (a != NULL) assoc_ref(a);
   pthread_mutex_unlock(&p->lock);
+  if (a == NULL) rc = -1;
+  else {
+    /* Its own lock: the worker may be sealing for it too (the sequence number is shared). */
+    pthread_mutex_lock(&a->mu);
+    if (assoc_dead(a)) rc = -1;
+    else if (a->write_seq > DTLS_MAX_SEQ) rc = -2;
+    else if (len > a->max_plaintext || len > 0xffff - 64) rc = -3;
+    else {
+      r = dtls_seal(&a->wr, (uint8_t)type, a->epoch, a->write_seq, pt, len, p->js_seal_buf, p->js_seal_cap);
+      if (r < 0) rc = -3;
+      else {
+        a->write_seq++;
+        to.sin_addr.s_addr = a->addr;
+        to.sin_port = a->port;
+      }
+    }
+    pthread_mutex_unlock(&a->mu);
+    assoc_unref(a);
+  }
   /* js_seal_buf belongs to this thread: sending outside the lock is safe. */
   if (rc == 0) {
     count(p, C_DTLS_SEALED_FOR_JS, 1);
@@ -1490,6 +1960,34 @@ static napi_value js_dtls_seal(napi_env env, napi_callback_info info) {
   }
   napi_value out;
   CHECK(napi_create_int32(env, rc, &out));
+  return out;
+}
+
+/*
+ * dtlsExpectHandshake(handle, associationId, expecting) → whether it is held here. While expecting,
+ * the epoch-0 records and epoch-1 handshake records from its address that do not authenticate
+ * under its keys (a new session's flight and Finished) go to JavaScript instead of being dropped.
+ */
+static napi_value js_dtls_expect_handshake(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  plane_t *p = plane_arg(env, argv[0]);
+  if (p == NULL) return NULL;
+  uint32_t id;
+  bool on;
+  CHECK(napi_get_value_uint32(env, argv[1], &id));
+  CHECK(napi_get_value_bool(env, argv[2], &on));
+  pthread_mutex_lock(&p->lock);
+  assoc_t *a = assoc_by_id(&p->assocs, id);
+  if (a != NULL) assoc_ref(a);
+  pthread_mutex_unlock(&p->lock);
+  if (a != NULL) {
+    pthread_mutex_lock(&a->mu);
+    a->expect_hs = on ? 1 : 0;
+    pthread_mutex_unlock(&a->mu);
+    assoc_unref(a);
+  }
+  napi_value out;
+  CHECK(napi_get_boolean(env, a != NULL, &out));
   return out;
 }
 
@@ -1503,8 +2001,15 @@ static napi_value js_dtls_idle(napi_env env, napi_callback_info info) {
   int64_t now = now_ms();
   pthread_mutex_lock(&p->lock);
   assoc_t *a = assoc_by_id(&p->assocs, id);
-  int64_t idle = a == NULL || a->last_rx_ms < 0 ? -1 : now - a->last_rx_ms;
+  if (a != NULL) assoc_ref(a);
   pthread_mutex_unlock(&p->lock);
+  int64_t idle = -1;
+  if (a != NULL) {
+    pthread_mutex_lock(&a->mu);
+    idle = a->last_rx_ms < 0 ? -1 : now - a->last_rx_ms;
+    pthread_mutex_unlock(&a->mu);
+    assoc_unref(a);
+  }
   napi_value out;
   CHECK(napi_create_int64(env, idle, &out));
   return out;
@@ -1515,6 +2020,16 @@ static napi_value js_dtls_available(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value out;
   CHECK(napi_get_boolean(env, dtls_crypto_available(), &out));
+  return out;
+}
+
+/* dtlsMissing() → the first OpenSSL function that did not resolve, or null when all did. */
+static napi_value js_dtls_missing(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value out;
+  const char *missing = dtls_crypto_missing();
+  if (missing == NULL) CHECK(napi_get_null(env, &out));
+  else CHECK(napi_create_string_utf8(env, missing, NAPI_AUTO_LENGTH, &out));
   return out;
 }
 
@@ -1555,11 +2070,13 @@ static napi_value js_seal_record(napi_env env, napi_callback_info info) {
   napi_value out;
   if (napi_create_buffer(env, cap, &out_data, &out) != napi_ok) {
     dtls_dir_free(&d);
+    explicit_bzero(&d, sizeof(d));
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
     return NULL;
   }
   long r = dtls_seal(&d, (uint8_t)type, (uint16_t)epoch, (uint64_t)seq, pt, len, out_data, cap);
   dtls_dir_free(&d);
+  explicit_bzero(&d, sizeof(d));
   if (r < 0) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "seal failed");
     return NULL;
@@ -1594,6 +2111,7 @@ static napi_value js_open_record(napi_env env, napi_callback_info info) {
   uint8_t *pt = malloc(len);
   long r = pt == NULL ? -1 : dtls_open(&d, rec, len, pt);
   dtls_dir_free(&d);
+  explicit_bzero(&d, sizeof(d));
   if (r < 0) {
     free(pt);
     CHECK(napi_get_null(env, &out));
@@ -1601,6 +2119,7 @@ static napi_value js_open_record(napi_env env, napi_callback_info info) {
   }
   void *copy;
   napi_status st = napi_create_buffer_copy(env, (size_t)r, pt, &copy, &out);
+  explicit_bzero(pt, (size_t)r);
   free(pt);
   CHECK(st);
   return out;
@@ -1625,7 +2144,9 @@ static napi_value init(napi_env env, napi_value exports) {
       {"dtlsDetach", NULL, js_dtls_detach, NULL, NULL, NULL, napi_default, NULL},
       {"dtlsSeal", NULL, js_dtls_seal, NULL, NULL, NULL, napi_default, NULL},
       {"dtlsIdle", NULL, js_dtls_idle, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsExpectHandshake", NULL, js_dtls_expect_handshake, NULL, NULL, NULL, napi_default, NULL},
       {"dtlsAvailable", NULL, js_dtls_available, NULL, NULL, NULL, napi_default, NULL},
+      {"dtlsMissing", NULL, js_dtls_missing, NULL, NULL, NULL, napi_default, NULL},
       {"sealRecord", NULL, js_seal_record, NULL, NULL, NULL, napi_default, NULL},
       {"openRecord", NULL, js_open_record, NULL, NULL, NULL, napi_default, NULL},
   };

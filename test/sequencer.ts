@@ -11,7 +11,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 /** Files that wait out protocol timers or run whole conformance suites: tens of seconds each. */
 const LONG = [
   /\/conform\.test\.ts$/,
-  /\/fleet(-cli|-load)?\.test\.ts$/,
+  /\/fleet(-cli|-load|-failover)?\.test\.ts$/,
   /\/transports\/dtls\/(server|openssl|gnutls)\.test\.ts$/,
   /\/client-targets\.test\.ts$/,
   /\/impaired-link\.test\.ts$/,

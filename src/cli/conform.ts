@@ -148,13 +148,32 @@ async function conform(suite: AnyConformSuite, opts: CommonFlags & Record<string
   const targetText = `${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`;
   const setup = suite.describe(ctx);
   let results: CheckResult[];
+  // The report is held back until a check shows the server can be reached (a pass, or a failure
+  // that is the server's answer): a target nothing listens on, or a wss certificate this machine
+  // does not trust, is one line saying so, not a failure and a list of skips.
+  let held: string[] | undefined = json ? undefined : [];
+  const write = (text: string): void => {
+    if (held === undefined) process.stdout.write(text);
+    else held.push(text);
+  };
+  const release = (): void => {
+    if (held === undefined) return;
+    process.stdout.write(held.join(''));
+    held = undefined;
+  };
   try {
-    if (!json) process.stdout.write(`gamewire conform ${suite.protocol} --target ${targetText} (${setup})\n`);
+    if (!json) write(`gamewire conform ${suite.protocol} --target ${targetText} (${setup})\n`);
     results = await runChecks(suite, ctx, {
       ...(only !== undefined ? { only } : {}),
       ...(timeoutMs !== undefined ? { timeoutMs } : {}),
       signal: stop.signal,
-      onResult: json ? undefined : (r) => process.stdout.write(formatResult(r)),
+      onResult: json
+        ? undefined
+        : (r) => {
+            if (r.status === 'pass' || (r.status === 'fail' && reachFailure(r, targetText) === undefined))
+              release();
+            write(formatResult(r));
+          },
     });
   } finally {
     process.off('SIGINT', onSignal);
@@ -166,6 +185,18 @@ async function conform(suite: AnyConformSuite, opts: CommonFlags & Record<string
   const passed = count('pass');
   const failed = count('fail');
   const skipped = count('skip');
+  // Nothing passed and every failure was not getting there: say that, once.
+  const firstFailure = results.find((r) => r.status === 'fail');
+  const unreachable =
+    passed === 0 &&
+    firstFailure !== undefined &&
+    results.every((r) => r.status !== 'fail' || reachFailure(r, targetText) !== undefined)
+      ? reachFailure(firstFailure, targetText)
+      : undefined;
+  if (unreachable !== undefined && !json) {
+    throw new CommandError(unreachable.code, unreachable.message);
+  }
+  release();
   if (json) {
     const report = {
       protocol: suite.protocol,
@@ -184,6 +215,7 @@ async function conform(suite: AnyConformSuite, opts: CommonFlags & Record<string
       `${passed} passed, ${failed} failed, ${skipped} skipped (${(ms / 1000).toFixed(1)} s)\n`,
     );
   }
+  if (unreachable !== undefined) throw new CommandError(unreachable.code, unreachable.message);
   if (stop.signal.aborted) throw new CommandError('ERR_CONFORM_STOPPED', 'stopped before every check ran');
   if (failed > 0) {
     const ids = results.filter((r) => r.status === 'fail').map((r) => r.id);
@@ -193,6 +225,52 @@ async function conform(suite: AnyConformSuite, opts: CommonFlags & Record<string
     );
   }
   return 0;
+}
+
+/** System errors that mean the checks never reached a server at the target. */
+const UNREACHABLE: Record<string, string> = {
+  ECONNREFUSED: 'connection refused: nothing listens there',
+  ENOTFOUND: 'the host name does not resolve',
+  EAI_AGAIN: 'the host name does not resolve (yet)',
+  EHOSTUNREACH: 'no route to the host',
+  ENETUNREACH: 'no route to the network',
+  EADDRNOTAVAIL: 'the address is not usable here',
+};
+
+/** Certificate errors: a wss server whose certificate this machine does not trust. */
+const UNTRUSTED_CERT = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/**
+ * When a failed check never got a server's answer (nothing listens, a name that does not
+ * resolve, a certificate this machine does not trust): the error to report instead of the
+ * check's verdict, with what to do. Undefined for a failure that is the server's doing.
+ */
+export function reachFailure(r: CheckResult, target: string): { code: string; message: string } | undefined {
+  const code = r.errorCode;
+  if (code === undefined) return undefined;
+  const why = UNREACHABLE[code];
+  if (why !== undefined)
+    return {
+      code: 'ERR_CONFORM_UNREACHABLE',
+      message: `cannot reach ${target} (${code}: ${why}): is the server running there? check --target (no check ran against a server)`,
+    };
+  if (UNTRUSTED_CERT.has(code))
+    return {
+      code: 'ERR_CONFORM_TLS',
+      message:
+        `the TLS certificate of ${target} is not trusted (${code}): pass --ca FILE with the server's certificate ` +
+        '(gamewire serve unity-relay writes its self-signed one to unity-relay-wss-cert.pem in its data folder, ./data by default) or --insecure to accept any',
+    };
+  return undefined;
 }
 
 function listChecks(

@@ -39,6 +39,13 @@ function flagName(flag: string): string {
   return flag.split(/[ ,]/)[0]!;
 }
 
+/** Commander's attribute name of a flag: `--tls-ca <file>` → `tlsCa` (`--no-x` → `x`). */
+function aliasKey(flag: string): string {
+  return flagName(flag)
+    .replace(/^--(no-)?/, '')
+    .replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
 function protocolOption(opt: LoadOption): Option {
   const o = new Option(opt.flag, opt.description);
   const name = flagName(opt.flag);
@@ -68,7 +75,7 @@ function addCommonOptions(cmd: Command, def: LoadDefinition): void {
   cmd
     .option(
       '--target <host:port>',
-      `the server to load (port ${def.defaultPort} when only a host is given)${def.targetOptional === true ? '; optional' : ''}`,
+      `the server to load (${def.defaultPortHelp ?? `port ${def.defaultPort} when only a host is given`})${def.targetOptional === true ? '; optional' : ''}`,
     )
     .option(
       '--clients <n>',
@@ -136,11 +143,14 @@ function progressLine(p: LoadProgress, clients: number): string {
   return parts.join('  ');
 }
 
-function humanSummary(protocol: string, s: LoadSummary): string {
+function humanSummary(protocol: string, s: LoadSummary, interruptedBy?: string): string {
   const lines: string[] = [];
   lines.push(
     `${protocol} load on ${s.target ?? '(from the allocation API)'}: ${s.clients} ${s.clientNoun}s, ${s.elapsedS.toFixed(1)} s` +
-      (s.from.length > 0 ? `, from ${s.from.length} address${s.from.length === 1 ? '' : 'es'}` : ''),
+      (s.from.length > 0 ? `, from ${s.from.length} address${s.from.length === 1 ? '' : 'es'}` : '') +
+      (s.interrupted
+        ? `, interrupted (${interruptedBy ?? 'stopped'}) before the ${s.durationS} s it was to run`
+        : ''),
   );
   const n = s.sessions;
   lines.push(
@@ -167,9 +177,31 @@ function humanSummary(protocol: string, s: LoadSummary): string {
   );
   for (const [code, count] of Object.entries(s.errors))
     lines.push(`error ${code} x${count}: ${s.errorMessages[code] ?? ''}`);
+  for (const [step, count] of Object.entries(s.waitingFor))
+    lines.push(`not in when the run ended: ${count} at "${step}"`);
   if (Object.keys(s.violations).length === 0) lines.push('violations: none');
   else for (const v of s.violationSamples) lines.push(`VIOLATION ${v}`);
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Why nobody got in: the first error, or else where the sessions were when the run ended (a
+ * DTLS handshake to a port that never answers fails no session before the run is over).
+ */
+function noClientMessage(def: LoadDefinition, s: LoadSummary): string {
+  // gamewire's own errors say what happened and what to do; a socket's (ECONNREFUSED) only that.
+  const errors = Object.entries(s.errorMessages);
+  const first = errors.find(([code]) => code.startsWith('ERR_')) ?? errors[0];
+  if (first !== undefined) return `no ${def.clientNoun} got in: ${first[0]}: ${first[1]}`;
+  const waiting = Object.entries(s.waitingFor).sort((a, b) => b[1] - a[1])[0];
+  const transport = typeof s.options.transport === 'string' ? ` for --transport ${s.options.transport}` : '';
+  const where = s.target === null ? '' : ` (is ${s.target} the right --target${transport}?)`;
+  if (waiting !== undefined)
+    return (
+      `no ${def.clientNoun} got in within ${s.elapsedS.toFixed(1)} s and none failed: ` +
+      `${waiting[1]} of ${s.sessions.started} were still at "${waiting[0]}" when the run ended, with no answer${where}`
+    );
+  return `no ${def.clientNoun} got in within ${s.elapsedS.toFixed(1)} s and none failed: the run ended first${where}; try a longer --duration`;
 }
 
 async function runLoadCommand(
@@ -181,7 +213,7 @@ async function runLoadCommand(
   const policy = new TargetPolicy({ owned });
   let target: LoadSettings['target'];
   if (typeof opts.target === 'string') {
-    target = parseHostPort(opts.target, def.defaultPort);
+    target = parseHostPort(opts.target, def.defaultPortFor?.(opts) ?? def.defaultPort);
     await policy.allow(target.host, '--target');
   } else if (def.targetOptional !== true) {
     throw new UsageError(`gamewire load ${protocol} needs --target HOST:PORT`);
@@ -197,13 +229,28 @@ async function runLoadCommand(
     from,
   };
   const options: Record<string, unknown> = {};
-  for (const o of def.options) options[o.key] = opts[o.key];
+  for (const o of def.options) {
+    options[o.key] = opts[o.key];
+    // A former spelling (hidden alias) fills the option when the current flag is not given.
+    for (const alias of o.aliases ?? []) {
+      const value = opts[aliasKey(alias)];
+      if (value !== undefined && (options[o.key] === undefined || options[o.key] === o.default))
+        options[o.key] = value;
+    }
+  }
 
   const live = opts.progress === true || process.stderr.isTTY === true;
   const tty = process.stderr.isTTY === true;
   let drew = false;
   const abort = new AbortController();
-  const onSignal = () => abort.abort();
+  // The first Ctrl-C ends the run as its end would (clients leave, the summary is printed); a
+  // second one does not wait for that.
+  let interruptedBy: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interruptedBy !== undefined) process.exit(signal === 'SIGTERM' ? 143 : 130);
+    interruptedBy = signal;
+    abort.abort();
+  };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   let summary: LoadSummary;
@@ -231,18 +278,22 @@ async function runLoadCommand(
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
-  const out = { protocol, ...summary };
+  const out = { protocol, ...summary, interruptedBy: interruptedBy ?? null };
   if (opts.json === true) process.stdout.write(`${JSON.stringify(out)}\n`);
-  else process.stdout.write(humanSummary(protocol, summary));
+  else process.stdout.write(humanSummary(protocol, summary, interruptedBy));
   // Whatever a session left behind (a socket in its closing handshake), the command ends.
   setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
-  if (summary.sessions.joined === 0) {
-    const first = Object.entries(summary.errorMessages)[0];
+  if (interruptedBy !== undefined) {
+    // 128 + the signal's number, as a shell reports a command a signal stopped.
     throw new CommandError(
-      'ERR_LOAD_NO_CLIENT',
-      `no ${def.clientNoun} got in${first === undefined ? '' : `: ${first[0]}: ${first[1]}`}`,
+      'ERR_LOAD_INTERRUPTED',
+      `interrupted (${interruptedBy}) after ${summary.elapsedS.toFixed(1)} s of ${summary.durationS} s: ` +
+        'the summary covers the run until then',
+      interruptedBy === 'SIGTERM' ? 143 : 130,
     );
   }
+  if (summary.sessions.joined === 0)
+    throw new CommandError('ERR_LOAD_NO_CLIENT', noClientMessage(def, summary));
   if (!summary.ok) {
     const violations = Object.values(summary.violations).reduce((a, b) => a + b, 0);
     throw new CommandError(
@@ -277,7 +328,15 @@ export async function addLoadCommand(program: Command, argv?: readonly string[])
     const def = await module.load();
     cmd.description(def.summary);
     addCommonOptions(cmd, def);
-    for (const opt of def.options) cmd.addOption(protocolOption(opt));
+    for (const opt of def.options) {
+      cmd.addOption(protocolOption(opt));
+      for (const alias of opt.aliases ?? [])
+        cmd.addOption(
+          protocolOption({ ...opt, flag: alias, aliases: [] })
+            .default(undefined)
+            .hideHelp(),
+        );
+    }
     cmd.action((opts: Record<string, unknown>) => runLoadCommand(entry.name, def, opts));
   }
 }

@@ -146,7 +146,9 @@ export async function buildProgram(argv?: readonly string[]): Promise<Command> {
     .description('Codecs, servers and clients for five game network protocols')
     .version(VERSION)
     .exitOverride()
-    .configureOutput({ outputError: () => {} })
+    // Help wraps at the terminal's width, and at 100 columns on a pipe or a file (commander's
+    // default there is not to wrap, which left serve --help with 100 lines over 100 columns).
+    .configureOutput({ outputError: () => {}, getOutHelpWidth: () => process.stdout.columns || 100 })
     .showHelpAfterError(false);
 
   const decodeCmd = program
@@ -247,14 +249,21 @@ function requireSubcommands(cmd: Command, prefix = 'gamewire'): void {
     const name = `${prefix} ${sub.name()}`;
     if (sub.commands.length > 0) {
       const choices = sub.commands.map((c) => c.name()).join(', ');
-      sub.allowExcessArguments(true).action((_opts: unknown, self: Command) => {
-        const given = self.args[0];
-        throw new UsageError(
-          given === undefined
-            ? `${name} needs a command: one of ${choices} (see ${name} --help)`
-            : `unknown command "${given}" for ${name}: one of ${choices}`,
-        );
-      });
+      // Unknown options too: `conform vcmp-rpc --target …` is about vcmp-rpc, not about --target.
+      sub
+        .allowExcessArguments(true)
+        .allowUnknownOption(true)
+        .action((_opts: unknown, self: Command) => {
+          const given = self.args.find((a) => !a.startsWith('-'));
+          const protocol = given === undefined ? undefined : registry.find((p) => p.name === given);
+          throw new UsageError(
+            given === undefined
+              ? `${name} needs a command: one of ${choices} (see ${name} --help)`
+              : protocol !== undefined && !protocol.hasServer
+                ? `${given} has no server (it rides inside its game's own traffic), so there is nothing for ${name} to reach: ${name} works on ${choices}`
+                : `unknown command "${given}" for ${name}: one of ${choices}`,
+          );
+        });
       requireSubcommands(sub, name);
     }
   }

@@ -30,7 +30,7 @@ import {
 } from '../core/config.js';
 import { CommandError, ConfigError, UsageError } from '../core/errors.js';
 import type { Logger } from '../core/logger.js';
-import { createLogger, RateLimitedLog } from '../core/logger.js';
+import { createLogger, RateLimitedLog, releaseLogs } from '../core/logger.js';
 import { ProtocolMetrics, summaryLine } from '../core/metrics.js';
 import type { ProtocolModule } from '../core/protocol.js';
 import type { CommonServerOptions, RunningServer, ServeOption } from '../core/server.js';
@@ -449,7 +449,12 @@ async function runServers(
     kind: 'flag',
     flag: '--shutdown-timeout-ms',
   }) as number;
-  const log = createLogger(logLevel);
+  // Start-up lines are held back for a moment: a start that fails at once (a port in use) ends
+  // with its error line alone, not after lines about servers that it then stops. A slow start
+  // (a demo cache being generated) shows its lines after a second, as they come.
+  const log = createLogger(logLevel, { hold: true });
+  const showLogs = setTimeout(() => releaseLogs(log), 1000);
+  showLogs.unref();
   for (const w of checked?.warnings ?? []) log.warn(w);
   const dataDir = path.resolve(serveValues.dataDir as string);
   const unsubscribe = logConnections(log, (name, transport) => {
@@ -576,9 +581,14 @@ async function runServers(
     process.off('SIGINT', onInt);
     process.off('SIGTERM', onTerm);
     process.off('disconnect', onDisconnect);
+    clearTimeout(showLogs);
+    // Only warnings (and worse) of a start that failed: the error line is what matters.
+    releaseLogs(log, false);
     log.flush?.();
     throw err;
   }
+  clearTimeout(showLogs);
+  releaseLogs(log);
 
   if (signalName === undefined) {
     state = 'ready';

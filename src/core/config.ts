@@ -374,12 +374,13 @@ export function fillOptions(
  * its `start` expects; `OptionSet.resolve` names `O` from its declarations.
  */
 export function resolveOptions<O extends CommonServerOptions>(
-  server: Pick<ServerDefinition<O>, 'defaultPort' | 'options'>,
+  server: Pick<ServerDefinition<O>, 'defaultPort' | 'options' | 'allOptions'>,
   section: string,
   values: Readonly<Record<string, unknown>>,
   host = '0.0.0.0',
 ): O {
-  return fillOptions(section, sectionOptions(server.defaultPort, server.options), { ...values }, host) as O;
+  const options = sectionOptions(server.defaultPort, server.allOptions ?? server.options);
+  return fillOptions(section, options, { ...values }, host) as O;
 }
 
 /**
@@ -401,18 +402,19 @@ export function completeOptions<O extends CommonServerOptions>(
 }
 
 /**
- * Values a library caller gives for a server's section (`host`, `port` and its own options), each
- * checked as the config file would check it (with `libraryMin`); unknown keys refused.
+ * Values a library caller gives for a server's section (`host`, `port` and its own options, the
+ * library-only ones included), each checked as the config file would check it (with
+ * `libraryMin`); a former name (`aliases`) is read as its option, unknown keys are refused.
  */
 export function checkGiven(
   section: string,
-  server: Pick<ServerDefinition, 'defaultPort' | 'options'>,
+  server: Pick<ServerDefinition, 'defaultPort' | 'options' | 'allOptions'>,
   values: Readonly<Record<string, unknown>>,
 ): Record<string, unknown> {
-  const options = sectionOptions(server.defaultPort, server.options);
+  const options = sectionOptions(server.defaultPort, server.allOptions ?? server.options);
   const checked: Record<string, unknown> = {};
   for (const [key, raw] of Object.entries(values)) {
-    const o = options.find((x) => x.key === key);
+    const o = options.find((x) => x.key === key) ?? options.find((x) => x.aliases?.includes(key));
     if (o === undefined)
       throw new ConfigError(
         `${section}: unknown option "${key}" (${hint(
@@ -421,7 +423,9 @@ export function checkGiven(
         )})`,
         `${section}.${key}`,
       );
-    if (raw !== undefined) checked[key] = checkValue(o, raw, { kind: 'value', key: `${section}.${key}` });
+    // Under its own name, which wins over a former one given too.
+    if (raw !== undefined && (o.key === key || values[o.key] === undefined))
+      checked[o.key] = checkValue(o, raw, { kind: 'value', key: `${section}.${key}` });
   }
   return checked;
 }

@@ -82,7 +82,9 @@ export class TcpProbe {
       });
       socket.once('error', (err) => {
         clearTimeout(timer);
-        reject(new CheckFailure(`cannot connect to ${targetText(target)}: ${err.message}`));
+        reject(
+          new CheckFailure(`cannot connect to ${targetText(target)}: ${err.message}`, {}, { cause: err }),
+        );
       });
     });
   }

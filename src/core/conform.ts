@@ -36,8 +36,9 @@ export interface Evidence {
 /** A check found the server breaking its rule. */
 export class CheckFailure extends GamewireError<'ERR_CONFORM_FAILED'> {
   readonly evidence: Evidence;
-  constructor(message: string, evidence: Evidence = {}) {
-    super('ERR_CONFORM_FAILED', message);
+  /** `cause`: the error behind a failure that never got the server's answer (a refused connection). */
+  constructor(message: string, evidence: Evidence = {}, options?: { cause?: unknown }) {
+    super('ERR_CONFORM_FAILED', message, options);
     this.evidence = evidence;
   }
   override get name(): string {
@@ -153,6 +154,12 @@ export interface CheckResult {
   sources: readonly CheckSource[];
   /** A skip because the check does not apply here (its `applies`): it blocks no other check. */
   notApplicable?: boolean;
+  /**
+   * A failure that was an error rather than a verdict: its code, or its cause's (ECONNREFUSED,
+   * ENOTFOUND, DEPTH_ZERO_SELF_SIGNED_CERT …), so the report can tell "the server is wrong" from
+   * "the server cannot be reached".
+   */
+  errorCode?: string;
 }
 
 export interface RunOptions {
@@ -338,18 +345,45 @@ async function runOne<C>(
 function failureResult<C>(c: ConformCheck<C>, err: unknown, ms: number): CheckResult {
   const base = { id: c.id, title: c.title, ms, sources: c.sources };
   if (err instanceof CheckSkip) return { ...base, status: 'skip', message: err.message };
-  if (err instanceof CheckFailure)
-    return {
+  if (err instanceof CheckFailure) {
+    const failure: CheckResult = {
       ...base,
       status: 'fail',
       message: err.message,
       evidence: err.evidence,
       clientReaction: c.clientReaction,
     };
+    const code = err.cause === undefined ? undefined : errorCodeOf(err.cause);
+    if (code !== undefined) failure.errorCode = code;
+    return failure;
+  }
   // Anything else (a socket error, a decoder's DecodeError on the server's bytes) is the server's
   // doing as far as the check can tell: report it as a failure with its message.
   const message = err instanceof Error ? err.message : String(err);
-  return { ...base, status: 'fail', message, evidence: {}, clientReaction: c.clientReaction };
+  const result: CheckResult = {
+    ...base,
+    status: 'fail',
+    message,
+    evidence: {},
+    clientReaction: c.clientReaction,
+  };
+  const code = errorCodeOf(err);
+  if (code !== undefined) result.errorCode = code;
+  return result;
+}
+
+/** The most specific code on an error or its causes: a system error's (ECONNREFUSED) over a wrapper's. */
+export function errorCodeOf(err: unknown): string | undefined {
+  let found: string | undefined;
+  for (let e = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && code !== '') {
+      found = code;
+      if (!code.startsWith('ERR_')) return code;
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return found;
 }
 
 function elapsed(started: number): number {

@@ -54,6 +54,25 @@ export interface FlowProtocol<O extends object = object> {
    * returns who sent them, or undefined when they are not this protocol.
    */
   detect?(transport: 'tcp' | 'udp', first: Buffer): Direction | undefined;
+  /** How `gamewire replay` compares this protocol's server messages (absent: every field exactly). */
+  replay?: ReplayComparison;
+}
+
+/**
+ * The server-made values of a protocol's server messages, which `gamewire replay` does not
+ * compare exactly by default (`--compare-all` does). Names are field names (the last part of a
+ * field's path, whatever message carries it).
+ */
+export interface ReplayComparison {
+  /**
+   * Values the server makes up per connection or per run that stay the same for the same thing
+   * (ids from a counter, ports, cookies): compared by consistency within a flow, so a recorded
+   * value must always come back as one replayed value and no two recorded values as the same one.
+   * An array is one group of names that share that mapping (a player id, whatever field names it).
+   */
+  consistent?: readonly (string | readonly string[])[];
+  /** Values that change on every message or run with nothing to map them to (clocks): not compared. */
+  ignore?: readonly string[];
 }
 
 // ---- the dissector declarations -----------------------------------------------------------------
@@ -138,6 +157,8 @@ export interface FlowDeclaration {
    * JSON as decoded, returned changed or as is. Absent: as decoded. The dissector ignores it.
    */
   present?(message: Json, direction: Direction, options: BaseDecoderOptions & Record<string, unknown>): Json;
+  /** How `gamewire replay` compares its server messages, as `FlowProtocol.replay`. */
+  replay?: ReplayComparison;
 }
 
 // ---- helpers for decoders ------------------------------------------------------------------------
@@ -265,6 +286,7 @@ export function declaredFlow(decl: FlowDeclaration): FlowProtocol {
     name: decl.name,
     tcpPorts: decl.tcpPorts,
     udpPorts: decl.udpPorts,
+    ...(decl.replay === undefined ? {} : { replay: decl.replay }),
     create(out, options) {
       const tcp = decl.tcp;
       const udp = decl.udp;

@@ -33,6 +33,12 @@ function writeAllAtExit(): void {
   for (const d of live) d.writeGathered();
 }
 
+/** A pino JSON line's level (30: info, 40: warn …); 50 when it cannot be read, so it is kept. */
+function levelOf(line: string): number {
+  const m = /^\{"level":(\d+)/.exec(line);
+  return m === null ? 50 : Number(m[1]);
+}
+
 export class LogDestination {
   /** Lines dropped because the reader was too slow, or gone. */
   dropped = 0;
@@ -45,6 +51,8 @@ export class LogDestination {
   private unreported = 0;
   /** Lines of this turn, not yet handed to the stream. */
   private gathered = '';
+  /** While set (`hold()`), lines wait here instead of being written. */
+  private held: string[] | undefined;
   private scheduled = false;
   /** Writes handed to the stream and not yet taken (their callbacks have not run). */
   private inFlight = 0;
@@ -61,20 +69,41 @@ export class LogDestination {
   private readonly onError = (): void => {
     this.failed = true;
     this.gathered = '';
-    this.release();
+    this.wakeWaiters();
   };
 
   private readonly written = (): void => {
     this.inFlight--;
-    if (this.inFlight <= 0) this.release();
+    if (this.inFlight <= 0) this.wakeWaiters();
   };
 
-  private release(): void {
+  private wakeWaiters(): void {
     for (const cb of this.waiters.splice(0)) cb();
+  }
+
+  /**
+   * Keeps every line back until `release`: `serve` holds its start-up lines so that a start that
+   * fails (a port in use) reports its error alone, not after lines about servers it then stops.
+   */
+  hold(): void {
+    this.held ??= [];
+  }
+
+  /** Writes the held lines (all of them, or only warnings and worse when `all` is false) and stops holding. */
+  release(all = true): void {
+    const lines = this.held;
+    this.held = undefined;
+    for (const line of lines ?? []) {
+      if (all || levelOf(line) >= 40) this.write(line);
+    }
   }
 
   /** pino calls this with one serialized line (newline included). */
   write(line: string): void {
+    if (this.held !== undefined) {
+      this.held.push(line);
+      return;
+    }
     if (
       this.failed ||
       this.stream.destroyed ||

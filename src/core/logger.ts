@@ -40,9 +40,9 @@ export interface Logger {
  * a stderr whose reader went away or stopped reading must neither block the server nor keep it
  * from exiting (see log-destination.ts).
  */
-export function createLogger(level?: string): Logger {
+export function createLogger(level?: string, options: { hold?: boolean } = {}): Logger {
   const { pino } = require('pino') as typeof import('pino');
-  const options = { level: level ?? process.env.GAMEWIRE_LOG_LEVEL ?? 'info', base: undefined };
+  const pinoOptions = { level: level ?? process.env.GAMEWIRE_LOG_LEVEL ?? 'info', base: undefined };
   let format: ((line: string) => string) | undefined;
   if (process.stderr.isTTY) {
     const { prettyFactory } = require('pino-pretty') as typeof import('pino-pretty');
@@ -53,7 +53,21 @@ export function createLogger(level?: string): Logger {
       singleLine: true,
     });
   }
-  return pino(options, new LogDestination(process.stderr, format === undefined ? {} : { format }));
+  const destination = new LogDestination(process.stderr, format === undefined ? {} : { format });
+  if (options.hold === true) destination.hold();
+  const logger = pino(pinoOptions, destination);
+  destinations.set(logger, destination);
+  return logger;
+}
+
+const destinations = new WeakMap<object, LogDestination>();
+
+/**
+ * Ends the hold of a logger made with `{ hold: true }`: writes what it held (only warnings and
+ * worse when `all` is false), then writes as usual. Nothing for any other logger.
+ */
+export function releaseLogs(logger: Logger, all = true): void {
+  destinations.get(logger)?.release(all);
 }
 
 const noop = (): void => {};

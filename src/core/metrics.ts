@@ -1,4 +1,27 @@
 /**
+ * The Redis a fleet process keeps its control plane in, as `/metrics` shows it (read when
+ * scraped; src/core/redis.ts keeps it).
+ */
+export interface StoreState {
+  /** One Redis, or a Sentinel set. */
+  mode: 'single' | 'sentinel';
+  /** True while commands can be sent. */
+  up: boolean;
+  /** `host:port` of the server this process talks to (the primary; '' before the first). */
+  primary: string;
+  /** Times this process came back on another primary than before (failovers it went through). */
+  failovers: number;
+  /** How long this process was without a primary in the last of them, in seconds (0: none yet). */
+  lastFailoverSeconds: number;
+  /** Durable writes refused because too few replicas held them in time. */
+  durabilityErrors: number;
+  /** Durable writes acknowledged after replicas held them. */
+  durableWrites: number;
+  /** Replicas a durable write waits for (0: none). */
+  waitReplicas: number;
+}
+
+/**
  * Per-protocol counters. The hot path only bumps plain numbers (`received++`); prom-client reads
  * them when scraped, so counting costs nothing per packet beyond an increment.
  */
@@ -26,6 +49,8 @@ export class ProtocolMetrics {
    * `node_heartbeat_age_seconds`) → node id → value. Set by scaled-out servers, read when scraped.
    */
   readonly nodeGauges = new Map<string, Map<string, number>>();
+  /** The fleet's Redis, when this server has one (set by the fleet code). */
+  store: (() => StoreState) | undefined = undefined;
 
   constructor(protocol: string) {
     this.protocol = protocol;

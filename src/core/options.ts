@@ -78,7 +78,7 @@ export type OptionValues<D extends OptionDeclarations> = {
 /** What every declaration may say, whatever its type. */
 type CommonSpec = Pick<
   ServeOption,
-  'flag' | 'description' | 'secret' | 'env' | 'aliases' | 'flagAliases' | 'requires' | 'requiresWhy'
+  'flag' | 'description' | 'secret' | 'env' | 'aliases' | 'flagAliases' | 'requires' | 'requiresWhy' | 'cli'
 >;
 
 export interface IntSpec extends CommonSpec {
@@ -103,7 +103,10 @@ export interface StringSpec extends CommonSpec {
   parse?(value: string): unknown;
 }
 
-export type BoolSpec = CommonSpec;
+export interface BoolSpec extends CommonSpec {
+  /** Only for a library-only switch (`cli: false`): a bare flag can only turn one on. */
+  default?: boolean;
+}
 
 export interface ListSpec extends CommonSpec {
   default?: readonly unknown[];
@@ -140,9 +143,12 @@ function string<const S extends StringSpec>(
   return { ...spec, type: 'string' };
 }
 
-/** A switch: a bare flag (`--drain`), `true`/`false` in the config file; always false by default. */
+/**
+ * A switch: a bare flag (`--drain`), `true`/`false` in the config file; false by default (a
+ * library-only one may default to true).
+ */
 function bool<const S extends BoolSpec>(spec: S): OptionDeclaration<boolean, true> {
-  return { ...spec, type: 'bool', default: false };
+  return { ...spec, type: 'bool', default: spec.default ?? false };
 }
 
 /** A list: a JSON array in the config file, comma-separated on the command line. */
@@ -177,8 +183,13 @@ export interface OptionSet<D extends OptionDeclarations, K extends keyof D = nev
   readonly section: string;
   readonly defaultPort: number;
   readonly declarations: D;
-  /** The `ServeOption`s (derived defaults attached), in declaration order. */
+  /**
+   * The `ServeOption`s (derived defaults attached) of `gamewire serve` and the config file, in
+   * declaration order: every option but the library-only ones (`cli: false`).
+   */
   readonly options: readonly ServeOption[];
+  /** Every option, library-only ones included, in declaration order: what `resolve` fills. */
+  readonly allOptions: readonly ServeOption[];
   /**
    * The complete options from `values`: each checked as the config file would check it (with
    * `libraryMin` for ints), unknown keys refused, every default (fixed or derived) filled, an
@@ -196,15 +207,17 @@ export function defineOptions<const D extends OptionDeclarations, K extends keyo
   derive?: Derivations<D, K>;
 }): OptionSet<D, K> {
   const derive = (set.derive ?? {}) as Record<string, ServeOption['derive']>;
-  const options = serveOptions(set.options).map((o) =>
+  const allOptions = serveOptions(set.options).map((o) =>
     derive[o.key] === undefined ? o : { ...o, derive: derive[o.key] },
   );
-  const target = { defaultPort: set.defaultPort, options };
+  const options = allOptions.filter((o) => o.cli !== false);
+  const target = { defaultPort: set.defaultPort, options, allOptions };
   return {
     section: set.section,
     defaultPort: set.defaultPort,
     declarations: set.options,
     options,
+    allOptions,
     resolve: (values = {}) =>
       resolveOptions<ServerOptions<D, K>>(target, set.section, checkGiven(set.section, target, values)),
   };
@@ -255,6 +268,7 @@ export function defineServer(
     summary: server.summary,
     defaultPort: set.defaultPort,
     options: set.options,
+    allOptions: set.allOptions,
     declarations: set.declarations,
     resolve: set.resolve,
     start: (options, ctx) => server.start(options, ctx),

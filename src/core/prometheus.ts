@@ -1,5 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
-import type { ProtocolMetrics } from './metrics.js';
+import type { ProtocolMetrics, StoreState } from './metrics.js';
 
 /** Per-node gauges of a scaled-out fleet (`ProtocolMetrics.nodeGauges`), as each protocol reports them. */
 const NODE_GAUGES: readonly { name: string; help: string }[] = [
@@ -71,6 +71,42 @@ export const METRIC_DOCS: readonly { name: string; type: string; labels: string;
     labels: 'protocol, node',
     help: g.help,
   })),
+  {
+    name: 'gamewire_store_up',
+    type: 'gauge',
+    labels: 'protocol',
+    help: "A fleet process's Redis: 1 while commands can be sent, 0 while it is down or failing over",
+  },
+  {
+    name: 'gamewire_store_primary_info',
+    type: 'gauge',
+    labels: 'protocol, mode, primary',
+    help: 'Always 1: the Redis server a fleet process writes to (host:port) and how it found it (single or sentinel)',
+  },
+  {
+    name: 'gamewire_store_failovers_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Times a fleet process came back on another Redis primary than before (failovers it went through)',
+  },
+  {
+    name: 'gamewire_store_last_failover_seconds',
+    type: 'gauge',
+    labels: 'protocol',
+    help: 'How long a fleet process was without a Redis primary in the last failover it went through',
+  },
+  {
+    name: 'gamewire_store_durable_writes_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Writes acknowledged once enough Redis replicas held them (WAIT)',
+  },
+  {
+    name: 'gamewire_store_durability_errors_total',
+    type: 'counter',
+    labels: 'protocol',
+    help: 'Writes refused (503, an RMC error) because too few Redis replicas held them in time',
+  },
   {
     name: 'gamewire_process_* and gamewire_nodejs_*',
     type: 'various',
@@ -208,5 +244,63 @@ export function createRegistry(
           for (const [node, v] of m.nodeGauges.get(g.name) ?? []) this.set({ protocol: m.protocol, node }, v);
       },
     });
+  const stores = () => {
+    const out: [string, StoreState][] = [];
+    for (const m of all()) {
+      const state = m.store?.();
+      if (state !== undefined) out.push([m.protocol, state]);
+    }
+    return out;
+  };
+  const storeGauge = (name: string, help: string, pick: (s: StoreState) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['protocol'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [protocol, s] of stores()) this.set({ protocol }, pick(s));
+      },
+    });
+  const storeCounter = (name: string, help: string, pick: (s: StoreState) => number) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['protocol'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [protocol, s] of stores()) this.inc({ protocol }, pick(s));
+      },
+    });
+  const doc = (name: string) => METRIC_DOCS.find((d) => d.name === name)!.help;
+  storeGauge('gamewire_store_up', doc('gamewire_store_up'), (s) => (s.up ? 1 : 0));
+  new Gauge({
+    name: 'gamewire_store_primary_info',
+    help: doc('gamewire_store_primary_info'),
+    labelNames: ['protocol', 'mode', 'primary'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [protocol, s] of stores()) this.set({ protocol, mode: s.mode, primary: s.primary }, 1);
+    },
+  });
+  storeCounter('gamewire_store_failovers_total', doc('gamewire_store_failovers_total'), (s) => s.failovers);
+  storeGauge(
+    'gamewire_store_last_failover_seconds',
+    doc('gamewire_store_last_failover_seconds'),
+    (s) => s.lastFailoverSeconds,
+  );
+  storeCounter(
+    'gamewire_store_durable_writes_total',
+    doc('gamewire_store_durable_writes_total'),
+    (s) => s.durableWrites,
+  );
+  storeCounter(
+    'gamewire_store_durability_errors_total',
+    doc('gamewire_store_durability_errors_total'),
+    (s) => s.durabilityErrors,
+  );
   return registry;
 }

@@ -54,6 +54,13 @@ export interface ServeOption {
   /** Why `requires` holds, ending the refusal (default "without it, it does nothing"). */
   requiresWhy?: string;
   /**
+   * `false`: an option only a library caller gives (nox-relay's keep-alive interval, its
+   * congestion thresholds): no flag, config key, environment variable or docs/config.md row, but
+   * declared, checked and defaulted like the others (`ServerDefinition.allOptions`). Its `flag`
+   * is only a name for messages.
+   */
+  cli?: false;
+  /**
    * The option's own conversion after the type, range and choice checks: what `start()` receives
    * (`rmc.datacenters`: `id=host:port` items or objects become `DatacenterConfig`s). It throws
    * an `Error` whose message says what is wrong; the schema adds where the value came from.
@@ -119,6 +126,12 @@ export interface ServerDefinition<O extends CommonServerOptions = CommonServerOp
   defaultPort: number;
   /** Protocol-specific options. `--port` and `--host` are common to all and always present. */
   options: readonly ServeOption[];
+  /**
+   * Every option `start()` receives, in declaration order: `options` and those only a library
+   * caller can give (`cli: false`: no flag, config key or environment variable). `options` when
+   * absent. `gamewire serve` fills the library-only ones with their defaults.
+   */
+  allOptions?: readonly ServeOption[];
   /**
    * `options` holds `port`, `host` and every declared key, checked, converted (`parse`) and with
    * every default filled in: `gamewire serve` builds it from the config file, the environment and

@@ -419,7 +419,7 @@ export function declaredDissector(decl: FlowDeclaration): DissectorDeclaration {
         ]
           .filter((l) => l !== '')
           .join('\n');
-  const glue = String.raw`
+  const glue = `
 local COLUMN = ${luaString(decl.column)}
 local TCP_PREFIX = ${prefixLua(decl.tcp)}
 local UDP_PREFIX = ${decl.udp === 'datagram' ? 'nil' : prefixLua(decl.udp)}

@@ -7,7 +7,7 @@
  * Lengths: {t="fixed", n=…}, {t="prefix", p={n=…, le=…}}, {t="rest"}.
  * Conditions: the wire core's condition data (eq, ne, in, allBits, anyBits, noBits, and, or, not).
  */
-export const LUA_RUNTIME = String.raw`
+export const LUA_RUNTIME = `
 local gw = {}
 
 -- A decode failure inside a message: caught per message, shown as an expert note.

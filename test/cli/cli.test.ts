@@ -136,6 +136,11 @@ describe('--help', () => {
     results.forEach((r, i) => {
       const p = spawned[i]!;
       expect(r.code, p.join(' ')).toBe(0);
+      // On a pipe, help wraps at 100 columns.
+      expect(
+        r.stdout.split('\n').filter((l) => l.length > 100),
+        p.join(' '),
+      ).toEqual([]);
       expect(r.stdout, p.join(' ')).toMatch(
         new RegExp(`Usage: gamewire${p.length > 0 ? ` ${p.join(' ')}` : ''}`),
       );

@@ -76,7 +76,7 @@ describe('the command', () => {
     );
   });
 
-  test('a target where nothing listens fails the first check and skips the rest, exit 1', async () => {
+  test('a target where nothing listens: --json still reports the first check failed and the rest skipped, exit 1', async () => {
     const r = await runCliAsync(['conform', 'js5', '--target', '127.0.0.1:1', '--json']);
     expect(r.code).toBe(1);
     const report = JSON.parse(r.stdout) as {
@@ -86,6 +86,7 @@ describe('the command', () => {
     expect(report.failed).toBe(1);
     expect(report.checks[0]).toMatchObject({ id: 'handshake.ok', status: 'fail' });
     expect(report.checks[0]!.message).toMatch(/cannot connect to 127.0.0.1:1/);
-    expect(JSON.parse(r.stderr).error.code).toBe('ERR_CONFORM_FAILED');
+    // The error line says the target was not reached (test/cli/conform-reach.test.ts: the text report).
+    expect(JSON.parse(r.stderr).error.code).toBe('ERR_CONFORM_UNREACHABLE');
   }, 60_000);
 });

@@ -12,20 +12,36 @@ import { ProtocolMetrics } from '../../src/core/metrics.js';
 import { openStore } from '../../src/protocols/js5/cache/store.js';
 import { JS5_OPTIONS, js5Options } from '../../src/protocols/js5/options.js';
 import { Js5Server } from '../../src/protocols/js5/server.js';
-import { rmcOptions } from '../../src/protocols/rmc/index.js';
+import { NOX_RELAY_OPTIONS, noxRelayOptions } from '../../src/protocols/nox-relay/options.js';
+import { NoxRelayServer } from '../../src/protocols/nox-relay/server.js';
+import { rmcOptions } from '../../src/protocols/rmc/options.js';
+import { RmcServer } from '../../src/protocols/rmc/server.js';
 import { demoCache } from '../protocols/js5/helpers.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
+
+/** Every option name of a set, library-only ones, `host` and `port` included. */
+const keysOf = (set: { allOptions: readonly { key: string }[] }) => [
+  'host',
+  'port',
+  ...set.allOptions.map((o) => o.key),
+];
+const NOX_KEYS = keysOf(noxRelayOptions);
+const RMC_KEYS = keysOf(rmcOptions);
 
 /** Declared option names of each scanned file: `key ?? <number>` or `options.key ?? <literal>` there is a second default. */
 const SCANNED: { file: string; keys: readonly string[] }[] = [
   { file: 'src/protocols/js5/server.ts', keys: Object.keys(JS5_OPTIONS) },
   { file: 'src/protocols/js5/index.ts', keys: Object.keys(JS5_OPTIONS) },
-  { file: 'src/protocols/rmc/index.ts', keys: rmcOptions.options.map((o) => o.key) },
+  { file: 'src/protocols/nox-relay/options.ts', keys: NOX_KEYS },
+  { file: 'src/protocols/nox-relay/server.ts', keys: NOX_KEYS },
+  { file: 'src/protocols/nox-relay/index.ts', keys: NOX_KEYS },
+  { file: 'src/protocols/rmc/options.ts', keys: RMC_KEYS },
+  { file: 'src/protocols/rmc/index.ts', keys: RMC_KEYS },
+  { file: 'src/protocols/rmc/server.ts', keys: RMC_KEYS },
+  { file: 'src/protocols/rmc/store.ts', keys: RMC_KEYS },
+  { file: 'src/protocols/rmc/protocols/session.ts', keys: RMC_KEYS },
 ];
-
-/** Not yet moved to their declaration (see docs/ARCHITECTURE.md, "Servers"): nox-relay's limits, RmcServer's own. */
-const LEFT = ['src/protocols/nox-relay/options.ts', 'src/protocols/rmc/server.ts'];
 
 /** Lines of `source` that give a declared option a default of their own. */
 function literalDefaults(source: string, keys: readonly string[]): string[] {
@@ -59,8 +75,6 @@ describe('options are declared once', () => {
     expect(literalDefaults("  x = o.missingGroup ?? 'close';", ['missingGroup'])).toHaveLength(1);
     expect(literalDefaults('  maxClients: options.maxClients,', ['maxClients'])).toEqual([]);
   });
-
-  for (const file of LEFT) it.todo(`${file} holds no default of a declared option`);
 
   it('new Js5Server({ store }) runs with exactly the declaration’s defaults', () => {
     const server = new Js5Server({
@@ -101,5 +115,77 @@ describe('options are declared once', () => {
     expect(rmcOptions.resolve({ maxConnections: 1000 }).maxConnectionsPerIp).toBe(250);
     expect(rmcOptions.resolve({ maxConnections: 100 }).maxConnectionsPerIp).toBe(64);
     expect(rmcOptions.resolve({ maxConnectionsPerIp: 3 }).maxConnectionsPerIp).toBe(3);
+  });
+
+  it('new NoxRelayServer() runs with exactly the declaration’s defaults, library-only ones included', () => {
+    const server = new NoxRelayServer();
+    const defaults = noxRelayOptions.resolve();
+    expect(server.options).toEqual(defaults);
+    for (const [key, d] of Object.entries(NOX_RELAY_OPTIONS))
+      if (d.default !== undefined)
+        expect(server.options[key as keyof typeof NOX_RELAY_OPTIONS], key).toEqual(d.default);
+    // Derived defaults come from the declaration too.
+    expect(server.options).toMatchObject({
+      port: 23032,
+      host: '0.0.0.0',
+      connectionTimeoutMs: 15_000,
+      frameTimeoutMs: 30_000,
+      halfOpenTimeoutMs: 5000,
+      maxUdpPerIp: 1024,
+      maxTcpPerIp: 1024,
+      maxHalfOpenUdp: 4096,
+      maxHalfOpenUdpPerIp: 128,
+      maxRequestBurst: 4000,
+      maxReassemblyBytesPerIp: 4 * 1024 * 1024,
+      congestion: { softBytes: 64 * 1024, hardBytes: 256 * 1024, closeBytes: 1024 * 1024 },
+      master: undefined,
+    });
+    expect(server.instances.size).toBe(1);
+    // Library-only options are declared but not flags or config keys.
+    expect(noxRelayOptions.options.map((o) => o.key)).not.toContain('keepAliveIntervalMs');
+    expect(noxRelayOptions.allOptions.map((o) => o.key)).toContain('keepAliveIntervalMs');
+    // What a library caller gives is checked by the same declaration, and derived from.
+    expect(new NoxRelayServer({ maxClients: 100, connectionTimeoutSeconds: 2 }).options).toMatchObject({
+      maxUdpPerIp: 64,
+      maxHalfOpenUdp: 100,
+      maxHalfOpenUdpPerIp: 12,
+      connectionTimeoutMs: 2000,
+      frameTimeoutMs: 4000,
+    });
+    expect(new NoxRelayServer({ congestion: { softBytes: 100 } }).options.congestion).toEqual({
+      softBytes: 100,
+      hardBytes: 400,
+      closeBytes: 1600,
+    });
+    expect(() => new NoxRelayServer({ maxClients: 0 })).toThrow(
+      expect.objectContaining({
+        code: 'ERR_CONFIG',
+        message: expect.stringMatching(/nox-relay\.maxClients/),
+      }),
+    );
+    expect(() => new NoxRelayServer({ congestion: { softBytes: 100, hardBytes: 50 } })).toThrow(
+      /nox-relay\.congestion: hardBytes/,
+    );
+    // The former library name of maxPacketBytes is still read.
+    expect(new NoxRelayServer({ maxPacketSize: 2048 }).options.maxPacketBytes).toBe(2048);
+  });
+
+  it('new RmcServer() runs with exactly the declaration’s defaults', () => {
+    const server = new RmcServer();
+    const defaults = rmcOptions.resolve();
+    expect(server.settings).toEqual(defaults);
+    // The per-address cap is the declaration's derived one, not the framed TCP layer's.
+    expect(server.settings).toMatchObject({
+      port: 9103,
+      host: '0.0.0.0',
+      maxConnectionsPerIp: Math.max(64, Math.floor(defaults.maxConnections / 4)),
+    });
+    for (const [key, d] of Object.entries(rmcOptions.declarations))
+      if (d.default !== undefined && d.parse === undefined)
+        expect(server.settings[key as keyof typeof defaults], key).toEqual(d.default);
+    expect(new RmcServer({ maxConnections: 1000 }).settings.maxConnectionsPerIp).toBe(250);
+    expect(() => new RmcServer({ maxInFlight: 0 })).toThrow(
+      expect.objectContaining({ code: 'ERR_CONFIG', message: expect.stringMatching(/rmc\.maxInFlight/) }),
+    );
   });
 });

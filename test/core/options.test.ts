@@ -115,7 +115,7 @@ describe('typed options', () => {
       maxClients: 1000,
       sliceBytes: 16384,
       preload: false,
-      missingGroup: 'close',
+      missingGroup: 'drop',
     });
     expect(j).toMatchObject({ build: 530, masterIndex: 'versioned', maxPerIp: 250 });
     const n = completeOptions('nox-relay', noxRelay.server!, {}) as Record<string, unknown>;

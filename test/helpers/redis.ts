@@ -3,7 +3,9 @@
  * persistence unless asked (`startRedis({ persist: true })`: an append-only file, fsynced on
  * every write, in that directory, which `stop()` and `start()` keep, so a restarted server has
  * its data back, as docs/rmc.md recommends for a fleet's Redis). `stop()` and `start()` again on
- * the same port model an outage; `kill()` is kill -9.
+ * the same port model an outage; `kill()` is kill -9, `pause()`/`resume()` SIGSTOP/SIGCONT.
+ * `startSentinelSet()`: a primary, its replicas and three sentinels, each on a free port with a
+ * throwaway directory (`SentinelSet`), for failover tests.
  * Absent `redis-server`: `startRedis` returns undefined (tests skip), except under CI=true where
  * it throws, so CI never passes without the real thing.
  */
@@ -64,10 +66,29 @@ export class RedisServer {
   private child: ChildProcess | undefined;
   private exited: Promise<void> = Promise.resolve();
 
-  constructor(port: number, dir: string, options: { persist?: boolean } = {}) {
+  /** Arguments added to every start (`--replicaof …`, `--min-replicas-to-write …`). */
+  extraArgs: string[];
+
+  constructor(port: number, dir: string, options: { persist?: boolean; args?: string[] } = {}) {
     this.port = port;
     this.dir = dir;
     this.persist = options.persist ?? false;
+    this.extraArgs = options.args ?? [];
+  }
+
+  /** host:port, as Sentinel and `gamewire_store_primary_info` name it. */
+  get address(): string {
+    return `127.0.0.1:${this.port}`;
+  }
+
+  /** SIGSTOP: the process stays, its sockets open, nothing answers (a partition, seen from outside). */
+  pause(): void {
+    this.child?.kill('SIGSTOP');
+  }
+
+  /** SIGCONT after `pause()`. */
+  resume(): void {
+    this.child?.kill('SIGCONT');
   }
 
   get url(): string {
@@ -100,6 +121,7 @@ export class RedisServer {
         'yes',
         '--loglevel',
         'warning',
+        ...this.extraArgs,
       ],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
@@ -124,6 +146,8 @@ export class RedisServer {
     if (child === undefined) return;
     this.child = undefined;
     child.kill('SIGTERM');
+    // A paused server takes SIGTERM only once it runs again.
+    child.kill('SIGCONT');
     await this.exited;
   }
 
@@ -143,25 +167,30 @@ export class RedisServer {
   }
 
   private ping(): Promise<boolean> {
-    return new Promise((resolve) => {
-      const s = net.connect(this.port, '127.0.0.1');
-      let got = '';
-      s.setTimeout(1000);
-      s.on('connect', () => s.write('PING\r\n'));
-      s.on('data', (d) => {
-        got += d.toString();
-        if (got.includes('\r\n')) {
-          s.destroy();
-          resolve(got.startsWith('+PONG'));
-        }
-      });
-      s.on('error', () => resolve(false));
-      s.on('timeout', () => {
-        s.destroy();
-        resolve(false);
-      });
-    });
+    return pingPort(this.port);
   }
+}
+
+/** True when something on 127.0.0.1:`port` answers PING with PONG. */
+function pingPort(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let got = '';
+    s.setTimeout(1000);
+    s.on('connect', () => s.write('PING\r\n'));
+    s.on('data', (d) => {
+      got += d.toString();
+      if (got.includes('\r\n')) {
+        s.destroy();
+        resolve(got.startsWith('+PONG'));
+      }
+    });
+    s.on('error', () => resolve(false));
+    s.on('timeout', () => {
+      s.destroy();
+      resolve(false);
+    });
+  });
 }
 
 /** A started redis-server on a free port, or undefined when the program is absent (outside CI). */
@@ -171,4 +200,245 @@ export async function startRedis(options: { persist?: boolean } = {}): Promise<R
   const server = new RedisServer(await freePort(), dir, options);
   await server.start();
   return server;
+}
+
+/** One `redis-server <conf> --sentinel` on a free port, with its config file in a throwaway dir. */
+export class SentinelServer {
+  readonly port: number;
+  readonly dir: string;
+  private child: ChildProcess | undefined;
+  private exited: Promise<void> = Promise.resolve();
+
+  constructor(port: number, dir: string, conf: string) {
+    this.port = port;
+    this.dir = dir;
+    // Sentinel rewrites its config file (what it learned); each start keeps what it knew.
+    fs.writeFileSync(path.join(dir, 'sentinel.conf'), conf);
+  }
+
+  get running(): boolean {
+    return this.child !== undefined;
+  }
+
+  async start(): Promise<void> {
+    if (this.child !== undefined) return;
+    const child = spawn('redis-server', [path.join(this.dir, 'sentinel.conf'), '--sentinel'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    this.child = child;
+    this.exited = new Promise((resolve) => child.once('exit', () => resolve()));
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    await waitFor(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`redis-server --sentinel exited: ${stderr}`);
+        return pingPort(this.port);
+      },
+      { what: () => `sentinel answering on ${this.port} (${stderr})`, intervalMs: 50 },
+    );
+  }
+
+  /** kill -9. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (child === undefined) return;
+    this.child = undefined;
+    child.kill('SIGKILL');
+    await this.exited;
+  }
+}
+
+export interface SentinelSetOptions {
+  /** Replicas of the primary. Default 2. */
+  replicas?: number;
+  /** Sentinels (quorum: a majority). Default 3. */
+  sentinels?: number;
+  /** Sentinel's down-after-milliseconds. Default 500. */
+  downAfterMs?: number;
+  /** Sentinel's failover-timeout. Default 2000. */
+  failoverTimeoutMs?: number;
+  /** The primary's name. Default `mymaster`. */
+  name?: string;
+}
+
+/**
+ * One primary, its replicas and a quorum of sentinels, each on a free port of 127.0.0.1 with a
+ * throwaway directory (append-only files, fsynced on every write: a restarted server has its
+ * data). `url()` is the `redis+sentinel://` URL gamewire takes; `primary()` asks a sentinel which
+ * server is the primary now; `ready()` waits until every sentinel knows every replica and the
+ * other sentinels (before that, a failover could not pick a replica).
+ */
+export class SentinelSet {
+  readonly name: string;
+  /** Every data server, the first one the primary at start. */
+  readonly servers: RedisServer[];
+  readonly sentinels: SentinelServer[];
+  readonly root: string;
+
+  constructor(name: string, servers: RedisServer[], sentinels: SentinelServer[], root: string) {
+    this.name = name;
+    this.servers = servers;
+    this.sentinels = sentinels;
+    this.root = root;
+  }
+
+  url(params = ''): string {
+    const hosts = this.sentinels.map((s) => `127.0.0.1:${s.port}`).join(',');
+    return `redis+sentinel://${hosts}/${this.name}${params === '' ? '' : `?${params}`}`;
+  }
+
+  /** What a running sentinel says about the primary (its `host:port`). */
+  async primaryAddress(): Promise<string> {
+    const { Redis } = await import('ioredis');
+    for (const s of this.sentinels) {
+      if (!s.running) continue;
+      const c = new Redis({ port: s.port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
+      c.on('error', () => {});
+      try {
+        await c.connect();
+        const r = (await c.call('SENTINEL', 'get-master-addr-by-name', this.name)) as string[] | null;
+        if (r !== null) return `${r[0]}:${r[1]}`;
+      } catch {
+        // the next sentinel
+      } finally {
+        c.disconnect();
+      }
+    }
+    throw new Error('no sentinel answers');
+  }
+
+  /** The data server a sentinel calls the primary. */
+  async primary(): Promise<RedisServer> {
+    const address = await this.primaryAddress();
+    const found = this.servers.find((s) => s.address === address);
+    if (found === undefined) throw new Error(`the primary ${address} is none of ours`);
+    return found;
+  }
+
+  /** Every sentinel running knows `replicas` replicas (not down) and the other running sentinels. */
+  async ready(replicas = this.servers.length - 1, timeoutMs = 20_000): Promise<void> {
+    const { Redis } = await import('ioredis');
+    const running = this.sentinels.filter((s) => s.running);
+    await waitFor(
+      async () => {
+        for (const s of running) {
+          const c = new Redis({
+            port: s.port,
+            host: '127.0.0.1',
+            lazyConnect: true,
+            retryStrategy: () => null,
+          });
+          c.on('error', () => {});
+          try {
+            await c.connect();
+            const master = (await c.call('SENTINEL', 'master', this.name)) as string[];
+            const flags = master[master.indexOf('flags') + 1] ?? '';
+            if (flags !== 'master') return false;
+            const reps = (await c.call('SENTINEL', 'replicas', this.name)) as string[][];
+            const good = reps.filter((r) => {
+              const f = r[r.indexOf('flags') + 1] ?? '';
+              const link = r[r.indexOf('master-link-status') + 1] ?? '';
+              return f === 'slave' && link === 'ok';
+            });
+            if (good.length < replicas) return false;
+            const others = (await c.call('SENTINEL', 'sentinels', this.name)) as string[][];
+            if (others.length < running.length - 1) return false;
+          } catch {
+            return false;
+          } finally {
+            c.disconnect();
+          }
+        }
+        return true;
+      },
+      {
+        what: `sentinels of ${this.name} knowing ${replicas} replicas and each other`,
+        timeoutMs,
+        intervalMs: 100,
+      },
+    );
+  }
+
+  /** The replication role a data server reports (`master`, `slave`), or undefined when it does not answer. */
+  async roleOf(server: RedisServer): Promise<string | undefined> {
+    const { Redis } = await import('ioredis');
+    const c = new Redis({
+      port: server.port,
+      host: '127.0.0.1',
+      lazyConnect: true,
+      retryStrategy: () => null,
+    });
+    c.on('error', () => {});
+    try {
+      await c.connect();
+      const info = await c.info('replication');
+      const role = /role:(\w+)/.exec(info)?.[1];
+      const link = /master_link_status:(\w+)/.exec(info)?.[1];
+      return role === 'slave' && link !== 'up' ? 'slave-syncing' : role;
+    } catch {
+      return undefined;
+    } finally {
+      c.disconnect();
+    }
+  }
+
+  async dispose(): Promise<void> {
+    await Promise.all(this.sentinels.map((s) => s.kill()));
+    await Promise.all(this.servers.map((s) => s.kill()));
+    fs.rmSync(this.root, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A Sentinel set on free ports (see `SentinelSet`), or undefined when redis-server is absent
+ * (outside CI; under CI=true it throws, like `startRedis`).
+ */
+export async function startSentinelSet(options: SentinelSetOptions = {}): Promise<SentinelSet | undefined> {
+  if (!haveRedisServer()) return undefined;
+  const name = options.name ?? 'mymaster';
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'gamewire-sentinel-set-'));
+  const servers: RedisServer[] = [];
+  const sentinels: SentinelServer[] = [];
+  const set = new SentinelSet(name, servers, sentinels, root);
+  try {
+    const primaryDir = fs.mkdtempSync(path.join(root, 'redis-'));
+    const primary = new RedisServer(await freePort(), primaryDir, { persist: true });
+    servers.push(primary);
+    await primary.start();
+    for (let i = 0; i < (options.replicas ?? 2); i++) {
+      const r = new RedisServer(await freePort(), fs.mkdtempSync(path.join(root, 'redis-')), {
+        persist: true,
+        args: ['--replicaof', '127.0.0.1', String(primary.port)],
+      });
+      servers.push(r);
+      await r.start();
+    }
+    const count = options.sentinels ?? 3;
+    const quorum = Math.floor(count / 2) + 1;
+    for (let i = 0; i < count; i++) {
+      const port = await freePort();
+      const dir = fs.mkdtempSync(path.join(root, 'sentinel-'));
+      const conf = [
+        `port ${port}`,
+        'bind 127.0.0.1',
+        `dir ${dir}`,
+        'loglevel warning',
+        `sentinel monitor ${name} 127.0.0.1 ${primary.port} ${quorum}`,
+        `sentinel down-after-milliseconds ${name} ${options.downAfterMs ?? 500}`,
+        `sentinel failover-timeout ${name} ${options.failoverTimeoutMs ?? 2000}`,
+        `sentinel parallel-syncs ${name} 1`,
+        '',
+      ].join('\n');
+      const s = new SentinelServer(port, dir, conf);
+      sentinels.push(s);
+      await s.start();
+    }
+    await set.ready();
+    return set;
+  } catch (err) {
+    await set.dispose();
+    throw err;
+  }
 }

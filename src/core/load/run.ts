@@ -63,6 +63,13 @@ export interface LoadSummary {
   /** Failed sessions and failed steps, by error code; `errorMessages` has the first message of each. */
   errors: Record<string, number>;
   errorMessages: Record<string, string>;
+  /**
+   * Sessions the end of the run (or churn) stopped before they got in, by the step they were at
+   * ("bind over dtls to 127.0.0.1:37001"), for generators that name their steps.
+   */
+  waitingFor: Record<string, number>;
+  /** True when the run was stopped (Ctrl-C, SIGTERM) before its duration. */
+  interrupted: boolean;
   /** Work lost, duplicated or corrupted, by kind; `violationSamples` describes the first few. */
   violations: Record<string, number>;
   violationSamples: string[];
@@ -128,6 +135,7 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
     const control = new AbortController();
     let reason: StopReason | undefined;
     let joined = false;
+    let step: string | undefined;
     const client: LoadClient = {
       index,
       slot,
@@ -141,6 +149,12 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
         joined = true;
         stats.sessions.joined++;
       },
+      step(what: string) {
+        step = what;
+      },
+    };
+    const stalled = () => {
+      if (!joined && step !== undefined) stats.waitingFor.set(step, (stats.waitingFor.get(step) ?? 0) + 1);
     };
     const stop = (why: StopReason) => {
       if (reason !== undefined) return;
@@ -158,8 +172,10 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
         : undefined;
     try {
       await generator.session(client);
-      if (reason === 'end' && !joined) stats.sessions.unfinished++;
-      else stats.sessions.succeeded++;
+      if (reason === 'end' && !joined) {
+        stats.sessions.unfinished++;
+        stalled();
+      } else stats.sessions.succeeded++;
     } catch (err) {
       if (reason === undefined && !(err instanceof LoadUnfinished)) {
         stats.sessions.failed++;
@@ -167,6 +183,7 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
       } else if (err instanceof LoadUnfinished || !joined) {
         // Stopped before its work was done (the end of the run, or churn before getting in).
         stats.sessions.unfinished++;
+        stalled();
       } else {
         // An error while leaving on request: the client was done with its session.
         stats.sessions.succeeded++;
@@ -252,6 +269,7 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
   const perSecond: Record<string, number> = {};
   for (const [k, v] of Object.entries(snap.counters)) perSecond[k] = round(v / Math.max(elapsed, 1e-3));
   const errorMessages = Object.fromEntries(stats.errorSamples);
+  const interrupted = o.signal?.aborted === true;
   const options: Record<string, unknown> = {};
   for (const opt of definition.options) {
     if (opt.secret !== true && o.options[opt.key] !== undefined) options[opt.key] = o.options[opt.key];
@@ -270,6 +288,8 @@ export async function runLoad(o: RunLoadOptions): Promise<LoadSummary> {
     sessions,
     errors: snap.errors,
     errorMessages,
+    waitingFor: Object.fromEntries(stats.waitingFor),
+    interrupted,
     violations: snap.violations,
     violationSamples: [...stats.violationSamples],
     latencyMs: stats.latencySummaries(),

@@ -69,6 +69,8 @@ export class LoadStats {
   readonly violationSamples: string[] = [];
   /** The first message of each error code. */
   readonly errorSamples = new Map<string, string>();
+  /** Sessions stopped before they got in, by the step they were at (`LoadClient.step`). */
+  readonly waitingFor = new Map<string, number>();
 
   /** The counter `name`, created at zero on first use. */
   counter(name: string): Counter {

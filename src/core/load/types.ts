@@ -21,6 +21,11 @@ export interface LoadOption {
   choices?: readonly string[];
   /** Kept out of the summary (keys, passwords). */
   secret?: boolean;
+  /**
+   * Former spellings still accepted, hidden from `--help` (`--tls-ca <file>` for `--ca <file>`):
+   * the same value type, read into `key` when the flag itself is not given.
+   */
+  aliases?: readonly string[];
 }
 
 /** The options every generator shares, parsed and checked. */
@@ -56,6 +61,12 @@ export interface LoadClient {
   readonly stopReason: StopReason | undefined;
   /** Call once the client is in (connected, logged in, bound, entered): its join is over. */
   joined(): void;
+  /**
+   * Says what the client is doing on its way in ("bind over dtls to 127.0.0.1:37001"): when the
+   * run ends before it got in, the summary counts it there (`waitingFor`), so a run where nobody
+   * got in says where they were stuck, not only that they were.
+   */
+  step(what: string): void;
 }
 
 /** What a run gives a generator. */
@@ -95,6 +106,12 @@ export interface LoadDefinition {
   clientNoun: string;
   /** `--target`'s port when only a host is given. */
   defaultPort: number;
+  /**
+   * `--target`'s port when only a host is given, where it depends on the generator's options
+   * (unity-relay: each `--transport` has its own port); `defaultPortHelp` says so in `--help`.
+   */
+  defaultPortFor?(options: Record<string, unknown>): number;
+  defaultPortHelp?: string;
   /** True when `--target` may be left out (the generator finds the server otherwise). */
   targetOptional?: boolean;
   options: readonly LoadOption[];

@@ -158,7 +158,7 @@ export const js5Dissector: DissectorDeclaration = {
       },
     ],
   ],
-  glue: String.raw`
+  glue: `
 local state = {}
 -- The XOR key and handshake state in force at the start of each frame (frames can be revisited).
 local at_frame = {}

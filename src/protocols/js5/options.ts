@@ -62,11 +62,14 @@ export const JS5_OPTIONS = {
     flag: '--preload',
     description: 'js5: frame every group into memory at start',
   }),
+  // `drop` by default: a real 530 client cannot see a close (docs/js5.md, "Missing groups"), so
+  // `close` makes it lose every request queued behind the hole, on every reconnect.
   missingGroup: option.string({
-    choices: ['close', 'drop'],
+    choices: ['drop', 'close'],
     flag: '--missing-group <mode>',
-    description: 'js5: close (default) or drop on a request for a missing group',
-    default: 'close',
+    description:
+      'js5: on a request for a missing or damaged group, drop (default: forget it, go on) or close (serve what was queued before it, then close)',
+    default: 'drop',
   }),
   maxClients: option.int({
     min: 1,

@@ -145,7 +145,7 @@ function onReliable(
   for (const raw of entries) {
     if (client.closed) return;
     const e = asBuffer(raw);
-    if (e.length < 5 || e.readUInt16BE(0) !== e.length || e.length > ctx.options.maxPacketSize) {
+    if (e.length < 5 || e.readUInt16BE(0) !== e.length || e.length > ctx.options.maxPacketBytes) {
       ctx.metrics.drop(DropReason.Malformed);
       continue;
     }

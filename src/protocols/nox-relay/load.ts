@@ -10,7 +10,7 @@
  * reordering per sender; a transform whose check does not match is an integrity violation.
  */
 
-import { UsageError } from '../../core/errors.js';
+import { CommandError, EXIT_USAGE, UsageError } from '../../core/errors.js';
 import {
   codeOf,
   type LoadClient,
@@ -22,14 +22,15 @@ import {
 } from '../../core/load/index.js';
 import { DecodeError, WireWriter } from '../../wire/index.js';
 import { NoxRelayClient } from './client.js';
-import { DEFAULT_PORT, EnterResult, TransformType } from './constants.js';
+import { DEFAULT_PORT, EnterResult, InstanceFlags, TransformType } from './constants.js';
 import { NoxRelayClientError } from './errors.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
 import { writeClientPacket } from './packet.js';
 
 interface NoxLoadOptions {
   transport: 'udp' | 'tcp' | 'mixed';
-  instances: number[];
+  /** `--instances`, or undefined: the public instances the relay lists, by room. */
+  instances: number[] | undefined;
   tickRate: number;
   tokenPrefix: string;
   asBot: boolean;
@@ -85,7 +86,8 @@ function parseOptions(raw: Record<string, unknown>): NoxLoadOptions {
   const segments = raw.segments as number;
   return {
     transport: raw.transport as NoxLoadOptions['transport'],
-    instances: parseIdList((raw.instances as string[] | undefined) ?? ['0'], '--instances', 0, 255),
+    instances:
+      raw.instances === undefined ? undefined : parseIdList(raw.instances as string[], '--instances', 0, 255),
     tickRate: raw.tickRate as number,
     tokenPrefix: raw.tokenPrefix as string,
     asBot: raw.asBot === true,
@@ -97,10 +99,108 @@ function parseOptions(raw: Record<string, unknown>): NoxLoadOptions {
 
 type Transform = Extract<ServerMessage, { type: 'Transform' }>;
 
+/** A public instance as the relay lists it (Sessions), with the room it has left. */
+interface ListedInstance {
+  id: number;
+  /** Players it still takes; Infinity for no limit (capacity 0, or AllowOverload). */
+  room: number;
+  capacity: number;
+  players: number;
+}
+
+/**
+ * The relay's public instances that a load player may enter (no password, no whitelist; bots
+ * only where bots are allowed), asked over TCP (Sessions answers real ids there; an unproven UDP
+ * client would see aliases). Undefined when the relay cannot be asked (nothing listens on TCP,
+ * another implementation): the players then go to instance 0 and their own errors say why.
+ */
+async function listInstances(
+  target: { host: string; port: number },
+  asBot: boolean,
+  localAddress: string | undefined,
+): Promise<ListedInstance[] | undefined> {
+  const c = new NoxRelayClient({
+    host: target.host,
+    port: target.port,
+    transport: 'tcp',
+    requestTimeoutMs: 3000,
+    ...(localAddress === undefined ? {} : { localAddress }),
+  });
+  c.on('error', () => {});
+  try {
+    await c.connect();
+    await c.handshake('node', 'gamewire-load');
+    const out: ListedInstance[] = [];
+    for (let page = 0, total = 1; page < total && page < 255; page++) {
+      const r = await c.sessions(page);
+      total = r.totalPages;
+      for (const i of r.instances) {
+        if ((i.flags & (InstanceFlags.UsePassword | InstanceFlags.UseWhitelist)) !== 0) continue;
+        if (asBot && (i.flags & InstanceFlags.AuthorizeBot) === 0) continue;
+        const unlimited = i.capacity === 0 || (i.flags & InstanceFlags.AllowOverload) !== 0;
+        out.push({
+          id: i.internalId,
+          room: unlimited ? Number.POSITIVE_INFINITY : Math.max(0, i.capacity - i.currentPlayers),
+          capacity: i.capacity,
+          players: i.currentPlayers,
+        });
+      }
+    }
+    return out;
+  } catch {
+    return undefined;
+  } finally {
+    await c.disconnect('load: instance list').catch(() => {});
+    await c.close().catch(() => {});
+  }
+}
+
+/**
+ * Which instance each client slot enters: `--instances` in turn, or the listed instances in turn
+ * while they have room. More players than the listed instances hold is refused before any
+ * traffic, with what to do instead: a crowd that is half "Instance is full" measures nothing.
+ */
+export function assignInstances(
+  clients: number,
+  given: readonly number[] | undefined,
+  listed: readonly ListedInstance[] | undefined,
+): number[] {
+  if (given !== undefined) return Array.from({ length: clients }, (_, slot) => given[slot % given.length]!);
+  if (listed === undefined) return Array.from({ length: clients }, () => 0);
+  const room = listed.reduce((n, i) => n + i.room, 0);
+  if (room < clients) {
+    const each = listed.map((i) => `instance ${i.id}: ${i.players} of ${i.capacity} players`).join(', ');
+    throw new CommandError(
+      'ERR_LOAD_CAPACITY',
+      `--clients ${clients} does not fit: the relay's public instances have room for ${room} more player${room === 1 ? '' : 's'}` +
+        `${each === '' ? ' (it lists none that a load player may enter)' : ` (${each})`}; ` +
+        `run --clients ${Math.max(1, room)} or fewer, or serve more (or larger) instances ` +
+        '(gamewire serve nox-relay --instances FILE, docs/nox-relay.md): the players spread over every public one',
+      EXIT_USAGE,
+    );
+  }
+  const left = listed.map((i) => i.room);
+  const out: number[] = [];
+  let at = 0;
+  while (out.length < clients) {
+    if (left[at]! > 0) {
+      out.push(listed[at]!.id);
+      left[at]!--;
+    }
+    at = (at + 1) % listed.length;
+  }
+  return out;
+}
+
 async function prepare(run: LoadRun) {
   const o = parseOptions(run.options);
   const target = run.settings.target;
   if (target === undefined) throw new UsageError('gamewire load nox-relay needs --target HOST:PORT');
+  const slotInstance = assignInstances(
+    run.settings.clients,
+    o.instances,
+    o.instances === undefined ? await listInstances(target, o.asBot, run.settings.from[0]) : undefined,
+  );
   const { stats } = run;
   const join = stats.latency('join');
   const relay = stats.latency('relay');
@@ -120,7 +220,7 @@ async function prepare(run: LoadRun) {
 
   const session = async (client: LoadClient): Promise<void> => {
     const transport = o.transport === 'mixed' ? (client.slot % 2 === 0 ? 'udp' : 'tcp') : o.transport;
-    const instanceId = o.instances[client.slot % o.instances.length]!;
+    const instanceId = slotInstance[client.slot]!;
     const started = performance.now();
     const c = new NoxRelayClient({
       host: target.host,
@@ -232,11 +332,15 @@ async function prepare(run: LoadRun) {
           }
         }
       };
+      client.step(`connect to ${c.target}`);
       await c.connect();
+      client.step(`Handshake with ${c.target}`);
       await retry(() => c.handshake('node', 'gamewire-load'));
+      client.step('Authentification');
       const auth = await retry(() => c.authenticate(`${o.tokenPrefix}${client.index}`));
       if (auth.result !== 0)
         throw new NoxRelayClientError('ERR_NOX_AUTH', `authentification answered result ${auth.result}`);
+      client.step(`Enter instance ${instanceId}`);
       const enter = await retry(() => c.enter(instanceId, { asBot: o.asBot }));
       // Enter answered Unknown "already in an instance" after a retry, or to a copy the network
       // delivered twice: this client had entered nowhere, so an earlier copy of this same Enter
@@ -246,8 +350,12 @@ async function prepare(run: LoadRun) {
       if (enter.result !== EnterResult.Success && !enteredBefore)
         throw new NoxRelayClientError(
           'ERR_NOX_ENTER',
-          `enter instance ${instanceId} answered result ${enter.result} ${enter.reason ?? ''}`.trim(),
+          `enter instance ${instanceId} answered result ${enter.result} ${enter.reason ?? ''}`.trim() +
+            (enter.result === EnterResult.Full
+              ? ": fewer --clients, or --instances over more of the relay's instances (leave --instances out to spread over every public one)"
+              : ''),
         );
+      client.step(`Traveling in instance ${instanceId}`);
       await retry(() => c.travel(instanceId));
       client.signal.removeEventListener('abort', leaveEarly);
       if (client.signal.aborted) return;
@@ -343,7 +451,8 @@ export const noxRelayLoad: LoadDefinition = {
     {
       flag: '--instances <ids>',
       key: 'instances',
-      description: 'instances to enter, players spread over them in turn (0,1 or 0-7)',
+      description:
+        'instances to enter, players spread over them in turn (0,1 or 0-7); default: every public instance the relay lists, by the room each has',
       type: 'list',
     },
     {

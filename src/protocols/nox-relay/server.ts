@@ -1,6 +1,6 @@
 /**
  * The NoxVR Relay v1 server: TCP and UDP on one port, the client table and liveness. The parts
- * live beside it: options.ts (defaults and checks), links.ts (each client's transport: sending,
+ * live beside it: options.ts (every option declared once: defaults and checks), links.ts (each client's transport: sending,
  * congestion, per-address counts, closing), udp-admission.ts (who gets a UDP session, address
  * cookies), reassembly.ts (Segmentation), dispatch.ts (a packet to its handler) and handlers/
  * (the messages), which see the server only through the RelayContext interface. Past its
@@ -10,6 +10,7 @@
 
 import type dgram from 'node:dgram';
 import { addressKey, type ConnectionSet, CloseReason as SeamCloseReason } from '../../core/connection.js';
+import { ConfigError } from '../../core/errors.js';
 import {
   type FramedConnection,
   type FramedTcpServer,
@@ -20,6 +21,7 @@ import type { Logger } from '../../core/logger.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
 import { listenOnOnePort } from '../../core/one-port.js';
+import type { OptionValues } from '../../core/options.js';
 import type { Endpoint } from '../../core/server.js';
 import { TokenBucket } from '../../core/token-bucket.js';
 import { bindUdp, closeUdp } from '../../core/udp.js';
@@ -29,12 +31,18 @@ import { type Authenticator, masterAuthenticator, offlineAuthenticator } from '.
 import { InstanceFlags, PROTOCOL_VERSION, Priority, QuitType } from './constants.js';
 import type { RelayContext } from './context.js';
 import { type DispatchContext, dispatch } from './dispatch.js';
+import { NoxRelayConfigError } from './errors.js';
 import { handshakeReply } from './handlers/connection.js';
 import { removePlayer } from './handlers/membership.js';
-import { DEFAULT_INSTANCE, Instance } from './instances.js';
+import { Instance } from './instances.js';
 import { TcpClients, type TcpPeer, TcpPlayerLink, UdpPlayerLink, UdpSessions } from './links.js';
 import type { ClientMessage, ServerMessage } from './messages.js';
-import { type NoxRelayOptions, type ResolvedOptions, resolveOptions } from './options.js';
+import {
+  type NOX_RELAY_OPTIONS,
+  type NoxRelayOptions,
+  noxRelayOptions,
+  type ResolvedOptions,
+} from './options.js';
 import { packetMeasure, readClientPacket, splitPackets, writeServerPacket } from './packet.js';
 import { CloseReason, Counter, DropReason } from './reasons.js';
 import { Reassembly } from './reassembly.js';
@@ -94,13 +102,24 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
   private lastFullLog = Number.NEGATIVE_INFINITY;
   private closing: Promise<void> | undefined;
 
+  /**
+   * `options` resolved through the one declaration (options.ts: `noxRelayOptions`): every
+   * default filled, every value checked; a bad one is a `NoxRelayConfigError` (`ERR_CONFIG`).
+   */
   constructor(options: NoxRelayOptions = {}) {
-    this.options = resolveOptions(options);
+    const { log, metrics, authenticate, ...values } = options;
+    try {
+      this.options = noxRelayOptions.resolve(values as OptionValues<typeof NOX_RELAY_OPTIONS>);
+    } catch (err) {
+      if (err instanceof ConfigError && !(err instanceof NoxRelayConfigError))
+        throw new NoxRelayConfigError(err.message, err.key, err.source);
+      throw err;
+    }
     const o = this.options;
-    this.log = options.log ?? silentLogger();
-    this.metrics = options.metrics ?? new ProtocolMetrics('nox-relay');
+    this.log = log ?? silentLogger();
+    this.metrics = metrics ?? new ProtocolMetrics('nox-relay');
     this.authenticate =
-      options.authenticate ??
+      authenticate ??
       (o.master !== undefined ? masterAuthenticator(o.master) : offlineAuthenticator(o.serverAddress));
     this.limits = {
       congestion: o.congestion,
@@ -113,12 +132,8 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
     this.admission = new UdpAdmission(o);
     this.aliasGuesses = new AliasGuessBudget(o);
     this.reassembly = new Reassembly(o, this.metrics);
-    this.measure = packetMeasure(o.maxPacketSize);
-    const list =
-      options.instances === undefined || options.instances.length === 0
-        ? [DEFAULT_INSTANCE]
-        : options.instances;
-    for (const c of list) this.instances.set(c.id, new Instance(c));
+    this.measure = packetMeasure(o.maxPacketBytes);
+    for (const c of o.instances) this.instances.set(c.id, new Instance(c));
     this.realIds = new Set(this.instances.keys());
   }
 
@@ -138,7 +153,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
           port,
           protocol: 'nox-relay',
           measure: this.measure,
-          maxFrameBytes: o.maxPacketSize,
+          maxFrameBytes: o.maxPacketBytes,
           // maxClients is enforced in onTcpConnection, which may evict an unproven client to make
           // room; the listener's own cap only stops a flood of connections beyond that.
           maxConnections: o.maxClients + 64,
@@ -455,7 +470,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
       ranges = splitPackets(msg, 0, msg.length, this.measure, this.ranges);
     } catch {
       // A padded Handshake (packet + zero bytes) is the one datagram that is not all packets.
-      const end = handshakeEnd(msg, this.options.maxPacketSize);
+      const end = handshakeEnd(msg, this.options.maxPacketBytes);
       if (end < 0) {
         this.metrics.drop(DropReason.Malformed);
         return;
@@ -486,7 +501,7 @@ export class NoxRelayServer implements RelayContext, DispatchContext {
    */
   private onFirstDatagram(msg: Buffer, rinfo: dgram.RemoteInfo): void {
     const o = this.options;
-    const end = handshakeEnd(msg, o.maxPacketSize);
+    const end = handshakeEnd(msg, o.maxPacketBytes);
     if (end < 0) {
       this.metrics.drop(DropReason.UnknownSource);
       return;

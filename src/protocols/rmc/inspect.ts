@@ -67,6 +67,10 @@ export const rmcFlow: FlowProtocol<RmcInspectOptions> = {
     (b[4]! & 0x80) !== 0
       ? 'client'
       : undefined,
+  // What the server makes up per connection or per run (docs/inspect.md, "Recording and replay"):
+  // RegisterEx's connection id (a counter) and public URL (the client's own address and port),
+  // and the Kerberos tickets, sealed with fresh session keys every time.
+  replay: { consistent: ['pidConnectionID', 'urlPublic'], ignore: ['pbufResponse'] },
 };
 
 /** Arguments and results of every built-in method, by `Protocol::method`. */
@@ -150,7 +154,7 @@ export function rmcDissector(): DissectorDeclaration {
         lua: 'return gw.walk({ k = "string", nul = true, len = { t = "prefix", p = { n = 2, le = true } }, f = node.f }, tvb, off, lim, tree)',
       },
     },
-    glue: String.raw`
+    glue: `
 local QSTRING = { k = "string", nul = true, len = { t = "prefix", p = { n = 2, le = true } } }
 
 -- The arguments or results by name when the method is declared and they fill their bytes exactly.

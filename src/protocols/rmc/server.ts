@@ -22,11 +22,13 @@ import {
 import type { Logger } from '../../core/logger.js';
 import { silentLogger } from '../../core/logger.js';
 import { ProtocolMetrics } from '../../core/metrics.js';
+import type { OptionValues } from '../../core/options.js';
 import type { Endpoint, RunningServer } from '../../core/server.js';
 import type { DecodeLimits } from '../../wire/index.js';
 import { lengthPrefixed } from '../../wire/index.js';
 import { type Handlers, type RegisterOptions, RmcDispatcher, type RmcSink } from './dispatcher.js';
-import { DEFAULT_MAX_FRAME_BYTES, type RmcVariant } from './messages.js';
+import type { RmcVariant } from './messages.js';
+import { DEFAULT_MAX_IN_FLIGHT, type RmcOptions, rmcOptions } from './options.js';
 import type { ProtocolDef } from './signature.js';
 
 /** Why rmc closes connections (the `reason` of `gamewire_connections_closed_total`). */
@@ -52,36 +54,35 @@ export const RmcDropReason = {
   UnexpectedResponse: 'unexpected_response',
 } as const;
 
-export interface RmcServerOptions {
+/** The rmc options `RmcServer` runs its TCP transport with (declared in options.ts, `RMC_OPTIONS`). */
+type TcpOptionKey =
+  | 'maxFrameBytes'
+  | 'idleTimeoutMs'
+  | 'maxConnections'
+  | 'maxConnectionsPerIp'
+  | 'frameTimeoutMs'
+  | 'maxBufferedBytes'
+  | 'maxBufferedBytesPerIp'
+  | 'maxInFlight'
+  | 'maxQueuedBytes'
+  | 'framesPerTurn';
+
+/**
+ * What `RmcServer` takes: `host`, `port` and the transport options of `gamewire serve rmc`
+ * (`maxFrameBytes`, `idleTimeoutMs`, `maxConnections`, `maxConnectionsPerIp`, `frameTimeoutMs`,
+ * `maxBufferedBytes`, `maxBufferedBytesPerIp`, `maxInFlight`, `maxQueuedBytes`, `framesPerTurn`:
+ * defaults, derived defaults and checks are the declaration's, options.ts), plus what only a
+ * library caller has.
+ */
+export type RmcServerOptions = Pick<OptionValues<RmcOptionDeclarations>, TcpOptionKey | 'host' | 'port'> & {
   log?: Logger;
   metrics?: ProtocolMetrics;
   /** Wire variant: `hyperscape` (default), `nex-verbose` or `classic` (see RmcDispatcher). */
   variant?: RmcVariant;
-  /** Largest frame accepted, u32 length included (default 1 MiB). */
-  maxFrameBytes?: number;
-  /** Connections silent this long are closed (default 120 s; 0 disables). */
-  idleTimeoutMs?: number;
-  /** Most simultaneous connections (default 10 000). */
-  maxConnections?: number;
-  /** Most connections from one address, IPv4 or IPv6 /64 (default 32; 0 = no limit). */
-  maxConnectionsPerIp?: number;
-  /** A frame must complete this long after its first byte, the first frame after connecting (default 30 s; 0 disables). */
-  frameTimeoutMs?: number;
-  /** Input bytes held across all connections (default 4 MiB). */
-  maxBufferedBytes?: number;
-  /** Input bytes held for one address's connections (default 1 MiB; 0 = only the global budget). */
-  maxBufferedBytesPerIp?: number;
-  /** Calls in flight (dispatched, not yet answered) per connection before delivery holds (default 64). */
-  maxInFlight?: number;
-  /**
-   * Answer bytes queued per connection (not yet taken by the kernel) before delivery pauses
-   * (default 256 KiB). Delivery resumes when the socket drains.
-   */
-  maxQueuedBytes?: number;
-  /** Calls one connection is served per turn before the next connection's turn (default 16). */
-  framesPerTurn?: number;
   limits?: Partial<DecodeLimits>;
-}
+};
+
+type RmcOptionDeclarations = (typeof rmcOptions)['declarations'];
 
 /** One connection's transport state (`RmcServer.connectionStats()`). */
 export interface RmcConnectionStats {
@@ -100,8 +101,8 @@ export interface RmcConnectionStats {
 
 /** Default `maxQueuedBytes`. */
 export const DEFAULT_MAX_QUEUED_BYTES = FRAMED_TCP_DEFAULTS.maxQueuedBytes;
-/** Default `maxInFlight`. */
-export const DEFAULT_MAX_IN_FLIGHT = 64;
+/** Default `maxInFlight` (the declaration's, options.ts). */
+export { DEFAULT_MAX_IN_FLIGHT };
 
 export interface ListenOptions {
   host?: string;
@@ -123,20 +124,20 @@ export class RmcServer {
   readonly dispatcher: RmcDispatcher;
   readonly log: Logger;
   readonly metrics: ProtocolMetrics;
-  private readonly options: RmcServerOptions;
+  /** The options it runs with: what it was given, resolved through the one declaration (`rmcOptions`). */
+  readonly settings: RmcOptions;
+  private readonly variant: RmcVariant;
   private readonly listeners: { close(graceMs?: number): Promise<void> }[] = [];
   private readonly live = new Set<() => RmcConnectionStats>();
 
+  /** A value out of range is a `ConfigError` (`ERR_CONFIG`) naming `rmc.<key>`, as in the config file. */
   constructor(options: RmcServerOptions = {}) {
-    this.options = options;
-    this.log = options.log ?? silentLogger();
-    this.metrics = options.metrics ?? new ProtocolMetrics('rmc');
-    this.dispatcher = new RmcDispatcher({
-      log: this.log,
-      metrics: this.metrics,
-      variant: options.variant,
-      limits: options.limits,
-    });
+    const { log, metrics, variant, limits, ...values } = options;
+    this.settings = rmcOptions.resolve(values);
+    this.log = log ?? silentLogger();
+    this.metrics = metrics ?? new ProtocolMetrics('rmc');
+    this.variant = variant ?? 'hyperscape';
+    this.dispatcher = new RmcDispatcher({ log: this.log, metrics: this.metrics, variant, limits });
   }
 
   /** Registers a protocol with its handlers (see RmcDispatcher.register). */
@@ -145,13 +146,15 @@ export class RmcServer {
     return this;
   }
 
-  /** Listens on TCP. Port 0 picks a free port (reported in `port` and `endpoints`). */
+  /**
+   * Listens on TCP, on `host` and `port` given here or else the server's (`settings`). Port 0
+   * picks a free port (reported in `port` and `endpoints`).
+   */
   async listen(options: ListenOptions = {}): Promise<RmcListening> {
-    const o = this.options;
-    const host = options.host ?? '0.0.0.0';
-    const maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    const maxInFlight = Math.max(1, o.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
-    const variant = o.variant ?? 'hyperscape';
+    const o = this.settings;
+    const host = options.host ?? o.host;
+    const { maxFrameBytes, maxInFlight } = o;
+    const { variant } = this;
     const measure = lengthPrefixed({
       prefix: 'u32le',
       counts: 'rest',
@@ -160,7 +163,7 @@ export class RmcServer {
     });
     const tcp = await listenFramedTcp({
       host,
-      port: options.port ?? 9103,
+      port: options.port ?? o.port,
       protocol: 'rmc',
       measure,
       maxFrameBytes,
@@ -179,7 +182,7 @@ export class RmcServer {
     this.listeners.push(tcp);
     const endpoints: Endpoint[] = [
       {
-        transport: 'tcp',
+        transport: 'tcp', // the endpoint's kind, not the option (--rmc-transport)
         host,
         port: tcp.port,
         description: `Rendez-Vous RMC (${variant} variant), u32-framed`,

@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { AccountLogWriter, loadAccountLog } from './account-log.js';
 import { RmcError } from './errors.js';
+import { DEFAULT_MAX_ACCOUNTS, DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT } from './options.js';
 
 export interface Account {
   /** Stable id from the token validator (e.g. the Ubisoft profile id). */
@@ -42,8 +43,8 @@ export interface MemoryStoreOptions {
   maxSessionsPerAccount?: number;
 }
 
-export const DEFAULT_MAX_ACCOUNTS = 100_000;
-export const DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT = 8;
+// Option defaults (`rmc.maxAccounts`, `rmc.maxLoginsPerAccount`): the declaration's (options.ts).
+export { DEFAULT_MAX_ACCOUNTS, DEFAULT_MAX_LOGIN_SESSIONS_PER_ACCOUNT };
 
 /** One login session's record (`sessions()`): where it is connected, in a fleet. */
 export interface LoginSessionRecord extends LoginSession {

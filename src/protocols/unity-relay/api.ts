@@ -90,6 +90,9 @@ export const DEFAULT_KEYED_ALLOCATIONS_PER_SECOND = API_LIMIT_DEFAULTS.keyedAllo
 export class ApiLimits {
   readonly perMinute: number;
   readonly maxAllocationsPerAddress: number;
+  /** Allocations one address may make per minute, and at once (the bucket's size); 0: no limit. */
+  readonly allocationsPerMinute: number;
+  readonly allocationsBurst: number;
   readonly maxUrlLength: number;
   /** Requests, keyed by address and route template (never the raw URL). */
   readonly requests: TokenBuckets;
@@ -110,7 +113,9 @@ export class ApiLimits {
     this.maxUrlLength = o.maxUrlLength ?? d.maxUrlLength;
     this.requests = new TokenBuckets(this.perMinute / 60, Math.max(1, this.perMinute), keys);
     const allocs = o.allocationsPerMinutePerAddress ?? d.allocationsPerMinutePerAddress;
-    this.allocations = allocs > 0 ? new TokenBuckets(allocs / 60, Math.min(20, allocs), keys) : undefined;
+    this.allocationsPerMinute = allocs;
+    this.allocationsBurst = Math.min(20, allocs);
+    this.allocations = allocs > 0 ? new TokenBuckets(allocs / 60, this.allocationsBurst, keys) : undefined;
     const global = o.globalAllocationsPerSecond ?? d.globalAllocationsPerSecond;
     this.global = global > 0 ? new TokenBuckets(global, global * 2, 1) : undefined;
     const keyed = o.keyedAllocationsPerSecond ?? d.keyedAllocationsPerSecond;
@@ -176,7 +181,12 @@ export function ownerOf(requester: Requester): string {
 
 /** The answer to a requester at its live-allocation cap. */
 export function liveCapError(maxLive: number): ApiError {
-  return new ApiError(429, 'Too Many Requests', `at most ${maxLive} live allocations per client address`);
+  return new ApiError(
+    429,
+    'Too Many Requests',
+    `at most ${maxLive} live allocations per client address: close this address's games (or wait for ` +
+      'their allocations to time out) before allocating more, or allocate with the API key (no per-address limits)',
+  );
 }
 
 /**
@@ -387,7 +397,11 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       const wait = limits.authFailures?.waitSeconds(ip, t) ?? 0;
       if (wait > 0) {
         reply.header('retry-after', String(wait));
-        return sendError(reply, 429, 'too many requests with a wrong API key');
+        return sendError(
+          reply,
+          429,
+          `too many requests with a wrong API key: retry in ${wait} s, with the key the relay was given`,
+        );
       }
       const got = Buffer.from(req.headers.authorization ?? '');
       if (got.length !== expectedAuth.length || !timingSafeEqual(got, expectedAuth)) {
@@ -403,8 +417,14 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       const key = `${ip}|${req.method} ${req.routeOptions.url ?? '(no route)'}`;
       const t = now();
       if (!limits.requests.take(key, t)) {
-        reply.header('retry-after', String(Math.max(1, limits.requests.waitSeconds(key, t))));
-        return sendError(reply, 429, `more than ${limits.perMinute} requests per minute`);
+        const wait = Math.max(1, limits.requests.waitSeconds(key, t));
+        reply.header('retry-after', String(wait));
+        return sendError(
+          reply,
+          429,
+          `more than ${limits.perMinute} requests per minute from this address: retry in ${wait} s, ` +
+            'or call with the API key (no per-address limits)',
+        );
       }
     }
     return undefined;
@@ -438,8 +458,14 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
       throw liveCapError(limits.maxAllocationsPerAddress);
     const t = now();
     if (limits.allocations !== undefined && !limits.allocations.take(ip, t)) {
-      reply.header('retry-after', String(Math.max(1, limits.allocations.waitSeconds(ip, t))));
-      throw new ApiError(429, 'Too Many Requests', 'too many allocations from this address');
+      const wait = Math.max(1, limits.allocations.waitSeconds(ip, t));
+      reply.header('retry-after', String(wait));
+      throw new ApiError(
+        429,
+        'Too Many Requests',
+        `too many allocations from this address (at most ${limits.allocationsPerMinute} a minute, ` +
+          `${limits.allocationsBurst} at once): retry in ${wait} s, or allocate with the API key (no per-address limits)`,
+      );
     }
     if (limits.global !== undefined && !limits.global.take('all', t)) {
       reply.header('retry-after', String(Math.max(1, limits.global.waitSeconds('all', t))));
@@ -454,9 +480,15 @@ export function buildApi(source: AllocationStore | AllocationService, options: A
     if (err instanceof StoreUnavailableError) {
       // Redis is down: say so, and when to retry; the allocator recovers by itself.
       reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
-      return sendError(reply, 503, 'the allocation store (Redis) is unavailable; retry shortly', [
-        { key: 'cause', value: 'store_unavailable' },
-      ]);
+      // not_durable: Redis answered but too few replicas held the write in time (deploy.md).
+      return sendError(
+        reply,
+        503,
+        err.reason === 'not_durable'
+          ? `the allocation store (Redis) could not make this durable; retry shortly (${err.message})`
+          : 'the allocation store (Redis) is unavailable; retry shortly',
+        [{ key: 'cause', value: err.reason }],
+      );
     }
     const status =
       err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;

@@ -35,6 +35,7 @@ import {
   type FleetNodeView,
   fleetView,
   RELAY_NODE_KIND,
+  redisFailoverLogger,
   redisStatusLogger,
 } from './fleet/view.js';
 import type { RelayUdpSocket } from './links.js';
@@ -389,7 +390,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
         transport: 'udp',
         host,
         port: d.port,
-        description: `Unity Relay over DTLS 1.2 (PSK; ${nativeDtls !== undefined ? 'native' : 'JavaScript'} record layer)`,
+        description: `Unity Relay over DTLS 1.2 (PSK; ${nativeDtls !== undefined ? 'native record layer' : `JavaScript record layer${plane.dtlsReason === undefined ? '' : `: ${plane.dtlsReason}`}`})`,
       });
       serverEndpoints.push(serverEndpoint('dtls', publicHost, d.port));
     }
@@ -464,8 +465,10 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
       redis = await connectRedis(fleet.redisUrl, {
         ...(fleet.redisPrefix !== undefined ? { prefix: fleet.redisPrefix } : {}),
         onStatus: redisStatusLogger(log, 'relay'),
+        onPrimaryChange: redisFailoverLogger(log, 'relay'),
       });
       const r = redis;
+      metrics.store = () => r.state!();
       const registry = new RedisNodeRegistry(r, { ttlMs: fleet.heartbeatTtlMs ?? 10_000 });
       closers.push(async () => {
         await presence?.stop();
@@ -589,7 +592,7 @@ function dataplaneFromEnv(): DataplaneChoice {
 function chooseDataplane(
   asked: DataplaneChoice,
   host: string,
-): { use: 'native' | 'js'; reason: string; dtls: 'native' | 'js' } {
+): { use: 'native' | 'js'; reason: string; dtls: 'native' | 'js'; dtlsReason?: string } {
   const choice = asked === 'auto' ? dataplaneFromEnv() : asked;
   if (choice === 'js')
     return { use: 'js', reason: asked === 'auto' ? 'GAMEWIRE_DATAPLANE=js' : 'asked for', dtls: 'js' };
@@ -599,13 +602,17 @@ function chooseDataplane(
   const { addon, reason } = loadNativeDataplane();
   const problem =
     addon === undefined ? reason : net.isIPv4(host) ? undefined : `it binds IPv4 only (host ${host})`;
-  if (problem === undefined)
+  if (problem === undefined) {
+    // The DTLS record layer needs OpenSSL from the running Node; without it, DTLS stays in JavaScript.
+    const dtlsNative = typeof addon?.dtlsAvailable === 'function' && addon.dtlsAvailable();
+    const missing = dtlsNative ? null : (addon?.dtlsMissing?.() ?? null);
     return {
       use: 'native',
       reason: choice === 'native' ? 'asked for' : 'available',
-      // The DTLS record layer needs OpenSSL from the running Node; without it, DTLS stays in JavaScript.
-      dtls: typeof addon?.dtlsAvailable === 'function' && addon.dtlsAvailable() ? 'native' : 'js',
+      dtls: dtlsNative ? 'native' : 'js',
+      ...(missing === null ? {} : { dtlsReason: `this Node's OpenSSL lacks ${missing}` }),
     };
+  }
   if (choice === 'native') {
     throw new UsageError(`--dataplane native cannot run: ${problem}; use --dataplane js or auto`);
   }

@@ -66,7 +66,7 @@ export const unityRelayDissector: DissectorDeclaration = {
   title: 'gamewire Unity Relay',
   description: 'Unity Relay message protocol over UDP.',
   schema: [['FRAME', { node: RelayFrame, path: '', label: 'frame', depth: 0 }]],
-  glue: String.raw`
+  glue: `
 local state = {}
 local NAMES = FRAME.fields[3].node.names
 

@@ -31,7 +31,21 @@ import {
 } from './client.js';
 import { RelayApiError, RelayClientError } from './errors.js';
 import { RELAY_HEADER_LENGTH, RelayErrorCode } from './messages.js';
-import { DEFAULT_API_PORT, DEFAULT_RELAY_PORT } from './options.js';
+import {
+  DEFAULT_API_PORT,
+  DEFAULT_DTLS_PORT,
+  DEFAULT_RELAY_PORT,
+  DEFAULT_WS_PORT,
+  DEFAULT_WSS_PORT,
+} from './options.js';
+
+/** Each transport's port on a relay that `gamewire serve` started with its defaults. */
+const TRANSPORT_PORTS: Record<ConnectionType, number> = {
+  udp: DEFAULT_RELAY_PORT,
+  dtls: DEFAULT_DTLS_PORT,
+  ws: DEFAULT_WS_PORT,
+  wss: DEFAULT_WSS_PORT,
+};
 
 /**
  * seq u32, sender u32, send time f64 (ms on this process's clock), the payload's CRC-32 (u32),
@@ -99,6 +113,21 @@ interface UnityLoadOptions {
   tls: UnityRelayClientOptions['tls'];
 }
 
+/**
+ * A 429 the API kept answering after the retries: what the load's user can do about it. Its
+ * limits are per client address (allocations a minute, live allocations), and a load comes from
+ * one address unless `--from` spreads it; the API key lifts them on a relay that has one.
+ */
+function throttledError(err: RelayApiError, fromCount: number): RelayClientError {
+  return new RelayClientError(
+    'ERR_RELAY_API_THROTTLED',
+    `${err.message} (still after 3 retries): wait and run again, spread the games over more source ` +
+      `addresses (--from 127.0.0.2-9${fromCount > 0 ? `, now ${fromCount}` : ''}: the limits are per address), ` +
+      "or pass --api-key with the relay's API key (serve --api-key; keyed callers have no per-address limits)",
+    { cause: err },
+  );
+}
+
 /** The pattern byte at `i` of message `seq` (header bytes excluded). */
 function patternByte(seq: number, sender: number, i: number): number {
   return (seq * 7 + sender * 13 + i) & 0xff;
@@ -125,13 +154,16 @@ async function prepare(run: LoadRun) {
     await run.allow(u.hostname, '--api');
   }
   let tls: UnityRelayClientOptions['tls'];
-  if (typeof raw.tlsCa === 'string') {
+  // `--ca`/`--insecure`, as conform and the chat client spell them (`tlsCa`/`tlsInsecure`: the
+  // former names, still accepted from code).
+  const ca = raw.ca ?? raw.tlsCa;
+  if (typeof ca === 'string') {
     try {
-      tls = { ca: readFileSync(raw.tlsCa) };
+      tls = { ca: readFileSync(ca) };
     } catch (err) {
-      throw new UsageError(`--tls-ca: cannot read ${raw.tlsCa}: ${(err as Error).message}`);
+      throw new UsageError(`--ca: cannot read ${ca}: ${(err as Error).message}`);
     }
-  } else if (raw.tlsInsecure === true) tls = { rejectUnauthorized: false };
+  } else if (raw.insecure === true || raw.tlsInsecure === true) tls = { rejectUnauthorized: false };
   const o: UnityLoadOptions = {
     apis,
     apiKey: (raw.apiKey as string | undefined) ?? process.env.GAMEWIRE_UNITY_RELAY_API_KEY,
@@ -162,7 +194,8 @@ async function prepare(run: LoadRun) {
       try {
         return await call();
       } catch (err) {
-        if (!(err instanceof RelayApiError) || err.status !== 429 || attempt > 3 || signal.aborted) throw err;
+        if (!(err instanceof RelayApiError) || err.status !== 429 || signal.aborted) throw err;
+        if (attempt > 3) throw throttledError(err, from.length);
         throttled.add();
         await pause(1000 * attempt, signal);
       }
@@ -243,6 +276,7 @@ async function prepare(run: LoadRun) {
     // A DTLS handshake that times out (a lossy path losing one flight several times) is started
     // again, as UTP does within its connect attempts; up to three handshakes per player.
     const bound = async (ep: Awaited<ReturnType<typeof endpoint>>, p: number): Promise<UnityRelayClient> => {
+      client.step(`BIND over ${o.transport} to ${ep.host}:${ep.port} (player ${p})`);
       for (let attempt = 1; ; attempt++) {
         const player = new UnityRelayClient(ep, options(p));
         players.push(player);
@@ -260,13 +294,18 @@ async function prepare(run: LoadRun) {
     };
 
     try {
+      const apiUrl = o.apis[client.index % o.apis.length]!;
+      client.step(`allocate at ${apiUrl}`);
       const allocation = await withRetry(() => api.allocate(o.players - 1), client.signal);
+      client.step(`get a join code at ${apiUrl}`);
       const joinCode = await withRetry(() => api.joinCode(allocation.allocationId), client.signal);
       await bound(await endpoint(allocation), 0);
       for (let p = 1; p < o.players; p++) {
         if (client.signal.aborted) return;
+        client.step(`join with the code at ${apiUrl}`);
         const joined = await withRetry(() => api.join(joinCode), client.signal);
         const joiner = await bound(await endpoint(joined), p);
+        client.step(`CONNECT_REQUEST to the host over ${o.transport} (player ${p})`);
         await joiner.connect();
       }
       client.signal.removeEventListener('abort', stopAll);
@@ -344,6 +383,8 @@ export const unityRelayLoad: LoadDefinition = {
     'games of a host and joiners: allocate, join code, join, bind over udp/dtls/ws/wss, relay at a rate',
   clientNoun: 'game',
   defaultPort: DEFAULT_RELAY_PORT,
+  defaultPortFor: (options) => TRANSPORT_PORTS[(options.transport as ConnectionType | undefined) ?? 'udp'],
+  defaultPortHelp: `the --transport's port when only a host is given: udp ${DEFAULT_RELAY_PORT}, dtls ${DEFAULT_DTLS_PORT}, ws ${DEFAULT_WS_PORT}, wss ${DEFAULT_WSS_PORT}`,
   targetOptional: true,
   options: [
     {
@@ -365,7 +406,7 @@ export const unityRelayLoad: LoadDefinition = {
       flag: '--transport <t>',
       key: 'transport',
       description:
-        "udp, dtls, ws or wss: the allocation endpoint each player binds to (--target is that endpoint's port)",
+        "udp, dtls, ws or wss: the allocation endpoint each player binds to (--target is that endpoint's address; a bare host takes the transport's default port)",
       type: 'string',
       choices: ['udp', 'dtls', 'ws', 'wss'],
       default: 'udp',
@@ -398,14 +439,16 @@ export const unityRelayLoad: LoadDefinition = {
       default: 64,
     },
     {
-      flag: '--tls-ca <file>',
-      key: 'tlsCa',
+      flag: '--ca <file>',
+      key: 'ca',
+      aliases: ['--tls-ca <file>'],
       description: "wss: trust this CA certificate (PEM), e.g. the relay data folder's self-signed one",
       type: 'string',
     },
     {
-      flag: '--tls-insecure',
-      key: 'tlsInsecure',
+      flag: '--insecure',
+      key: 'insecure',
+      aliases: ['--tls-insecure'],
       description: 'wss: accept any certificate (a loopback test against a self-signed relay)',
       type: 'bool',
     },

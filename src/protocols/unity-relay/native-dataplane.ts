@@ -28,6 +28,8 @@ export interface NativeDtlsBindings {
   idOf(association: DtlsLink['association']): number;
   /** Takes every association back (paused) or hands them over again. */
   setPaused(paused: boolean): void;
+  /** Established associations of the DTLS server, on either plane (the rest of `associations` is JavaScript's). */
+  serverAssociations(): number;
 }
 
 /** The addon's functions (see native/relay_dataplane.c). */
@@ -63,10 +65,21 @@ export interface Addon {
     replayHigh: number,
     maxPlaintext: number,
   ): boolean;
-  dtlsDetach(handle: unknown, associationId: number): number[] | null;
+  /** With the four key Buffers, the association's keys are written back into them first. */
+  dtlsDetach(
+    handle: unknown,
+    associationId: number,
+    readKey?: Buffer,
+    readIv?: Buffer,
+    writeKey?: Buffer,
+    writeIv?: Buffer,
+  ): number[] | null;
+  dtlsExpectHandshake(handle: unknown, associationId: number, expecting: boolean): boolean;
   dtlsSeal(handle: unknown, associationId: number, contentType: number, plaintext: Uint8Array): number;
   dtlsIdle(handle: unknown, associationId: number): number;
   dtlsAvailable(): boolean;
+  /** The first OpenSSL function Node's library lacks (why DTLS stays in JavaScript), or null. */
+  dtlsMissing?(): string | null;
   sealRecord(
     suite: number,
     key: Buffer,
@@ -120,6 +133,27 @@ export interface NativeDataplaneStats {
   dtlsDropTooLarge: number;
   /** Records JavaScript sent to an association through the native record layer (sealed natively). */
   dtlsSealedForJs: number;
+  /**
+   * Junk: datagrams from the address of an association held natively that did not authenticate
+   * under its keys, dropped natively without changing which plane holds it. By why: a header or
+   * fragment cut short (or larger than the receive slot), not DTLS 1.0/1.2, another epoch, a record
+   * of its epoch failing authentication, replayed, too large, and epoch-0 records other than a
+   * ClientHello once the peer has the server's Finished.
+   */
+  dtlsJunkTruncated: number;
+  dtlsJunkVersion: number;
+  dtlsJunkEpoch: number;
+  dtlsJunkBadMac: number;
+  dtlsJunkReplay: number;
+  dtlsJunkTooLarge: number;
+  dtlsJunkPlaintext: number;
+  /** Associations handed back because an authenticated record (alert, handshake, several records) needs JavaScript. */
+  dtlsSuspended: number;
+  /** Hand-overs JavaScript → native, and native → JavaScript. */
+  dtlsAttached: number;
+  dtlsDetached: number;
+  /** Datagrams of batches dropped because a Node-API call failed while handing them to JavaScript. */
+  dropJsCall: number;
   /** Allocations in the native table. */
   tableSize: number;
   /** DTLS associations whose record layer the native side holds. */
@@ -144,6 +178,17 @@ const STAT_KEYS = [
   'dtlsDropBadMac',
   'dtlsDropTooLarge',
   'dtlsSealedForJs',
+  'dtlsJunkTruncated',
+  'dtlsJunkVersion',
+  'dtlsJunkEpoch',
+  'dtlsJunkBadMac',
+  'dtlsJunkReplay',
+  'dtlsJunkTooLarge',
+  'dtlsJunkPlaintext',
+  'dtlsSuspended',
+  'dtlsAttached',
+  'dtlsDetached',
+  'dropJsCall',
   'tableSize',
   'associations',
 ] as const satisfies readonly (keyof NativeDataplaneStats)[];
@@ -194,8 +239,17 @@ const META_WIDTH = 6;
 const KIND_UDP = 0;
 const KIND_DTLS_DATAGRAM = 1;
 const KIND_DTLS_RECORD = 2;
-/** Why the native side dropped an application record (KIND_DTLS_DROP), as the JavaScript server names it. */
-const DTLS_DROP_REASONS = ['', 'replay', 'bad-record-mac', 'record-too-large'] as const;
+/** Why the native side dropped a record (KIND_DTLS_DROP), as the JavaScript server names it. */
+const DTLS_DROP_REASONS = [
+  '',
+  'replay',
+  'bad-record-mac',
+  'record-too-large',
+  'truncated-record',
+  'bad-record-version',
+  'bad-epoch',
+  'unexpected-plaintext-record',
+] as const;
 
 /** A decrypted application record from an association the native side holds. */
 export type NativeDtlsRecordHandler = (
@@ -203,10 +257,14 @@ export type NativeDtlsRecordHandler = (
   plaintext: Buffer,
   rinfo: NativeRemoteInfo,
 ) => void;
-/** A datagram on the DTLS socket, as it arrived. */
-export type NativeDtlsDatagramHandler = (msg: Buffer, rinfo: NativeRemoteInfo) => void;
-/** An application record the native side dropped (replayed, not authentic, too large). */
-export type NativeDtlsDropHandler = (reason: string, rinfo: NativeRemoteInfo) => void;
+/**
+ * A datagram on the DTLS socket, as it arrived. `keptBy`: the native id of the association held
+ * natively that inspected it and still holds it (a ClientHello, a flight of a handshake JavaScript
+ * expects: JavaScript need not take the association back for it), or 0.
+ */
+export type NativeDtlsDatagramHandler = (msg: Buffer, rinfo: NativeRemoteInfo, keptBy: number) => void;
+/** `count` records from one source the native side dropped in one batch (replayed, not authentic, too large, junk). */
+export type NativeDtlsDropHandler = (reason: string, rinfo: NativeRemoteInfo, count: number) => void;
 
 /** A relay UDP socket whose RELAY fast path runs in C. Emits `message` like a dgram.Socket. */
 export class NativeRelaySocket extends EventEmitter {
@@ -284,9 +342,10 @@ export class NativeRelaySocket extends EventEmitter {
       const bytes = data.subarray(offset, offset + length);
       const kind = meta[i + 4]!;
       if (kind === KIND_UDP) this.emit('message', bytes, rinfo);
-      else if (kind === KIND_DTLS_DATAGRAM) this.onDtlsDatagram?.(bytes, rinfo);
+      else if (kind === KIND_DTLS_DATAGRAM) this.onDtlsDatagram?.(bytes, rinfo, meta[i + 5]! >>> 0);
       else if (kind === KIND_DTLS_RECORD) this.onDtlsRecord?.(meta[i + 5]! >>> 0, bytes, rinfo);
-      else this.onDtlsDrop?.(DTLS_DROP_REASONS[meta[i + 5]!] ?? 'bad-record-mac', rinfo);
+      // A drop notice: no bytes; its offset field is how many drops from this source it stands for.
+      else this.onDtlsDrop?.(DTLS_DROP_REASONS[meta[i + 5]!] ?? 'bad-record-mac', rinfo, Math.max(1, offset));
     }
   };
 
@@ -480,16 +539,49 @@ export class NativeDataplaneMirror implements AllocationObserver, NativeBindingT
     const s = this.socket.stats();
     const d = (k: keyof NativeDataplaneStats) => s[k] - this.last[k];
     const forwarded = d('forwarded');
-    metrics.received += forwarded + d('dropBadSource') + d('dropBacklog') + d('dropSendFailed');
+    metrics.received +=
+      forwarded + d('dropBadSource') + d('dropBacklog') + d('dropSendFailed') + d('dropJsCall');
     metrics.sent += forwarded;
     metrics.bytesReceived += d('bytesForwarded');
     metrics.bytesSent += d('bytesForwarded');
     addDrops(metrics, 'bad_source_address', d('dropBadSource'));
     addDrops(metrics, 'native_backlog', d('dropBacklog'));
     addDrops(metrics, 'send_failed', d('dropSendFailed'));
-    // DTLS records dropped natively reach the DTLS server's drop events (native-dtls.ts): counted there.
+    addDrops(metrics, 'native_js_call_failed', d('dropJsCall'));
+    // DTLS records dropped natively reach the DTLS server's drop events (native-dtls.ts) and are
+    // counted there, as `dtls_<reason>` drops. Here: which plane did it, and the hand-overs.
+    for (const [key, reason] of NATIVE_JUNK) addCount(metrics, `dtls_native_junk_${reason}`, d(key));
+    addCount(metrics, 'dtls_handover_to_native', d('dtlsAttached'));
+    addCount(metrics, 'dtls_handover_to_js', d('dtlsDetached'));
+    addCount(metrics, 'dtls_handover_to_js_authenticated', d('dtlsSuspended'));
+    if (this.dtls !== undefined) {
+      metrics.gauges.set('dtls_associations_native', s.associations);
+      metrics.gauges.set(
+        'dtls_associations_js',
+        Math.max(0, this.dtls.serverAssociations() - s.associations),
+      );
+    }
     this.last = s;
   }
+}
+
+/** The native junk counters, and the reason each is exposed under (`dtls_native_junk_<reason>` events). */
+const NATIVE_JUNK: readonly (readonly [keyof NativeDataplaneStats, string])[] = [
+  ['dtlsJunkTruncated', 'truncated'],
+  ['dtlsJunkVersion', 'bad_version'],
+  ['dtlsJunkEpoch', 'bad_epoch'],
+  ['dtlsJunkBadMac', 'bad_mac'],
+  ['dtlsJunkReplay', 'replay'],
+  ['dtlsJunkTooLarge', 'too_large'],
+  ['dtlsJunkPlaintext', 'plaintext'],
+  // Single application records that failed, dropped natively too (the JavaScript server is told).
+  ['dtlsDropBadMac', 'record_bad_mac'],
+  ['dtlsDropReplay', 'record_replay'],
+  ['dtlsDropTooLarge', 'record_too_large'],
+];
+
+function addCount(metrics: ProtocolMetrics, name: string, n: number): void {
+  if (n > 0) metrics.count(name, n);
 }
 
 function addDrops(metrics: ProtocolMetrics, reason: string, n: number): void {

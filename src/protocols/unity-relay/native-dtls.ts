@@ -11,6 +11,11 @@
  * natively with the next sequence number. Whenever the server needs the association's state, it
  * takes it back (`detach`) and hands it over again afterwards. Each association has a native id
  * from here, which the relay's bindings name (NativeDataplaneMirror.bound).
+ *
+ * Junk from a held association's address (anything that does not authenticate under its keys)
+ * is dropped natively and never moves it; the server is told (`handleOffloadedDrop`) so its drop
+ * counters stay the same on both planes. Keys live once: after `attach` the JavaScript Buffers
+ * that carried them (the association's own) are zeroed; `detach` writes them back.
  */
 import type { DtlsAssociation, DtlsServer } from '../../transports/dtls/index.js';
 import type {
@@ -30,6 +35,8 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
   readonly #byId = new Map<number, DtlsAssociation>();
   #server: DtlsServer | undefined;
   #paused = false;
+  /** The key Buffers of each association held natively (zeroed here; `detach` refills them). */
+  readonly #keys = new Map<number, DtlsRecordState>();
 
   constructor(socket: NativeRelaySocket) {
     if (socket.dtlsPort === undefined)
@@ -41,9 +48,11 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
   serve(server: DtlsServer): void {
     this.#server = server;
     const socket = this.socket;
-    socket.onDtlsDatagram = (msg, rinfo) => {
+    socket.onDtlsDatagram = (msg, rinfo, keptBy) => {
       const { address, port } = rinfo;
-      server.handleDatagram(msg, rinfo, (datagram) => socket.dtlsSend(datagram, port, address));
+      // keptBy: the native side inspected it for that association and still holds it.
+      const kept = keptBy === 0 ? undefined : this.#byId.get(keptBy);
+      server.handleDatagram(msg, rinfo, (datagram) => socket.dtlsSend(datagram, port, address), kept);
     };
     socket.onDtlsRecord = (id, plaintext, rinfo) => {
       const a = this.#byId.get(id);
@@ -51,7 +60,7 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
       if (a === undefined) server.handleOffloadedDrop('no-association', rinfo);
       else server.handleOffloadedRecord(a, plaintext);
     };
-    socket.onDtlsDrop = (reason, rinfo) => server.handleOffloadedDrop(reason, rinfo);
+    socket.onDtlsDrop = (reason, rinfo, count) => server.handleOffloadedDrop(reason, rinfo, count);
     server.on('close', (a) => {
       const id = this.#ids.get(a);
       if (id !== undefined) this.#byId.delete(id);
@@ -98,7 +107,15 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
       s.replay.high,
       s.maxPlaintext,
     );
-    if (ok) this.#byId.set(id, a);
+    if (ok) {
+      this.#byId.set(id, a);
+      // Keys live once: the native side has them now; detach writes them back.
+      this.#keys.set(id, s);
+      s.readKey.fill(0);
+      s.readIv.fill(0);
+      s.writeKey.fill(0);
+      s.writeIv.fill(0);
+    }
     return ok;
   }
 
@@ -106,7 +123,12 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
     const h = this.socket.dtlsHandle;
     const id = this.#ids.get(a);
     if (h === undefined || id === undefined) return undefined;
-    const r = h.addon.dtlsDetach(h.handle, id);
+    const k = this.#keys.get(id);
+    this.#keys.delete(id);
+    const r =
+      k === undefined
+        ? h.addon.dtlsDetach(h.handle, id)
+        : h.addon.dtlsDetach(h.handle, id, k.readKey, k.readIv, k.writeKey, k.writeIv);
     if (r === null) return undefined;
     return {
       writeSeq: r[0]!,
@@ -122,6 +144,17 @@ export class NativeDtlsRecords implements DtlsRecordOffload, NativeDtlsBindings 
     if (h === undefined || id === undefined) return 'detached';
     const rc = h.addon.dtlsSeal(h.handle, id, contentType, plaintext);
     return rc === 0 ? 'sent' : rc === -2 ? 'exhausted' : 'detached';
+  }
+
+  handshakePending(a: DtlsAssociation, pending: boolean): void {
+    const h = this.socket.dtlsHandle;
+    const id = this.#ids.get(a);
+    if (h !== undefined && id !== undefined && !this.socket.isClosed)
+      h.addon.dtlsExpectHandshake(h.handle, id, pending);
+  }
+
+  serverAssociations(): number {
+    return this.#server?.stats().associations ?? 0;
   }
 
   idleMs(a: DtlsAssociation): number | undefined {

@@ -189,7 +189,7 @@ export const UNITY_RELAY_OPTIONS = {
   redis: option.string({
     flag: '--redis <url>',
     description:
-      'unity-relay: redis://host:port of the fleet (needed by --role allocator|relay and --workers)',
+      'unity-relay: redis://host:port or redis+sentinel://host:26379,…/name of the fleet (needed by --role allocator|relay and --workers)',
     secret: true,
   }),
   redisPrefix: option.string({

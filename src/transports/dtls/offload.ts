@@ -10,6 +10,17 @@
  * association back (`detach`: the state comes back as the offload left it), acts, and hands it
  * over again. So the server's state is the truth whenever it acts on it.
  *
+ * A datagram the offload inspected for an association it holds and found nothing in that needs
+ * the association's state (a ClientHello, a flight of a handshake the server expects) comes to
+ * `handleDatagram` with that association as `keptBy`: the server leaves it with the offload.
+ * An offload drops junk (whatever does not authenticate under the association's keys) itself,
+ * and never hands an association back for it.
+ *
+ * Keys live once: an offload may zero the key and IV Buffers of the state it was given (they are
+ * the association's own) once it holds them; `detach` must then write them back into the same
+ * Buffers. An offload that loses an association it accepted (detach → undefined) loses its keys:
+ * the server then ends the association.
+ *
  * The unity-relay native data plane is such an offload (src/protocols/unity-relay/native-dtls.ts);
  * see docs/native-dataplane.md for who owns which state when.
  */
@@ -70,4 +81,11 @@ export interface DtlsRecordOffload {
   send(a: DtlsAssociation, contentType: number, plaintext: Buffer): OffloadSendResult;
   /** Milliseconds since the last record it accepted from the peer, if any (for the idle sweep). */
   idleMs(a: DtlsAssociation): number | undefined;
+  /**
+   * The server has a new handshake in progress from the association's address and port (a
+   * reconnection whose address a cookie proved), or no longer. While it has, the offload hands it
+   * the epoch-0 records and the epoch-1 handshake records that do not authenticate under the held
+   * association's keys (the new session's flight and Finished) instead of dropping them.
+   */
+  handshakePending?(a: DtlsAssociation, pending: boolean): void;
 }

@@ -128,8 +128,16 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   /**
    * Handles one datagram received by someone else's socket. `send` must send a datagram back to
    * `rinfo`'s address and port. Never throws: whatever is wrong with the datagram is a `drop`.
+   * `keptBy`: the record offload inspected the datagram for this association, which it holds, and
+   * found nothing in it that needs the association's state (offload.ts): it stays with the
+   * offload unless handling the datagram needs it here after all.
    */
-  handleDatagram(msg: Buffer, rinfo: { address: string; port: number }, send: Send | undefined): void {
+  handleDatagram(
+    msg: Buffer,
+    rinfo: { address: string; port: number },
+    send: Send | undefined,
+    keptBy?: DtlsAssociation,
+  ): void {
     if (this.#closed) return;
     let ctx = this.#contexts[this.#depth];
     if (ctx === undefined) {
@@ -154,16 +162,21 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     ctx.peer = this.#peers.get(rinfo.address)?.get(rinfo.port);
     ctx.resendServerHello = false;
     ctx.resendFinal = 'no';
-    // A datagram the offload did not handle: the association's state comes back here first.
+    // A datagram the offload did not inspect for it: the association's state comes back here first.
     const held = ctx.peer?.association;
-    if (held?.offloaded) this.#reclaim(held);
+    if (held?.offloaded && held !== keptBy) this.#reclaim(held);
     try {
       this.#datagram(ctx, msg);
       const peer = ctx.peer;
       if (ctx.resendServerHello && peer?.handshake !== undefined)
         this.#sendServerHelloFlight(peer, peer.handshake);
-      const a = peer?.association;
-      if (ctx.resendFinal !== 'no' && a !== undefined && !a.closed) {
+      let a = peer?.association;
+      if (ctx.resendFinal !== 'no' && a?.offloaded) {
+        // Resending our Finished needs the write sequence number (and whether the peer has it).
+        this.#reclaim(a);
+        a = peer?.association;
+      }
+      if (ctx.resendFinal !== 'no' && a !== undefined && !a.closed && a.finalFlight !== undefined) {
         if (ctx.resendFinal === 'authenticated' || a.finalFlightLength() <= ctx.length) a.sendFinalFlight();
         else this.#drop('amplification', ctx);
       }
@@ -196,9 +209,13 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     this.#emitSafe('message', a, plaintext);
   }
 
-  /** A record the offload dropped (`replay`, `bad-record-mac`, `record-too-large`): counted and emitted as here. */
-  handleOffloadedDrop(reason: string, remote: { address: string; port: number }): void {
-    if (!this.#closed) this.#drop(reason, remote);
+  /**
+   * `count` records from `remote` the offload dropped (`replay`, `bad-record-mac`,
+   * `record-too-large`, and junk: `truncated-record`, `bad-epoch`, …): counted and emitted as here.
+   */
+  handleOffloadedDrop(reason: string, remote: { address: string; port: number }, count = 1): void {
+    if (this.#closed) return;
+    for (let i = 0; i < count; i++) this.#drop(reason, remote);
   }
 
   /**
@@ -218,6 +235,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     const result = o === undefined ? 'detached' : o.send(a, ContentType.applicationData, plaintext);
     if (result === 'sent') return true;
     this.#reclaim(a);
+    if (a.closed) return false;
     if (result === 'exhausted') {
       this.release(a, 'sequence-exhausted', false);
       return false;
@@ -232,12 +250,19 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     return out;
   }
 
-  /** Takes an association's record layer back from the offload, with the state it reached. */
+  /**
+   * Takes an association's record layer back from the offload, with the state it reached (and its
+   * keys, which the offload may have kept as their only copy). An offload that lost it lost the
+   * keys too: the association ends, without a close_notify (it could not be sealed).
+   */
   #reclaim(a: ServerAssociation): void {
     if (!a.offloaded) return;
     a.offloaded = false;
     const back = this.#offload?.detach(a);
-    if (back === undefined) return;
+    if (back === undefined) {
+      this.release(a, 'offload-lost', false);
+      return;
+    }
     a.writeSeq = Math.max(a.writeSeq, back.writeSeq);
     a.replay.restore(back.replay);
     if (back.idleMs !== undefined) a.lastReceivedAt = Math.max(a.lastReceivedAt, Date.now() - back.idleMs);
@@ -254,6 +279,8 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     } catch {
       a.offloaded = false;
     }
+    // A new session from the same address is on its way: its flight must reach this server.
+    if (a.offloaded && a.peer.handshake !== undefined) o.handshakePending?.(a, true);
   }
 
   /** Closes every association (close_notify), abandons handshakes and closes the owned socket. */
@@ -284,6 +311,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
   release(a: ServerAssociation, reason: string, notify: boolean): void {
     if (a.closed) return;
     this.#reclaim(a);
+    if (a.closed) return; // the offload had lost it (and #reclaim released it)
     if (notify) a.sendCloseNotify();
     a.closed = true;
     const peer = a.peer;
@@ -401,6 +429,11 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     const now = Date.now();
     const peer = ctx.peer;
     const existing = peer?.association;
+    if (existing?.offloaded) {
+      // The offload holds it (and this hello did not take it back): its last-received time is there.
+      const ms = this.#offload?.idleMs(existing);
+      if (ms !== undefined) existing.lastReceivedAt = Math.max(existing.lastReceivedAt, now - ms);
+    }
     if (existing !== undefined && now - existing.lastReceivedAt < this.#options.probeQuietMs) {
       // Unity's reconnection probe on a live association: any reply (even an alert) would make
       // the client drop a session that works (unity-relay docs, "reconnection probe").
@@ -492,6 +525,9 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     this.#pendingHandshakes.add(p);
     this.#handshakesPerIp.set(p.addressKey, (this.#handshakesPerIp.get(p.addressKey) ?? 0) + 1);
     ctx.peer = p;
+    // The established association stays with the offload until this handshake completes; the
+    // offload must let the handshake's flight (and its Finished, under new keys) through.
+    if (p.association?.offloaded) this.#offload?.handshakePending?.(p.association, true);
     this.#sendServerHelloFlight(p, handshake);
   }
 
@@ -603,6 +639,9 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
       }
       if (
         peer.association === undefined ||
+        // Still with the offload: it let this record through only because it did not authenticate
+        // under the association's keys (the keys are not here meanwhile).
+        peer.association.offloaded ||
         peer.association.read.open(rv.type, rv.version, 1, rv.seq, fragment) === undefined
       ) {
         // Keys derived from a different PSK than the client's: its Finished cannot even be read.
@@ -614,6 +653,11 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     const a = peer.association;
     if (a === undefined) {
       this.#drop('no-association', ctx);
+      return;
+    }
+    if (a.offloaded) {
+      // The offload kept the association for this datagram: this record did not authenticate there.
+      this.#drop('bad-record-mac', ctx);
       return;
     }
     if (fragment.length - a.read.overhead + 13 > this.#options.maxRecordPlaintext) {
@@ -731,8 +775,10 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     if (old !== undefined && !old.closed) {
       // RFC 6347 §4.2.8: the new association replaces the old only now that it is proven.
       this.#reclaim(old);
-      old.closed = true;
-      this.#emitSafe('close', old, 'replaced');
+      if (!old.closed) {
+        old.closed = true;
+        this.#emitSafe('close', old, 'replaced');
+      }
     }
     this.#emitSafe('association', a);
   }
@@ -766,6 +812,7 @@ export class DtlsServer extends EventEmitter<DtlsServerEventMap> {
     clearTimeout(hs.timer);
     peer.handshake = undefined;
     this.#countHandshakeDone(peer);
+    if (peer.association?.offloaded) this.#offload?.handshakePending?.(peer.association, false);
     this.#forgetPeerIfEmpty(peer);
   }
 

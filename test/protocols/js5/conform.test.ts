@@ -238,6 +238,97 @@ describe('against a server that breaks one rule', () => {
   );
 });
 
+describe('a failed check skips only what needs its result', () => {
+  test('a (0, 0) hole in the master index fails master-index; the indexes and groups are still checked', async () => {
+    const { server } = await startServer('530', { maxPerIp: 8 });
+    // Archive 3's entry zeroed: the client would ask for that index forever; the others are fine.
+    const proxy = await Js5Proxy.start(server.port, {
+      response: (p) => {
+        if (p[0] !== 255 || p.readUInt16BE(1) !== 255) return [p];
+        const out = Buffer.from(p);
+        out.fill(0, 8 + 3 * 8, 8 + 4 * 8);
+        return [out];
+      },
+    });
+    try {
+      const results = await conform(proxy.port);
+      expect(failed(results)).toEqual(['master-index']);
+      expect(results.find((r) => r.id === 'master-index')!.message).toMatch(/archive 3 has a \(0, 0\) entry/);
+      const status = Object.fromEntries(results.map((r) => [r.id, r.status]));
+      expect(status).toMatchObject({
+        'block-markers': 'pass',
+        'index-crcs': 'pass',
+        'groups.crc': 'pass',
+        'prefetch-flag': 'pass',
+        'xor-rekey': 'pass',
+        'missing-group': 'pass',
+      });
+      expect(results.find((r) => r.id === 'index-crcs')!.message).toMatch(/^27 indexes match/);
+    } finally {
+      await proxy.close();
+      await server.close();
+    }
+  }, 60_000);
+});
+
+describe("a 435 server like RuneJS's update server", () => {
+  let server: Js5Server;
+  beforeAll(async () => {
+    ({ server } = await startServer('435', { maxPerIp: 8 }));
+  });
+  afterAll(async () => {
+    await server.close();
+  });
+
+  /**
+   * runejs/update-server writes the idx255 file's length (6 × 13 = 78) as the master index's
+   * length, then 13 CRCs and zeros: 78 bytes that are not a whole number of 4-byte entries. The
+   * 435 client (UpdateServer.readJS5CRCTableResponse) reads CRC N at 5 + 4 × N and never checks
+   * the length.
+   */
+  const runejsLength = (p: Buffer): Buffer[] => {
+    if (p[0] !== 255 || p.readUInt16BE(1) !== 255) return [p];
+    const crcs = p.subarray(8, 8 + 13 * 4);
+    return [withContainerData(p, Buffer.concat([crcs, Buffer.alloc(6 * 13 - crcs.length)]))];
+  };
+
+  test('a master index whose length is 6 × 13 with 13 CRCs passes, with a warning', async () => {
+    const proxy = await Js5Proxy.start(server.port, { response: runejsLength });
+    try {
+      const results = await conform(proxy.port, '435');
+      expect(failed(results), JSON.stringify(results.filter((r) => r.status === 'fail'))).toEqual([]);
+      const m = results.find((r) => r.id === 'master-index')!;
+      expect(m.status).toBe('pass');
+      expect(m.message).toMatch(
+        /^warning: the declared length 78 is not a multiple of 4 .*the 435 client never checks it.*; 13 archives read/,
+      );
+      // Every data check ran.
+      const skipped = results.filter((r) => r.status === 'skip').map((r) => r.id);
+      expect(skipped).toEqual(['disconnect']);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
+  test('the same server ignoring the rekey fails xor-rekey (master-index passes with its warning)', async () => {
+    const proxy = await Js5Proxy.start(server.port, {
+      response: runejsLength,
+      request: (packet) => (packet[0] === 4 ? null : packet),
+    });
+    try {
+      const results = await conform(proxy.port, '435');
+      expect(failed(results)).toEqual(['xor-rekey']);
+      expect(results.find((r) => r.id === 'xor-rekey')!.message).toMatch(/sent without XOR/);
+      expect(results.find((r) => r.id === 'master-index')).toMatchObject({
+        status: 'pass',
+        message: expect.stringMatching(/^warning: the declared length 78/),
+      });
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+});
+
 describe('the command', () => {
   test('reports, exits 0 on a conforming server, 1 with the failed checks named otherwise', async () => {
     const { server } = await startServer('530');

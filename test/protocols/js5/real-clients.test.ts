@@ -123,10 +123,10 @@ function smallCache(): string {
   return dir;
 }
 
-describe('a missing group does not discard responses already queued', () => {
+describe('--missing-group close: a missing group does not discard responses already queued', () => {
   test('`01ff0000 01ff0005` in one segment: 255/0 arrives, then the connection closes', async () => {
     const dir = smallCache();
-    const { server: s, metrics } = await startServer('530', {}, dir);
+    const { server: s, metrics } = await startServer('530', { missingGroup: 'close' }, dir);
     servers.push(s);
     const p = await handshaken(s);
     p.send('01ff0000 01ff0005');
@@ -140,7 +140,7 @@ describe('a missing group does not discard responses already queued', () => {
 
   test('everything queued before the bad request is sent (prefetch too); nothing after it', async () => {
     const dir = smallCache();
-    const { server: s } = await startServer('530', { sliceBytes: 512 }, dir);
+    const { server: s } = await startServer('530', { sliceBytes: 512, missingGroup: 'close' }, dir);
     servers.push(s);
     const p = await handshaken(s);
     p.send('00000000 01000001 01ff0005 01000001');
@@ -208,6 +208,7 @@ describe('operators see what clients see (info logs, rate-limited)', () => {
       profile: '530',
       maxClients: 1,
       logIntervalMs: 60_000,
+      missingGroup: 'close',
       log,
       metrics: new ProtocolMetrics('js5'),
     });

@@ -280,15 +280,17 @@ describe('malformed input and missing groups', () => {
     ['missing group in a present archive', '0100fff0', 'missing_group'],
     ['index of an absent archive', '01ff00f0', 'missing_group'],
   ])('%s closes the connection', async (_n, h, reason) => {
-    const { server: s, metrics } = await server('530');
+    // Missing groups close only with --missing-group close (the default, drop, is tested below).
+    const { server: s, metrics } = await server('530', { missingGroup: 'close' });
     const p = await js5Peer(s);
     p.send(h);
     expect(await p.waitClosed()).toBe(true);
     expect(metrics.closed.get(reason)).toBe(1);
   });
 
-  test('with missingGroup=drop, a missing group is dropped and the connection goes on', async () => {
-    const { server: s, metrics } = await server('530', { missingGroup: 'drop' });
+  test('by default (missingGroup=drop), a missing group is dropped and the connection goes on', async () => {
+    const { server: s, metrics } = await server('530');
+    expect(s.settings.missingGroup).toBe('drop');
     const p = await js5Peer(s);
     p.send('01c80000 01010000');
     const f = expectedFrame(1, 0);

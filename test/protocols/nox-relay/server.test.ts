@@ -688,7 +688,7 @@ describe('nox-relay server definition (gamewire serve)', () => {
     // Instances inline, as a config file gives them (start() reads a file name or the array).
     const options = {
       ...def.resolve({ host: '127.0.0.1', port: 0 }),
-      instances: [{ id: 9, capacity: 2 }] as unknown as string,
+      instances: [{ id: 9, capacity: 2 }],
     };
     const running = await def.start(options, {
       log: silentLogger(),
@@ -707,7 +707,7 @@ describe('nox-relay server definition (gamewire serve)', () => {
     expect(() => loadInstances('/nonexistent/instances.json')).toThrow(/cannot read instance file/);
     await expect(
       def.start(
-        { ...options, instances: [{ id: -1 }] as unknown as string },
+        { ...options, instances: [{ id: -1 }] },
         { log: silentLogger(), metrics: new ProtocolMetrics('x'), dataDir: '/tmp' },
       ),
     ).rejects.toThrow(/id must be an integer/);

@@ -81,14 +81,15 @@ function watchConnections(): ConnectionEvent[] {
 describe('rmc attack: one address holds every connection slot', () => {
   it('a per-address cap at accept keeps slots for a second address', async () => {
     const events = watchConnections();
-    const s = await setup({ maxConnections: 40 });
+    // The declaration's derived cap, max(64, 40 / 4), would let one address take every slot: 32.
+    const s = await setup({ maxConnections: 40, maxConnectionsPerIp: 32 });
     // The attacker opens more silent connections than the server has slots.
     const held: net.Socket[] = [];
     for (let i = 0; i < 45; i++) held.push(await attacker(s.port));
     await waitFor(() => s.metrics.closed.get(CloseReason.PerIpLimit) === 13, {
       what: '13 refused at accept',
     });
-    // 32 (the default cap) are kept, the other 13 refused at accept.
+    // 32 (the per-address cap) are kept, the other 13 refused at accept.
     expect(s.listening.port).toBe(s.port);
     expect(s.server.connectionStats()).toHaveLength(32);
     expect(s.metrics.closed.get(CloseReason.PerIpLimit)).toBe(13);

@@ -70,7 +70,7 @@ describe('rmc: memory under partial-frame floods (spawned server, default limits
   it('stays under 100 MB RSS with 200 connections holding partial 1 MiB frames', async () => {
     if (process.platform !== 'linux') return; // RSS is read from /proc
     const baseline = rssBytes(child.pid!);
-    // 8 addresses × 25 connections (under the default per-address cap of 32), each sending a
+    // 8 addresses × 25 connections (under the default per-address cap of 64), each sending a
     // length announcing a 1 MiB frame and all of it but the last 64 bytes, then nothing.
     const partial = Buffer.alloc(1024 * 1024 - 64, 0x41);
     partial.writeUInt32LE(1024 * 1024 - 4, 0);

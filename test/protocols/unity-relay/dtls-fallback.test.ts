@@ -141,9 +141,10 @@ describe.runIf(linux)(
       expect(served!.stderr()).not.toMatch(/"level":(?:50|60)/);
     });
 
-    it.todo(
-      `the DTLS start-up line names the reason (${HIDDEN} missing from Node's OpenSSL): needs the addon to report which lookup failed (dtls_record.c) and composition.ts to print it`,
-    );
+    it(`the DTLS start-up line names the reason (${HIDDEN} missing from Node's OpenSSL)`, () => {
+      const dtls = served!.endpoints.find((e) => e.transport === 'udp' && e.port === dtlsPort);
+      expect(dtls?.description).toContain(`lacks ${HIDDEN}`);
+    });
 
     it('still relays: DTLS ↔ DTLS, DTLS ↔ UDP, and UDP ↔ UDP on the native plane', async () => {
       const api = `http://127.0.0.1:${served!.port('http')}`;

@@ -47,7 +47,7 @@ describe('load unity-relay', () => {
       const s = await runProtocolLoad(
         'unity-relay',
         { target: { host: '127.0.0.1', port: ports[transport] }, clients: 3, durationS: 2 },
-        { api: [api], transport, relayRate: 20, relayBytes: 200, tlsInsecure: true },
+        { api: [api], transport, relayRate: 20, relayBytes: 200, insecure: true },
       );
       expect(s.sessions).toMatchObject({ started: 3, joined: 3, failed: 0 });
       expect(s.violations).toEqual({});

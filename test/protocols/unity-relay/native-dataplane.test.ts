@@ -215,6 +215,31 @@ describe('native data plane under AddressSanitizer and UBSan', () => {
     expect(result.received).toBe(result.sent);
   }, 120_000);
 
+  it('handles dropped without close() and collected while datagrams arrive: the worker stops, the thread-safe function is released, no sanitizer report (UDP-only planes included: no DTLS socket)', () => {
+    const r = spawnSync(
+      process.execPath,
+      ['--expose-gc', join(root, 'test', 'fixtures', 'native-gc-drop.mjs')],
+      {
+        encoding: 'utf8',
+        // A finalizer that does not release the thread-safe function leaves the process running.
+        timeout: 60_000,
+        env: {
+          ...process.env,
+          GAMEWIRE_NATIVE_ADDON: sanitized,
+          LD_PRELOAD: asan,
+          ASAN_OPTIONS: 'detect_leaks=0:abort_on_error=1',
+          UBSAN_OPTIONS: 'print_stacktrace=1:halt_on_error=1',
+        },
+      },
+    );
+    expect(r.stderr).not.toMatch(/AddressSanitizer|runtime error|UndefinedBehaviorSanitizer/);
+    expect(r.signal, 'the process did not end on its own').toBeNull();
+    expect(r.status, r.stderr).toBe(0);
+    const result = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { sent: number; batches: number };
+    expect(result.sent).toBeGreaterThan(0);
+    expect(result.batches).toBeGreaterThan(0);
+  }, 90_000);
+
   it("survives random, mutated and foreign DTLS records and key churn, and never hands over another association's plaintext", () => {
     const r = spawnSync(process.execPath, [join(root, 'test', 'fixtures', 'native-dtls-fuzz.mjs')], {
       encoding: 'utf8',

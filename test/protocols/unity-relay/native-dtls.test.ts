@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createRegistry } from '../../../src/core/prometheus.js';
 import { setTrafficRecorder } from '../../../src/core/recording.js';
 import {
   startUnityRelay,
@@ -21,6 +22,7 @@ import {
   type NativeDataplaneStats,
   type NativeRelaySocket,
 } from '../../../src/protocols/unity-relay/native-dataplane.js';
+import type { ServerAssociation } from '../../../src/transports/dtls/association.js';
 import { DtlsClient } from '../../../src/transports/dtls/index.js';
 import { CIPHER_SUITES, RecordProtection } from '../../../src/transports/dtls/suites.js';
 import { mbedtlsClient, startMbedtls } from '../../helpers/mbedtls.js';
@@ -587,6 +589,174 @@ describe('unity-relay RELAYs over DTLS on the native data plane', () => {
     expect(d.dtlsForwardedIn).toBe(2);
     expect(d.dtlsSealedOut).toBe(2);
   }, 60_000);
+
+  it("junk from a bound peer's own address and port is dropped natively: delivery holds, the association never leaves the native plane", async () => {
+    const s = await start();
+    const { host, joins } = await allocations(s, 1);
+    const h = (await dtlsClientPeer(s, host)).peer;
+    await bindAndConnect(h, host);
+    // The joining client behind a proxy socket, whose address and port are what the relay sees;
+    // the attacker binds the very same address and port (SO_REUSEPORT). The proxy's socket is
+    // connected to the relay, so the relay's replies reach it and not the attacker's.
+    const proxy = dgram.createSocket({ type: 'udp4', reusePort: true });
+    const front = dgram.createSocket('udp4');
+    await new Promise<void>((r) => proxy.bind(0, '127.0.0.1', () => r()));
+    await new Promise<void>((r) => proxy.connect(s.dtls!.port, '127.0.0.1', () => r()));
+    await new Promise<void>((r) => front.bind(0, '127.0.0.1', () => r()));
+    cleanup.push(() => proxy.close());
+    cleanup.push(() => front.close());
+    let client: dgram.RemoteInfo | undefined;
+    front.on('message', (m, rinfo) => {
+      client = rinfo;
+      proxy.send(m);
+    });
+    proxy.on('message', (m) => {
+      if (client) front.send(m, client.port, client.address);
+    });
+    const k = keys(joins[0]!);
+    const dc = await DtlsClient.connect({
+      host: '127.0.0.1',
+      port: front.address().port,
+      identity: k.id,
+      psk: k.key,
+    });
+    cleanup.push(() => dc.close());
+    const inbox: Buffer[] = [];
+    dc.on('message', (m: Buffer) => inbox.push(Buffer.from(m)));
+    const c: DtlsPeer = { id: k.id, send: (b) => dc.send(b), next: inboxNext(() => inbox), inbox };
+    await bindAndConnect(c, joins[0]!, host);
+    const first = utpRelay(c.id, h.id, Buffer.from('before'));
+    c.send(first);
+    expect((await h.next(10)).equals(first)).toBe(true);
+    expect(native(s).stats().associations).toBe(2);
+
+    const seen = relaysSeenByJs(s);
+    const closes: string[] = [];
+    s.dtls!.server.on('close', (_a, reason) => closes.push(reason));
+    const before = native(s).stats();
+    // The attack, from another process: bounded in count and time, to 127.0.0.1 only.
+    const attacker = spawn(
+      process.execPath,
+      [
+        new URL('../../fixtures/dtls-junk-flood.mjs', import.meta.url).pathname,
+        JSON.stringify({ port: s.dtls!.port, fromPort: proxy.address().port, count: 400_000, ms: 3000 }),
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    cleanup.push(() => attacker.kill('SIGKILL'));
+    let out = '';
+    let err = '';
+    attacker.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    attacker.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((r) => attacker.on('exit', (code) => r(code)));
+    // Meanwhile, the pair relays at a steady rate: 2 RELAYs every 2 ms while the attack lasts.
+    let sent = 0;
+    let attacking = true;
+    void exited.then(() => (attacking = false));
+    const started = Date.now();
+    while (attacking && Date.now() - started < 10_000) {
+      for (let i = 0; i < 2; i++) c.send(utpRelay(c.id, h.id, Buffer.from(`steady ${sent++}`)));
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    expect(await exited, err).toBe(0);
+    const attack = JSON.parse(out) as { sent: number };
+    const steady = () =>
+      new Set(
+        h.inbox
+          .filter((m) => m[3] === 10 && m.subarray(38).toString().startsWith('steady '))
+          .map((m) => m.subarray(38).toString()),
+      ).size;
+    await waitFor(
+      () => steady() >= sent || undefined,
+      () => `the steady RELAYs (${steady()} of ${sent})`,
+      5000,
+    ).catch(() => undefined);
+    const delivered = steady();
+    const d = delta(before, native(s).stats());
+    const junk =
+      d.dtlsJunkTruncated +
+      d.dtlsJunkVersion +
+      d.dtlsJunkEpoch +
+      d.dtlsJunkBadMac +
+      d.dtlsJunkReplay +
+      d.dtlsJunkTooLarge +
+      d.dtlsJunkPlaintext +
+      d.dtlsDropBadMac +
+      d.dtlsDropReplay +
+      d.dtlsDropTooLarge;
+    console.log(
+      `junk attack: ${attack.sent} junk datagrams sent, ${junk} dropped natively; ${delivered} of ${sent} RELAYs delivered`,
+    );
+    expect(sent).toBeGreaterThan(500);
+    expect(delivered / sent).toBeGreaterThanOrEqual(0.99);
+    // Never handed back, never handed over again, never suspended: no cipher state rebuilt.
+    expect(d.dtlsDetached).toBe(0);
+    expect(d.dtlsAttached).toBe(0);
+    expect(d.dtlsSuspended).toBe(0);
+    expect(native(s).stats().associations).toBe(2);
+    expect(closes).toEqual([]);
+    expect(seen()).toBe(0);
+    // Every junk datagram the relay received was dropped natively, by reason.
+    expect(junk).toBeGreaterThanOrEqual(Math.min(attack.sent, d.dtlsReceived - d.dtlsForwardedIn));
+    expect(junk).toBeGreaterThan(1000);
+    expect(d.dtlsJunkEpoch).toBeGreaterThan(0);
+    expect(d.dtlsJunkBadMac).toBeGreaterThan(0);
+    expect(d.dtlsJunkTruncated).toBeGreaterThan(0);
+    expect(d.dtlsJunkPlaintext).toBeGreaterThan(0);
+    // /metrics: the associations each plane holds, the hand-overs, the junk by reason.
+    s.relay.syncDataplane();
+    expect(s.metrics.gauges.get('dtls_associations_native')).toBe(2);
+    expect(s.metrics.gauges.get('dtls_associations_js')).toBe(0);
+    expect(s.metrics.counters.get('dtls_handover_to_native')).toBeGreaterThanOrEqual(2);
+    expect(s.metrics.counters.get('dtls_native_junk_bad_epoch')).toBe(d.dtlsJunkEpoch);
+    const text = await createRegistry(() => [s.metrics]).metrics();
+    expect(text).toMatch(/gamewire_gauge\{protocol="unity-relay",name="dtls_associations_native"\} 2/);
+    expect(text).toMatch(
+      /gamewire_events_total\{protocol="unity-relay",event="dtls_native_junk_bad_mac"\} [1-9]/,
+    );
+    expect(text).toMatch(
+      /gamewire_events_total\{protocol="unity-relay",event="dtls_handover_to_native"\} [1-9]/,
+    );
+    // Still relaying natively after the attack.
+    const after = utpRelay(c.id, h.id, Buffer.from('after'));
+    c.send(after);
+    await waitFor(
+      () => h.inbox.some((m) => m.equals(after)),
+      () => 'a RELAY after the attack',
+    );
+    expect(delta(before, native(s).stats()).dtlsDetached).toBe(0);
+  }, 60_000);
+
+  it('keys live once: after the hand-over the JavaScript key Buffers read back as zeros; taking it back restores them', async () => {
+    const s = await start();
+    const { host } = await allocations(s, 0);
+    const assocs: ServerAssociation[] = [];
+    s.dtls!.server.on('association', (a) => assocs.push(a as ServerAssociation));
+    const { peer } = await dtlsClientPeer(s, host);
+    await bindAndConnect(peer, host);
+    const a = assocs[0]!;
+    expect(a.offloaded).toBe(true);
+    const material = [a.read.material(), a.write.material()];
+    const state = a.recordState();
+    for (const b of [
+      state.readKey,
+      state.readIv,
+      state.writeKey,
+      state.writeIv,
+      ...material.flatMap((m) => [m.key, m.iv]),
+    ])
+      expect(b.every((x) => x === 0)).toBe(true);
+    // Taken back (as the wire view does): the keys are there again, and JavaScript seals and opens with them.
+    s.dtls!.server.setRecordOffload(undefined);
+    expect(a.offloaded).toBe(false);
+    for (const m of material) {
+      expect(m.key.some((x) => x !== 0)).toBe(true);
+      expect(m.iv.some((x) => x !== 0)).toBe(true);
+    }
+    const k = keys(host);
+    peer.send(utpBind(0, k.cd, k.key));
+    await peer.next(1);
+  });
 
   it('close_notify ends the association on the native side too', async () => {
     const s = await start();

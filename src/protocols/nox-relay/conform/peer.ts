@@ -73,7 +73,9 @@ export class NoxPeer {
         });
         s.once('error', (err) => {
           clearTimeout(timer);
-          reject(new CheckFailure(`cannot connect to ${targetText(target)}: ${err.message}`));
+          reject(
+            new CheckFailure(`cannot connect to ${targetText(target)}: ${err.message}`, {}, { cause: err }),
+          );
         });
       });
       socket.setNoDelay(true);

@@ -47,7 +47,7 @@ export function handshakeReply(
     clientPort: client.port,
     flags: offline ? HandshakeFlags.IsOffline : HandshakeFlags.None,
     ...(offline ? {} : { masterAddr: o.master! }),
-    maxPacketSize: o.maxPacketSize,
+    maxPacketSize: o.maxPacketBytes,
     connectionTimeout: seconds(o.connectionTimeoutMs),
     keepAliveInterval: seconds(o.keepAliveIntervalMs),
     segmentationTimeout: seconds(o.segmentationTimeoutMs),
@@ -254,7 +254,7 @@ export function handleSessions(
   const listed = [...ctx.instances.values()]
     .filter((i) => (i.flags & InstanceFlags.IsPublic) !== 0)
     .sort((a, b) => a.id - b.id);
-  const per = sessionsPerPage(ctx.options.maxPacketSize);
+  const per = sessionsPerPage(ctx.options.maxPacketBytes);
   const total = Math.min(255, Math.ceil(listed.length / per));
   const page = m.page < total ? listed.slice(m.page * per, (m.page + 1) * per) : [];
   // An unproven UDP client sees its own aliases (docs/security.md, instance aliases).

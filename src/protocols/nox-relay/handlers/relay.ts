@@ -284,7 +284,7 @@ export function handleCustom(ctx: RelayContext, client: RelayClient, m: Msg<'Cus
     ctx.metrics.drop(DropReason.CustomNotMember);
     return;
   }
-  if (5 + 3 + m.data.length > ctx.options.maxPacketSize) {
+  if (5 + 3 + m.data.length > ctx.options.maxPacketBytes) {
     ctx.metrics.drop(DropReason.CustomTooLarge);
     return;
   }
@@ -349,7 +349,7 @@ export function handleAvatarChanged(
     ...avatar,
   };
   const bytes = ctx.encode(0, notice);
-  if (bytes.length > ctx.options.maxPacketSize) {
+  if (bytes.length > ctx.options.maxPacketBytes) {
     ctx.metrics.drop(DropReason.AvatarChangedTooLarge);
     failed('Avatar change too large');
     return;
@@ -400,7 +400,7 @@ export function handleAvatarParams(ctx: RelayContext, client: RelayClient, m: Ms
     playerId: owner.id,
     parameters: m.parameters,
   });
-  if (bytes.length > o.maxPacketSize) {
+  if (bytes.length > o.maxPacketBytes) {
     ctx.metrics.drop(DropReason.AvatarParamsTooLarge);
     return;
   }

@@ -8,14 +8,21 @@
  * connection keep being dispatched and answered while it waits.
  */
 import type { ProtocolMetrics } from '../../../core/metrics.js';
-import { type RedisConnection, StoreUnavailableError, storeCall } from '../../../core/redis.js';
+import {
+  durableCall,
+  type RedisConnection,
+  StoreNotDurableError,
+  StoreUnavailableError,
+  storeCall,
+} from '../../../core/redis.js';
 import { RmcError } from '../errors.js';
+import { DEFAULT_STORE_TIMEOUT_MS } from '../options.js';
 
 /** The RMC error a control-plane call answers while Redis is down or slow (docs/rmc.md, "Fleet"). */
 export const STORE_UNAVAILABLE_ERROR = 'RendezVous::ConnectionFailure';
 
-/** Default longest wait for one control-plane call to Redis, in ms. */
-export const DEFAULT_STORE_TIMEOUT_MS = 2000;
+/** Default longest wait for one control-plane call to Redis, in ms (`rmc.storeTimeoutMs`: the declaration's, options.ts). */
+export { DEFAULT_STORE_TIMEOUT_MS };
 
 export interface FleetStoreContext {
   redis: RedisConnection;
@@ -48,7 +55,9 @@ export function keysOf(ctx: FleetStoreContext): { rmc: string; node: string; fle
 }
 
 /**
- * Runs one control-plane Redis call with a bounded wait. "Redis cannot answer now" (down, a
+ * Runs one control-plane Redis call with a bounded wait; with `durable`, it is acknowledged only
+ * once the connection's replicas hold it (`durableCall`: a Sentinel set's replica), else it fails
+ * the same way as an outage (`store_not_durable` counted). "Redis cannot answer now" (down, a
  * timeout, a reconnect in progress) becomes `RendezVous::ConnectionFailure` with a message
  * saying to try again; other errors pass through.
  */
@@ -56,13 +65,14 @@ export async function controlPlane<T>(
   ctx: FleetStoreContext,
   what: string,
   fn: () => Promise<T>,
+  durable = false,
 ): Promise<T> {
   const timeoutMs = ctx.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
   let timer: NodeJS.Timeout | undefined;
   try {
     if (!ctx.redis.up) throw new StoreUnavailableError(`the store is unavailable (${what}): Redis is down`);
     return await Promise.race([
-      storeCall(what, fn),
+      durable ? durableCall(ctx.redis, what, fn) : storeCall(what, fn),
       new Promise<never>((_, reject) => {
         timer = setTimeout(
           () =>
@@ -72,6 +82,13 @@ export async function controlPlane<T>(
       }),
     ]);
   } catch (err) {
+    if (err instanceof StoreNotDurableError) {
+      ctx.metrics?.count('store_not_durable');
+      throw RmcError.of(
+        STORE_UNAVAILABLE_ERROR,
+        `the server could not make this durable in its store; try again later (${what})`,
+      );
+    }
     if (err instanceof StoreUnavailableError) {
       ctx.metrics?.count('store_unavailable');
       throw RmcError.of(
@@ -83,6 +100,11 @@ export async function controlPlane<T>(
   } finally {
     if (timer !== undefined) clearTimeout(timer);
   }
+}
+
+/** `controlPlane` for a write whose acknowledgement must survive the loss of the primary. */
+export function durablePlane<T>(ctx: FleetStoreContext, what: string, fn: () => Promise<T>): Promise<T> {
+  return controlPlane(ctx, what, fn, true);
 }
 
 /** `<node>#<incarnation>#<connection>`: what records of one connection are keyed by. */
@@ -166,7 +188,7 @@ export class CleanupQueue {
 
   async run(what: string, fn: () => Promise<unknown>): Promise<void> {
     try {
-      await controlPlane(this.ctx, what, fn);
+      await controlPlane(this.ctx, what, fn, true);
     } catch (err) {
       if (!(err instanceof RmcError) || err.namespace !== 'RendezVous' || err.code !== 0x01) throw err;
       if (this.pending.length >= this.max) {
@@ -201,7 +223,7 @@ export class CleanupQueue {
       while (this.pending.length > 0 && this.ctx.redis.up) {
         const next = this.pending[0]!;
         try {
-          await controlPlane(this.ctx, next.what, next.fn);
+          await controlPlane(this.ctx, next.what, next.fn, true);
         } catch {
           break;
         }

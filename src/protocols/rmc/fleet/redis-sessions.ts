@@ -39,6 +39,7 @@ import {
 import {
   CleanupQueue,
   controlPlane,
+  durablePlane,
   type FleetStoreContext,
   keysOf,
   LUA_ALIVE,
@@ -250,7 +251,7 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async create(spec: SessionSpec, member: SessionMember): Promise<{ memberCount: number }> {
-    const reply = (await controlPlane(this.ctx, 'session create', () =>
+    const reply = (await durablePlane(this.ctx, 'session create', () =>
       this.ctx.redis.client.eval(
         CREATE_SCRIPT,
         0,
@@ -273,7 +274,7 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async join(id: string, member: SessionMember): Promise<{ type: string; members: string[] }> {
-    const reply = (await controlPlane(this.ctx, 'session join', () =>
+    const reply = (await durablePlane(this.ctx, 'session join', () =>
       this.ctx.redis.client.eval(
         JOIN_SCRIPT,
         0,
@@ -292,7 +293,7 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async leave(id: string, member: SessionMember): Promise<boolean> {
-    const r = await controlPlane(this.ctx, 'session leave', () =>
+    const r = await durablePlane(this.ctx, 'session leave', () =>
       this.ctx.redis.client.eval(
         LEAVE_SCRIPT,
         0,

@@ -37,6 +37,7 @@ import {
 import {
   CleanupQueue,
   controlPlane,
+  durablePlane,
   type FleetStoreContext,
   keysOf,
   LUA_ALIVE,
@@ -226,7 +227,7 @@ export class RedisAccountStore implements AccountStore {
   }
 
   async login(accountId: string, name: string, origin?: { address: string }): Promise<Account> {
-    const reply = (await controlPlane(this.ctx, 'login', () =>
+    const reply = (await durablePlane(this.ctx, 'login', () =>
       this.client.eval(
         LOGIN_SCRIPT,
         0,
@@ -274,7 +275,7 @@ export class RedisAccountStore implements AccountStore {
   }
 
   async startSession(session: LoginSession): Promise<void> {
-    const ok = await controlPlane(this.ctx, 'login session', () =>
+    const ok = await durablePlane(this.ctx, 'login session', () =>
       this.client.eval(
         START_SESSION_SCRIPT,
         0,
@@ -362,7 +363,7 @@ export class FleetConnectionIds {
   }
 
   private fetch(): Promise<void> {
-    this.fetching ??= controlPlane(this.ctx, 'connection ids', () =>
+    this.fetching ??= durablePlane(this.ctx, 'connection ids', () =>
       this.ctx.redis.client.eval(
         RESERVE_IDS_SCRIPT,
         1,

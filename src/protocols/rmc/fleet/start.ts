@@ -21,6 +21,7 @@ import { connectRedis, redactRedisUrl } from '../../../core/redis.js';
 import type { Endpoint, ServerContext } from '../../../core/server.js';
 import type { RmcConnection } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
+import { RMC_ROLES } from '../options.js';
 import { ApexAntitoxicityProtocol, acknowledgeAll } from '../protocols/apex-antitoxicity.js';
 import {
   CloudServersProtocol,
@@ -43,7 +44,7 @@ import { RedisSessionStore } from './redis-sessions.js';
 import { FleetConnectionIds, RedisAccountStore, type RedisAccountStoreOptions } from './redis-store.js';
 import { FleetSweeper } from './sweep.js';
 
-export const RMC_ROLES = ['auth', 'secure', 'all'] as const;
+export { RMC_ROLES };
 export type RmcRole = (typeof RMC_ROLES)[number];
 
 export interface RmcFleetOptions {
@@ -118,7 +119,10 @@ export async function startRmcFleet(
       else if (up) log.info(shown, 'rmc: Redis is back');
       else log.warn(shown, 'rmc: Redis is down; logins and session calls fail until it returns');
     },
+    onPrimaryChange: (from, to, downMs) =>
+      log.warn({ from, to, downMs }, 'rmc: Redis failed over: now on the new primary'),
   });
+  ctx.metrics.store = () => redis.state!();
   const registry = new RedisNodeRegistry(redis, { ttlMs: o.nodeTtlMs });
   const incarnation = randomBytes(6).toString('hex');
   const storeCtx: FleetStoreContext = {

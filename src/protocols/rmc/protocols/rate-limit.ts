@@ -4,6 +4,7 @@
  */
 
 import { TokenBucket, TokenBuckets } from '../../../core/token-bucket.js';
+import { DEFAULT_REGISTRATIONS_PER_HOUR, DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR } from '../options.js';
 
 export interface RegistrationLimits {
   /** New accounts one address may create per hour, also the burst (default 256; 0 = no limit). */
@@ -14,9 +15,8 @@ export interface RegistrationLimits {
   maxTrackedAddresses?: number;
 }
 
-/** A venue or campus NAT of new players registers at once (issue 24): 20 refused the 21st. */
-export const DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR = 256;
-export const DEFAULT_REGISTRATIONS_PER_HOUR = 10_000;
+// Option defaults (`rmc.registrationsPerIpPerHour`, `rmc.registrationsPerHour`): the declaration's (options.ts).
+export { DEFAULT_REGISTRATIONS_PER_HOUR, DEFAULT_REGISTRATIONS_PER_IP_PER_HOUR };
 
 const HOUR_S = 3600;
 

@@ -11,6 +11,7 @@
 import { addressKey } from '../../../core/tcp.js';
 import type { CallContext, Handlers, RmcConnection } from '../dispatcher.js';
 import { RmcError } from '../errors.js';
+import { DEFAULT_MAX_SESSIONS_PER_ACCOUNT, DEFAULT_MAX_SESSIONS_PER_IP } from '../options.js';
 import { defineProtocol, method } from '../signature.js';
 import { boundedString, list, rawBytes, u32, uuid } from '../types.js';
 
@@ -80,8 +81,8 @@ export interface SessionOptions {
   maxSessionsPerAccount?: number;
 }
 
-export const DEFAULT_MAX_SESSIONS_PER_IP = 64;
-export const DEFAULT_MAX_SESSIONS_PER_ACCOUNT = 16;
+// Option defaults (`rmc.maxSessionsPerIp`, `rmc.maxSessionsPerAccount`): the declaration's (options.ts).
+export { DEFAULT_MAX_SESSIONS_PER_ACCOUNT, DEFAULT_MAX_SESSIONS_PER_IP };
 export const DEFAULT_MAX_SESSION_MEMBERS = 100;
 export const DEFAULT_MAX_SESSIONS = 10_000;
 export const DEFAULT_MAX_SESSIONS_PER_CONNECTION = 16;

@@ -13,127 +13,22 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { listenOnOnePort } from '../../../core/one-port.js';
-import { option, type ServerOptions, serveOptions } from '../../../core/options.js';
-import type { Endpoint, ServeOption, ServerContext } from '../../../core/server.js';
+import type { ServerOptions } from '../../../core/options.js';
+import type { Endpoint, ServerContext } from '../../../core/server.js';
 import type { CallContext, RmcConnection } from '../dispatcher.js';
+import type { PRUDP_OPTIONS } from '../options.js';
 import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols/secure-connection.js';
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
 import type { AccountStore } from '../store.js';
-import { defaultMaxConnectionsPerIp, PRUDP_DEFAULTS, PRUDP_PROFILES } from './constants.js';
+import { defaultMaxConnectionsPerIp } from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
 import { PrudpServer, plainConnect } from './server.js';
 import { defaultKeyWorkers, Md5ChainPool, UserKeyCache } from './user-keys.js';
 
-export const RMC_TRANSPORTS = ['both', 'prudp', 'tcp'] as const;
-
-/** The transport and PRUDP options of `gamewire serve rmc`, declared once (src/core/options.ts). */
-export const PRUDP_OPTIONS = {
-  transport: option.string({
-    flag: '--rmc-transport <t>',
-    description: 'rmc: prudp (UDP), tcp (u32-framed) or both, on the same port',
-    default: 'both',
-    choices: RMC_TRANSPORTS,
-  }),
-  prudpProfile: option.string({
-    flag: '--prudp-profile <p>',
-    description:
-      'rmc: PRUDP profile, hyperscape (string-named RMC, ECDH+AES) or classic (packed RMC, RC4, Kerberos)',
-    default: 'hyperscape',
-    choices: PRUDP_PROFILES,
-  }),
-  prudpAccessKey: option.string({
-    flag: '--prudp-access-key <key>',
-    description: "rmc: PRUDP sandbox access key, or auto (learn each client's from its SYN)",
-    default: 'auto',
-    secret: true,
-  }),
-  prudpChecksum: option.string({
-    flag: '--prudp-checksum <w>',
-    description: 'rmc: PRUDP checksum width 1 or 4, or auto (from the SYN length)',
-    default: 'auto',
-    choices: ['auto', '1', '4'],
-    parse: (w): 'auto' | 1 | 4 => (w === 'auto' ? 'auto' : w === '1' ? 1 : 4),
-  }),
-  prudpPublicHost: option.string({
-    flag: '--prudp-public-host <host>',
-    description: 'rmc: address written into StationURLs (default: the bind address, 127.0.0.1 for 0.0.0.0)',
-  }),
-  prudpPassword: option.string({
-    flag: '--prudp-password <pass>',
-    description: "rmc (classic): the password every account's Kerberos key derives from",
-    default: 'gamewire',
-    secret: true,
-  }),
-  prudpKeyWorkers: option.int({
-    flag: '--prudp-key-workers <n>',
-    description: 'rmc (classic): worker threads that derive Kerberos user keys (0: CPUs - 1, at least 1)',
-    default: 0,
-    min: 0,
-  }),
-  prudpKeyQueue: option.int({
-    flag: '--prudp-key-queue <n>',
-    description:
-      'rmc (classic): key derivations waiting for a worker before further logins are refused (RendezVous::ConnectionFailure)',
-    default: 1024,
-    min: 0,
-  }),
-  prudpMaxConnections: option.int({
-    flag: '--prudp-max-connections <n>',
-    description: 'rmc: most PRUDP connections (open and half-open)',
-    default: PRUDP_DEFAULTS.maxConnections,
-    min: 1,
-  }),
-  prudpMaxConnectionsPerIp: option.int({
-    flag: '--prudp-max-connections-per-ip <n>',
-    description:
-      'rmc: most PRUDP connections from one IP address (default max(64, prudp-max-connections / 4): a NAT of players fits)',
-    min: 1,
-  }),
-  prudpMaxHalfOpen: option.int({
-    flag: '--prudp-max-half-open <n>',
-    description: 'rmc: most PRUDP connections between SYN and CONNECT; when full, a SYN evicts the oldest',
-    default: PRUDP_DEFAULTS.maxHalfOpen,
-    min: 1,
-  }),
-  prudpMaxHalfOpenPerIp: option.int({
-    flag: '--prudp-max-half-open-per-ip <n>',
-    description: 'rmc: most PRUDP connections between SYN and CONNECT from one IP address',
-    default: PRUDP_DEFAULTS.maxHalfOpenPerIp,
-    min: 1,
-  }),
-  prudpIdleTimeoutMs: option.int({
-    flag: '--prudp-idle-timeout-ms <ms>',
-    description: 'rmc: drop PRUDP connections silent this long',
-    default: PRUDP_DEFAULTS.idleTimeoutMs,
-    min: 0,
-    unit: 'ms',
-  }),
-  prudpMaxReassemblyBytes: option.int({
-    flag: '--prudp-max-reassembly-bytes <n>',
-    description: 'rmc: bytes held per PRUDP connection for reassembly and early packets',
-    default: PRUDP_DEFAULTS.maxReassemblyBytes,
-    min: 1024,
-    unit: 'bytes',
-  }),
-  prudpRetransmitMs: option.int({
-    flag: '--prudp-retransmit-ms <ms>',
-    description: 'rmc: first PRUDP retransmission after this long (then x1.5 each time)',
-    default: PRUDP_DEFAULTS.retransmitMs,
-    min: 10,
-    unit: 'ms',
-  }),
-  prudpMaxRetransmits: option.int({
-    flag: '--prudp-max-retransmits <n>',
-    description: 'rmc: PRUDP retransmissions of one packet before the connection is given up',
-    default: PRUDP_DEFAULTS.maxRetransmits,
-    min: 1,
-  }),
-};
-
-export const PRUDP_SERVE_OPTIONS: readonly ServeOption[] = serveOptions(PRUDP_OPTIONS);
+export { PRUDP_OPTIONS, PRUDP_SERVE_OPTIONS, RMC_TRANSPORTS } from '../options.js';
 
 /** What `startRmcTransports` reads: the options above, every default filled, and where to bind. */
 export type PrudpServeOptions = ServerOptions<typeof PRUDP_OPTIONS>;

@@ -192,7 +192,7 @@ export async function openWebSocket(
     };
     const fail = (err: Error) => {
       clearTimeout(limit);
-      reject(new CheckFailure(`cannot connect to ${targetText(target)}: ${err.message}`));
+      reject(new CheckFailure(`cannot connect to ${targetText(target)}: ${err.message}`, {}, { cause: err }));
     };
     if (secure) {
       const s = tls.connect({

@@ -25,7 +25,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { NodeRecord, NodeRegistry } from '../../../core/node-registry.js';
-import { type RedisConnection, storeCall } from '../../../core/redis.js';
+import { durableCall, type RedisConnection, storeCall } from '../../../core/redis.js';
 import {
   bytesFromGuid,
   guidFromBytes,
@@ -251,7 +251,8 @@ export class RedisAllocationService implements AllocationService {
   async joinCode(guid: string): Promise<string> {
     const candidates: string[] = [];
     for (let i = 0; i < JOIN_CODE_CANDIDATES; i++) candidates.push(newJoinCode());
-    const reply = (await storeCall('join code', () =>
+    // Durable even when the code already existed: the wait covers every write before it.
+    const reply = (await durableCall(this.redis, 'join code', () =>
       this.redis.client.eval(
         JOIN_CODE_SCRIPT,
         2,
@@ -370,7 +371,8 @@ export class RedisAllocationService implements AllocationService {
       ttlMs: this.recordTtlMs,
     };
     // The owner's entry was added with the placement (PLACE_SCRIPT), with the same lifetime.
-    await storeCall('allocation', () =>
+    // Acknowledged once durable: the record, and the placement and owner entry written before it.
+    await durableCall(this.redis, 'allocation', () =>
       this.redis.client.set(this.key('alloc', guid), JSON.stringify(stored), 'PX', this.firstLifeMs),
     );
     const { serverEndpoints, relayServer } = nodeEndpoints(node);

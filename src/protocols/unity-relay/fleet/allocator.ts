@@ -15,7 +15,14 @@ import type { FleetCommonOptions } from '../composition.js';
 import { DEFAULT_API_PORT } from '../options.js';
 import { LISTEN_BACKLOG } from '../websocket.js';
 import { RedisAllocationService } from './allocation-service.js';
-import { type FleetAdmin, fleetView, RELAY_NODE_KIND, redisStatusLogger, setNodeGauges } from './view.js';
+import {
+  type FleetAdmin,
+  fleetView,
+  RELAY_NODE_KIND,
+  redisFailoverLogger,
+  redisStatusLogger,
+  setNodeGauges,
+} from './view.js';
 
 export interface UnityRelayAllocatorOptions extends FleetCommonOptions {
   /** HTTP port; 0 picks a free one. Default 37080. */
@@ -61,7 +68,9 @@ export async function startUnityRelayAllocator(
   const redis = await connectRedis(options.redisUrl, {
     ...(options.redisPrefix !== undefined ? { prefix: options.redisPrefix } : {}),
     onStatus: redisStatusLogger(log, 'allocator'),
+    onPrimaryChange: redisFailoverLogger(log, 'allocator'),
   });
+  metrics.store = () => redis.state!();
   const registry = new RedisNodeRegistry(redis, { ttlMs: options.heartbeatTtlMs ?? 10_000 });
   const service = new RedisAllocationService({
     redis,

@@ -79,6 +79,15 @@ export function redisStatusLogger(log: Logger, role: string): (up: boolean) => v
   };
 }
 
+/** Logs a Redis failover this process went through (the new primary, the time without one). */
+export function redisFailoverLogger(
+  log: Logger,
+  role: string,
+): (from: string, to: string, downMs: number) => void {
+  return (from, to, downMs) =>
+    log.warn({ role, from, to, downMs }, 'Redis failed over: now on the new primary');
+}
+
 /** Gauge names in `ProtocolMetrics.nodeGauges` (exported by src/core/prometheus.ts). */
 export const NODE_GAUGES = {
   allocations: 'node_allocations',

@@ -1,0 +1,248 @@
+/**
+ * `gamewire load` as a newcomer runs it: the README's crowd against the relay `serve` starts
+ * with its defaults, a bare `--target` host with each unity-relay `--transport`, a run nobody
+ * gets into, an allocation API that keeps refusing, Ctrl-C, and the TLS flags `conform` and the
+ * clients share. Every case spawns the real CLI.
+ */
+import { spawn } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BIN, type CliResult, cliEnv, errorOf, ROOT, runCli } from '../helpers/cli.js';
+import { freePort } from '../helpers/redis.js';
+import { type Served, startServe } from '../helpers/serve.js';
+
+/** Runs the CLI without blocking this process; `onStderr` sees stderr as it comes. */
+function runLoad(
+  args: string[],
+  onStart?: (child: ReturnType<typeof spawn>) => void,
+): Promise<CliResult & { signal: NodeJS.Signals | null }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: cliEnv() });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+    onStart?.(child);
+  });
+}
+
+/** The error line (the last line of stderr). */
+function lastError(r: CliResult): { code: string; message: string } {
+  const lines = r.stderr.trim().split('\n');
+  return (JSON.parse(lines[lines.length - 1]!) as { error: { code: string; message: string } }).error;
+}
+
+describe('load nox-relay against the default relay (one public instance of 32)', () => {
+  let relay: Served;
+  let port: number;
+  beforeAll(async () => {
+    relay = await startServe(['nox-relay', '--port', '0', '--host', '127.0.0.1', '--no-admin']);
+    port = relay.port('udp');
+  });
+  afterAll(async () => {
+    await relay?.stop();
+  });
+
+  it("the README's crowd (--clients 32) all get in", async () => {
+    const r = await runLoad([
+      'load',
+      'nox-relay',
+      '--target',
+      `127.0.0.1:${port}`,
+      '--clients',
+      '32',
+      '--duration',
+      '2',
+      '--json',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const s = JSON.parse(r.stdout) as { sessions: { joined: number; failed: number }; ok: boolean };
+    expect(s.sessions).toMatchObject({ joined: 32, failed: 0 });
+    expect(s.ok).toBe(true);
+  });
+
+  it('more players than the instances hold is refused before any traffic, with the number that fits', async () => {
+    const r = await runLoad(['load', 'nox-relay', '--target', `127.0.0.1:${port}`, '--clients', '64']);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    const e = errorOf(r);
+    expect(e.code).toBe('ERR_LOAD_CAPACITY');
+    expect(e.message).toContain('--clients 32');
+    expect(e.message).toContain('--instances FILE');
+  });
+
+  it('Ctrl-C ends the run with its summary, says it was interrupted, and exits 130', async () => {
+    const r = await runLoad(
+      [
+        'load',
+        'nox-relay',
+        '--target',
+        `127.0.0.1:${port}`,
+        '--clients',
+        '2',
+        '--duration',
+        '60',
+        '--progress',
+      ],
+      (child) => {
+        // Once the progress line shows both players in, press Ctrl-C.
+        let seen = '';
+        child.stderr!.on('data', (d: Buffer) => {
+          seen += d.toString();
+          if (/joined 2/.test(seen) && !child.killed) child.kill('SIGINT');
+        });
+      },
+    );
+    expect(r.code, r.stderr).toBe(130);
+    expect(r.stdout).toMatch(/^nox-relay load on .*interrupted \(SIGINT\)/);
+    expect(r.stdout).toMatch(/sessions: 2 started, 2 joined/);
+    expect(lastError(r).code).toBe('ERR_LOAD_INTERRUPTED');
+  });
+});
+
+describe('load unity-relay: ports, reasons, refusals, TLS flags', () => {
+  let relay: Served;
+  const ports = { udp: 0, dtls: 0, ws: 0, wss: 0, api: 0 };
+  beforeAll(async () => {
+    ports.dtls = await freePort();
+    ports.ws = await freePort();
+    ports.wss = await freePort();
+    relay = await startServe([
+      'unity-relay',
+      '--port',
+      '0',
+      '--api-port',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--dtls-port',
+      String(ports.dtls),
+      '--ws-port',
+      String(ports.ws),
+      '--wss-port',
+      String(ports.wss),
+      // Two allocations a minute from one address: the third game is refused.
+      '--unity-allocations-per-minute-per-address',
+      '2',
+      '--no-admin',
+    ]);
+    ports.udp = relay.port('udp', /Unity Relay \(/);
+    ports.api = relay.port('http');
+  });
+  afterAll(async () => {
+    await relay?.stop();
+  });
+
+  it("a bare --target host takes the --transport's own default port", () => {
+    // The API is somewhere closed: nothing is sent to the relay, the summary names the target.
+    for (const [transport, port] of [
+      ['udp', 37000],
+      ['dtls', 37001],
+      ['ws', 37002],
+      ['wss', 37003],
+    ] as const) {
+      const r = runCli([
+        'load',
+        'unity-relay',
+        '--target',
+        '127.0.0.1',
+        '--transport',
+        transport,
+        '--api',
+        'http://127.0.0.1:1',
+        '--clients',
+        '1',
+        '--json',
+      ]);
+      expect(r.code, r.stderr).toBe(1);
+      expect((JSON.parse(r.stdout) as { target: string }).target, transport).toBe(`127.0.0.1:${port}`);
+    }
+    expect(runCli(['load', 'unity-relay', '--help']).stdout).toMatch(
+      /dtls 37001,\s+ws\s+37002,\s+wss\s+37003/,
+    );
+  });
+
+  it('a run nobody got into says where they were stuck (DTLS to the UDP port)', async () => {
+    const r = await runLoad([
+      'load',
+      'unity-relay',
+      '--target',
+      `127.0.0.1:${ports.udp}`,
+      '--transport',
+      'dtls',
+      '--api',
+      `http://127.0.0.1:${ports.api}`,
+      '--clients',
+      '1',
+      '--duration',
+      '2',
+    ]);
+    expect(r.code).toBe(1);
+    const e = lastError(r);
+    expect(e.code).toBe('ERR_LOAD_NO_CLIENT');
+    expect(e.message).toContain(`BIND over dtls to 127.0.0.1:${ports.udp}`);
+    expect(e.message).toContain('--transport dtls');
+    expect(r.stdout).toMatch(/not in when the run ended: 1 at "BIND over dtls/);
+  });
+
+  it('--insecure (and the former --tls-insecure) for wss, as conform and the clients spell it', async () => {
+    const help = runCli(['load', 'unity-relay', '--help']).stdout;
+    expect(help).toMatch(/--ca <file>/);
+    expect(help).toMatch(/--insecure/);
+    expect(help).not.toMatch(/--tls-/);
+    for (const flag of ['--insecure', '--tls-insecure']) {
+      const r = await runLoad([
+        'load',
+        'unity-relay',
+        '--target',
+        `127.0.0.1:${ports.wss}`,
+        '--transport',
+        'wss',
+        '--api',
+        `http://127.0.0.1:${ports.api}`,
+        '--from',
+        flag === '--insecure' ? '127.0.0.21' : '127.0.0.22',
+        '--clients',
+        '1',
+        '--duration',
+        '1.5',
+        flag,
+        '--json',
+      ]);
+      expect(r.code, `${flag}: ${r.stderr}`).toBe(0);
+      expect((JSON.parse(r.stdout) as { sessions: { joined: number } }).sessions.joined).toBe(1);
+    }
+  });
+
+  it('an allocation API that keeps answering 429 says what to do: wait, --from, --api-key', async () => {
+    const r = await runLoad([
+      'load',
+      'unity-relay',
+      '--target',
+      `127.0.0.1:${ports.udp}`,
+      '--api',
+      `http://127.0.0.1:${ports.api}`,
+      '--from',
+      '127.0.0.31',
+      '--clients',
+      '3',
+      '--duration',
+      '10',
+      '--json',
+    ]);
+    expect(r.code).toBe(1);
+    const s = JSON.parse(r.stdout) as { errorMessages: Record<string, string> };
+    const message = s.errorMessages.ERR_RELAY_API_THROTTLED ?? '';
+    expect(message).toMatch(/retry in \d+ s/);
+    expect(message).toContain('--from 127.0.0.2-9');
+    expect(message).toContain('--api-key');
+  }, 40_000);
+});
