@@ -55,10 +55,14 @@ function parseTarget(value: string): { host: string; port: number } {
   return { host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port: Number(m[2]) };
 }
 
-type ReplayFlags = { target: string; port: any[]; ignore?: string; stepTimeoutMs: number } & Record<
-  string,
-  unknown
->;
+type ReplayFlags = {
+  target: string;
+  port: any[];
+  ignore?: string;
+  compareAll?: boolean;
+  pace: boolean;
+  stepTimeoutMs: number;
+} & Record<string, unknown>;
 
 export async function addReplayCommand(program: Command): Promise<void> {
   const cmd = program
@@ -74,7 +78,15 @@ export async function addReplayCommand(program: Command): Promise<void> {
       parsePortMapping,
       [],
     )
-    .option('--ignore <fields>', 'field names never compared (comma-separated), e.g. serverTimestamp')
+    .option(
+      '--ignore <fields>',
+      "field names never compared (comma-separated), on top of each protocol's server-made fields",
+    )
+    .option(
+      '--compare-all',
+      "compare every field exactly, server-made ones too (each protocol's replay defaults off)",
+    )
+    .option('--no-pace', 'send as soon as the replies are in, not as far apart as recorded')
     .option(
       '--step-timeout-ms <n>',
       "longest wait for the server's replies before each send",
@@ -105,6 +117,8 @@ export async function addReplayCommand(program: Command): Promise<void> {
       port: target.port,
       stepTimeoutMs: flags.stepTimeoutMs,
       ignore,
+      compareAll: flags.compareAll === true,
+      pace: flags.pace,
       ports: flags.port,
       decoder,
     }).catch((err: unknown) => {

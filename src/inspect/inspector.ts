@@ -60,6 +60,8 @@ export interface InspectOptions {
     protocol: string,
     direction: Direction,
     bytes: Buffer,
+    /** Capture time of the packet that carried them, in microseconds since the epoch. */
+    timeUs: number,
   ) => void;
 }
 
@@ -211,7 +213,7 @@ export class Inspector {
       if (flow.protocol === undefined) this.detect(flow, side, s.payload);
       if (flow.protocol === null || flow.protocol === undefined) return;
       const direction = flow.directionOf(side);
-      this.options.onPayload?.(flow.label, 'udp', flow.protocol.name, direction, s.payload);
+      this.options.onPayload?.(flow.label, 'udp', flow.protocol.name, direction, s.payload, this.now);
       flow.decoder!.datagram(direction, s.payload);
       return;
     }
@@ -300,7 +302,7 @@ export class Inspector {
     const protocol = flow.protocol;
     if (protocol === null || protocol === undefined) return;
     const direction = flow.directionOf(side);
-    this.options.onPayload?.(flow.label, 'tcp', protocol.name, direction, bytes);
+    this.options.onPayload?.(flow.label, 'tcp', protocol.name, direction, bytes, this.now);
     flow.decoder!.stream(direction, bytes, offset);
   }
 

@@ -201,7 +201,7 @@ describe('gamewire replay', () => {
     return { file: path.join(dir, fs.readdirSync(dir)[0]!), port: server.port };
   }
 
-  it('replays a recording to an equal server with no differences (volatile fields ignored)', async () => {
+  it("replays a recording to an equal server with no differences (the protocol's server-made fields)", async () => {
     const { file, port } = await recordNox();
     const target = await startNox();
     cleanups.push(() => target.close());
@@ -212,8 +212,6 @@ describe('gamewire replay', () => {
       `127.0.0.1:${target.port}`,
       '--port',
       `${port}=nox-relay`,
-      '--ignore',
-      'clientPort,serverTimestamp,clientId,addressCookie,displayName',
     ]);
     expect(r.stdout).toBe('');
     expect(r.code).toBe(0);
@@ -222,7 +220,7 @@ describe('gamewire replay', () => {
 
   it('reports where a different server answers differently, field by field', async () => {
     const { file, port } = await recordNox();
-    const target = await startNox({ maxPacketSize: 2048 });
+    const target = await startNox({ maxPacketBytes: 2048 });
     cleanups.push(() => target.close());
     const r = await runCliAsync([
       'replay',
@@ -231,8 +229,6 @@ describe('gamewire replay', () => {
       `127.0.0.1:${target.port}`,
       '--port',
       `${port}=nox-relay`,
-      '--ignore',
-      'clientPort,serverTimestamp,clientId,addressCookie,displayName',
     ]);
     expect(r.stderr + r.stdout).toContain('maxPacketSize');
     expect(r.code).toBe(1);
@@ -252,6 +248,87 @@ describe('gamewire replay', () => {
       });
     }
   });
+  it('records two bots against a server and replays them to a fresh one: no difference; a changed server differs', async () => {
+    const dir = tempDir();
+    const recorder = new PcapngRecorder(dir);
+    setTrafficRecorder(recorder);
+    const server = await startNox();
+    cleanups.push(() => server.close());
+    // The user's session: `gamewire nox-relay bots` (UDP), both in one instance, relaying transforms.
+    const bots = await runCliAsync([
+      'nox-relay',
+      'bots',
+      '--port',
+      String(server.port),
+      '--count',
+      '2',
+      '--duration',
+      '2',
+    ]);
+    expect(bots.code, bots.stderr).toBe(0);
+    await elapse(200, 'the last Disconnect reply is written (no counter shows it)');
+    setTrafficRecorder(undefined);
+    recorder.close();
+    await server.close();
+    const file = path.join(dir, fs.readdirSync(dir)[0]!);
+    const replayTo = (target: number, ...extra: string[]) =>
+      runCliAsync([
+        'replay',
+        file,
+        '--target',
+        `127.0.0.1:${target}`,
+        '--port',
+        `${server.port}=nox-relay`,
+        ...extra,
+      ]);
+    const summary = (r: { stderr: string }) =>
+      JSON.parse(r.stderr.trim().split('\n')[0]!).replay as {
+        flows: number;
+        messages: number;
+        differences: number;
+      };
+
+    const target = await startNox();
+    cleanups.push(() => target.close());
+    const first = await replayTo(target.port);
+    expect(first.stdout).toBe('');
+    expect(first.code, first.stderr).toBe(0);
+    expect(summary(first)).toMatchObject({ flows: 2, differences: 0 });
+    // Each bot got the other's Join and transforms: the flows ran together, as recorded.
+    expect(summary(first).messages).toBeGreaterThan(40);
+
+    // Again to the same server: new client ids, display names, ports and cookies, each one kept
+    // consistently within a flow, so still no difference.
+    const again = await replayTo(target.port);
+    expect(again.stdout).toBe('');
+    expect(summary(again).differences).toBe(0);
+    // Those values did change: --compare-all shows them.
+    const all = await replayTo(target.port, '--compare-all');
+    expect(all.code).toBe(1);
+    const changed = new Set(
+      all.stdout
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l).difference as { path: string }).path),
+    );
+    expect([...changed]).toEqual(expect.arrayContaining(['clientId', 'clientPort', 'displayName']));
+
+    // A server that really answers differently is still reported: the Handshake's maxPacketSize,
+    // twice per flow (the bots' UDP handshake and its cookie-carrying repeat), and nothing else.
+    const other = await startNox({ maxPacketBytes: 2048 });
+    cleanups.push(() => other.close());
+    const r = await replayTo(other.port);
+    expect(r.code).toBe(1);
+    const diffs = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).difference);
+    expect(diffs).toHaveLength(4);
+    for (const d of diffs) {
+      expect(d).toMatchObject({ type: 'Handshake', path: 'maxPacketSize', recorded: 1024, replayed: 2048 });
+    }
+  }, 60_000);
+
   it('a target that is not there: one error line naming it (not ERR_INTERNAL), exit 1; port 0 is bad usage', async () => {
     const { file, port } = await recordNox();
     const probe = net.createServer();

@@ -163,6 +163,22 @@ export const noxFlow: FlowProtocol<NoxInspectOptions> = {
   create: noxDecoder,
   // A client opens with a Handshake (type 0x01).
   detect: (_tr, b) => (noxLooksLike(b) && b[4] === 0x01 ? 'client' : undefined),
+  // What the relay makes up per connection or per run (docs/inspect.md, "Recording and replay").
+  replay: {
+    consistent: [
+      // Handshake: a counter, the client's own address, and a cookie from a per-run secret.
+      'clientId',
+      'clientIp',
+      'clientPort',
+      'addressCookie',
+      // Player ids come from a counter per instance; whatever field names one, it is one player.
+      ['playerId', 'moderatorId'],
+      // Offline mode names a player `Player <client id>`.
+      'displayName',
+    ],
+    // The server's clock: a Latency reply's serverTimestamp, a player's createdAt.
+    ignore: ['serverTimestamp', 'createdAt'],
+  },
 };
 
 /** The dissector: messages from the declarations; framing, Reliable and Segmentation in Lua. */
@@ -192,30 +208,30 @@ export const noxDissector: DissectorDeclaration = {
     'nox-relay.optional-string': {
       type: 'string',
       display: 'base.UNICODE',
-      lua: String.raw`if off >= lim then return off, nil end
+      lua: `if off >= lim then return off, nil end
 return gw.walk({ k = "string", len = { t = "prefix", p = { n = 2, le = false } }, f = node.f }, tvb, off, lim, tree)`,
     },
     'nox-relay.optional-u16': {
       type: 'uint16',
       display: 'base.DEC',
-      lua: String.raw`if lim - off < 2 then return off, nil end
+      lua: `if lim - off < 2 then return off, nil end
 return gw.walk({ k = "int", n = 2, le = false, signed = false, f = node.f }, tvb, off, lim, tree)`,
     },
     'nox-relay.enter-threshold': {
       type: 'float',
       display: '',
       second: 'uint8',
-      lua: String.raw`if lim - off == 1 then return gw.walk({ k = "int", n = 1, f = node.f2 }, tvb, off, lim, tree) end
+      lua: `if lim - off == 1 then return gw.walk({ k = "int", n = 1, f = node.f2 }, tvb, off, lim, tree) end
 return gw.walk({ k = "float", n = 4, le = false, f = node.f }, tvb, off, lim, tree)`,
     },
     'nox-relay.address-cookie': {
       type: 'bytes',
       display: 'base.NONE',
-      lua: String.raw`if off >= lim then return off, nil end
+      lua: `if off >= lim then return off, nil end
 return gw.walk({ k = "bytes", len = { t = "fixed", n = 8 }, f = node.f }, tvb, off, lim, tree)`,
     },
   },
-  glue: String.raw`
+  glue: `
 local state = {}
 local function conv(pinfo)
   local k = gw.conv_key(pinfo)
