@@ -3,7 +3,7 @@
 export type { LogFn, Logger } from '../core/logger.js';
 export { RedisNodeRegistry } from '../core/node-registry.js';
 export type { RedisArg, RedisClient, RedisConnection, RedisConnectOptions } from '../core/redis.js';
-export { connectRedis, StoreUnavailableError } from '../core/redis.js';
+export { connectRedis, StoreNotDurableError, StoreUnavailableError } from '../core/redis.js';
 export { AccountFileError } from '../protocols/rmc/account-log.js';
 export type { RmcClientOptions } from '../protocols/rmc/client.js';
 export { RmcClient, RmcClientError } from '../protocols/rmc/client.js';

@@ -1,6 +1,6 @@
 /** `gamewire/unity-relay`: Unity Relay client, relay server, allocation store and API, codecs. */
 export type { LogFn, Logger } from '../core/logger.js';
-export { StoreUnavailableError } from '../core/redis.js';
+export { StoreNotDurableError, StoreUnavailableError } from '../core/redis.js';
 export type { Allocation, Region, Role, StoreOptions } from '../protocols/unity-relay/allocations.js';
 export { AllocationStore } from '../protocols/unity-relay/allocations.js';
 export type { AllocationJson, AllocationService, ApiApp, ApiOptions } from '../protocols/unity-relay/api.js';
