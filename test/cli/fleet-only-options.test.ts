@@ -149,11 +149,12 @@ describe('serve --help', () => {
   it('names every protocol a shared flag drives', () => {
     const r = runCli(['serve', '--help']);
     expect(r.code).toBe(0);
-    const lines = r.stdout.split('\n');
+    // One entry per option: its first line and the wrapped lines under it (help wraps at 100).
+    const entries = r.stdout.split(/\n(?=\s{2}-)/).map((e) => e.replace(/\s*\n\s+/g, ' '));
     for (const flag of ['--redis', '--node-id', '--region', '--drain', '--heartbeat-ttl-ms']) {
-      const line = lines.find((l) => l.trimStart().startsWith(`${flag} `));
-      expect(line, flag).toBeDefined();
-      expect(line, flag).toMatch(/rmc: .*; unity-relay: /);
+      const entry = entries.find((l) => l.trimStart().startsWith(`${flag} `));
+      expect(entry, flag).toBeDefined();
+      expect(entry, flag).toMatch(/rmc: .*; unity-relay: /);
     }
   });
 });

@@ -41,14 +41,14 @@ const DEFAULT_SOFT_BYTES = 64 * 1024;
  */
 export function congestionLimits(value: unknown): CongestionLimits {
   if (typeof value !== 'object' || value === null || Array.isArray(value))
-    throw new Error('expected { softBytes, hardBytes, closeBytes }');
+    throw new NoxRelayConfigError('expected { softBytes, hardBytes, closeBytes }');
   const given = value as Record<string, unknown>;
   for (const k of Object.keys(given))
     if (k !== 'softBytes' && k !== 'hardBytes' && k !== 'closeBytes')
-      throw new Error(`unknown threshold "${k}" (softBytes, hardBytes, closeBytes)`);
+      throw new NoxRelayConfigError(`unknown threshold "${k}" (softBytes, hardBytes, closeBytes)`);
   const bytes = (name: string, v: unknown, min: number): number => {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > Number.MAX_SAFE_INTEGER)
-      throw new Error(`${name} must be a whole number of bytes, at least ${min} (got ${String(v)})`);
+      throw new NoxRelayConfigError(`${name} must be a whole number of bytes, at least ${min} (got ${String(v)})`);
     return v;
   };
   const soft = bytes('softBytes', given.softBytes ?? DEFAULT_SOFT_BYTES, 1);
