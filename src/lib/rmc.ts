@@ -8,6 +8,11 @@ export { AccountFileError } from '../protocols/rmc/account-log.js';
 export type { RmcClientOptions } from '../protocols/rmc/client.js';
 export { RmcClient, RmcClientError } from '../protocols/rmc/client.js';
 export { decodeStream, rmcCodec } from '../protocols/rmc/codec.js';
+/** Protocols from a game's DDL: import dumps into a pack, load packs as protocol declarations. */
+export type { DdlDocument, ImportOptions } from '../protocols/rmc/ddl/import.js';
+export { DdlError, importDdl } from '../protocols/rmc/ddl/import.js';
+export type { ProtocolPack } from '../protocols/rmc/ddl/pack.js';
+export { loadPackFile, loadPacks, PackError, validatePack } from '../protocols/rmc/ddl/pack.js';
 export { describeMethod, summarizeProtocol } from '../protocols/rmc/describe.js';
 export type { CallContext, Handler, RmcConnection } from '../protocols/rmc/dispatcher.js';
 export { RmcDispatcher } from '../protocols/rmc/dispatcher.js';

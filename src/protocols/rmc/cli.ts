@@ -2,6 +2,7 @@
  * `gamewire rmc …` subcommands: `rmc call` (one call against a server, results as JSON) and
  * `rmc methods` (the built-in signatures and how much of each layout is public).
  */
+import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import {
   CommandError,
@@ -12,7 +13,9 @@ import {
 } from '../../core/errors.js';
 import { decode, parseHex, WireWriter } from '../../wire/index.js';
 import { RmcClient, RmcClientError } from './client.js';
-import { findBuiltinByFullName } from './codec.js';
+import { findBuiltinByFullName, findMethodById } from './codec.js';
+import { importDdl, readDdlInputs } from './ddl/import.js';
+import { loadPacks } from './ddl/pack.js';
 import { summarizeProtocol } from './describe.js';
 import { RmcError } from './errors.js';
 import { RMC_VARIANTS, type RmcVariant } from './messages.js';
@@ -31,6 +34,7 @@ interface CallFlags {
   checksum?: string;
   user?: string;
   password?: string;
+  protocols?: string;
 }
 
 function argsFromJson(flags: CallFlags, def: MethodDef | undefined, name: string): Buffer {
@@ -44,7 +48,9 @@ function argsFromJson(flags: CallFlags, def: MethodDef | undefined, name: string
   }
   if (typeof argsJson === 'string') return parseHex(argsJson);
   if (def === undefined) {
-    throw new UsageError(`${name} is not a built-in method: give --args as a JSON string of hex bytes`);
+    throw new UsageError(
+      `${name} is not a built-in method nor one of a --protocols pack: give --args as a JSON string of hex bytes`,
+    );
   }
   const w = new WireWriter();
   def.args.write(w, def.args.fromJson(argsJson, 'args'));
@@ -58,6 +64,8 @@ async function runCall(name: string, flags: CallFlags): Promise<void> {
   }
   const i = name.indexOf('::');
   if (i <= 0) throw new UsageError(`method must be Protocol::Method_Vn, got "${name}"`);
+  const protocols =
+    flags.protocols === undefined ? BUILTIN_PROTOCOLS : [...loadPacks(flags.protocols), ...BUILTIN_PROTOCOLS];
   let target: [string | number, string | number];
   let def: MethodDef | undefined;
   if (variant === 'classic') {
@@ -67,8 +75,9 @@ async function runCall(name: string, flags: CallFlags): Promise<void> {
     target = [Number(m[1]), Number(m[2])];
     if ((target[0] as number) > 0xffff || (target[1] as number) > 0x7fff)
       throw new UsageError('id out of range');
+    def = findMethodById(target[0], target[1], protocols);
   } else {
-    def = findBuiltinByFullName(name);
+    def = findBuiltinByFullName(name, protocols);
     target = [name.slice(0, i), name];
   }
   const argBytes = argsFromJson(flags, def, name);
@@ -137,13 +146,25 @@ export function registerCommands(program: Command): void {
       'classic over PRUDP: log in with TicketGranting and call on the secure connection',
     )
     .option('--password <pass>', 'classic over PRUDP: the password for --user')
+    .option(
+      '--protocols <files>',
+      'protocol packs (gamewire rmc ddl import), comma-separated: named args and results',
+    )
     .action((name: string, flags: CallFlags) => runCall(name, flags));
   cmd
     .command('methods')
     .description('list the built-in methods, their signatures and how much of each layout is public')
     .option('--json', 'print JSON')
-    .action((flags: { json?: boolean }) => {
-      const all = BUILTIN_PROTOCOLS.map((p) => ({
+    .option(
+      '--protocols <files>',
+      'protocol packs (gamewire rmc ddl import), comma-separated: list theirs too',
+    )
+    .action((flags: { json?: boolean; protocols?: string }) => {
+      const protocols =
+        flags.protocols === undefined
+          ? BUILTIN_PROTOCOLS
+          : [...loadPacks(flags.protocols), ...BUILTIN_PROTOCOLS];
+      const all = protocols.map((p) => ({
         protocol: p.name,
         doc: p.doc,
         methods: summarizeProtocol(p),
@@ -161,4 +182,34 @@ export function registerCommands(program: Command): void {
           process.stdout.write('  (no declared methods: every call is acknowledged)\n');
       }
     });
+  const ddl = cmd.command('ddl').description("a game's DDL (its protocol declarations) as protocol packs");
+  ddl
+    .command('import')
+    .description(
+      "read DDL dumps (5th-echelon's JSON form) and write a protocol pack for --protocols; reports what it cannot carry over",
+    )
+    .argument('<paths...>', 'DDL JSON files, or folders of them (an id mapping file beside them is used)')
+    .option('--ids <file>', 'protocol name -> classic id mapping (JSON object), e.g. sc_bl_mapping.json')
+    .option('--out <file>', 'write the pack here (default: stdout)')
+    .action((paths: string[], flags: { ids?: string; out?: string }) => runImport(paths, flags));
+}
+
+function runImport(paths: readonly string[], flags: { ids?: string; out?: string }): void {
+  const { docs, ids } = readDdlInputs(paths, flags.ids);
+  const pack = importDdl(docs, ids === undefined ? {} : { ids });
+  const text = `${JSON.stringify(pack, null, 1)}\n`;
+  if (flags.out === undefined) process.stdout.write(text);
+  else {
+    try {
+      writeFileSync(flags.out, text);
+    } catch (err) {
+      throw new CommandError('ERR_WRITE', `cannot write ${flags.out}: ${(err as Error).message}`);
+    }
+  }
+  // Nothing is dropped silently: every type and protocol the pack could not carry is named.
+  for (const p of pack.problems) process.stderr.write(`${p.kind}: ${p.element}: ${p.detail}\n`);
+  const methods = pack.protocols.reduce((n, p) => n + p.methods.length, 0);
+  process.stderr.write(
+    `${pack.protocols.length} protocols, ${methods} methods, ${Object.keys(pack.types).length} classes; ${pack.problems.length} problems${flags.out === undefined ? '' : ` -> ${flags.out}`}\n`,
+  );
 }

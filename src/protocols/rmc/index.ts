@@ -11,6 +11,8 @@ import type { ProtocolModule } from '../../core/protocol.js';
 import { rmcAdmin } from './admin.js';
 import { registerCommands } from './cli.js';
 import { rmcCodec } from './codec.js';
+import { loadPacks } from './ddl/pack.js';
+import { registerPackProtocols } from './ddl/register.js';
 import { type RmcFleetServer, startRmcFleet } from './fleet/start.js';
 import { rmcOptions } from './options.js';
 import { parseDatacenters, registerBuiltins, SessionRegistry } from './protocols/index.js';
@@ -38,6 +40,8 @@ export const rmcServer = defineServer({
   summary: 'RMC server with LoginProtocol, CloudServersProtocol, SessionProtocol, ApexAntitoxicityProtocol',
   options: rmcOptions,
   async start(options, ctx) {
+    // Packs are read and checked before anything listens: a bad one stops the start.
+    const packs = options.protocols === undefined ? [] : loadPacks(options.protocols);
     const datacenters = options.datacenters ?? parseDatacenters(undefined);
     const variant = options.prudpProfile === 'classic' ? 'classic' : 'hyperscape';
     const server = new RmcServer({
@@ -87,6 +91,7 @@ export const rmcServer = defineServer({
         datacenters,
         ...(options.secureUrl === undefined ? {} : { secureUrl: options.secureUrl }),
       });
+      registerPackProtocols(server, packs, ctx.log);
       return Object.assign(fleet, {
         admin: rmcAdmin({
           dispatcher: server.dispatcher,
@@ -120,6 +125,7 @@ export const rmcServer = defineServer({
         secureUrl: secureUrl ?? url,
       }),
     );
+    registerPackProtocols(server, packs, ctx.log);
     const alone: RmcFleetServer = {
       endpoints: listening.endpoints,
       role,

@@ -256,6 +256,11 @@ export const RMC_OPTIONS = {
       'rmc: StationURL LoginWithToken_V1 sends clients to (default prudp:/); in a fleet, the URL a secure server announces (default: its own prudps:/ URL)',
     aliases: ['rmcSecureUrl'],
   }),
+  protocols: option.list({
+    flag: '--protocols <files>',
+    description:
+      'rmc: protocol packs (gamewire rmc ddl import) to serve beside the built-ins; their methods answer NotImplemented until they have handlers',
+  }),
   maxAccounts: int(
     'maxAccounts',
     'most accounts in the store; logins that would create more are refused',

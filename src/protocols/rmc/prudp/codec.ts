@@ -22,8 +22,9 @@ import {
   type Json,
   WireWriter,
 } from '../../../wire/index.js';
-import { decodeStream } from '../codec.js';
+import { codecProtocols, decodeStream } from '../codec.js';
 import type { RmcVariant } from '../messages.js';
+import type { ProtocolDef } from '../signature.js';
 import { accessKeyByte, type ChecksumWidth } from './checksum.js';
 import { FLAG_NAMES, Flag, PACKET_TYPE_NAMES, PacketType, StreamType } from './constants.js';
 import { PRUDP_CODEC_FLAGS } from './flags.js';
@@ -34,6 +35,8 @@ interface PrudpCliOptions {
   checksum: ChecksumConfig;
   rmcVariant: RmcVariant;
   secure: PayloadCodec | undefined;
+  /** Protocols whose methods decode to named fields (`--protocols` packs, then the built-ins). */
+  protocols: readonly ProtocolDef<any>[];
 }
 
 function cliOptions(options: CodecOptions): PrudpCliOptions {
@@ -55,6 +58,7 @@ function cliOptions(options: CodecOptions): PrudpCliOptions {
     checksum: { width: Number(widthText) as ChecksumWidth, keyByte: accessKeyByte(key) },
     rmcVariant,
     secure,
+    protocols: codecProtocols(options),
   };
 }
 
@@ -141,7 +145,7 @@ function decodePayload(
     plain.readUInt32LE(0) === plain.length - 4
   ) {
     try {
-      const msgs = decodeStream(plain, o.rmcVariant);
+      const msgs = decodeStream(plain, o.rmcVariant, o.protocols);
       out.rmc = msgs.length === 1 ? msgs[0]! : msgs;
     } catch (e) {
       if (!(e instanceof DecodeError)) throw e;

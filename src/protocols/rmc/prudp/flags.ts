@@ -4,7 +4,19 @@
  */
 import type { CodecFlag } from '../../../core/protocol.js';
 
+/**
+ * `--protocols`: protocol packs (from `gamewire rmc ddl import`) whose methods `decode`/`encode
+ * rmc` and `decode prudp` show with named arguments and results.
+ */
+export const RMC_PROTOCOLS_FLAG: CodecFlag = {
+  flag: '--protocols <files>',
+  key: 'protocols',
+  description:
+    'rmc, prudp: protocol packs (gamewire rmc ddl import), comma-separated: named args and results',
+};
+
 export const PRUDP_CODEC_FLAGS: readonly CodecFlag[] = [
+  RMC_PROTOCOLS_FLAG,
   { flag: '--access-key <key>', key: 'accessKey', description: 'prudp: the sandbox access key (checksums)' },
   {
     flag: '--checksum <width>',
