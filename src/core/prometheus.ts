@@ -105,7 +105,7 @@ export const METRIC_DOCS: readonly { name: string; type: string; labels: string;
     name: 'gamewire_store_durability_errors_total',
     type: 'counter',
     labels: 'protocol',
-    help: 'Writes refused (503, or the protocol\'s own error) because too few Redis replicas held them in time',
+    help: "Writes refused (503, or the protocol's own error) because too few Redis replicas held them in time",
   },
   {
     name: 'gamewire_process_* and gamewire_nodejs_*',

@@ -48,7 +48,9 @@ export function congestionLimits(value: unknown): CongestionLimits {
       throw new NoxRelayConfigError(`unknown threshold "${k}" (softBytes, hardBytes, closeBytes)`);
   const bytes = (name: string, v: unknown, min: number): number => {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > Number.MAX_SAFE_INTEGER)
-      throw new NoxRelayConfigError(`${name} must be a whole number of bytes, at least ${min} (got ${String(v)})`);
+      throw new NoxRelayConfigError(
+        `${name} must be a whole number of bytes, at least ${min} (got ${String(v)})`,
+      );
     return v;
   };
   const soft = bytes('softBytes', given.softBytes ?? DEFAULT_SOFT_BYTES, 1);
