@@ -15,6 +15,8 @@ export interface NoxProxyConnection {
   toServer(packet: Buffer): void;
   /** ms (performance.now) of the client's last packet. */
   lastFromClient: number;
+  /** Either side has closed: the player this connection carried is gone. */
+  closed: boolean;
 }
 
 export interface NoxMutation {
@@ -54,6 +56,7 @@ export class NoxTcpProxy {
         toClient: (p) => client.write(p),
         toServer: (p) => upstream.write(p),
         lastFromClient: performance.now(),
+        closed: false,
       };
       const end = (): void => {
         client.destroy();
@@ -61,8 +64,14 @@ export class NoxTcpProxy {
       };
       client.on('error', end);
       upstream.on('error', end);
-      client.on('close', () => upstream.end());
-      upstream.on('close', () => client.end());
+      client.on('close', () => {
+        conn.closed = true;
+        upstream.end();
+      });
+      upstream.on('close', () => {
+        conn.closed = true;
+        client.end();
+      });
       let up = Buffer.alloc(0);
       client.on('data', (d: Buffer) => {
         conn.lastFromClient = performance.now();

@@ -72,7 +72,8 @@ describe('against a relay that breaks one rule', () => {
     return out;
   };
   /** When each player id last entered (from the Enter replies the proxy sees). */
-  const enteredAt = new Map<number, number>();
+  const enteredAt = new Map<string, { at: number; conn: { closed: boolean } }>();
+  const enteredAs = new WeakMap<object, string>();
 
   const cases: { rule: string; check: string; message: RegExp; mutation: NoxMutation }[] = [
     {
@@ -131,11 +132,22 @@ describe('against a relay that breaks one rule', () => {
       message: /no Join for player \d+ \(already in the instance\)/,
       mutation: {
         down: (p, conn) => {
-          if (type(p) === 0x06 && p[6] === 0) enteredAt.set(p.readUInt16BE(11), performance.now());
-          if (type(p) !== 0x10 || conn.playerId === undefined) return [p];
-          const joined = enteredAt.get(p.readUInt16BE(10));
-          const mine = enteredAt.get(conn.playerId);
-          return joined !== undefined && mine !== undefined && joined < mine ? [] : [p];
+          // Keyed by instance and player id: the concurrent cases share this relay, and a player
+          // id is only unique within its instance (byte 5 of Enter and of Join).
+          // A Join is a catch-up when the joined player's Enter passed a proxy connection that
+          // is still open before this connection's own Enter (an id's earlier holder, gone since,
+          // does not count).
+          if (type(p) === 0x06 && p[6] === 0) {
+            const key = `${p[5]}:${p.readUInt16BE(11)}`;
+            enteredAt.set(key, { at: performance.now(), conn });
+            enteredAs.set(conn, key);
+          }
+          const me = enteredAs.get(conn);
+          if (type(p) !== 0x10 || me === undefined) return [p];
+          const joined = enteredAt.get(`${p[5]}:${p.readUInt16BE(10)}`);
+          const mine = enteredAt.get(me);
+          if (joined === undefined || mine === undefined || joined.conn.closed) return [p];
+          return joined.at < mine.at ? [] : [p];
         },
       },
     },
