@@ -6,8 +6,7 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorOf, runCli, runCliAsync } from '../helpers/cli.js';
-import { freePort } from '../helpers/redis.js';
-import { type Served, startServe } from '../helpers/serve.js';
+import { type RelayPorts, type Served, startUnityRelayServe } from '../helpers/serve.js';
 
 async function closedPort(): Promise<number> {
   return new Promise<number>((resolve) => {
@@ -52,20 +51,9 @@ describe('conform unity-relay --transport wss against the self-signed certificat
   let wss: number;
   let api: string;
   beforeAll(async () => {
-    wss = await freePort();
-    relay = await startServe([
-      'unity-relay',
-      '--port',
-      '0',
-      '--api-port',
-      '0',
-      '--host',
-      '127.0.0.1',
-      '--wss-port',
-      String(wss),
-      '--no-admin',
-    ]);
-    api = `http://127.0.0.1:${relay.port('http')}`;
+    let ports: RelayPorts;
+    ({ relay, ports, api } = await startUnityRelayServe());
+    wss = ports.wss;
   });
   afterAll(async () => {
     await relay?.stop();

@@ -7,8 +7,7 @@
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, type CliResult, cliEnv, errorOf, ROOT, runCli } from '../helpers/cli.js';
-import { freePort } from '../helpers/redis.js';
-import { type Served, startServe } from '../helpers/serve.js';
+import { type RelayPorts, type Served, startServe, startUnityRelayServe } from '../helpers/serve.js';
 
 /** Runs the CLI without blocking this process; `onStderr` sees stderr as it comes. */
 function runLoad(
@@ -110,32 +109,10 @@ describe('load nox-relay against the default relay (one public instance of 32)',
 
 describe('load unity-relay: ports, reasons, refusals, TLS flags', () => {
   let relay: Served;
-  const ports = { udp: 0, dtls: 0, ws: 0, wss: 0, api: 0 };
+  let ports: RelayPorts;
   beforeAll(async () => {
-    ports.dtls = await freePort();
-    ports.ws = await freePort();
-    ports.wss = await freePort();
-    relay = await startServe([
-      'unity-relay',
-      '--port',
-      '0',
-      '--api-port',
-      '0',
-      '--host',
-      '127.0.0.1',
-      '--dtls-port',
-      String(ports.dtls),
-      '--ws-port',
-      String(ports.ws),
-      '--wss-port',
-      String(ports.wss),
-      // Two allocations a minute from one address: the third game is refused.
-      '--unity-allocations-per-minute-per-address',
-      '2',
-      '--no-admin',
-    ]);
-    ports.udp = relay.port('udp', /Unity Relay \(/);
-    ports.api = relay.port('http');
+    // Two allocations a minute from one address: the third game is refused.
+    ({ relay, ports } = await startUnityRelayServe(['--unity-allocations-per-minute-per-address', '2']));
   });
   afterAll(async () => {
     await relay?.stop();

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Endpoint } from '../../src/core/server.js';
 import { BIN, cliEnv, ROOT } from './cli.js';
+import { freePort } from './redis.js';
 
 export interface Served {
   child: ChildProcess;
@@ -91,4 +92,45 @@ export async function startServe(
     await stop();
     throw e;
   }
+}
+
+/** The ports of a spawned unity-relay, one per transport, and its allocation API's. */
+export interface RelayPorts {
+  udp: number;
+  dtls: number;
+  ws: number;
+  wss: number;
+  api: number;
+}
+
+/**
+ * `gamewire serve unity-relay` on 127.0.0.1 with each transport on a free port of its own (chosen
+ * here: with port 0 the DTLS and WebSocket endpoints would follow the UDP port's number), no admin
+ * endpoint, and `extra` flags. Returns the server, its ports and the allocation API's URL.
+ */
+export async function startUnityRelayServe(
+  extra: readonly string[] = [],
+): Promise<{ relay: Served; ports: RelayPorts; api: string }> {
+  const dtls = await freePort();
+  const ws = await freePort();
+  const wss = await freePort();
+  const relay = await startServe([
+    'unity-relay',
+    '--port',
+    '0',
+    '--api-port',
+    '0',
+    '--host',
+    '127.0.0.1',
+    '--dtls-port',
+    String(dtls),
+    '--ws-port',
+    String(ws),
+    '--wss-port',
+    String(wss),
+    '--no-admin',
+    ...extra,
+  ]);
+  const ports = { udp: relay.port('udp', /Unity Relay \(/), dtls, ws, wss, api: relay.port('http') };
+  return { relay, ports, api: `http://127.0.0.1:${ports.api}` };
 }

@@ -16,32 +16,17 @@ import {
   flipOneBit,
 } from '../../helpers/corrupting-proxy.js';
 import { runProtocolLoad } from '../../helpers/load.js';
-import { freePort } from '../../helpers/redis.js';
-import { type Served, startServe } from '../../helpers/serve.js';
+import { type Served, startUnityRelayServe } from '../../helpers/serve.js';
 
 let relay: Served;
 let api: string;
 let relayPort = 0;
 
 beforeAll(async () => {
-  relay = await startServe([
-    'unity-relay',
-    '--port',
-    '0',
-    '--api-port',
-    '0',
-    '--host',
-    '127.0.0.1',
-    '--dtls-port',
-    String(await freePort()),
-    '--ws-port',
-    String(await freePort()),
-    '--wss-port',
-    String(await freePort()),
-    '--no-admin',
-  ]);
-  relayPort = relay.port('udp', /Unity Relay/);
-  api = `http://127.0.0.1:${relay.port('http')}`;
+  const started = await startUnityRelayServe();
+  relay = started.relay;
+  relayPort = started.ports.udp;
+  api = started.api;
 });
 
 afterAll(async () => {
