@@ -18,6 +18,8 @@
  */
 import dgram from 'node:dgram';
 import net from 'node:net';
+import { expect } from 'vitest';
+import { type CliResult, errorOf } from './cli.js';
 
 /** Rewrites one server → client message: the bytes to send instead, or undefined to pass it on. */
 export type Corrupt = (message: Buffer) => Buffer | undefined;
@@ -218,4 +220,19 @@ export class CorruptingTcpProxy {
     this.sockets.clear();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
+}
+
+/**
+ * What `gamewire load … --json` must show when exactly one integrity violation of `kind` was
+ * seen: exit 1, `ERR_LOAD_FAILED` naming it (its message containing `detail`, when given), and a
+ * summary that counts it once and is not ok.
+ */
+export function expectOneViolation(r: CliResult, kind: string, detail = ''): void {
+  expect(r.code, r.stderr).toBe(1);
+  const e = errorOf(r);
+  expect(e.code).toBe('ERR_LOAD_FAILED');
+  expect(e.message).toContain(`1 integrity violations (${kind}:${detail}`);
+  const summary = JSON.parse(r.stdout) as { ok: boolean; violations: Record<string, number> };
+  expect(summary.violations).toEqual({ [kind]: 1 });
+  expect(summary.ok).toBe(false);
 }
