@@ -229,10 +229,12 @@ describe('unity-relay fleet on a Sentinel set', () => {
         `the last ${w.lastFailureAfterMs} ms after the kill; first success ${w.firstOkAfterMs} ms after it; ` +
         `${load.codes.size} hosts and ${load.joins.length} joiners acknowledged in all`,
     );
-    // Every failure is a 503 with a reason, never a 500 or a hang.
+    // Every failure is a 503 with a reason, never a 500 or a hang. `no_relay_node`: a relay
+    // node's record is rebuilt by its next heartbeat (heartbeats are not made durable), so on a
+    // busy machine the new primary may briefly know no node with room.
     for (const f of w.failures) {
       expect(f.status).toBe(503);
-      expect(['store_unavailable', 'not_durable']).toContain(f.cause);
+      expect(['store_unavailable', 'not_durable', 'no_relay_node']).toContain(f.cause);
     }
     expect(w.firstOkAfterMs).toBeLessThan(10_000);
 

@@ -393,7 +393,10 @@ function noRoom(region: string | undefined): ApiError {
     503,
     'Service Unavailable',
     `no live relay node with room${region === undefined ? '' : ` in region "${region}"`}; retry shortly`,
-    [{ key: 'retryAfterSeconds', value: String(STORE_RETRY_AFTER_SECONDS) }],
+    [
+      { key: 'retryAfterSeconds', value: String(STORE_RETRY_AFTER_SECONDS) },
+      { key: 'cause', value: 'no_relay_node' },
+    ],
   );
 }
 
