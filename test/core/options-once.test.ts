@@ -115,6 +115,10 @@ describe('options are declared once', () => {
     expect(rmcOptions.resolve({ maxConnections: 1000 }).maxConnectionsPerIp).toBe(250);
     expect(rmcOptions.resolve({ maxConnections: 100 }).maxConnectionsPerIp).toBe(64);
     expect(rmcOptions.resolve({ maxConnectionsPerIp: 3 }).maxConnectionsPerIp).toBe(3);
+    // PRUDP's per-address cap is derived by the declaration too, never by the transport's start-up.
+    expect(rmcOptions.resolve({ prudpMaxConnections: 4000 }).prudpMaxConnectionsPerIp).toBe(1000);
+    expect(rmcOptions.resolve({ prudpMaxConnections: 10 }).prudpMaxConnectionsPerIp).toBe(64);
+    expect(rmcOptions.resolve({ prudpMaxConnectionsPerIp: 5 }).prudpMaxConnectionsPerIp).toBe(5);
   });
 
   it('new NoxRelayServer() runs with exactly the declaration’s defaults, library-only ones included', () => {

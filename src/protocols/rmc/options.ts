@@ -378,8 +378,12 @@ export const rmcOptions = defineOptions({
   options: { ...RMC_OPTIONS, ...PRUDP_OPTIONS },
   derive: {
     maxConnectionsPerIp: (o) => defaultMaxConnectionsPerIp(o.maxConnections),
+    prudpMaxConnectionsPerIp: (o) => defaultMaxConnectionsPerIp(o.prudpMaxConnections),
   },
 });
 
 /** The complete rmc options (`rmcOptions.resolve`): every default filled, every value checked. */
-export type RmcOptions = ServerOptions<typeof RMC_OPTIONS & typeof PRUDP_OPTIONS, 'maxConnectionsPerIp'>;
+export type RmcOptions = ServerOptions<
+  typeof RMC_OPTIONS & typeof PRUDP_OPTIONS,
+  'maxConnectionsPerIp' | 'prudpMaxConnectionsPerIp'
+>;

@@ -21,7 +21,6 @@ import { SecureConnectionProtocol, secureConnectionHandlers } from '../protocols
 import { TicketGrantingProtocol, ticketGrantingHandlers } from '../protocols/ticket-granting.js';
 import type { RmcServer } from '../server.js';
 import type { AccountStore } from '../store.js';
-import { defaultMaxConnectionsPerIp } from './constants.js';
 import { KerberosAuthority } from './kerberos.js';
 import { classicConnectHandler } from './profiles.js';
 import { ecdhConnectHandler, loadOrCreateSigningKey } from './secure.js';
@@ -89,7 +88,6 @@ export async function startRmcTransports(
   try {
     let prudp: PrudpServer | undefined;
     if (transport !== 'tcp') {
-      const maxConnections = options.prudpMaxConnections;
       prudp = new PrudpServer({
         dispatcher: server.dispatcher,
         log: ctx.log,
@@ -97,8 +95,8 @@ export async function startRmcTransports(
         profile,
         accessKey: options.prudpAccessKey,
         checksumWidth: options.prudpChecksum,
-        maxConnections,
-        maxConnectionsPerIp: options.prudpMaxConnectionsPerIp ?? defaultMaxConnectionsPerIp(maxConnections),
+        maxConnections: options.prudpMaxConnections,
+        maxConnectionsPerIp: options.prudpMaxConnectionsPerIp,
         maxHalfOpen: options.prudpMaxHalfOpen,
         maxHalfOpenPerIp: options.prudpMaxHalfOpenPerIp,
         idleTimeoutMs: options.prudpIdleTimeoutMs,
