@@ -20,7 +20,7 @@ import {
   SequenceTracker,
   untilStopped,
 } from '../../core/load/index.js';
-import { DecodeError, WireWriter } from '../../wire/index.js';
+import { crc16, DecodeError, WireWriter } from '../../wire/index.js';
 import { NoxRelayClient } from './client.js';
 import { DEFAULT_PORT, EnterResult, InstanceFlags, TransformType } from './constants.js';
 import { NoxRelayClientError } from './errors.js';
@@ -47,18 +47,9 @@ const RIG = 5;
 const digestFloats = new Float32Array(4);
 const digestBytes = new Uint8Array(digestFloats.buffer);
 
-/**
- * CRC-16/CCITT (polynomial 0x1021, initial 0xffff) of the first `count` values of
- * `digestFloats` as float32 bytes. A CRC catches every single flipped bit (and every burst of up
- * to 16): a weighted sum does not. Below 2^16, so exact in the float32 that carries it.
- */
+/** The CRC-16 of the first `count` values of `digestFloats` as float32 bytes: below 2^16, so exact in the float32 that carries it. */
 function floatsDigest(count: number): number {
-  let crc = 0xffff;
-  for (let i = 0; i < count * 4; i++) {
-    crc ^= digestBytes[i]! << 8;
-    for (let b = 0; b < 8; b++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc;
+  return crc16(digestBytes, 0, count * 4);
 }
 
 /** The velocity's check value: a digest of transform `seq` from session `sender` sent at (x, y). */

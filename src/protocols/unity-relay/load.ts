@@ -21,6 +21,7 @@ import {
   SequenceTracker,
   untilStopped,
 } from '../../core/load/index.js';
+import { crc32 } from '../../wire/index.js';
 import {
   type ConnectionType,
   RelayApiClient,
@@ -55,29 +56,14 @@ const PAYLOAD_HEADER = 20;
 /** Where the CRC-32 sits; it covers every other byte of the payload. */
 const DIGEST_AT = 16;
 
-const CRC_TABLE = (() => {
-  const t = new Int32Array(256);
-  for (let n = 0; n < 256; n++) {
-    let c = n;
-    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-    t[n] = c;
-  }
-  return t;
-})();
-
 /**
  * The CRC-32 (zlib's) of a RELAY payload: every byte but the four that carry it. A CRC catches
  * every single flipped bit and every burst up to 32 bits; the pattern alone would not notice a
  * changed header (a sequence bit above the eighth, the send time). No allocation.
  */
 export function relayDigest(data: Uint8Array, length = data.length): number {
-  let crc = -1;
-  for (let i = 0; i < length; i++) {
-    if (i === DIGEST_AT) i += 4;
-    if (i >= length) break;
-    crc = CRC_TABLE[(crc ^ data[i]!) & 0xff]! ^ (crc >>> 8);
-  }
-  return (crc ^ -1) >>> 0;
+  if (length <= DIGEST_AT) return crc32(data, 0, length);
+  return crc32(data, Math.min(DIGEST_AT + 4, length), length, crc32(data, 0, DIGEST_AT));
 }
 
 /** Fills `payload` as message `seq` of `sender` sent at `sentMs`, digest included. */
