@@ -532,6 +532,10 @@ export class AllocationStore {
     a.expiredAt = this.now();
     if (a.joinCode !== undefined) this.joinCodes.delete(a.joinCode);
     this.observer?.unbound(a, true);
+    // What is remembered for tombstoneMs is only what answers a late BIND: the id. The key, the
+    // connection data and the host are let go now (a store at its cap of tombstones held several
+    // KiB each, with live keys), and a late BIND's HMAC is checked with a key derived again.
+    if (this.bySlot.get(a.slot) === a) this.bySlot.set(a.slot, tombstoneOf(a));
     return peers;
   }
 
@@ -648,6 +652,50 @@ export class AllocationStore {
     if (owner !== '') this.byOwner.set(owner, (this.byOwner.get(owner) ?? 0) + 1);
     return a;
   }
+}
+
+const NOTHING = Buffer.alloc(0);
+/** Never linked: a tombstone has no peers, and nothing links an expired allocation. */
+const NO_PEERS: Set<Allocation> = new Set();
+
+/**
+ * The record kept of an expired allocation: its id (in a buffer of its own, so that it holds no
+ * shared pool alive) and when it expired; nothing secret, nothing that keeps another record alive.
+ */
+function tombstoneOf(a: Allocation): Allocation {
+  const id = Buffer.alloc(ALLOCATION_ID_LENGTH);
+  a.id.copy(id);
+  return {
+    id,
+    guid: a.guid,
+    slot: a.slot,
+    w0: a.w0,
+    w1: a.w1,
+    w2: a.w2,
+    w3: a.w3,
+    key: NOTHING,
+    connectionData: NOTHING,
+    role: a.role,
+    region: a.region,
+    maxConnections: a.maxConnections,
+    host: undefined,
+    hostId: undefined,
+    createdAt: a.createdAt,
+    state: 'expired',
+    address: '',
+    port: 0,
+    link: undefined,
+    nonce: a.nonce,
+    lastSeen: a.lastSeen,
+    expiredAt: a.expiredAt,
+    peers: NO_PEERS,
+    joinCode: undefined,
+    owner: '',
+    packetsIn: a.packetsIn,
+    bytesIn: a.bytesIn,
+    packetsOut: a.packetsOut,
+    bytesOut: a.bytesOut,
+  };
 }
 
 /** A random version-4 GUID's 16 RFC-4122 bytes. */

@@ -422,8 +422,9 @@ export class RelayServer {
       this.failed(src, 'allocation_not_found');
       return;
     }
-    // A relay node derives the key of an allocation it has not seen yet from the fleet secret.
-    const key = a !== undefined ? a.key : this.store.credentials.keyFor(id);
+    // A relay node derives the key of an allocation it has not seen yet from the fleet secret, and
+    // every node that of an expired one (its tombstone keeps no key).
+    const key = a !== undefined && a.state !== 'expired' ? a.key : this.store.credentials.keyFor(id);
     const expected = bindHmac(key, msg.subarray(0, BIND_SIGNED_LENGTH));
     if (!timingSafeEqual(expected, msg.subarray(BIND_SIGNED_LENGTH, BIND_SIGNED_LENGTH + HMAC_LENGTH))) {
       this.failed(src, 'bad_hmac'); // silently, as the doc says

@@ -70,6 +70,31 @@ describe('AllocationStore', () => {
     expect(store.size).toBe(0);
   });
 
+  it('a tombstone keeps the id and nothing secret: no key, no connection data, no host, no peers', () => {
+    const { store, advance } = clocked({ idleTimeoutMs: 100, tombstoneMs: 1000 });
+    const host = store.allocateHost(1, 'local-1');
+    const client = store.join(store.joinCodeFor(host).code)!;
+    store.bind(host, '1.1.1.2', 1, 0);
+    store.bind(client, '1.1.1.3', 1, 0);
+    store.link(host, client);
+    advance(120);
+    store.sweep(() => {});
+    for (const a of [host, client]) {
+      const kept = store.find(a.id, 0)!;
+      expect(kept.state).toBe('expired');
+      expect(kept.id.equals(a.id)).toBe(true);
+      expect(kept.guid).toBe(a.guid);
+      expect(store.byGuid(a.guid)).toBe(kept);
+      expect(kept.key.length).toBe(0);
+      expect(kept.connectionData.length).toBe(0);
+      expect(kept.host).toBeUndefined();
+      expect(kept.peers.size).toBe(0);
+      // Its id is a buffer of its own: it holds no shared pool alive.
+      expect(kept.id.buffer.byteLength).toBe(16);
+    }
+    expect([...store.live()]).toEqual([]);
+  });
+
   it('join codes expire, and die with their host', () => {
     const { store, advance } = clocked({ joinCodeTtlMs: 100 });
     const host = store.allocateHost(4, 'local-1');
