@@ -15,6 +15,7 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { silentLogger } from '../src/core/logger.js';
+import { packProtocols, validatePack } from '../src/protocols/rmc/ddl/pack.js';
 import {
   defineProtocol,
   type HyperscapeMessage,
@@ -22,14 +23,111 @@ import {
   method,
   RmcServer,
   u32,
+  u64,
 } from '../src/protocols/rmc/index.js';
-import { type Codec, encode, lengthPrefixed, StreamDeframer } from '../src/wire/index.js';
-import { type BenchResult, type BenchRow, type BenchSuite, percentile } from './harness.js';
+import { list, qResult, qString } from '../src/protocols/rmc/types.js';
+import { type Codec, decode, encode, lengthPrefixed, StreamDeframer, struct } from '../src/wire/index.js';
+import { type BenchResult, type BenchRow, type BenchSuite, compareOps, percentile } from './harness.js';
 import { prudpRows } from './rmc-prudp.js';
 
 const BenchProtocol = defineProtocol('BenchProtocol', 'bench', {
   Ping_V1: method({ args: { n: u32 }, results: { n: u32 }, layout: 'unknown', doc: 'returns its argument' }),
 });
+
+// ---- a pack-declared method against the same method declared by hand -------------------------
+
+/** `LadderProtocol::GetScores`, as `gamewire rmc ddl import` writes it into a protocol pack. */
+const LADDER_PACK = validatePack({
+  format: 'gamewire-rmc-pack',
+  version: 1,
+  sources: ['bench'],
+  types: {
+    Data: { base: null, fields: [] },
+    Score: {
+      base: 'Data',
+      fields: [
+        { name: 'm_pid', type: 'u32' },
+        { name: 'm_name', type: 'qString' },
+        { name: 'm_points', type: 'u64' },
+        { name: 'm_tags', type: { list: 'qString' } },
+      ],
+    },
+  },
+  protocols: [
+    {
+      name: 'LadderProtocol',
+      id: 107,
+      doc: '',
+      methods: [
+        {
+          name: 'GetScores',
+          id: 1,
+          args: [
+            { name: 'board', type: 'u32' },
+            { name: 'pids', type: { list: 'u32' } },
+          ],
+          results: [
+            { name: 'retval', type: 'qResult' },
+            { name: 'scores', type: { list: { class: 'Score' } } },
+          ],
+        },
+      ],
+    },
+  ],
+  problems: [],
+});
+
+/** The same method declared by hand. */
+const HandLadder = defineProtocol(
+  'LadderProtocol',
+  '',
+  {
+    GetScores: method({
+      args: { board: u32, pids: list(u32) },
+      results: {
+        retval: qResult,
+        scores: list(struct({ m_pid: u32, m_name: qString, m_points: u64, m_tags: list(qString) })),
+      },
+      layout: 'unknown',
+      doc: '',
+      id: 1,
+    }),
+  },
+  { id: 107 },
+);
+
+/** Decode and encode of the pack's declaration against the hand-written one, in the same run. */
+export function packRows(): BenchRow[] {
+  const pack = packProtocols(LADDER_PACK)[0]!.byName.get('GetScores')!;
+  const hand = HandLadder.methods.GetScores;
+  const results = {
+    retval: 0x10001,
+    scores: Array.from({ length: 10 }, (_, i) => ({
+      m_pid: 1000 + i,
+      m_name: `player-${i}`,
+      m_points: BigInt(i * 1000),
+      m_tags: ['ranked', 'season-3'],
+    })),
+  };
+  const args = { board: 21, pids: Array.from({ length: 10 }, (_, i) => 1000 + i) };
+  const argBytes = encode(hand.args, args);
+  const resultBytes = encode(hand.results, results);
+  if (!encode(pack.results, results).equals(resultBytes) || !encode(pack.args, args).equals(argBytes))
+    throw new Error('the pack and the hand-written declaration disagree on the bytes');
+  const decodeRow = compareOps(
+    `pack-declared LadderProtocol::GetScores decode (args + results, ${argBytes.length + resultBytes.length} B) vs hand-declared`,
+    () => [decode(pack.args, argBytes), decode(pack.results, resultBytes)],
+    () => [decode(hand.args, argBytes), decode(hand.results, resultBytes)],
+    { unit: 'calls/s', rounds: 7 },
+  );
+  const encodeRow = compareOps(
+    'pack-declared LadderProtocol::GetScores encode (args + results) vs hand-declared',
+    () => [encode(pack.args, args), encode(pack.results, results)],
+    () => [encode(hand.args, args), encode(hand.results, results)],
+    { unit: 'calls/s', rounds: 7 },
+  );
+  return [decodeRow, encodeRow];
+}
 
 interface LoadJob {
   port: number;
@@ -263,6 +361,8 @@ export const suite: BenchSuite = {
     'pipelined RMC calls (BenchProtocol::Ping_V1) vs a hand-written echo over the same u32 framing',
   async run(): Promise<BenchResult> {
     const rows = [
+      // Codec rows first (no sockets): a protocol pack's method against the same one by hand.
+      ...packRows(),
       await measure('1 connection, 64 calls in flight', 1, 64, 2000, 2),
       await measure('50 connections, 16 calls in flight each', 50, 16, 2000, 2),
       // PRUDP (UDP) rows: see bench/rmc-prudp.ts.

@@ -33,13 +33,17 @@ function orList(values: readonly string[]): string {
  */
 export async function addDecoderFlags(
   cmd: Command,
-  kind: 'inspectFlags' | 'replayFlags',
+  kind: 'inspectFlags' | 'replayFlags' | 'dissectorFlags',
 ): Promise<(values: Record<string, unknown>) => Record<string, unknown>> {
   const declared: { flag: DecoderFlag; option: Option }[] = [];
   for (const { protocol, inspection } of await loadInspections()) {
     for (const flag of inspection[kind] ?? []) {
       const option = new Option(flag.flag, flag.description);
       if (flag.default !== undefined) option.default(flag.default);
+      if (flag.repeatable === true)
+        option.argParser((v: string, previous: string | undefined) =>
+          previous === undefined || previous === flag.default ? v : `${previous},${v}`,
+        );
       const taken = cmd.options.find(
         (o) =>
           (o.long !== undefined && o.long === option.long) || o.attributeName() === option.attributeName(),
@@ -228,22 +232,26 @@ export async function addInspectCommand(program: Command): Promise<void> {
     });
 }
 
-export function addDissectorCommand(program: Command): void {
-  program
+export async function addDissectorCommand(program: Command): Promise<void> {
+  const cmd = program
     .command('dissector')
     .description('write Wireshark Lua dissectors for every protocol, generated from the message declarations')
-    .requiredOption('--out <dir>', 'folder to write the .lua files into (created if missing)')
-    .action(async (flags: { out: string }) => {
-      const dissectors = await generateDissectors();
-      try {
-        fs.mkdirSync(flags.out, { recursive: true });
-        for (const d of dissectors) {
-          const file = path.join(flags.out, d.file);
-          fs.writeFileSync(file, d.lua);
-          process.stdout.write(`${file}\n`);
-        }
-      } catch (err) {
-        throw new CliError('ERR_WRITE', `cannot write the dissectors: ${(err as Error).message}`);
+    .requiredOption('--out <dir>', 'folder to write the .lua files into (created if missing)');
+  // Each protocol's own dissector flags, declared in its folder.
+  const dissectorOptions = await addDecoderFlags(cmd, 'dissectorFlags');
+  cmd.action(async (flags: { out: string }) => {
+    const dissectors = await generateDissectors(
+      dissectorOptions(flags as unknown as Record<string, unknown>),
+    );
+    try {
+      fs.mkdirSync(flags.out, { recursive: true });
+      for (const d of dissectors) {
+        const file = path.join(flags.out, d.file);
+        fs.writeFileSync(file, d.lua);
+        process.stdout.write(`${file}\n`);
       }
-    });
+    } catch (err) {
+      throw new CliError('ERR_WRITE', `cannot write the dissectors: ${(err as Error).message}`);
+    }
+  });
 }

@@ -371,6 +371,8 @@ export interface DecoderFlag {
   default?: string;
   /** The values it accepts: another is refused (exit 2, "--rmc-variant takes a, b or c"). */
   choices?: readonly string[];
+  /** May be given more than once: the values reach `apply` joined with commas, in order. */
+  repeatable?: boolean;
   /**
    * The decoder options it sets, from its value: the string given (or its default), `true` for a
    * switch given, undefined for neither. May throw `UsageError` for a value it refuses.
@@ -388,6 +390,13 @@ export interface ProtocolInspection {
   inspectFlags?: readonly DecoderFlag[];
   /** Its flags of `gamewire replay` (the decoder that follows a replayed flow). */
   replayFlags?: readonly DecoderFlag[];
+  /** Its flags of `gamewire dissector`, whose options `dissectorsWith` reads. */
+  dissectorFlags?: readonly DecoderFlag[];
+  /**
+   * Its dissectors given the options of its `dissectorFlags` (in place of `dissectors` when
+   * present): declarations that depend on what the user loads, such as extra message types.
+   */
+  dissectorsWith?(options: Record<string, unknown>): readonly DissectorDeclaration[];
   /**
    * Ports of its endpoints that carry TLS over TCP (a `wss` endpoint) or DTLS over UDP, which
    * the inspector shows as `tls` or `dtls` records (the protocol inside cannot be read).

@@ -190,8 +190,10 @@ class SchemaWriter {
           c?.display ?? 'base.NONE',
           doc ?? info.description,
         );
+        const display2 =
+          c?.second === 'bytes' ? 'base.NONE' : c?.second === 'string' ? 'base.UNICODE' : 'base.DEC';
         const f2 =
-          c?.second === undefined ? '' : `, f2 = ${this.field(`${path}_u8`, label, c.second, 'base.DEC')}`;
+          c?.second === undefined ? '' : `, f2 = ${this.field(`${path}_u8`, label, c.second, display2)}`;
         return `{ k = "custom", name = ${luaString(info.name)}, f = ${f}${f2} }`;
       }
       default:
@@ -527,12 +529,13 @@ ${heuristics}
 }
 
 /** Every generated dissector: each registered protocol's, in registry order. */
-export async function generateDissectors(): Promise<Dissector[]> {
+export async function generateDissectors(options: Record<string, unknown> = {}): Promise<Dissector[]> {
   const out: Dissector[] = [];
   for (const entry of registry) {
     if (entry.loadInspection === undefined) continue;
     const inspection = await entry.loadInspection();
-    for (const d of inspection.dissectors ?? []) out.push(dissectorFrom(d));
+    const declared = inspection.dissectorsWith?.(options) ?? inspection.dissectors ?? [];
+    for (const d of declared) out.push(dissectorFrom(d));
     for (const f of inspection.flows) if (isFlowDeclaration(f)) out.push(dissectorFrom(declaredDissector(f)));
   }
   return out;

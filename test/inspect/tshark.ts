@@ -17,16 +17,19 @@ const ABBREV: Record<string, string> = {
   'nox-relay': 'gw_nox',
 };
 
-let generated: string | undefined;
+const generated = new Map<string, string>();
 
-/** `gamewire dissector --out DIR`, once per test file. */
-export function dissectorDir(): string {
-  if (generated === undefined) {
-    generated = tempDir('gamewire-dissectors-');
-    const r = runCli(['dissector', '--out', generated]);
+/** `gamewire dissector --out DIR` (with `extra` flags, such as `--protocols PACK`), once per test file. */
+export function dissectorDir(extra: readonly string[] = []): string {
+  const key = extra.join('\0');
+  let dir = generated.get(key);
+  if (dir === undefined) {
+    dir = tempDir('gamewire-dissectors-');
+    const r = runCli(['dissector', '--out', dir, ...extra]);
     if (r.code !== 0) throw new Error(`dissector failed: ${r.stderr}`);
+    generated.set(key, dir);
   }
-  return generated;
+  return dir;
 }
 
 export interface FieldBag {
@@ -89,8 +92,13 @@ function tsharkBag(item: Record<string, unknown>, prefix: string): FieldBag {
 }
 
 /** Every message tshark shows for `protocol`, in capture order. */
-export function tsharkMessages(file: string, protocol: string, decodeAs: string[] = []): FieldBag[] {
-  const dir = dissectorDir();
+export function tsharkMessages(
+  file: string,
+  protocol: string,
+  decodeAs: string[] = [],
+  dissectorFlags: readonly string[] = [],
+): FieldBag[] {
+  const dir = dissectorDir(dissectorFlags);
   const scripts = fs
     .readdirSync(dir)
     .filter((f) => f.endsWith('.lua'))
@@ -138,7 +146,12 @@ function sameValue(a: string, b: string): boolean {
 }
 
 /** Asserts that tshark shows the same messages, with the same fields and values, as the inspector. */
-export function expectTsharkAgrees(file: string, records: JsonRecord[], decodeAs: string[] = []): void {
+export function expectTsharkAgrees(
+  file: string,
+  records: JsonRecord[],
+  decodeAs: string[] = [],
+  dissectorFlags: readonly string[] = [],
+): void {
   const byProtocol = new Map<string, JsonRecord[]>();
   for (const r of records) {
     if (r.message === undefined) continue;
@@ -147,7 +160,7 @@ export function expectTsharkAgrees(file: string, records: JsonRecord[], decodeAs
     byProtocol.set(r.protocol, list);
   }
   for (const [protocol, list] of byProtocol) {
-    const shown = tsharkMessages(file, protocol, decodeAs);
+    const shown = tsharkMessages(file, protocol, decodeAs, dissectorFlags);
     expect(
       shown.map((b) => b.type),
       `${protocol} message types`,

@@ -25,13 +25,13 @@ const VIEW_PROTOCOLS: readonly ProtocolDef<any>[] = [
   SecureConnectionProtocol,
 ];
 
-function viewMethod(p: Record<string, Json>): MethodDef | undefined {
+function viewMethod(p: Record<string, Json>, protocols: readonly ProtocolDef<any>[]): MethodDef | undefined {
   if (typeof p.protocolId === 'number' && typeof p.methodId === 'number') {
-    return VIEW_PROTOCOLS.find((d) => d.id === p.protocolId)?.byId.get(p.methodId);
+    return protocols.find((d) => d.id === p.protocolId)?.byId.get(p.methodId);
   }
   if (typeof p.protocol !== 'string' || typeof p.method !== 'string') return undefined;
   const wireName = p.type === 'response' ? p.method.replace(/\*$/, '') : p.method;
-  for (const d of VIEW_PROTOCOLS) {
+  for (const d of protocols) {
     if (d.name !== p.protocol) continue;
     const short = shortMethodName(d.name, wireName);
     return short === undefined ? undefined : d.byName.get(short);
@@ -41,16 +41,29 @@ function viewMethod(p: Record<string, Json>): MethodDef | undefined {
 
 /**
  * The wire view's RMC decoder: `gamewire decode rmc`, plus named fields for the classic
- * protocols it knows (the CLI prints classic bodies as hex), and every field a method declares
+ * protocols it knows (the CLI prints classic bodies as hex) and for every protocol the server
+ * has registered (`serve rmc --protocols` packs included), and every field a method declares
  * secret (Kerberos tickets, login tokens, session keys) masked. A secret-bearing body that does
  * not decode to fields is masked whole.
  */
-export function rmcWireDecoder(variant: RmcVariant): WireDecoder {
+export function rmcWireDecoder(
+  variant: RmcVariant,
+  registered: () => readonly ProtocolDef<any>[] = () => [],
+): WireDecoder {
+  let seen: readonly ProtocolDef<any>[] | undefined;
+  let known: readonly ProtocolDef<any>[] = VIEW_PROTOCOLS;
   return (bytes, _direction, _transport, secrets) => {
-    const packets = decodeStream(bytes, variant).map((json) => {
+    // The server's protocols first (a registration after the start is picked up), then the view's.
+    const now = registered();
+    if (seen === undefined || now.length !== seen.length) {
+      seen = now;
+      known = [...now, ...VIEW_PROTOCOLS.filter((v) => !now.some((p) => p.name === v.name))];
+    }
+    const protocols = known;
+    const packets = decodeStream(bytes, variant, protocols).map((json) => {
       const p = json as Record<string, Json>;
       const side = p.type === 'request' ? 'args' : p.type === 'response' ? 'results' : undefined;
-      const def = side === undefined ? undefined : viewMethod(p);
+      const def = side === undefined ? undefined : viewMethod(p, protocols);
       if (side === undefined || def === undefined) return p;
       let body = p[side];
       if (typeof body === 'string') body = typedOrHex(def[side], Buffer.from(body, 'hex'));
@@ -105,7 +118,7 @@ export function rmcAdmin(parts: RmcAdminParts): AdminSource {
   };
   return {
     wire,
-    decode: rmcWireDecoder(parts.variant),
+    decode: rmcWireDecoder(parts.variant, () => dispatcher.registered),
     hideUndecoded: true,
     async state() {
       const connections: Json[] = [];

@@ -15,6 +15,7 @@ import {
 import type { Codec } from '../../wire/codec.js';
 import { lengthPrefixed } from '../../wire/framing.js';
 import { decodeStream } from './codec.js';
+import { loadPacks } from './ddl/pack.js';
 import {
   HyperscapeFailureBody,
   type RmcVariant,
@@ -23,10 +24,13 @@ import {
 } from './messages.js';
 import { BUILTIN_PROTOCOLS } from './protocols/index.js';
 import { PRUDP_INSPECT_FLAGS, prudpFlow } from './prudp/inspect.js';
+import type { ProtocolDef } from './signature.js';
 
 export interface RmcInspectOptions {
   /** RMC envelope variant. */
   rmcVariant: RmcVariant;
+  /** The declared protocols (`--protocols` packs first, then the built-ins): named args and results. */
+  rmcProtocols: readonly ProtocolDef<any>[];
 }
 
 const RMC_VARIANTS: readonly RmcVariant[] = ['hyperscape', 'nex-verbose', 'classic'];
@@ -40,11 +44,28 @@ export const RMC_VARIANT_FLAG: DecoderFlag = {
   apply: (value) => ({ rmcVariant: value as RmcVariant }),
 };
 
+/**
+ * `--protocols` of `gamewire inspect`, `gamewire replay` and `gamewire dissector`: protocol packs
+ * (`gamewire rmc ddl import`) whose methods RMC and PRUDP flows show with named, typed arguments
+ * and results, and the generated RMC dissector names. Comma-separated or repeated; a pack that
+ * does not load stops the command (ERR_RMC_PACK).
+ */
+export const RMC_PACKS_FLAG: DecoderFlag = {
+  flag: '--protocols <files>',
+  description:
+    'rmc, prudp: protocol packs (gamewire rmc ddl import), comma-separated or repeated: named args and results',
+  repeatable: true,
+  apply: (value) =>
+    typeof value === 'string' && value !== ''
+      ? { rmcProtocols: [...loadPacks(value), ...BUILTIN_PROTOCOLS] }
+      : {},
+};
+
 export const rmcFlow: FlowProtocol<RmcInspectOptions> = {
   name: 'rmc',
   tcpPorts: [9103],
   udpPorts: [],
-  defaults: { rmcVariant: 'hyperscape' },
+  defaults: { rmcVariant: 'hyperscape', rmcProtocols: BUILTIN_PROTOCOLS },
   create(out, options) {
     const measure = lengthPrefixed({
       prefix: 'u32le',
@@ -54,7 +75,7 @@ export const rmcFlow: FlowProtocol<RmcInspectOptions> = {
     });
     return {
       ...framedStreams(out, measure, options.maxFrameBytes, (d, frame) => {
-        for (const m of decodeStream(frame, options.rmcVariant)) out.message(d, m);
+        for (const m of decodeStream(frame, options.rmcVariant, options.rmcProtocols)) out.message(d, m);
       }),
       datagram: noDatagrams(out, 'RMC over TCP'),
     };
@@ -73,10 +94,10 @@ export const rmcFlow: FlowProtocol<RmcInspectOptions> = {
   replay: { consistent: ['pidConnectionID', 'urlPublic'], ignore: ['pbufResponse'] },
 };
 
-/** Arguments and results of every built-in method, by `Protocol::method`. */
-function methodTable(): SchemaItem {
+/** Arguments and results of every declared method (packs', then the built-ins'), by `Protocol::method`. */
+function methodTable(protocols: readonly ProtocolDef<any>[]): SchemaItem {
   const rows: (readonly [string, SchemaItem])[] = [];
-  for (const p of BUILTIN_PROTOCOLS as any[]) {
+  for (const p of protocols as any[]) {
     for (const [short, m] of p.byName as Map<string, any>) {
       const node = (codec: Codec<unknown> | undefined, what: string): SchemaItem | undefined =>
         codec === undefined
@@ -100,7 +121,9 @@ const protocolField = (what: string): SchemaItem => ({
   field: { path: `${what}.protocol`, label: 'protocol', type: 'string', display: 'base.UNICODE' },
 });
 
-export function rmcDissector(): DissectorDeclaration {
+export function rmcDissector(
+  protocols: readonly ProtocolDef<any>[] = BUILTIN_PROTOCOLS,
+): DissectorDeclaration {
   return {
     protocol: 'rmc',
     abbrev: 'gw_rmc',
@@ -120,7 +143,7 @@ export function rmcDissector(): DissectorDeclaration {
           ],
         },
       ],
-      ['METHODS', methodTable()],
+      ['METHODS', methodTable(protocols)],
     ],
     custom: {
       'rmc.rest': {
@@ -147,6 +170,44 @@ export function rmcDissector(): DissectorDeclaration {
         type: 'uint32',
         display: 'base.DEC',
         lua: 'return gw.walk({ k = "int", n = 4, le = true, signed = false, f = node.f }, tvb, off, lim, tree)',
+      },
+      // Pack types (protocol packs use them; the built-in methods do not): read to their end so
+      // the parameters after them are named too.
+      'rmc.DateTime': {
+        type: 'uint64',
+        display: 'base.DEC',
+        lua: 'return gw.walk({ k = "i64", le = true, signed = false, f = node.f }, tvb, off, lim, tree)',
+      },
+      'rmc.Variant': {
+        type: 'string',
+        display: 'base.UNICODE',
+        lua: `gw.need(tvb, off, 1, lim)
+local tag = tvb(off, 1):uint()
+local inner = ({
+  [1] = { k = "i64", le = true, signed = true },
+  [2] = { k = "float", n = 8, le = true },
+  [3] = { k = "bool" },
+  [4] = { k = "string", nul = true, len = { t = "prefix", p = { n = 2, le = true } } },
+  [5] = { k = "i64", le = true, signed = false },
+  [6] = { k = "i64", le = true, signed = false },
+})[tag]
+if inner == nil and tag ~= 0 then error("unknown Variant type " .. tag, 0) end
+local after, v = off + 1, "none"
+if inner ~= nil then after, v = gw.walk(inner, tvb, off + 1, lim, gw.NULL_TREE) end
+if node.f then tree:add(node.f, gw.range(tvb, off, after - off), tostring(v)) end
+return after, v`,
+      },
+      'rmc.AnyDataHolder': {
+        type: 'string',
+        display: 'base.UNICODE',
+        second: 'bytes',
+        lua: `local at, name = gw.walk({ k = "string", nul = true, len = { t = "prefix", p = { n = 2, le = true } }, f = node.f }, tvb, off, lim, tree)
+gw.need(tvb, at, 8, lim)
+local n = tvb(at + 4, 4):le_uint()
+if tvb(at, 4):le_uint() ~= n + 4 then error("AnyDataHolder lengths disagree", 0) end
+gw.need(tvb, at + 8, n, lim)
+if node.f2 then tree:add(node.f2, gw.range(tvb, at + 8, n)) end
+return at + 8 + n, { typeName = name, data = gw.hex(tvb, at + 8, n) }`,
       },
       'rmc.StationURL': {
         type: 'string',
@@ -237,9 +298,13 @@ DissectorTable.get("tcp.port"):add(9103, P)
 
 export const inspection: ProtocolInspection = {
   flows: [rmcFlow, prudpFlow],
-  inspectFlags: [RMC_VARIANT_FLAG, ...PRUDP_INSPECT_FLAGS],
-  replayFlags: [RMC_VARIANT_FLAG],
+  inspectFlags: [RMC_VARIANT_FLAG, RMC_PACKS_FLAG, ...PRUDP_INSPECT_FLAGS],
+  replayFlags: [RMC_VARIANT_FLAG, RMC_PACKS_FLAG],
+  dissectorFlags: [RMC_PACKS_FLAG],
   get dissectors() {
     return [rmcDissector()];
   },
+  dissectorsWith: (options) => [
+    rmcDissector((options.rmcProtocols as readonly ProtocolDef<any>[] | undefined) ?? BUILTIN_PROTOCOLS),
+  ],
 };

@@ -10,6 +10,7 @@ import { CheckFailure } from '../../../core/conform.js';
 import { Flag, PacketType } from '../prudp/constants.js';
 import { deriveUserKey, openUserTicket } from '../prudp/kerberos.js';
 import { kerberosCredentials } from '../prudp/profiles.js';
+import { packMethodsCheck } from './pack.js';
 import { hasFlag, PrudpPeer, type Received } from './prudp-peer.js';
 import {
   type Call,
@@ -655,4 +656,5 @@ export const rmcChecks: readonly Check[] = [
   ping,
   disconnect,
   tcpFraming,
+  packMethodsCheck,
 ];

@@ -6,6 +6,7 @@ import { type ConformSuite, parseTarget } from '../../../core/conform.js';
 import { UsageError } from '../../../core/errors.js';
 import { accessKeyByte } from '../prudp/checksum.js';
 import { rmcChecks } from './checks.js';
+import { packMethods } from './pack.js';
 import type { RmcConformContext, RmcConformVariant } from './session.js';
 
 const VARIANTS: readonly RmcConformVariant[] = ['hyperscape', 'classic', 'nex-verbose'];
@@ -53,6 +54,17 @@ export const rmcConform: ConformSuite<RmcConformContext> = {
       description: "classic: that account's password (its ticket key derives from it)",
       defaultValue: 'gamewire',
     },
+    {
+      flag: '--protocols <files>',
+      key: 'protocols',
+      description:
+        'protocol packs (gamewire rmc ddl import), comma-separated: rmc.pack calls their methods by name (or id, classic)',
+    },
+    {
+      flag: '--method <names>',
+      key: 'method',
+      description: 'with --protocols: only these pack methods (Protocol::Method, comma-separated)',
+    },
   ],
   concurrency: 4,
   // A classic login derives its ticket key with 65 000+ MD5 rounds: give the server time.
@@ -69,7 +81,13 @@ export const rmcConform: ConformSuite<RmcConformContext> = {
       );
     const accessKey = String(options.accessKey ?? 'yl4NG7qZ');
     const width = Number(options.checksum ?? '1') as 1 | 4;
+    const { packs, methods } = packMethods(
+      typeof options.protocols === 'string' ? options.protocols : undefined,
+      typeof options.method === 'string' ? options.method : undefined,
+    );
     return {
+      packs,
+      packMethods: methods,
       target,
       transport,
       variant,

@@ -13,6 +13,7 @@ import { rmcCodec } from '../codec.js';
 import type { ChecksumConfig } from '../prudp/packet.js';
 import { ClassicPayloadCodec, classicRc4, type PayloadCodec, SecurePayloadCodec } from '../prudp/payload.js';
 import { ECK1_BLOB_BYTES, eck1FromPoint, pointFromEck1, sessionKeyFromSecret } from '../prudp/secure.js';
+import type { MethodDef, ProtocolDef } from '../signature.js';
 import { PrudpPeer, type Received } from './prudp-peer.js';
 
 export type RmcConformVariant = 'hyperscape' | 'classic' | 'nex-verbose';
@@ -27,6 +28,9 @@ export interface RmcConformContext {
   password: string;
   /** Where the secure server is reached, when not at the address its prudps URL names (a NAT, a proxy). */
   secureTarget: ConformTarget | undefined;
+  /** The `--protocols` packs' protocols, and the methods `rmc.pack` calls (`--method`, or all). */
+  packs: readonly ProtocolDef[];
+  packMethods: readonly MethodDef[];
 }
 
 // ---- RMC messages ------------------------------------------------------------------------------

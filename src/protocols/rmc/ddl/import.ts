@@ -64,10 +64,12 @@ const SIMPLE: Readonly<Record<string, string>> = Object.freeze({
   qresult: 'qResult',
   variant: 'variant',
   stationurl: 'stationUrl',
+  // Every byte left in what holds it (DynamicData's body in SC:BL's ProtocolFoundation).
+  buffertail: 'bufferTail',
 });
 
 /** Simple types the DDL declares that gamewire does not encode (yet): kept and reported. */
-const NOT_ENCODED = new Set(['real', 'char', 'char16', 'char8', 'cstr', 'buffertail']);
+const NOT_ENCODED = new Set(['real', 'char', 'char16', 'char8', 'cstr']);
 
 /** The DDL's list templates; all are a u32 count and the items. */
 const LISTS = new Set(['std_list', 'qlist', 'qvector', 'qqueue']);

@@ -9,9 +9,23 @@
  */
 import { readFileSync } from 'node:fs';
 import { CommandError } from '../../../core/errors.js';
-import { bytes, type Codec, DeclarationError, type Fields, struct } from '../../../wire/index.js';
+import {
+  bytes,
+  type Codec,
+  custom,
+  DeclarationError,
+  DecodeError,
+  EncodeError,
+  ErrorCode,
+  type Fields,
+  type Json,
+  struct,
+  WireReader,
+  WireWriter,
+} from '../../../wire/index.js';
 import { defineProtocol, type MethodSpec, type ProtocolDef } from '../signature.js';
 import {
+  type AnyDataHolder,
   anyDataHolder,
   bool,
   buffer16,
@@ -34,6 +48,22 @@ import {
   u64,
   variant,
 } from '../types.js';
+
+const hexRest = bytes('rest');
+
+/**
+ * The DDL's `buffertail`: every byte left in what holds it (a structure inside an AnyDataHolder
+ * reads to the holder's end; a method's last parameter to the message's end), as hex. Meaningful
+ * only last; anywhere else the fields after it find no bytes, and the body stays hex.
+ */
+export const bufferTail = custom<Buffer>({
+  name: 'rmc.BufferTail',
+  description: 'every byte left in its structure (DDL buffertail)',
+  read: (r) => Buffer.from(r.rest()),
+  write: (w, v) => w.bytes(v),
+  toJson: (v) => v.toString('hex'),
+  fromJson: (j, path) => hexRest.fromJson(j, path),
+});
 
 export const PACK_FORMAT = 'gamewire-rmc-pack';
 export const PACK_VERSION = 1;
@@ -59,6 +89,7 @@ export const PACK_PRIMITIVES: Readonly<Record<string, Codec<any>>> = Object.free
   variant,
   stationUrl,
   anyDataHolder,
+  bufferTail,
 });
 
 /**
@@ -375,10 +406,82 @@ function classFields(pack: ProtocolPack, name: string, c: PackClass): PackField[
   return [...base, ...own];
 }
 
+/** An AnyDataHolder whose structure is a class of the pack: its fields by name. */
+interface TypedHolder extends AnyDataHolder {
+  /** The structure decoded by its class, when it is one and its bytes read back exactly. */
+  value?: unknown;
+}
+
+/**
+ * AnyDataHolder that knows the pack's classes: a holder naming one of them shows the structure's
+ * fields (`{typeName, data: {…}}`) when they read its bytes exactly and write them back the same;
+ * any other holder keeps its bytes as hex. The bytes are what is written either way, so the
+ * round trip is exact. Nested holders read strictly smaller inputs, so recursion ends.
+ */
+function typedAnyDataHolder(classOf: (name: string) => Codec<any> | undefined): Codec<TypedHolder> {
+  const structure = (typeName: string, data: Buffer): unknown => {
+    const codec = classOf(typeName);
+    if (codec === undefined) return undefined;
+    try {
+      const r = new WireReader(data);
+      const value = codec.read(r);
+      if (r.offset !== data.length) return undefined;
+      const w = new WireWriter();
+      codec.write(w, value);
+      return w.toBuffer().equals(data) ? value : undefined;
+    } catch (e) {
+      if (e instanceof DecodeError || e instanceof EncodeError) return undefined;
+      throw e;
+    }
+  };
+  return custom<TypedHolder>({
+    name: 'rmc.AnyDataHolder',
+    description:
+      "String typeName, u32 length+4, u32 length, then the structure (the pack's class of that name)",
+    minSize: 10,
+    read: (r) => {
+      const h: TypedHolder = anyDataHolder.read(r);
+      const value = structure(h.typeName, h.data);
+      if (value !== undefined) h.value = value;
+      return h;
+    },
+    write: (w, v) => anyDataHolder.write(w, v),
+    toJson: (v) => {
+      const codec = v.value === undefined ? undefined : classOf(v.typeName);
+      return codec === undefined
+        ? anyDataHolder.toJson(v)
+        : { typeName: v.typeName, data: codec.toJson(v.value) as Json };
+    },
+    fromJson: (j, path) => {
+      const o = j as Record<string, unknown> | null;
+      if (typeof o === 'object' && o !== null && typeof o.data === 'object' && o.data !== null) {
+        const at = (k: string) => (path === '' ? k : `${path}.${k}`);
+        const typeName = qString.fromJson(o.typeName, at('typeName'));
+        const codec = classOf(typeName);
+        if (codec === undefined)
+          throw new EncodeError(
+            ErrorCode.BAD_INPUT,
+            `${typeName} is no class of the pack: give data as hex`,
+            at('data'),
+          );
+        const value = codec.fromJson(o.data, at('data'));
+        const w = new WireWriter();
+        codec.write(w, value);
+        return { typeName, data: w.toBuffer(), value };
+      }
+      return anyDataHolder.fromJson(j, path);
+    },
+  });
+}
+
 /** Turns a checked pack into protocol declarations. Throws PackError only. */
 export function packProtocols(pack: ProtocolPack): ProtocolDef[] {
   const classes = new Map<string, Codec<any>>();
+  const holder = typedAnyDataHolder((name) =>
+    Object.hasOwn(pack.types, name) ? codecOf({ class: name }) : undefined,
+  );
   const codecOf = (t: PackType): Codec<any> => {
+    if (t === 'anyDataHolder') return holder;
     if (typeof t === 'string') return PACK_PRIMITIVES[t]!;
     if ('list' in t) return list(codecOf(t.list));
     if ('map' in t) return map(codecOf(t.map[0]), codecOf(t.map[1]));

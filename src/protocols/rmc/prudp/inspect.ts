@@ -17,6 +17,8 @@ import type { Json } from '../../../wire/codec.js';
 import { asDecodeError, DecodeError, ErrorCode } from '../../../wire/errors.js';
 import { decodeStream } from '../codec.js';
 import type { RmcVariant } from '../messages.js';
+import { BUILTIN_PROTOCOLS } from '../protocols/index.js';
+import type { ProtocolDef } from '../signature.js';
 import { accessKeyByte } from './checksum.js';
 import { FLAG_NAMES, PACKET_TYPE_NAMES, PacketType, StreamType } from './constants.js';
 import { type ChecksumConfig, newPacket, readPacket } from './packet.js';
@@ -29,10 +31,21 @@ export interface PrudpInspectOptions {
   prudpAccessKey: string | undefined;
   /** PRUDP checksum width: 1 (classic) or 4 bytes. */
   prudpChecksum: 1 | 4;
+  /** The declared protocols (`--protocols` packs first, then the built-ins): named args and results. */
+  rmcProtocols: readonly ProtocolDef<any>[];
 }
 
-/** Sequence ids remembered per direction to show a retransmission once. */
+/** Sequence ids remembered per connection and direction to show a retransmission once. */
 const MAX_REMEMBERED = 4096;
+/** Connections (virtual ports and session id) of one flow whose reassembly state is kept. */
+const MAX_CONNECTIONS = 64;
+
+/** What one direction of one PRUDP connection has seen: its sequence ids, a message's fragments. */
+interface Reassembly {
+  seen: Set<number>;
+  parts: Buffer[];
+  bytes: number;
+}
 
 function coded(vport: number): boolean {
   const s = vport >> 4;
@@ -46,14 +59,23 @@ function prudpDecoder(out: Emitter, options: BaseDecoderOptions & PrudpInspectOp
   const packet = newPacket();
   const codec = new ClassicPayloadCodec();
   let warned = false;
-  const state = {
-    client: { seen: new Set<number>(), parts: [] as Buffer[], bytes: 0 },
-    server: { seen: new Set<number>(), parts: [] as Buffer[], bytes: 0 },
+  // Per connection: one UDP flow may carry several PRUDP connections one after the other (a
+  // client reconnecting from the same port), each numbering its packets from 1 again.
+  const state = new Map<string, Reassembly>();
+  const connection = (d: Direction): Reassembly => {
+    const key = `${d}:${packet.source}:${packet.destination}:${packet.sessionId}`;
+    let s = state.get(key);
+    if (s === undefined) {
+      if (state.size >= MAX_CONNECTIONS) state.delete(state.keys().next().value!);
+      s = { seen: new Set<number>(), parts: [], bytes: 0 };
+      state.set(key, s);
+    }
+    return s;
   };
 
   const data = (d: Direction, json: Record<string, Json>): void => {
-    const s = state[d];
     if ((packet.flags & 0x08) !== 0 || !coded(packet.source)) return; // ACKs carry no data
+    const s = connection(d);
     if (s.seen.has(packet.sequenceId)) {
       json.retransmission = true;
       return;
@@ -139,7 +161,8 @@ function prudpDecoder(out: Emitter, options: BaseDecoderOptions & PrudpInspectOp
         if (pendingRmc !== undefined) {
           const rmcBytes: Buffer = pendingRmc;
           try {
-            for (const m of decodeStream(rmcBytes, options.rmcVariant)) out.message(d, m);
+            for (const m of decodeStream(rmcBytes, options.rmcVariant, options.rmcProtocols))
+              out.message(d, m);
           } catch (e) {
             out.error(d, asDecodeError(e, 0));
           }
@@ -172,6 +195,11 @@ export const prudpFlow: FlowProtocol<PrudpInspectOptions> = {
   tcpPorts: [],
   // The RMC server's PRUDP transport shares its port number with RMC over TCP.
   udpPorts: [9103],
-  defaults: { rmcVariant: 'hyperscape', prudpAccessKey: undefined, prudpChecksum: 1 },
+  defaults: {
+    rmcVariant: 'hyperscape',
+    prudpAccessKey: undefined,
+    prudpChecksum: 1,
+    rmcProtocols: BUILTIN_PROTOCOLS,
+  },
   create: prudpDecoder,
 };
