@@ -209,10 +209,12 @@ export async function turnChannel(socket: dgram.Socket, turnPort: number, peerPo
   ]);
 }
 
-/** A ChannelData datagram on channel 0x4000 carrying `payload` bytes. */
-export function channelData(payload: number): Buffer {
-  const b = Buffer.alloc(4 + payload, 0x55);
+/** A ChannelData datagram on channel 0x4000 carrying `payload` bytes (of 0x55, or these bytes). */
+export function channelData(payload: number | Buffer): Buffer {
+  const length = typeof payload === 'number' ? payload : payload.length;
+  const b = Buffer.alloc(4 + length, 0x55);
   b.writeUInt16BE(0x4000, 0);
-  b.writeUInt16BE(payload, 2);
+  b.writeUInt16BE(length, 2);
+  if (typeof payload !== 'number') payload.copy(b, 4);
   return b;
 }

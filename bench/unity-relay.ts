@@ -61,6 +61,7 @@ async function runChild(role: Role): Promise<void> {
   let forwarded: () => number;
   let received: () => number = () => 0;
   let dropped: () => Record<string, number> = () => ({});
+  let nativeStats: () => Record<string, number> = () => ({});
   let close: () => Promise<void>;
   let ready: ChildReady;
   if (role === 'relay' || role === 'relay-native') {
@@ -71,6 +72,8 @@ async function runChild(role: Role): Promise<void> {
       dataplane: role === 'relay-native' ? 'native' : 'js',
       apiRateLimitPerMinute: 0,
       apiLimits: { allocationsPerMinutePerAddress: 100_000, globalAllocationsPerSecond: 100_000 },
+      // Pairs wait idle while other contenders are measured: no allocation may expire meanwhile.
+      idleTimeoutMs: 600_000,
       dtlsPort: 0,
       wsPort: 0,
     });
@@ -83,6 +86,10 @@ async function runChild(role: Role): Promise<void> {
       return server.metrics.received;
     };
     dropped = () => Object.fromEntries(server.metrics.dropped);
+    // The native plane's own counters (batches, GSO runs), for the comparison's log.
+    const mirror = (server.relay as unknown as { nativeMirror?: { socket: { stats(): object } } })
+      .nativeMirror;
+    nativeStats = () => ({ ...(mirror?.socket.stats() ?? {}) }) as Record<string, number>;
     close = () => server.close();
     ready = {
       udpPort: server.udpPort,
@@ -135,6 +142,8 @@ async function runChild(role: Role): Promise<void> {
         received: received() - baseReceived,
         dropped: dropped(),
       } satisfies ChildStats);
+    } else if (m === 'nstats') {
+      process.send!({ nstats: nativeStats() });
     } else if (m === 'exit') {
       void close().then(() => process.exit(0));
     }
@@ -153,8 +162,11 @@ function nextMessage<T>(child: ChildProcess): Promise<T> {
   return new Promise((resolve) => child.once('message', (m) => resolve(m as T)));
 }
 
-async function spawnChild(role: Role): Promise<{ child: ChildProcess; ready: ChildReady }> {
-  const env = { ...process.env, [CHILD_ENV]: role };
+async function spawnChild(
+  role: Role,
+  extraEnv: Record<string, string> = {},
+): Promise<{ child: ChildProcess; ready: ChildReady }> {
+  const env = { ...process.env, ...extraEnv, [CHILD_ENV]: role };
   const file = fileURLToPath(import.meta.url);
   const child = PINNED
     ? spawn('taskset', ['-c', String(FORWARDER_CPU), process.execPath, file], {
@@ -244,6 +256,8 @@ interface Flow {
   /** A ring of prebuilt datagrams (a send is asynchronous: never rewrite one still queued). */
   ring: Buffer[];
   next: number;
+  /** Where the send time is written in a datagram of the ring (the RELAY's content; later in ChannelData). */
+  stampAt: number;
 }
 
 function flowsOf(pairs: [Endpoint, Endpoint][], contentBytes: number): Flow[] {
@@ -264,7 +278,7 @@ function flowsOf(pairs: [Endpoint, Endpoint][], contentBytes: number): Flow[] {
           }),
         );
       }
-      flows.push({ from, to, ring, next: 0 });
+      flows.push({ from, to, ring, next: 0, stampAt: 38 });
     }
   }
   return flows;
@@ -313,7 +327,7 @@ async function blast(
         const f = flows[sent % flows.length]!;
         const b = f.ring[f.next]!;
         f.next = (f.next + 1) % f.ring.length;
-        b.writeDoubleLE(performance.now(), 38);
+        b.writeDoubleLE(performance.now(), f.stampAt);
         f.from.socket.send(b, direct ? f.to.port : port, '127.0.0.1');
         sent++;
       }
@@ -779,11 +793,10 @@ async function measureFast(
   };
 }
 
-/** DTLS↔DTLS and DTLS↔UDP on the JavaScript and the native plane, against each other, coturn and native UDP. */
+/** DTLS↔DTLS and DTLS↔UDP on the JavaScript and the native plane, against each other and native UDP. */
 async function dtlsPlaneRows(
   js: { child: ChildProcess; ready: ChildReady },
   native: { child: ChildProcess; ready: ChildReady },
-  coturn: CoturnResult | string,
   nativeUdp: CaseResult | undefined,
 ): Promise<BenchRow[]> {
   const addon = loadNativeDataplane().addon;
@@ -847,17 +860,7 @@ async function dtlsPlaneRows(
             extra: { nativeP50us: us(n.p50), jsP50us: us(j.p50) },
           });
         } else if (host === 'dtls') {
-          rows.push({
-            name: 'native dtls<->dtls vs coturn (plain UDP, one relay thread), saturated, 100 B',
-            subject: n.ppsPerCpu,
-            baseline: typeof coturn === 'string' ? 0 : coturn.ppsPerCpu,
-            unit: 'pps/cpu-s',
-            ratio: typeof coturn === 'string' ? 0 : n.ppsPerCpu / coturn.ppsPerCpu,
-            extra:
-              typeof coturn === 'string'
-                ? { skipped: coturn }
-                : { coturnLossPct: +(coturn.loss * 100).toFixed(3) },
-          });
+          // Against coturn: the interleaved rounds of nativeVsCoturn (the same CPU measure for both).
           if (nativeUdp !== undefined)
             rows.push({
               name: 'native dtls<->dtls vs native udp<->udp, saturated, 100 B',
@@ -889,60 +892,290 @@ interface CoturnResult {
   loss: number;
 }
 
-/** coturn, one relay thread, pinned like the others: 8 TURN channels of 100-byte ChannelData, saturated. */
-async function measureCoturn(): Promise<CoturnResult | string> {
-  if (!coturnAvailable()) return 'turnserver not installed (Debian package coturn)';
+// ---- the native plane against coturn: the same flows, interleaved rounds, CPU from /proc --------
+
+/** Rounds of the native-vs-coturn comparison (medians are reported). */
+const VS_ROUNDS = Math.max(1, Number(process.env.GAMEWIRE_BENCH_ROUNDS ?? 5) || 5);
+/**
+ * Native planes to compare in the same rounds: `;`-separated values of GAMEWIRE_NATIVE_TUNING
+ * (native/relay_dataplane.c), e.g. `gso=0,drain=0;` for "without the offloads" next to the default.
+ */
+const NATIVE_VARIANTS = (process.env.GAMEWIRE_BENCH_NATIVE_TUNING ?? '').split(';');
+
+interface ProcCase {
+  ppsPerCpu: number;
+  wallPps: number;
+  loss: number;
+  p50: number;
+  p99: number;
+  cpu: number;
+}
+
+/** Runs `load` and charges it to `pid`: datagrams delivered to the receivers per CPU-second of that process (/proc). */
+async function measureByProc(pid: number, load: () => Promise<Measure>): Promise<ProcCase> {
+  const cpu0 = cpuSecondsOf(pid);
+  const m = await load();
+  const cpu = cpuSecondsOf(pid) - cpu0;
+  return {
+    ppsPerCpu: cpu > 0 ? m.received / cpu : 0,
+    wallPps: m.received / m.seconds,
+    loss: m.sent === 0 ? 0 : 1 - m.received / m.sent,
+    p50: percentile(m.latencies, 50),
+    p99: percentile(m.latencies, 99),
+    cpu,
+  };
+}
+
+/**
+ * 4 pairs of TURN clients on coturn, each allocation's channel 0x4000 bound to its partner's
+ * socket: 8 flows between 8 sockets, as through the relay, one datagram in and one out.
+ */
+async function coturnPairs(turnPort: number): Promise<[Endpoint, Endpoint][]> {
+  const pairs: [Endpoint, Endpoint][] = [];
+  for (let i = 0; i < PAIRS; i++) {
+    const a = await openSocket();
+    const b = await openSocket();
+    await turnChannel(a, turnPort, b.address().port);
+    await turnChannel(b, turnPort, a.address().port);
+    pairs.push([
+      { socket: a, id: Buffer.alloc(ID_BYTES, 2 * i + 1), port: a.address().port },
+      { socket: b, id: Buffer.alloc(ID_BYTES, 2 * i + 2), port: b.address().port },
+    ]);
+  }
+  return pairs;
+}
+const ID_BYTES = 16;
+
+/** The relay's own RELAY messages, each carried as a TURN ChannelData payload: the peer receives the same bytes. */
+function coturnFlows(pairs: [Endpoint, Endpoint][], contentBytes: number): Flow[] {
+  return flowsOf(pairs, contentBytes).map((f) => ({
+    ...f,
+    ring: f.ring.map((m) => channelData(m)),
+    stampAt: 4 + 38,
+  }));
+}
+
+async function nstats(child: ChildProcess): Promise<Record<string, number>> {
+  child.send('nstats');
+  return (await nextMessage<{ nstats: Record<string, number> }>(child)).nstats;
+}
+
+/** Runs `job`, logging the native plane's datagrams per receive batch and per GSO send meanwhile. */
+async function withNativeStats<T>(
+  child: ChildProcess,
+  key: string,
+  log: string[],
+  job: () => Promise<T>,
+): Promise<T> {
+  const a = await nstats(child);
+  const r = await job();
+  const b = await nstats(child);
+  const d = (k: string) => (b[k] ?? 0) - (a[k] ?? 0);
+  const per = (x: number, y: number) => (y > 0 ? (x / y).toFixed(1) : '-');
+  log.push(
+    `${key}: ${per(d('received') + d('dtlsReceived'), d('batches'))} datagrams per receive batch, ${per(d('gsoDatagrams'), d('gsoSends'))} per GSO send (${per(d('gsoDatagrams') * 100, d('forwarded'))} % of forwards in GSO sends), ${per(d('groDatagrams'), d('groReceived'))} per GRO receive`,
+  );
+  return r;
+}
+
+function medianOf(xs: number[]): number {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  return s.length === 0 ? Number.NaN : s[Math.floor(s.length / 2)]!;
+}
+
+interface NativeContender {
+  label: string;
+  child: ChildProcess;
+  ready: ChildReady;
+  pairs: [Endpoint, Endpoint][];
+  dtls: [FastPeer, FastPeer][];
+}
+
+/**
+ * The native plane (each variant) and coturn, in VS_ROUNDS interleaved rounds (the order rotates
+ * each round): saturated and paced at 20k pps, 8 flows of 100-byte RELAY content, and native
+ * DTLS↔DTLS saturated; pps per CPU-second of each server process from /proc, counted at the
+ * receivers. Medians of the rounds.
+ */
+async function nativeVsCoturn(
+  natives: NativeContender[],
+): Promise<{ rows: BenchRow[]; coturn: CoturnResult | string; log: string[] }> {
+  if (!coturnAvailable())
+    return { rows: [], coturn: 'turnserver not installed (Debian package coturn)', log: [] };
   const turn = await startCoturn(await freeUdpPort(), PINNED ? FORWARDER_CPU : undefined);
-  const sockets: dgram.Socket[] = [];
+  const turnPairs = await coturnPairs(turn.port);
+  const log: string[] = [];
   try {
-    const peer = await openSocket();
-    sockets.push(peer);
-    let received = 0;
-    peer.on('message', () => {
-      received++;
-    });
-    const clients: dgram.Socket[] = [];
-    for (let i = 0; i < PAIRS * 2; i++) {
-      const c = await openSocket();
-      sockets.push(c);
-      await turnChannel(c, turn.port, peer.address().port);
-      clients.push(c);
+    type Key = string;
+    const results = new Map<Key, ProcCase[]>();
+    const add = (k: Key, r: ProcCase) => {
+      results.set(k, [...(results.get(k) ?? []), r]);
+      log.push(
+        `${k}: ${Math.round(r.ppsPerCpu)} pps/cpu-s, wall ${Math.round(r.wallPps)} pps, loss ${(r.loss * 100).toFixed(2)} %, p50 ${us(r.p50)} µs, p99 ${us(r.p99)} µs`,
+      );
+    };
+    const cf = coturnFlows(turnPairs, 100);
+    const nf = natives.map((n) => flowsOf(n.pairs, 100));
+    // Warm-up.
+    await blast(cf, turn.port, 5000, 0.3);
+    for (let k = 0; k < natives.length; k++) await blast(nf[k]!, natives[k]!.ready.udpPort, 5000, 0.3);
+    const pid = (c: ChildProcess) => c.pid ?? -1;
+    for (let round = 0; round < VS_ROUNDS; round++) {
+      for (const [label, rate] of [
+        ['saturated', Number.POSITIVE_INFINITY],
+        ['paced 20k pps', 20_000],
+      ] as const) {
+        const jobs: [Key, () => Promise<ProcCase>][] = [
+          [`coturn ${label}`, () => measureByProc(relayPid(turn), () => blast(cf, turn.port, rate, SECONDS))],
+          ...natives.map(
+            (n, k) =>
+              [
+                `native${n.label} ${label}`,
+                () =>
+                  withNativeStats(n.child, `native${n.label} ${label}`, log, () =>
+                    measureByProc(pid(n.child), () => blast(nf[k]!, n.ready.udpPort, rate, SECONDS)),
+                  ),
+              ] as [Key, () => Promise<ProcCase>],
+          ),
+        ];
+        for (let j = 0; j < jobs.length; j++) {
+          const [k, job] = jobs[(j + round) % jobs.length]!;
+          add(k, await job());
+        }
+      }
+      for (const n of natives)
+        if (n.dtls.length > 0)
+          add(
+            `native${n.label} dtls<->dtls saturated`,
+            await withNativeStats(n.child, `native${n.label} dtls<->dtls saturated`, log, () =>
+              measureByProc(pid(n.child), () => blastFast(n.dtls, Number.POSITIVE_INFINITY, SECONDS)),
+            ),
+          );
     }
-    const ring = Array.from({ length: 512 }, () => channelData(100 + 38));
-    let best: CoturnResult | undefined;
-    for (let round = 0; round < 2; round++) {
-      received = 0;
-      const cpu0 = cpuSecondsOf(relayPid(turn));
-      let sent = 0;
-      const start = performance.now();
-      await new Promise<void>((resolve) => {
-        const step = () => {
-          if (performance.now() - start >= SECONDS * 1000) return resolve();
-          for (let k = 0; k < 64; k++) {
-            clients[sent % clients.length]!.send(ring[sent % ring.length]!, turn.port, '127.0.0.1');
-            sent++;
-          }
-          setImmediate(step);
-        };
-        step();
-      });
-      await new Promise((r) => setTimeout(r, 300));
-      const cpu = cpuSecondsOf(relayPid(turn)) - cpu0;
-      const r: CoturnResult = {
-        ppsPerCpu: cpu > 0 ? received / cpu : 0,
-        wallPps: received / SECONDS,
-        loss: sent === 0 ? 0 : 1 - received / sent,
+    const med = (k: Key) => {
+      const xs = results.get(k) ?? [];
+      return {
+        ppsPerCpu: medianOf(xs.map((x) => x.ppsPerCpu)),
+        wallPps: medianOf(xs.map((x) => x.wallPps)),
+        loss: medianOf(xs.map((x) => x.loss)),
+        p50: medianOf(xs.map((x) => x.p50)),
+        p99: medianOf(xs.map((x) => x.p99)),
       };
-      if (best === undefined || r.ppsPerCpu > best.ppsPerCpu) best = r;
+    };
+    const rows: BenchRow[] = [];
+    const cs = med('coturn saturated');
+    const cp = med('coturn paced 20k pps');
+    for (const n of natives) {
+      const ns = med(`native${n.label} saturated`);
+      const np = med(`native${n.label} paced 20k pps`);
+      rows.push({
+        name: `native${n.label} vs coturn, saturated, 100 B (median of ${VS_ROUNDS})`,
+        subject: ns.ppsPerCpu,
+        baseline: cs.ppsPerCpu,
+        unit: 'pps/cpu-s',
+        ratio: ns.ppsPerCpu / cs.ppsPerCpu,
+        extra: {
+          nativeWallPps: Math.round(ns.wallPps),
+          coturnWallPps: Math.round(cs.wallPps),
+          nativeLossPct: +(ns.loss * 100).toFixed(3),
+          coturnLossPct: +(cs.loss * 100).toFixed(3),
+        },
+      });
+      rows.push({
+        name: `native${n.label} vs coturn, paced 20k pps, 100 B (median of ${VS_ROUNDS})`,
+        subject: np.ppsPerCpu,
+        baseline: cp.ppsPerCpu,
+        unit: 'pps/cpu-s',
+        ratio: np.ppsPerCpu / cp.ppsPerCpu,
+        extra: { nativeLossPct: +(np.loss * 100).toFixed(3), coturnLossPct: +(cp.loss * 100).toFixed(3) },
+      });
+      rows.push({
+        name: `native${n.label} vs coturn, p99 one-way latency at 20k pps (median of ${VS_ROUNDS})`,
+        subject: us(np.p99),
+        baseline: us(cp.p99),
+        unit: 'µs p99',
+        ratio: cp.p99 / np.p99,
+        extra: { nativeP50us: us(np.p50), coturnP50us: us(cp.p50) },
+      });
+      if (n.dtls.length > 0) {
+        const nd = med(`native${n.label} dtls<->dtls saturated`);
+        rows.push({
+          name: `native${n.label} dtls<->dtls vs coturn plain UDP, saturated, 100 B (median of ${VS_ROUNDS})`,
+          subject: nd.ppsPerCpu,
+          baseline: cs.ppsPerCpu,
+          unit: 'pps/cpu-s',
+          ratio: nd.ppsPerCpu / cs.ppsPerCpu,
+          extra: { nativeWallPps: Math.round(nd.wallPps), nativeLossPct: +(nd.loss * 100).toFixed(3) },
+        });
+      }
     }
-    return best!;
+    return { rows, coturn: { ppsPerCpu: cs.ppsPerCpu, wallPps: cs.wallPps, loss: cs.loss }, log };
   } finally {
-    for (const s of sockets) await new Promise<void>((r) => s.close(() => r()));
+    for (const [a, b] of turnPairs)
+      for (const e of [a, b]) await new Promise<void>((r) => e.socket.close(() => r()));
     await turn.close();
   }
 }
 
+/** A native relay child per variant of NATIVE_VARIANTS, with 4 UDP pairs and (when the addon has DTLS) 4 DTLS pairs. */
+async function nativeContenders(first?: {
+  child: ChildProcess;
+  ready: ChildReady;
+}): Promise<NativeContender[]> {
+  const addon = loadNativeDataplane().addon;
+  const out: NativeContender[] = [];
+  for (const [k, tuning] of NATIVE_VARIANTS.entries()) {
+    const relay =
+      k === 0 && first !== undefined && tuning === ''
+        ? first
+        : await spawnChild('relay-native', tuning === '' ? {} : { GAMEWIRE_NATIVE_TUNING: tuning });
+    const pairs: [Endpoint, Endpoint][] = [];
+    const dtls: [FastPeer, FastPeer][] = [];
+    for (let i = 0; i < PAIRS; i++) pairs.push(await relayPair(relay.ready));
+    if (addon?.dtlsAvailable() === true)
+      for (let i = 0; i < PAIRS; i++) dtls.push(await dtlsBenchPair(addon, relay.ready, 'dtls'));
+    out.push({
+      label: tuning === '' ? '' : ` [${tuning}]`,
+      child: relay.child,
+      ready: relay.ready,
+      pairs,
+      dtls,
+    });
+  }
+  return out;
+}
+
+async function closeContenders(natives: NativeContender[], keep?: ChildProcess): Promise<void> {
+  for (const n of natives) {
+    for (const [a, b] of n.dtls) await Promise.all([a.close(), b.close()]);
+    if (n.child === keep) {
+      for (const [a, b] of n.pairs)
+        for (const e of [a, b]) await new Promise<void>((r) => e.socket.close(() => r()));
+    } else {
+      await closeAll(n.pairs, n.child);
+    }
+  }
+}
+
+/** GAMEWIRE_BENCH_UNITY_RELAY_ONLY=coturn: only the native-vs-coturn rounds (and their variants). */
+async function runVsCoturnOnly(): Promise<BenchResult> {
+  pinSelf('0');
+  const natives = await nativeContenders();
+  try {
+    const vs = await nativeVsCoturn(natives);
+    return { suite: 'unity-relay', rows: vs.rows, notes: [...VS_NOTES, ...vs.log] };
+  } finally {
+    await closeContenders(natives);
+    pinSelf('0-255');
+  }
+}
+
+const VS_NOTES = [
+  `native vs coturn rows: ${PAIRS * 2} flows of 100-byte RELAY content between ${PAIRS * 2} sockets (coturn: the same RELAY messages as TURN ChannelData payloads, 4 bytes more in, the same bytes out), both servers pinned to CPU ${FORWARDER_CPU}; ${VS_ROUNDS} interleaved rounds of ${SECONDS} s (order rotated each round), medians; pps/cpu-s = datagrams delivered to the receivers / (user + system CPU seconds of the server process, all threads, from /proc/<pid>/stat); p99 = one-way latency sender → server → receiver.`,
+];
+
 async function run(): Promise<BenchResult> {
+  if (process.env.GAMEWIRE_BENCH_UNITY_RELAY_ONLY === 'coturn') return runVsCoturnOnly();
   pinSelf('0');
   const rows: BenchRow[] = [];
   const relay = await spawnChild('relay');
@@ -957,7 +1190,6 @@ async function run(): Promise<BenchResult> {
     basePairs.push(await baselinePair(baseline.ready, i));
   }
   let nativeSaturated100: CaseResult | undefined;
-  let coturnResult: CoturnResult | string = 'not measured';
   try {
     for (const [label, rate, size] of [
       ['paced 10k pps, 100 B content', 10_000, 100],
@@ -1032,32 +1264,24 @@ async function run(): Promise<BenchResult> {
         });
       }
     }
-    coturnResult = await measureCoturn();
-    const coturn = coturnResult;
-    if (typeof coturn === 'string') {
-      rows.push({
-        name: 'native forward vs coturn (one relay thread), saturated, 100 B',
-        subject: nativeSaturated100?.ppsPerCpu ?? 0,
-        baseline: 0,
-        unit: 'pps/cpu-s',
-        ratio: 0,
-        extra: { skipped: coturn },
-      });
-    } else {
-      rows.push({
-        name: 'native forward vs coturn (one relay thread), saturated, 100 B',
-        subject: nativeSaturated100?.ppsPerCpu ?? 0,
-        baseline: coturn.ppsPerCpu,
-        unit: 'pps/cpu-s',
-        ratio: (nativeSaturated100?.ppsPerCpu ?? 0) / coturn.ppsPerCpu,
-        extra: {
-          nativeLossPct: +((nativeSaturated100?.loss ?? 0) * 100).toFixed(3),
-          coturnLossPct: +(coturn.loss * 100).toFixed(3),
-          coturnWallPps: Math.round(coturn.wallPps),
-        },
-      });
+    const natives = await nativeContenders(native);
+    try {
+      const vs = await nativeVsCoturn(natives);
+      rows.push(...vs.rows);
+      if (process.env.GAMEWIRE_BENCH_VERBOSE === '1') for (const line of vs.log) console.log(`  ${line}`);
+      if (typeof vs.coturn === 'string')
+        rows.push({
+          name: 'native forward vs coturn (one relay thread), saturated, 100 B',
+          subject: nativeSaturated100?.ppsPerCpu ?? 0,
+          baseline: 0,
+          unit: 'pps/cpu-s',
+          ratio: 0,
+          extra: { skipped: vs.coturn },
+        });
+    } finally {
+      await closeContenders(natives, native.child);
     }
-    rows.push(...(await dtlsPlaneRows(relay, native, coturnResult, nativeSaturated100)));
+    rows.push(...(await dtlsPlaneRows(relay, native, nativeSaturated100)));
     rows.push(...(await transportRows(relay)));
   } finally {
     await closeAll(relayPairs, relay.child);
@@ -1074,7 +1298,8 @@ async function run(): Promise<BenchResult> {
       'pps/cpu-s = datagrams forwarded / (user + system CPU seconds of the forwarding process, all its threads).',
       'relayRxPct = share of sent datagrams the relay process received (the rest was lost before it, in the kernel); relayDrops = datagrams the relay itself dropped, by reason.',
       'addedP50/P99 = one-way latency through the hop minus straight to the peer on loopback, paced cases; saturated cases show raw one-way latency (queueing).',
-      'coturn row: Debian turnserver, --relay-threads=1, anonymous, UDP; 8 TURN channels sending 138-byte ChannelData payloads (the size of a 100-byte RELAY), CPU from /proc.',
+      'coturn: Debian turnserver, --relay-threads=1, anonymous, UDP.',
+      ...VS_NOTES,
       "Transport rows: the JavaScript-plane relay, 4 pairs whose both ends use DTLS (AES-128-GCM), or WebSocket, measured right after the same pairs on UDP; p50/p99 = one-way latency sender → relay → receiver, including the clients' own encryption/framing.",
       'DTLS plane rows: 4 pairs (8 flows) of DTLS↔DTLS or DTLS client ↔ UDP host, AES-128-GCM, 100-byte RELAY content, on the JavaScript plane (--dataplane js) and the native plane (--dataplane native) in interleaved rounds; the DtlsClient handshakes, then the bench seals and opens records itself through the addon so the load generator is not the bottleneck; saturated rounds count datagrams without opening them.',
     ],

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/udp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -49,6 +50,36 @@
 #define NOTICE_MS 5
 /* Sources × reasons of drop notices that can wait at once. */
 #define MAX_NOTICES 64
+
+/* Linux's UDP offloads and busy polling, named here for C libraries older than them (glibc 2.28). */
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#ifndef SO_BUSY_POLL
+#define SO_BUSY_POLL 46
+#endif
+#ifndef SO_PREFER_BUSY_POLL
+#define SO_PREFER_BUSY_POLL 69
+#endif
+/* One UDP_SEGMENT send: at most this many datagrams (the kernel's limit before 6.11), and bytes. */
+#define GSO_MAX_SEGMENTS 64
+#define GSO_MAX_BYTES 65000
+/* Destinations of one batch's sends, hashed (a power of two, at least twice MAX_BATCH). */
+#define DEST_HASH 512
+#define GSO_CMSG_SPACE CMSG_SPACE(sizeof(uint16_t))
+#define GRO_CMSG_SPACE CMSG_SPACE(sizeof(int))
+/* A receive slot with UDP_GRO: the largest datagram the kernel may coalesce into one receive,
+ * plus 320 bytes so that the slots' first bytes do not all fall into the same cache sets. */
+#define GRO_SLOT (65536 + 320)
+/* Flags of a received datagram (an entry). */
+#define ENTRY_TRUNC 1    /* cut short: longer than the socket's max_len (or than the slot) */
+#define ENTRY_BAD_SRC 2  /* not from an IPv4 address (cannot happen on an AF_INET socket) */
 
 /* ---- allocation table: open addressing keyed by the 16 id bytes ------------------------------ */
 
@@ -426,6 +457,11 @@ enum {
   C_DTLS_ATTACHED,         /* hand-overs JavaScript → native (dtlsAttach accepted) */
   C_DTLS_DETACHED,         /* hand-overs native → JavaScript (dtlsDetach returned a state) */
   C_DROP_JS_CALL,          /* datagrams of batches dropped because a Node-API call failed on the JS thread */
+  C_GSO_SENDS,             /* UDP_SEGMENT sends (each two datagrams or more to one destination) */
+  C_GSO_DATAGRAMS,         /* datagrams in them */
+  C_GSO_FALLBACKS,         /* UDP_SEGMENT sends the kernel refused, sent again one datagram at a time */
+  C_GRO_RECEIVED,          /* coalesced receives (UDP_GRO), each split back into its datagrams */
+  C_GRO_DATAGRAMS,         /* datagrams in them */
   C_COUNT
 };
 
@@ -472,14 +508,27 @@ enum {
   DISP_SEALED = 7     /* sealed and queued: to count */
 };
 
-/* One socket's receive side: recvmmsg vectors over `batch` slots of `slot` bytes. */
+/*
+ * One socket's receive side: recvmmsg vectors over `batch` slots of `slot` bytes, and the datagrams
+ * found in them (entries, at most `batch` at a time). Without UDP_GRO a slot holds one datagram;
+ * with it, a slot may hold several coalesced by the kernel (all but the last of the size its
+ * UDP_GRO control message names), each its own entry. Everything below `addr` is per entry.
+ */
 typedef struct {
   int fd;
-  uint32_t slot;
+  uint32_t slot;    /* bytes a slot receives: max_len, or 65536 with UDP_GRO */
+  uint32_t max_len; /* a datagram longer than this is cut to it and marked truncated */
+  int gro;          /* UDP_GRO is on for this socket */
   uint8_t *buf;
   struct mmsghdr *msgs;
   struct iovec *iov;
   struct sockaddr_in *addr;
+  uint8_t *ctrl; /* per slot, GRO_CMSG_SPACE bytes (UDP_GRO only) */
+  /* per entry: its bytes, its length, the source (a slot's address), and ENTRY_* flags */
+  uint8_t **dat;
+  uint32_t *len;
+  const struct sockaddr_in **peer;
+  uint8_t *eflags;
   /* per datagram: disposition, and for DISP_JS_RECORD where the plaintext is and whose it is
    * (for DISP_JS_DROP: js_assoc is the reason; for DISP_JS: the id of the association that
    * inspected it and still holds it, or 0) */
@@ -508,6 +557,20 @@ typedef struct {
   struct sockaddr_in *addr;
   uint32_t *relay_len; /* the RELAY's own length (a sealed record is longer) */
   uint32_t n;
+  /* UDP_SEGMENT (GSO): the batch's datagrams grouped by destination, each run of equal sizes to
+   * one destination one message. Per grouped position: the iovec, the datagram it came from. */
+  struct mmsghdr *gmsgs;
+  struct iovec *giov;
+  uint32_t *gfrom;
+  uint32_t *gfirst; /* per message: its first grouped position, and how many datagrams */
+  uint32_t *gcount;
+  uint8_t *gctrl; /* per message: GSO_CMSG_SPACE bytes */
+  uint32_t *next; /* per datagram: the next one to the same destination, or UINT32_MAX */
+  uint32_t *head; /* per destination, in order of first appearance: first and last datagram */
+  uint32_t *tail;
+  uint32_t *hgen; /* DEST_HASH slots: the send that filled it (no clearing per batch), and its destination */
+  uint32_t *hdest;
+  uint32_t gen;
 } tx_t;
 
 /* Counted by the worker alone during a batch, added to the shared counters once per batch. */
@@ -550,6 +613,14 @@ typedef struct {
   /* JavaScript-thread scratch for dtlsSeal (only that thread uses it) */
   uint8_t *js_seal_buf;
   uint32_t js_seal_cap;
+  /* Kernel offloads and tuning, chosen at open from what GAMEWIRE_NATIVE_TUNING asks and what the
+   * kernel accepts (see js_open); GSO turns itself off when sends with it keep failing. */
+  int gso;                   /* runs of equal-size datagrams to one destination: one UDP_SEGMENT send (worker) */
+  uint32_t gso_failures;     /* GSO sends failed in a row (worker) */
+  int gro;                   /* UDP_GRO on the plain UDP socket */
+  int busy_poll_us;          /* SO_BUSY_POLL on the sockets, 0: none */
+  int drain;                 /* receive again before polling: 0 no, 1 after a full batch, 2 after any */
+  int linger_us;             /* after handling what poll found, sleep this long (0: not) */
   tally_t tally; /* worker only */
   notice_t notices[MAX_NOTICES]; /* worker only */
   uint32_t nnotices;
@@ -661,7 +732,7 @@ static int seal_for(plane_t *p, rx_t *rx, uint32_t i, const uint8_t *m, uint32_t
  * (and answers ERROR 3 or 5 where the JS relay does). Plane lock held.
  */
 static int udp_route(plane_t *p, rx_t *rx, uint32_t i, uint8_t *m, uint32_t len, int64_t now) {
-  const struct sockaddr_in *from = &rx->addr[i];
+  const struct sockaddr_in *from = rx->peer[i];
   if (!is_forwardable_relay(p, m, len)) return 0;
   entry_t *src = table_find(&p->table, m + 4);
   if (src == NULL || src->bound != BOUND_UDP || src->addr != from->sin_addr.s_addr || src->port != from->sin_port)
@@ -767,7 +838,7 @@ static int dtls_inspect(plane_t *p, assoc_t *a, rx_t *rx, uint32_t i, const uint
  * they arrived. Runs under the association's lock only: the plane lock is not held.
  */
 static int dtls_open_from(plane_t *p, assoc_t *a, rx_t *rx, uint32_t i, uint32_t len, int truncated, int64_t now) {
-  uint8_t *m = rx->buf + (size_t)i * rx->slot;
+  uint8_t *m = rx->dat[i];
   if (assoc_dead(a) || a->suspended) return DISP_JS;
   if (truncated) return junk(p, rx, i, C_DTLS_JUNK_TRUNCATED, DROP_TRUNCATED);
   int whole = len >= DTLS_HEADER_LEN && (((uint32_t)m[11] << 8) | m[12]) == len - DTLS_HEADER_LEN;
@@ -813,7 +884,7 @@ static int dtls_open_from(plane_t *p, assoc_t *a, rx_t *rx, uint32_t i, uint32_t
  * association held here); otherwise JavaScript gets the plaintext. Plane lock held.
  */
 static int dtls_route(plane_t *p, rx_t *rx, uint32_t i, uint32_t assoc_id, int64_t now) {
-  uint8_t *pt = rx->buf + (size_t)i * rx->slot + rx->js_off[i];
+  uint8_t *pt = rx->dat[i] + rx->js_off[i];
   uint32_t plen = rx->js_len[i];
   entry_t *src = table_find(&p->table, pt + 4);
   if (src == NULL || src->bound != BOUND_DTLS || src->assoc_id != assoc_id || !peers_has(src, pt + 20))
@@ -825,12 +896,20 @@ static int dtls_route(plane_t *p, rx_t *rx, uint32_t i, uint32_t assoc_id, int64
   return d != 0 ? d : DISP_JS_RECORD;
 }
 
-/* Sends a batch; a datagram the kernel refuses is counted and skipped. */
-static void send_all(plane_t *p, int fd, tx_t *tx) {
+/* A datagram (position k of the batch) the kernel refused: counted, and no longer a forward. */
+static void send_failed(plane_t *p, tx_t *tx, uint32_t k) {
+  count(p, C_DROP_SEND_FAILED, 1);
+  __atomic_sub_fetch(&p->counters[C_FORWARDED], 1, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&p->counters[C_BYTES_FORWARDED], tx->relay_len[k], __ATOMIC_RELAXED);
+}
+
+/* sendmmsg until every message is out; `failed` handles a message the kernel refuses (then skipped). */
+static void send_msgs(plane_t *p, int fd, tx_t *tx, struct mmsghdr *msgs, uint32_t n,
+                      void (*failed)(plane_t *, int, tx_t *, uint32_t, int)) {
   uint32_t done = 0;
   int tries = 0;
-  while (done < tx->n) {
-    int r = sendmmsg(fd, tx->msgs + done, tx->n - done, 0);
+  while (done < n) {
+    int r = sendmmsg(fd, msgs + done, n - done, 0);
     if (r > 0) {
       done += (uint32_t)r;
       continue;
@@ -841,12 +920,130 @@ static void send_all(plane_t *p, int fd, tx_t *tx) {
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
-    /* This datagram cannot be sent (an unreachable peer, a full buffer): count it, go on. */
-    count(p, C_DROP_SEND_FAILED, 1);
-    __atomic_sub_fetch(&p->counters[C_FORWARDED], 1, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&p->counters[C_BYTES_FORWARDED], tx->relay_len[done], __ATOMIC_RELAXED);
+    /* This message cannot be sent (an unreachable peer, a full buffer, an offload refused). */
+    failed(p, fd, tx, done, r < 0 ? errno : EIO);
     done++;
   }
+}
+
+static void plain_failed(plane_t *p, int fd, tx_t *tx, uint32_t m, int err) {
+  (void)fd;
+  (void)err;
+  send_failed(p, tx, m);
+}
+
+/* A UDP_SEGMENT message refused: its datagrams go one at a time. Several refusals in a row (a
+ * route or device without the offload): GSO is off for this plane from then on. */
+static void gso_failed(plane_t *p, int fd, tx_t *tx, uint32_t m, int err) {
+  uint32_t first = tx->gfirst[m], n = tx->gcount[m];
+  if (n == 1) {
+    send_failed(p, tx, tx->gfrom[first]);
+    return;
+  }
+  count(p, C_GSO_FALLBACKS, 1);
+  __atomic_sub_fetch(&p->counters[C_GSO_SENDS], 1, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&p->counters[C_GSO_DATAGRAMS], n, __ATOMIC_RELAXED);
+  if ((err == EIO || err == EINVAL || err == ENOPROTOOPT || err == EOPNOTSUPP) && ++p->gso_failures >= 8)
+    __atomic_store_n(&p->gso, 0, __ATOMIC_RELAXED);
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t k = tx->gfrom[first + j];
+    ssize_t r;
+    do {
+      r = sendto(fd, tx->iov[k].iov_base, tx->iov[k].iov_len, 0, (struct sockaddr *)&tx->addr[k],
+                 sizeof(struct sockaddr_in));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) send_failed(p, tx, k);
+  }
+}
+
+/*
+ * The batch with UDP_SEGMENT: its datagrams grouped by destination (the order to each destination
+ * kept), each run of datagrams of one size to one destination (the last may be shorter, as the
+ * kernel allows) one message, up to GSO_MAX_SEGMENTS datagrams and GSO_MAX_BYTES bytes. A lone
+ * datagram is a message of its own, without the option.
+ */
+static void send_gso(plane_t *p, int fd, tx_t *tx) {
+  uint32_t n = tx->n, ndest = 0;
+  uint32_t gen = ++tx->gen;
+  if (gen == 0) {
+    memset(tx->hgen, 0, sizeof(uint32_t) * DEST_HASH);
+    gen = tx->gen = 1;
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t addr = tx->addr[k].sin_addr.s_addr;
+    uint16_t port = tx->addr[k].sin_port;
+    uint32_t h = addr_hash(addr, port) & (DEST_HASH - 1);
+    uint32_t d = UINT32_MAX;
+    while (tx->hgen[h] == gen) {
+      uint32_t c = tx->hdest[h];
+      const struct sockaddr_in *a = &tx->addr[tx->head[c]];
+      if (a->sin_addr.s_addr == addr && a->sin_port == port) {
+        d = c;
+        break;
+      }
+      h = (h + 1) & (DEST_HASH - 1);
+    }
+    tx->next[k] = UINT32_MAX;
+    if (d == UINT32_MAX) {
+      d = ndest++;
+      tx->hgen[h] = gen;
+      tx->hdest[h] = d;
+      tx->head[d] = k;
+    } else {
+      tx->next[tx->tail[d]] = k;
+    }
+    tx->tail[d] = k;
+  }
+  uint32_t pos = 0, nmsg = 0;
+  for (uint32_t d = 0; d < ndest; d++) {
+    uint32_t k = tx->head[d];
+    while (k != UINT32_MAX) {
+      uint32_t first = pos, size = (uint32_t)tx->iov[k].iov_len, bytes = 0, segs = 0;
+      while (k != UINT32_MAX && segs < GSO_MAX_SEGMENTS) {
+        uint32_t len = (uint32_t)tx->iov[k].iov_len;
+        if (len > size || bytes + len > GSO_MAX_BYTES || (segs > 0 && size == 0)) break;
+        tx->giov[pos] = tx->iov[k];
+        tx->gfrom[pos] = k;
+        pos++;
+        segs++;
+        bytes += len;
+        k = tx->next[k];
+        if (len < size) break; /* a shorter one ends the run */
+      }
+      struct msghdr *h = &tx->gmsgs[nmsg].msg_hdr;
+      memset(h, 0, sizeof(*h));
+      h->msg_iov = &tx->giov[first];
+      h->msg_iovlen = segs;
+      h->msg_name = &tx->addr[tx->gfrom[first]];
+      h->msg_namelen = sizeof(struct sockaddr_in);
+      if (segs > 1) {
+        uint8_t *ctrl = tx->gctrl + (size_t)nmsg * GSO_CMSG_SPACE;
+        memset(ctrl, 0, GSO_CMSG_SPACE);
+        h->msg_control = ctrl;
+        h->msg_controllen = GSO_CMSG_SPACE;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(h);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t gso_size = (uint16_t)size;
+        memcpy(CMSG_DATA(cm), &gso_size, sizeof(gso_size));
+        count(p, C_GSO_SENDS, 1);
+        count(p, C_GSO_DATAGRAMS, segs);
+      }
+      tx->gfirst[nmsg] = first;
+      tx->gcount[nmsg] = segs;
+      nmsg++;
+    }
+  }
+  uint64_t before = __atomic_load_n(&p->counters[C_GSO_FALLBACKS], __ATOMIC_RELAXED);
+  send_msgs(p, fd, tx, tx->gmsgs, nmsg, gso_failed);
+  if (__atomic_load_n(&p->counters[C_GSO_FALLBACKS], __ATOMIC_RELAXED) == before) p->gso_failures = 0;
+}
+
+/* Sends a batch; a datagram the kernel refuses is counted and skipped. */
+static void send_all(plane_t *p, int fd, tx_t *tx) {
+  if (__atomic_load_n(&p->gso, __ATOMIC_RELAXED) && tx->n > 1) send_gso(p, fd, tx);
+  else send_msgs(p, fd, tx, tx->msgs, tx->n, plain_failed);
   tx->n = 0;
 }
 
@@ -880,15 +1077,15 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
   for (int i = 0; rx != NULL && i < n; i++) {
     if (rx->disp[i] == DISP_JS) {
       njs++;
-      js_bytes += rx->msgs[i].msg_len;
+      js_bytes += rx->len[i];
     } else if (rx->disp[i] == DISP_JS_RECORD) {
       njs++;
       js_bytes += rx->js_len[i];
     } else if (rx->disp[i] == DISP_JS_DROP) {
-      if (!notice_add(p, &rx->addr[i], rx->js_assoc[i] < DROP_REASONS ? rx->js_assoc[i] : DROP_BAD_MAC)) {
+      if (!notice_add(p, rx->peer[i], rx->js_assoc[i] < DROP_REASONS ? rx->js_assoc[i] : DROP_BAD_MAC)) {
         /* Notices from more sources than fit: hand them over now, then this one. */
         hand_to_js(p, NULL, 0, 0);
-        notice_add(p, &rx->addr[i], rx->js_assoc[i] < DROP_REASONS ? rx->js_assoc[i] : DROP_BAD_MAC);
+        notice_add(p, rx->peer[i], rx->js_assoc[i] < DROP_REASONS ? rx->js_assoc[i] : DROP_BAD_MAC);
       }
     }
   }
@@ -923,8 +1120,8 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
   for (int i = 0; rx != NULL && i < n; i++) {
     uint8_t d = rx->disp[i];
     if (d != DISP_JS && d != DISP_JS_RECORD) continue;
-    const uint8_t *src = rx->buf + (size_t)i * rx->slot;
-    uint32_t len = rx->msgs[i].msg_len;
+    const uint8_t *src = rx->dat[i];
+    uint32_t len = rx->len[i];
     int32_t kind = is_dtls ? KIND_DTLS_DATAGRAM : KIND_UDP;
     if (d == DISP_JS_RECORD) {
       src += rx->js_off[i];
@@ -938,8 +1135,8 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
     int32_t *mm = meta + (size_t)k * META_WIDTH;
     mm[META_OFFSET] = (int32_t)off;
     mm[META_LENGTH] = (int32_t)len;
-    mm[META_IPV4] = (int32_t)ntohl(rx->addr[i].sin_addr.s_addr);
-    mm[META_PORT] = (int32_t)ntohs(rx->addr[i].sin_port);
+    mm[META_IPV4] = (int32_t)ntohl(rx->peer[i]->sin_addr.s_addr);
+    mm[META_PORT] = (int32_t)ntohs(rx->peer[i]->sin_port);
     mm[META_KIND] = kind;
     mm[META_ASSOC] = is_dtls ? (int32_t)rx->js_assoc[i] : 0;
     off += len;
@@ -989,42 +1186,28 @@ static void hand_to_js(plane_t *p, rx_t *rx, int n, int is_dtls) {
  *   5. (plane lock) count the sealed forwards per allocation;
  * then send, drop the references, and hand JavaScript its share.
  */
-static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
-  for (uint32_t i = 0; i < p->batch; i++) {
-    rx->iov[i].iov_base = rx->buf + (size_t)i * rx->slot;
-    rx->iov[i].iov_len = rx->slot;
-    memset(&rx->msgs[i].msg_hdr, 0, sizeof(struct msghdr));
-    rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
-    rx->msgs[i].msg_hdr.msg_iovlen = 1;
-    rx->msgs[i].msg_hdr.msg_name = &rx->addr[i];
-    rx->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-    rx->msgs[i].msg_len = 0;
-  }
-  int n = recvmmsg(rx->fd, rx->msgs, p->batch, MSG_DONTWAIT, NULL);
-  if (n <= 0) return;
-  count(p, C_BATCHES, 1);
-  count(p, is_dtls ? C_DTLS_RECEIVED : C_RECEIVED, (uint64_t)n);
+static void process_entries(plane_t *p, rx_t *rx, int n, int is_dtls) {
   int64_t now = now_ms();
   memset(&p->tally, 0, sizeof(p->tally));
   int opens = 0, routes = 0, seals = 0;
   /* 1. Under the plane lock: look-ups only. */
   pthread_mutex_lock(&p->lock);
   for (int i = 0; i < n; i++) {
-    uint32_t len = rx->msgs[i].msg_len;
-    uint8_t *m = rx->buf + (size_t)i * rx->slot;
+    uint32_t len = rx->len[i];
+    uint8_t *m = rx->dat[i];
     rx->disp[i] = DISP_JS;
     rx->js_assoc[i] = 0;
     rx->from[i] = NULL;
     rx->seal_to[i] = NULL;
-    if (rx->msgs[i].msg_hdr.msg_namelen != sizeof(struct sockaddr_in) || rx->addr[i].sin_family != AF_INET) {
+    if ((rx->eflags[i] & ENTRY_BAD_SRC) != 0) {
       rx->disp[i] = DISP_DONE; /* cannot happen on an AF_INET socket */
       count(p, C_DROP_BAD_SOURCE, 1);
       continue;
     }
     if (!is_dtls) {
-      /* Too large (truncated to max + 1 bytes): JavaScript drops and counts it, as it does anyway. */
-      if (len > p->max_datagram || (rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
-        if (len > p->max_datagram + 1) rx->msgs[i].msg_len = p->max_datagram + 1;
+      /* Too large (cut to max + 1 bytes): JavaScript drops and counts it, as it does anyway. */
+      if (len > p->max_datagram || (rx->eflags[i] & ENTRY_TRUNC) != 0) {
+        if (len > p->max_datagram + 1) rx->len[i] = p->max_datagram + 1;
         continue;
       }
       int d = udp_route(p, rx, (uint32_t)i, m, len, now);
@@ -1032,7 +1215,7 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
       if (d == DISP_SEAL) seals++;
       continue;
     }
-    assoc_t *a = assoc_by_addr(&p->assocs, rx->addr[i].sin_addr.s_addr, rx->addr[i].sin_port);
+    assoc_t *a = assoc_by_addr(&p->assocs, rx->peer[i]->sin_addr.s_addr, rx->peer[i]->sin_port);
     if (a == NULL) continue; /* an unknown peer (handshakes): JavaScript, as it arrived */
     assoc_ref(a);
     rx->from[i] = a;
@@ -1046,9 +1229,9 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
   for (int i = 0; opens > 0 && i < n; i++) {
     if (rx->disp[i] != DISP_OPEN) continue;
     assoc_t *a = rx->from[i];
-    int truncated = (rx->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+    int truncated = (rx->eflags[i] & ENTRY_TRUNC) != 0;
     pthread_mutex_lock(&a->mu);
-    int d = dtls_open_from(p, a, rx, (uint32_t)i, rx->msgs[i].msg_len, truncated, now);
+    int d = dtls_open_from(p, a, rx, (uint32_t)i, rx->len[i], truncated, now);
     pthread_mutex_unlock(&a->mu);
     rx->disp[i] = (uint8_t)d;
     if (d == DISP_ROUTE) routes++;
@@ -1069,7 +1252,7 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
   int sealed = 0;
   for (int i = 0; seals > 0 && i < n; i++) {
     if (rx->disp[i] != DISP_SEAL) continue;
-    uint8_t *m = rx->buf + (size_t)i * rx->slot + rx->js_off[i];
+    uint8_t *m = rx->dat[i] + rx->js_off[i];
     if (seal_for(p, rx, (uint32_t)i, m, rx->js_len[i])) {
       rx->disp[i] = DISP_SEALED;
       sealed++;
@@ -1082,7 +1265,7 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < n; i++) {
       if (rx->disp[i] != DISP_SEALED) continue;
-      const uint8_t *m = rx->buf + (size_t)i * rx->slot + rx->js_off[i];
+      const uint8_t *m = rx->dat[i] + rx->js_off[i];
       count_forward(p, table_find(&p->table, m + 4), table_find(&p->table, m + 20), rx->js_len[i], now);
       p->tally.sealed++;
       if (is_dtls) p->tally.dtls_in++;
@@ -1105,6 +1288,114 @@ static void receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
     rx->from[i] = rx->seal_to[i] = NULL;
   }
   hand_to_js(p, rx, n, is_dtls);
+}
+
+/* The segment size of a coalesced receive (its UDP_GRO control message), or 0. */
+static uint32_t gro_size(struct msghdr *h) {
+  if (h->msg_controllen == 0 || (h->msg_flags & MSG_CTRUNC) != 0) return 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(h); cm != NULL; cm = CMSG_NXTHDR(h, cm)) {
+    if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO && cm->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int v;
+      memcpy(&v, CMSG_DATA(cm), sizeof(v));
+      return v > 0 ? (uint32_t)v : 0;
+    }
+  }
+  return 0;
+}
+
+/*
+ * Fills up to `batch` entries from the received slots [*slot, n), resuming at byte *off of slot
+ * *slot (a coalesced receive may span windows). Returns how many.
+ */
+static uint32_t fill_entries(plane_t *p, rx_t *rx, int n, int *slot, uint32_t *off) {
+  uint32_t e = 0, coalesced = 0, in_coalesced = 0;
+  while (*slot < n && e < p->batch) {
+    int k = *slot;
+    struct msghdr *h = &rx->msgs[k].msg_hdr;
+    uint32_t total = rx->msgs[k].msg_len;
+    uint8_t *base = rx->buf + (size_t)k * rx->slot;
+    uint8_t flags = 0;
+    if (h->msg_namelen != sizeof(struct sockaddr_in) || rx->addr[k].sin_family != AF_INET) flags |= ENTRY_BAD_SRC;
+    uint32_t seg = rx->gro ? gro_size(h) : 0;
+    uint32_t start = 0, len = total;
+    if (seg > 0 && seg < total) {
+      /* Coalesced: the next segment of it. */
+      if (*off == 0) {
+        coalesced++;
+        in_coalesced += (total + seg - 1) / seg;
+      }
+      start = *off;
+      len = total - start < seg ? total - start : seg;
+      *off = start + len;
+      if (*off >= total) {
+        *off = 0;
+        (*slot)++;
+        if ((h->msg_flags & MSG_TRUNC) != 0) flags |= ENTRY_TRUNC;
+      }
+    } else {
+      (*slot)++;
+      *off = 0;
+      if ((h->msg_flags & MSG_TRUNC) != 0) flags |= ENTRY_TRUNC;
+    }
+    if (len > rx->max_len) {
+      len = rx->max_len;
+      flags |= ENTRY_TRUNC;
+    }
+    rx->dat[e] = base + start;
+    rx->len[e] = len;
+    rx->peer[e] = &rx->addr[k];
+    rx->eflags[e] = flags;
+    e++;
+  }
+  if (coalesced > 0) {
+    count(p, C_GRO_RECEIVED, coalesced);
+    count(p, C_GRO_DATAGRAMS, in_coalesced);
+  }
+  return e;
+}
+
+/*
+ * Receives one batch on `rx` (the UDP or the DTLS socket) and handles its datagrams, `batch` at a
+ * time (more than `batch` when the kernel coalesced some). Returns the receives (slots) filled.
+ */
+static int receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
+  for (uint32_t i = 0; i < p->batch; i++) {
+    rx->iov[i].iov_base = rx->buf + (size_t)i * rx->slot;
+    rx->iov[i].iov_len = rx->slot;
+    memset(&rx->msgs[i].msg_hdr, 0, sizeof(struct msghdr));
+    rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
+    rx->msgs[i].msg_hdr.msg_iovlen = 1;
+    rx->msgs[i].msg_hdr.msg_name = &rx->addr[i];
+    rx->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+    if (rx->gro) {
+      rx->msgs[i].msg_hdr.msg_control = rx->ctrl + (size_t)i * GRO_CMSG_SPACE;
+      rx->msgs[i].msg_hdr.msg_controllen = GRO_CMSG_SPACE;
+    }
+    rx->msgs[i].msg_len = 0;
+  }
+  int n = recvmmsg(rx->fd, rx->msgs, p->batch, MSG_DONTWAIT, NULL);
+  if (n <= 0) return 0;
+  count(p, C_BATCHES, 1);
+  int slot = 0;
+  uint32_t off = 0;
+  while (slot < n) {
+    uint32_t e = fill_entries(p, rx, n, &slot, &off);
+    count(p, is_dtls ? C_DTLS_RECEIVED : C_RECEIVED, e);
+    process_entries(p, rx, (int)e, is_dtls);
+  }
+  return n;
+}
+
+/*
+ * Receives on a readable socket. Draining (drain=1): a full batch means more may wait, so it
+ * receives again before polling; drain=2: again after any batch, as datagrams may have arrived
+ * while it was handled. At most 8 more, so the other socket and the wake-up are not starved.
+ */
+static void drain(plane_t *p, rx_t *rx, int is_dtls) {
+  for (int k = 0; k < 9; k++) {
+    int n = receive_batch(p, rx, is_dtls);
+    if (n <= 0 || p->drain == 0 || (p->drain == 1 && n < (int)p->batch)) return;
+  }
 }
 
 static void *worker(void *arg) {
@@ -1138,8 +1429,12 @@ static void *worker(void *arg) {
       hand_to_js(p, NULL, 0, 0);
       continue;
     }
-    if (udp_i >= 0 && (pfds[udp_i].revents & POLLIN) != 0) receive_batch(p, &p->udp, 0);
-    if (dtls_i >= 0 && (pfds[dtls_i].revents & POLLIN) != 0) receive_batch(p, &p->dtls, 1);
+    if (udp_i >= 0 && (pfds[udp_i].revents & POLLIN) != 0) drain(p, &p->udp, 0);
+    if (dtls_i >= 0 && (pfds[dtls_i].revents & POLLIN) != 0) drain(p, &p->dtls, 1);
+    if (p->linger_us > 0) {
+      struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)p->linger_us * 1000};
+      nanosleep(&ts, NULL);
+    }
   }
   return NULL;
 }
@@ -1285,6 +1580,11 @@ static void rx_free(rx_t *rx) {
   free(rx->msgs);
   free(rx->iov);
   free(rx->addr);
+  free(rx->ctrl);
+  free(rx->dat);
+  free(rx->len);
+  free(rx->peer);
+  free(rx->eflags);
   free(rx->disp);
   free(rx->js_off);
   free(rx->js_len);
@@ -1295,10 +1595,16 @@ static void rx_free(rx_t *rx) {
 
 static int rx_alloc(rx_t *rx, uint32_t batch, uint32_t slot) {
   rx->slot = slot;
+  rx->max_len = slot;
   rx->buf = malloc((size_t)slot * batch);
   rx->msgs = calloc(batch, sizeof(struct mmsghdr));
   rx->iov = calloc(batch, sizeof(struct iovec));
   rx->addr = calloc(batch, sizeof(struct sockaddr_in));
+  rx->dat = calloc(batch, sizeof(uint8_t *));
+  rx->len = calloc(batch, sizeof(uint32_t));
+  rx->peer = calloc(batch, sizeof(struct sockaddr_in *));
+  rx->eflags = calloc(batch, 1);
+  if (!rx->dat || !rx->len || !rx->peer || !rx->eflags) return -1;
   rx->disp = calloc(batch, 1);
   rx->js_off = calloc(batch, sizeof(uint32_t));
   rx->js_len = calloc(batch, sizeof(uint32_t));
@@ -1311,11 +1617,45 @@ static int rx_alloc(rx_t *rx, uint32_t batch, uint32_t slot) {
              : -1;
 }
 
+/*
+ * UDP_GRO on an open socket, when the kernel takes it: slots become GRO_SLOT bytes (what a
+ * coalesced receive may hold; only the pages written to are ever touched). Off, and the socket
+ * as it was, when the kernel refuses it or memory runs out.
+ */
+static void rx_enable_gro(rx_t *rx, uint32_t batch) {
+  int one = 1, zero = 0;
+  if (rx->fd < 0 || setsockopt(rx->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0) return;
+  uint8_t *buf = malloc((size_t)GRO_SLOT * batch);
+  uint8_t *ctrl = calloc(batch, GRO_CMSG_SPACE);
+  if (buf == NULL || ctrl == NULL) {
+    free(buf);
+    free(ctrl);
+    setsockopt(rx->fd, SOL_UDP, UDP_GRO, &zero, sizeof(zero));
+    return;
+  }
+  free(rx->buf);
+  rx->buf = buf;
+  rx->ctrl = ctrl;
+  rx->slot = GRO_SLOT;
+  rx->gro = 1;
+}
+
 static void tx_free(tx_t *tx) {
   free(tx->msgs);
   free(tx->iov);
   free(tx->addr);
   free(tx->relay_len);
+  free(tx->gmsgs);
+  free(tx->giov);
+  free(tx->gfrom);
+  free(tx->gfirst);
+  free(tx->gcount);
+  free(tx->gctrl);
+  free(tx->next);
+  free(tx->head);
+  free(tx->tail);
+  free(tx->hgen);
+  free(tx->hdest);
 }
 
 static int tx_alloc(tx_t *tx, uint32_t batch) {
@@ -1323,8 +1663,23 @@ static int tx_alloc(tx_t *tx, uint32_t batch) {
   tx->iov = calloc(batch, sizeof(struct iovec));
   tx->addr = calloc(batch, sizeof(struct sockaddr_in));
   tx->relay_len = calloc(batch, sizeof(uint32_t));
+  tx->gmsgs = calloc(batch, sizeof(struct mmsghdr));
+  tx->giov = calloc(batch, sizeof(struct iovec));
+  tx->gfrom = calloc(batch, sizeof(uint32_t));
+  tx->gfirst = calloc(batch, sizeof(uint32_t));
+  tx->gcount = calloc(batch, sizeof(uint32_t));
+  tx->gctrl = calloc(batch, GSO_CMSG_SPACE);
+  tx->next = calloc(batch, sizeof(uint32_t));
+  tx->head = calloc(batch, sizeof(uint32_t));
+  tx->tail = calloc(batch, sizeof(uint32_t));
+  tx->hgen = calloc(DEST_HASH, sizeof(uint32_t));
+  tx->hdest = calloc(DEST_HASH, sizeof(uint32_t));
   tx->n = 0;
-  return tx->msgs && tx->iov && tx->addr && tx->relay_len ? 0 : -1;
+  tx->gen = 0;
+  return tx->msgs && tx->iov && tx->addr && tx->relay_len && tx->gmsgs && tx->giov && tx->gfrom && tx->gfirst &&
+                 tx->gcount && tx->gctrl && tx->next && tx->head && tx->tail && tx->hgen && tx->hdest
+             ? 0
+             : -1;
 }
 
 static void plane_free(plane_t *p) {
@@ -1401,6 +1756,58 @@ static int open_socket(uint32_t addr, uint32_t port, uint16_t *bound_port) {
 }
 
 /*
+ * GAMEWIRE_NATIVE_TUNING, for measuring one choice against another in the same run (bench/
+ * unity-relay.ts) and for turning an offload off or on: comma-separated name=value, of
+ *   gso=0|1     UDP_SEGMENT sends of runs to one destination (default 1);
+ *   gro=0|1     UDP_GRO receives, split here (default 0: on loopback nothing arrives coalesced from
+ *               ordinary clients, and the 64 KiB receive slots it needs cost a little);
+ *   drain=0|1|2 receive again before polling: never, after a full batch (default), after any;
+ *   busy=µs     SO_BUSY_POLL (default 0: off; raising it may need CAP_NET_ADMIN);
+ *   linger=µs   sleep after each wake-up so that batches grow (default 0: off; adds latency);
+ *   batch=n     datagrams per recvmmsg, 1..MAX_BATCH (default: what JavaScript asks).
+ * Anything else is ignored. An offload the kernel refuses is off (see js_offloads).
+ */
+typedef struct {
+  int gso, gro, drain, busy, linger;
+  uint32_t batch;
+} tuning_t;
+
+static void tuning_read(tuning_t *t) {
+  const char *env = getenv("GAMEWIRE_NATIVE_TUNING");
+  if (env == NULL) return;
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", env);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(tok, '=');
+    if (eq == NULL) continue;
+    *eq = 0;
+    long v = strtol(eq + 1, NULL, 10);
+    if (strcmp(tok, "gso") == 0) t->gso = v != 0;
+    else if (strcmp(tok, "gro") == 0) t->gro = v != 0;
+    else if (strcmp(tok, "drain") == 0 && v >= 0 && v <= 2) t->drain = (int)v;
+    else if (strcmp(tok, "linger") == 0 && v >= 0 && v <= 1000) t->linger = (int)v;
+    else if (strcmp(tok, "busy") == 0 && v >= 0 && v <= 1000000) t->busy = (int)v;
+    else if (strcmp(tok, "batch") == 0 && v >= 1 && v <= MAX_BATCH) t->batch = (uint32_t)v;
+  }
+}
+
+/* Whether this kernel knows UDP_SEGMENT (asked without changing the socket). */
+static int gso_supported(int fd) {
+  int v = 0;
+  socklen_t l = sizeof(v);
+  return getsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, &l) == 0;
+}
+
+/* SO_BUSY_POLL (may need CAP_NET_ADMIN): whether the kernel took it. */
+static int busy_poll_set(int fd, int us) {
+  if (setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &us, sizeof(us)) != 0) return 0;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof(one)); /* kernels ≥ 5.11; optional */
+  return 1;
+}
+
+/*
  * open(host, udpPort, dtlsPort, maxDatagram, batch, onBatch, maxToDtls) → [handle, udpPort, dtlsPort].
  * A port of -1 opens no such socket (and reports -1).
  */
@@ -1431,11 +1838,16 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE_ADDRESS", "the native data plane binds IPv4 addresses only");
     return NULL;
   }
+  tuning_t tuning = {.gso = 1, .gro = 0, .drain = 1, .busy = 0, .linger = 0, .batch = batch};
+  tuning_read(&tuning);
+  batch = tuning.batch;
   plane_t *p = calloc(1, sizeof(plane_t));
   if (p == NULL) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE", "out of memory");
     return NULL;
   }
+  p->drain = tuning.drain;
+  p->linger_us = tuning.linger;
   p->udp.fd = p->dtls.fd = p->wake_fd = -1;
   p->max_datagram = max_datagram;
   p->max_to_dtls = max_to_dtls < max_datagram ? max_to_dtls : max_datagram;
@@ -1481,6 +1893,21 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
       which = " (DTLS)";
     } else {
       p->dtls.fd = fd;
+    }
+  }
+  if (err == 0) {
+    int any = p->udp.fd >= 0 ? p->udp.fd : p->dtls.fd;
+    p->gso = tuning.gso && gso_supported(any);
+    if (tuning.gro) {
+      rx_enable_gro(&p->udp, batch);
+      rx_enable_gro(&p->dtls, batch);
+      p->gro = p->udp.gro || p->dtls.gro;
+    }
+    if (tuning.busy > 0) {
+      int ok_busy = 1;
+      if (p->udp.fd >= 0) ok_busy = busy_poll_set(p->udp.fd, tuning.busy);
+      if (ok_busy && p->dtls.fd >= 0) ok_busy = busy_poll_set(p->dtls.fd, tuning.busy);
+      p->busy_poll_us = ok_busy ? tuning.busy : 0;
     }
   }
   p->wake_fd = eventfd(0, EFD_CLOEXEC);
@@ -1752,6 +2179,22 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   CHECK(napi_set_element(env, arr, C_COUNT, v));
   CHECK(napi_create_uint32(env, assocs, &v));
   CHECK(napi_set_element(env, arr, C_COUNT + 1, v));
+  return arr;
+}
+
+/* offloads(handle) → [gso, gro, busyPollUs, batch, drain] as chosen at open (gso as it is now). */
+static napi_value js_offloads(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  plane_t *p = plane_arg(env, argv[0]);
+  if (p == NULL) return NULL;
+  double v[5] = {__atomic_load_n(&p->gso, __ATOMIC_RELAXED), p->gro, p->busy_poll_us, p->batch, p->drain};
+  napi_value arr;
+  CHECK(napi_create_array_with_length(env, 5, &arr));
+  for (uint32_t i = 0; i < 5; i++) {
+    napi_value x;
+    CHECK(napi_create_double(env, v[i], &x));
+    CHECK(napi_set_element(env, arr, i, x));
+  }
   return arr;
 }
 
@@ -2138,6 +2581,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"now", NULL, js_now, NULL, NULL, NULL, napi_default, NULL},
       {"stats", NULL, js_stats, NULL, NULL, NULL, napi_default, NULL},
       {"counters", NULL, js_counters, NULL, NULL, NULL, napi_default, NULL},
+      {"offloads", NULL, js_offloads, NULL, NULL, NULL, napi_default, NULL},
       {"dtlsSend", NULL, js_dtls_send, NULL, NULL, NULL, napi_default, NULL},
       {"bindDtls", NULL, js_bind_dtls, NULL, NULL, NULL, napi_default, NULL},
       {"dtlsAttach", NULL, js_dtls_attach, NULL, NULL, NULL, napi_default, NULL},

@@ -288,7 +288,12 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
     udpPort = udp.address().port;
     closeSocket = () => closeUdp(udp);
   }
-  log.info({ dataplane: plane.use, reason: plane.reason }, `unity-relay data plane: ${plane.use}`);
+  // The native plane's kernel offloads (GSO, GRO, busy polling) are what this kernel accepted: say which.
+  const offloads = nativeMirror?.socket.offloads();
+  log.info(
+    { dataplane: plane.use, reason: plane.reason, ...(offloads !== undefined ? { offloads } : {}) },
+    `unity-relay data plane: ${plane.use}`,
+  );
   const relay = new RelayServer(socket, store, metrics, log, {
     ...(nativeMirror !== undefined ? { nativeMirror } : {}),
     ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),

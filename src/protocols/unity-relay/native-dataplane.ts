@@ -96,7 +96,25 @@ export interface Addon {
   lastSeen(handle: unknown, id: Uint8Array): number;
   now(): number;
   stats(handle: unknown): number[];
+  /** [gso, gro, busyPollUs, batch, drain]: the kernel offloads in use (see NativeOffloads). */
+  offloads(handle: unknown): number[];
   counters(handle: unknown, id: Uint8Array): number[] | null;
+}
+
+/**
+ * The kernel offloads the native plane uses, chosen when it opens from what the kernel accepts
+ * (and GAMEWIRE_NATIVE_TUNING: `gso=0`, `gro=1`, `busy=<µs>`, `batch=<n>`; see
+ * docs/native-dataplane.md, Performance).
+ */
+export interface NativeOffloads {
+  /** UDP_SEGMENT: a run of equal-size datagrams to one destination leaves in one send. */
+  gso: boolean;
+  /** UDP_GRO (opt-in): datagrams the kernel coalesced arrive in one receive and are split here. */
+  gro: boolean;
+  /** SO_BUSY_POLL on the sockets, in µs (0: off; opt-in, and it may need CAP_NET_ADMIN). */
+  busyPollUs: number;
+  /** Datagrams per recvmmsg. */
+  batch: number;
 }
 
 /** Counters kept by the native side. */
@@ -154,6 +172,14 @@ export interface NativeDataplaneStats {
   dtlsDetached: number;
   /** Datagrams of batches dropped because a Node-API call failed while handing them to JavaScript. */
   dropJsCall: number;
+  /** UDP_SEGMENT (GSO) sends, each of two datagrams or more to one destination, and the datagrams in them. */
+  gsoSends: number;
+  gsoDatagrams: number;
+  /** GSO sends the kernel refused, sent again one datagram at a time. */
+  gsoFallbacks: number;
+  /** Coalesced receives (UDP_GRO), each split back into its datagrams, and the datagrams in them. */
+  groReceived: number;
+  groDatagrams: number;
   /** Allocations in the native table. */
   tableSize: number;
   /** DTLS associations whose record layer the native side holds. */
@@ -189,6 +215,11 @@ const STAT_KEYS = [
   'dtlsAttached',
   'dtlsDetached',
   'dropJsCall',
+  'gsoSends',
+  'gsoDatagrams',
+  'gsoFallbacks',
+  'groReceived',
+  'groDatagrams',
   'tableSize',
   'associations',
 ] as const satisfies readonly (keyof NativeDataplaneStats)[];
@@ -421,6 +452,14 @@ export class NativeRelaySocket extends EventEmitter {
     if (this.closed) return undefined;
     const c = this.addon.counters(this.handle, id);
     return c === null ? undefined : { packetsIn: c[0]!, bytesIn: c[1]!, packetsOut: c[2]!, bytesOut: c[3]! };
+  }
+
+  /** The kernel offloads in use (GSO may turn itself off later when sends with it keep failing). */
+  offloads(): NativeOffloads {
+    // An addon from before offloads() (GAMEWIRE_NATIVE_ADDON naming an older build) has none.
+    if (typeof this.addon.offloads !== 'function') return { gso: false, gro: false, busyPollUs: 0, batch: 0 };
+    const [gso, gro, busyPollUs, batch] = this.addon.offloads(this.handle);
+    return { gso: gso === 1, gro: gro === 1, busyPollUs: busyPollUs ?? 0, batch: batch ?? 0 };
   }
 
   stats(): NativeDataplaneStats {

@@ -181,6 +181,227 @@ describe('native relay data plane', () => {
   });
 });
 
+/** Every datagram `s` receives, in order. */
+function collect(s: dgram.Socket): Buffer[] {
+  const got: Buffer[] = [];
+  s.on('message', (m: Buffer) => got.push(m));
+  return got;
+}
+
+/** With GAMEWIRE_NATIVE_TUNING set only while the plane opens (the addon reads it then). */
+function openTuned(tuning: string | undefined, dtls = false): NativeRelaySocket {
+  const before = process.env.GAMEWIRE_NATIVE_TUNING;
+  if (tuning === undefined) delete process.env.GAMEWIRE_NATIVE_TUNING;
+  else process.env.GAMEWIRE_NATIVE_TUNING = tuning;
+  try {
+    return NativeRelaySocket.open({ host: '127.0.0.1', port: 0, ...(dtls ? { dtlsPort: 0 } : {}) });
+  } finally {
+    if (before === undefined) delete process.env.GAMEWIRE_NATIVE_TUNING;
+    else process.env.GAMEWIRE_NATIVE_TUNING = before;
+  }
+}
+
+/** Content sizes of one burst: runs of one size, a shorter one ending a run, a longer one starting the next. */
+const BURST_SIZES = [60, 60, 60, 60, 12, 60, 60, 100, 100, 100, 0, 100, 7, 7, 7, 60, 60, 60, 60, 60, 60, 1];
+
+describe('native data plane: kernel offloads (UDP GSO, GRO) on loopback', () => {
+  it('says which offloads it uses; GAMEWIRE_NATIVE_TUNING turns them on and off', () => {
+    const plane = openTuned(undefined);
+    const off = openTuned('gso=0,batch=16');
+    const gro = openTuned('gro=1');
+    open.push(plane, off, gro);
+    // GSO where the kernel has it (Linux ≥ 4.18), GRO only when asked for.
+    expect(plane.offloads()).toMatchObject({ gro: false, busyPollUs: 0, batch: 64 });
+    expect(typeof plane.offloads().gso).toBe('boolean');
+    expect(off.offloads()).toEqual({ gso: false, gro: false, busyPollUs: 0, batch: 16 });
+    expect(typeof gro.offloads().gro).toBe('boolean');
+  });
+
+  for (const tuning of [undefined, 'gso=0']) {
+    it(`forwards bursts of mixed sizes to two destinations whole and in order${tuning === undefined ? ', runs to one destination as UDP_SEGMENT sends' : ' with the offloads off'}`, async () => {
+      const plane = openTuned(tuning);
+      const [a, b, c] = [await udp(), await udp(), await udp()];
+      open.push(plane, a, b, c);
+      const [idA, idB, idC] = [randomBytes(16), randomBytes(16), randomBytes(16)];
+      plane.bind(idA, '127.0.0.1', a.address().port);
+      plane.bind(idB, '127.0.0.1', b.address().port);
+      plane.bind(idC, '127.0.0.1', c.address().port);
+      plane.link(idA, idB);
+      plane.link(idA, idC);
+      const gotB = collect(b);
+      const gotC = collect(c);
+      const wantB: Buffer[] = [];
+      const wantC: Buffer[] = [];
+      const gso = plane.offloads().gso;
+      // Bursts until the plane has sent at least one run with GSO (a burst arrives in one receive
+      // batch only when the worker is slower than the sender; on a busy machine it usually is).
+      for (let burst = 0; burst < 40 && (burst < 3 || (gso && plane.stats().gsoSends === 0)); burst++) {
+        BURST_SIZES.forEach((size, i) => {
+          // Mostly to b, every fourth to c: runs to b are interleaved with datagrams to c.
+          const toC = i % 4 === 3;
+          const m = relay(idA, toC ? idC : idB, Buffer.alloc(size, (burst * 31 + i) & 0xff));
+          (toC ? wantC : wantB).push(m);
+          a.send(m, plane.port, '127.0.0.1');
+        });
+        await expect
+          .poll(() => gotB.length + gotC.length, { timeout: 3000 })
+          .toBe(wantB.length + wantC.length);
+      }
+      expect(gotB).toEqual(wantB);
+      expect(gotC).toEqual(wantC);
+      const st = plane.stats();
+      expect(st).toMatchObject({
+        forwarded: wantB.length + wantC.length,
+        toJs: 0,
+        dropSendFailed: 0,
+        gsoFallbacks: 0,
+      });
+      if (gso) {
+        expect(st.gsoSends).toBeGreaterThan(0);
+        expect(st.gsoDatagrams).toBeGreaterThanOrEqual(2 * st.gsoSends);
+      } else {
+        expect(st.gsoSends).toBe(0);
+      }
+    });
+  }
+
+  it('splits a receive the kernel coalesced (UDP_GRO) into its datagrams: forwarded, or handed to JavaScript one by one', async () => {
+    // Plane 1 forwards runs with UDP_SEGMENT to plane 2, which receives them coalesced (loopback
+    // keeps a GSO send whole up to a socket with UDP_GRO on).
+    const p1 = openTuned(undefined);
+    const p2 = openTuned('gro=1');
+    const [a, d] = [await udp(), await udp()];
+    open.push(p1, p2, a, d);
+    const [idA, idB, idX] = [randomBytes(16), randomBytes(16), randomBytes(16)];
+    p1.bind(idA, '127.0.0.1', a.address().port);
+    p1.bind(idB, '127.0.0.1', p2.port);
+    p1.bind(idX, '127.0.0.1', p2.port);
+    p1.link(idA, idB);
+    p1.link(idA, idX);
+    // Plane 2 knows idA (at plane 1's address) and idB (at d), not idX: RELAYs to idX go to its JavaScript.
+    p2.bind(idA, '127.0.0.1', p1.port);
+    p2.bind(idB, '127.0.0.1', d.address().port);
+    p2.link(idA, idB);
+    const toJs: [Buffer, NativeRemoteInfo][] = [];
+    p2.on('message', (m: Buffer, r: NativeRemoteInfo) => toJs.push([Buffer.from(m), r]));
+    const gotD = collect(d);
+    const wantD: Buffer[] = [];
+    const wantJs: Buffer[] = [];
+    const coalescing = p1.offloads().gso && p2.offloads().gro;
+    for (let burst = 0; burst < 40 && (burst < 3 || (coalescing && p2.stats().groReceived === 0)); burst++) {
+      BURST_SIZES.forEach((size, i) => {
+        const toX = i >= 15;
+        const m = relay(idA, toX ? idX : idB, Buffer.alloc(size, (burst * 17 + i) & 0xff));
+        (toX ? wantJs : wantD).push(m);
+        a.send(m, p1.port, '127.0.0.1');
+      });
+      await expect
+        .poll(() => gotD.length + toJs.length, { timeout: 3000 })
+        .toBe(wantD.length + wantJs.length);
+    }
+    expect(gotD).toEqual(wantD);
+    expect(toJs.map(([m]) => m)).toEqual(wantJs);
+    for (const [m, r] of toJs)
+      expect(r).toEqual({ address: '127.0.0.1', family: 'IPv4', port: p1.port, size: m.length });
+    const s2 = p2.stats();
+    expect(s2).toMatchObject({
+      received: wantD.length + wantJs.length,
+      forwarded: wantD.length,
+      toJs: wantJs.length,
+    });
+    if (coalescing) {
+      expect(s2.groReceived).toBeGreaterThan(0);
+      expect(s2.groDatagrams).toBeGreaterThanOrEqual(2 * s2.groReceived);
+    }
+  });
+
+  it('seals runs for one DTLS peer into UDP_SEGMENT sends; coalesced records are opened one by one', async () => {
+    // Plane 1 holds association 1 for plane 2's DTLS port, plane 2 association 2 for plane 1's,
+    // with mirrored keys: what plane 1 seals for idB, plane 2 opens as from idA and forwards to d.
+    const p1 = openTuned(undefined, true);
+    const p2 = openTuned('gro=1', true);
+    const [a, d] = [await udp(), await udp()];
+    open.push(p1, p2, a, d);
+    const h1 = p1.dtlsHandle!;
+    const h2 = p2.dtlsHandle!;
+    const [k1, iv1, k2, iv2] = [randomBytes(16), randomBytes(4), randomBytes(16), randomBytes(4)];
+    // AES-128-GCM (0x00a8), epoch 1, nothing received yet.
+    expect(
+      h1.addon.dtlsAttach(
+        h1.handle,
+        1,
+        '127.0.0.1',
+        p2.dtlsPort!,
+        0x00a8,
+        1,
+        k2,
+        iv2,
+        k1,
+        iv1,
+        0,
+        -1,
+        0,
+        0,
+        16384,
+      ),
+    ).toBe(true);
+    expect(
+      h2.addon.dtlsAttach(
+        h2.handle,
+        2,
+        '127.0.0.1',
+        p1.dtlsPort!,
+        0x00a8,
+        1,
+        k1,
+        iv1,
+        k2,
+        iv2,
+        0,
+        -1,
+        0,
+        0,
+        16384,
+      ),
+    ).toBe(true);
+    const [idA, idB] = [randomBytes(16), randomBytes(16)];
+    p1.bind(idA, '127.0.0.1', a.address().port);
+    p1.bindDtls(idB, 1);
+    p1.link(idA, idB);
+    p2.bindDtls(idA, 2);
+    p2.bind(idB, '127.0.0.1', d.address().port);
+    p2.link(idA, idB);
+    const toJs: Buffer[] = [];
+    p2.on('message', (m: Buffer) => toJs.push(m));
+    const gotD = collect(d);
+    const want: Buffer[] = [];
+    const coalescing = p1.offloads().gso && p2.offloads().gro;
+    for (let burst = 0; burst < 40 && (burst < 3 || (coalescing && p2.stats().groReceived === 0)); burst++) {
+      BURST_SIZES.forEach((size, i) => {
+        const m = relay(idA, idB, Buffer.alloc(size, (burst * 13 + i) & 0xff));
+        want.push(m);
+        a.send(m, p1.port, '127.0.0.1');
+      });
+      await expect.poll(() => gotD.length, { timeout: 3000 }).toBe(want.length);
+    }
+    expect(gotD).toEqual(want);
+    expect(toJs).toEqual([]);
+    const s1 = p1.stats();
+    const s2 = p2.stats();
+    expect(s1).toMatchObject({ forwarded: want.length, dtlsSealedOut: want.length, gsoFallbacks: 0 });
+    expect(s2).toMatchObject({
+      dtlsReceived: want.length,
+      dtlsForwardedIn: want.length,
+      forwarded: want.length,
+    });
+    expect(s2.dtlsDropReplay + s2.dtlsDropBadMac + s2.dtlsJunkTruncated + s2.dtlsSuspended).toBe(0);
+    if (coalescing) {
+      expect(s1.gsoSends).toBeGreaterThan(0);
+      expect(s2.groReceived).toBeGreaterThan(0);
+    }
+  });
+});
+
 describe('native data plane under AddressSanitizer and UBSan', () => {
   const sanitized = join(root, 'native', 'build-sanitize', 'relay_dataplane.node');
   const asan = spawnSync('cc', ['-print-file-name=libasan.so'], { encoding: 'utf8' }).stdout.trim();
