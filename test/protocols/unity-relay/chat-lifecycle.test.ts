@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, it } from 'vitest';
 import { BIN, cliEnv, ROOT } from '../../helpers/cli.js';
 
 interface Proc {
@@ -18,14 +18,22 @@ interface Proc {
   exit: Promise<number | null>;
 }
 
-const children: ChildProcess[] = [];
 const dataDir = mkdtempSync(path.join(tmpdir(), 'gamewire-chat-'));
-afterEach(() => {
-  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-});
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
-function start(args: string[]): Proc {
+/**
+ * The processes of one test (the tests run at once): `start` spawns one, and whatever is still
+ * running when the test ends is killed.
+ */
+function processes(onTestFinished: (fn: () => void) => void): (args: string[]) => Proc {
+  const children: ChildProcess[] = [];
+  onTestFinished(() => {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  });
+  return (args) => start(args, children);
+}
+
+function start(args: string[], children: ChildProcess[]): Proc {
   const child = spawn(process.execPath, [BIN, ...args], {
     cwd: ROOT,
     env: cliEnv(),
@@ -89,7 +97,10 @@ async function freeTcpPort(): Promise<number> {
   return port;
 }
 
-async function startRelay(extra: string[] = []): Promise<{ relay: Proc; api: string }> {
+async function startRelay(
+  start: (args: string[]) => Proc,
+  extra: string[] = [],
+): Promise<{ relay: Proc; api: string }> {
   const relay = start([
     'serve',
     'unity-relay',
@@ -107,7 +118,8 @@ async function startRelay(extra: string[] = []): Promise<{ relay: Proc; api: str
     'warn',
     '--no-admin',
     '--data-dir',
-    dataDir,
+    // Its own: relays starting at once would each write the self-signed wss certificate.
+    mkdtempSync(path.join(dataDir, 'relay-')),
     ...(extra.includes('--ws-port') ? [] : ['--ws-port', '0']),
     ...extra,
   ]);
@@ -116,7 +128,11 @@ async function startRelay(extra: string[] = []): Promise<{ relay: Proc; api: str
 }
 
 /** A host and a joiner chatting: returns both once a line went from the joiner to the host. */
-async function startChat(api: string, flags: string[]): Promise<{ host: Proc; join: Proc }> {
+async function startChat(
+  start: (args: string[]) => Proc,
+  api: string,
+  flags: string[],
+): Promise<{ host: Proc; join: Proc }> {
   const host = start(['unity-relay', 'host', '--api', api, ...flags]);
   const code = (await waitFor(host, 'stdout', /^([A-Z2-9]{6})$/m))[1]!;
   const join = start(['unity-relay', 'join', code, '--api', api, ...flags]);
@@ -135,14 +151,19 @@ function lastError(p: Proc): { code: string; message: string } {
 const noStack = /^\s+at .+[:(]\d+/m;
 const FAST = ['--ping-interval-ms', '300', '--relay-timeout-ms', '2500'];
 
-describe('the chat demo when the relay dies', () => {
+// The tests run at once, each with processes (and a relay) of its own.
+describe.concurrent('the chat demo when the relay dies', () => {
   for (const transport of ['udp', 'ws'] as const) {
-    it(`over ${transport}: host and joiner say the relay is gone, exit 1; typing meanwhile prints no stack trace`, async () => {
+    it(`over ${transport}: host and joiner say the relay is gone, exit 1; typing meanwhile prints no stack trace`, async ({
+      expect,
+      onTestFinished,
+    }) => {
+      const start = processes(onTestFinished);
       const wsPort = await freeTcpPort();
-      const { relay, api } = await startRelay(['--ws-port', String(wsPort)]);
+      const { relay, api } = await startRelay(start, ['--ws-port', String(wsPort)]);
       const relayPort =
         transport === 'ws' ? String(wsPort) : relay.stdout().match(/unity-relay udp 127\.0\.0\.1:(\d+)/)![1];
-      const { host, join } = await startChat(api, [...FAST, '--transport', transport]);
+      const { host, join } = await startChat(start, api, [...FAST, '--transport', transport]);
       relay.child.kill('SIGKILL');
       await relay.exit;
       // Typing while the relay is gone, before and after the clients give up on it.
@@ -160,10 +181,14 @@ describe('the chat demo when the relay dies', () => {
   }
 });
 
-describe('the chat demo when the host goes', () => {
-  it('the host ends (stdin closed): the joiner says the host left and exits 0', async () => {
-    const { relay, api } = await startRelay();
-    const { host, join } = await startChat(api, FAST);
+describe.concurrent('the chat demo when the host goes', () => {
+  it('the host ends (stdin closed): the joiner says the host left and exits 0', async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const start = processes(onTestFinished);
+    const { relay, api } = await startRelay(start);
+    const { host, join } = await startChat(start, api, FAST);
     host.child.stdin!.end();
     expect(await exitWithin(host, 20_000)).toBe(0);
     await waitFor(join, 'stderr', /the host left/);
@@ -172,9 +197,13 @@ describe('the chat demo when the host goes', () => {
     expect(await exitWithin(relay, 20_000)).toBe(0);
   }, 90_000);
 
-  it('the host vanishes (killed): its allocation times out on the relay, and the joiner exits 0', async () => {
-    const { relay, api } = await startRelay(['--unity-idle-timeout-ms', '1500']);
-    const { host, join } = await startChat(api, FAST);
+  it('the host vanishes (killed): its allocation times out on the relay, and the joiner exits 0', async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const start = processes(onTestFinished);
+    const { relay, api } = await startRelay(start, ['--unity-idle-timeout-ms', '1500']);
+    const { host, join } = await startChat(start, api, FAST);
     host.child.kill('SIGKILL');
     await waitFor(join, 'stderr', /the host left/);
     expect(await exitWithin(join, 20_000)).toBe(0);
@@ -185,9 +214,12 @@ describe('the chat demo when the host goes', () => {
   }, 90_000);
 });
 
-describe('chat flags', () => {
-  it('--relay-timeout-ms must exceed 3 × --ping-interval-ms: usage error, exit 2', async () => {
-    const p = start([
+describe.concurrent('chat flags', () => {
+  it('--relay-timeout-ms must exceed 3 × --ping-interval-ms: usage error, exit 2', async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const p = processes(onTestFinished)([
       'unity-relay',
       'join',
       'ABCDEF',

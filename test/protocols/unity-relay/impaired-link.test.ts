@@ -4,7 +4,7 @@
  * flights until they complete, BINDs and CONNECT_REQUESTs are retried as UTP does, and whatever
  * RELAYs arrive are intact (loss is the path's; a changed byte would be the relay's).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, it } from 'vitest';
 import { ImpairedUdpProxy } from '../../helpers/impaired-link.js';
 import { runProtocolLoad } from '../../helpers/load.js';
 import { freePort } from '../../helpers/redis.js';
@@ -42,8 +42,13 @@ afterAll(async () => {
 });
 
 describe('unity-relay through an impaired path', () => {
+  // Both transports at once, each through its own proxy and from its own two addresses (the
+  // relay's budgets are per address).
+  const from = { dtls: ['127.0.0.8', '127.0.0.9'], udp: ['127.0.0.10', '127.0.0.11'] };
   for (const transport of ['dtls', 'udp'] as const) {
-    it(`${transport}: every game binds and connects, and every RELAY that arrives is intact`, async () => {
+    it.concurrent(`${transport}: every game binds and connects, and every RELAY that arrives is intact`, async ({
+      expect,
+    }) => {
       const port = transport === 'dtls' ? dtlsPort : relay.port('udp', /Unity Relay/);
       const proxy = await ImpairedUdpProxy.start(
         { host: '127.0.0.1' },
@@ -57,7 +62,7 @@ describe('unity-relay through an impaired path', () => {
           target: { host: '127.0.0.1', port: proxy.port },
           clients: 4,
           durationS: 60,
-          from: ['127.0.0.8', '127.0.0.9'],
+          from: from[transport],
         },
         // Retries every second, as UTP's connectTimeoutMS: a lost flight costs a second.
         { api: [api], transport, relayRate: 20, relayBytes: 300 },
