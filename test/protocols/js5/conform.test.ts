@@ -3,7 +3,7 @@
  * each rule broken on purpose (a mutating proxy in front of the real server) makes exactly the
  * check for that rule fail, with evidence that points at the rule.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { beforeAll, describe, expect, test } from 'vitest';
 import { type CheckResult, runChecks } from '../../../src/core/conform.js';
 import { openStore } from '../../../src/protocols/js5/cache/store.js';
 import { js5Conform } from '../../../src/protocols/js5/conform/index.js';
@@ -13,14 +13,57 @@ import { runCliAsync } from '../../helpers/cli.js';
 import { type Js5Mutation, Js5Proxy, withContainerData } from './conform-proxy.js';
 import { demoCache, startServer } from './helpers.js';
 
+/**
+ * How long missing-group waits for the answer that must not come (2 s for users): a server on
+ * loopback, or the proxy, that answers a missing group does so at once, well within this.
+ */
+const MISSING_GROUP_QUIET_MS = '500';
+
 async function conform(port: number, profile: Js5Profile = '530', only?: string[]): Promise<CheckResult[]> {
-  const ctx = await js5Conform.prepare({ host: '127.0.0.1', port }, { profile });
+  const ctx = await js5Conform.prepare(
+    { host: '127.0.0.1', port },
+    { profile, missingGroupQuietMs: MISSING_GROUP_QUIET_MS },
+  );
   return runChecks(js5Conform, ctx, only === undefined ? {} : { only });
 }
 
 const failed = (rs: CheckResult[]) => rs.filter((r) => r.status === 'fail').map((r) => r.id);
 
-describe('against gamewire js5', () => {
+/**
+ * Every case gets its own server: the cases run concurrently, and handshake.full fills the
+ * per-address cap (a server shared by concurrent runs would refuse the other runs' connections).
+ */
+async function withServer<T>(
+  profile: Js5Profile,
+  extra: Parameters<typeof startServer>[1],
+  body: (server: Js5Server) => Promise<T>,
+): Promise<T> {
+  const { server } = await startServer(profile, extra);
+  try {
+    return await body(server);
+  } finally {
+    await server.close();
+  }
+}
+
+/** A server (its own, see withServer) behind a proxy that applies `mutation`. */
+async function withProxy<T>(
+  profile: Js5Profile,
+  mutation: Js5Mutation,
+  body: (proxy: Js5Proxy) => Promise<T>,
+): Promise<T> {
+  // handshake.full needs a refusal within its 16 probe connections: a per-address cap of 8.
+  return withServer(profile, { maxPerIp: 8 }, async (server) => {
+    const proxy = await Js5Proxy.start(server.port, mutation);
+    try {
+      return await body(proxy);
+    } finally {
+      await proxy.close();
+    }
+  });
+}
+
+describe.concurrent('against gamewire js5', () => {
   test.each(['530', '435', 'osrs'] as Js5Profile[])(
     'profile %s: every check passes',
     async (profile) => {
@@ -41,17 +84,11 @@ describe('against gamewire js5', () => {
   );
 });
 
-describe('against a server that breaks one rule', () => {
-  let server: Js5Server;
-  const store = () => openStore(demoCache());
+describe.concurrent('against a server that breaks one rule', () => {
   let exists: (archive: number, group: number) => boolean;
-  beforeAll(async () => {
-    ({ server } = await startServer('530', { maxPerIp: 8 }));
-    const s = store();
+  beforeAll(() => {
+    const s = openStore(demoCache());
     exists = (a, g) => s.read(a, g) !== undefined;
-  });
-  afterAll(async () => {
-    await server.close();
   });
 
   const isGroup = (plain: Buffer) => plain[0] !== 255;
@@ -211,46 +248,44 @@ describe('against a server that breaks one rule', () => {
   ];
 
   test('the proxy alone changes nothing', async () => {
-    const proxy = await Js5Proxy.start(server.port, {});
-    try {
+    await withProxy('530', {}, async (proxy) => {
       expect(failed(await conform(proxy.port))).toEqual([]);
-    } finally {
-      await proxy.close();
-    }
+    });
   }, 60_000);
 
-  test.each(cases)(
+  // The checks that fail by waiting out the checker's window (5 s and so on) start first, so
+  // that the quick cases run alongside them.
+  const waitsOut = new Set(['disconnect', 'in-flight', 'fairness', 'upgraded-prefetch']);
+  const slowFirst = [...cases].sort((a, b) => Number(waitsOut.has(b.check)) - Number(waitsOut.has(a.check)));
+
+  test.each(slowFirst)(
     '$rule: only $check fails',
     async ({ check, message, mutation }) => {
-      const proxy = await Js5Proxy.start(server.port, mutation);
-      try {
+      await withProxy('530', mutation, async (proxy) => {
         const results = await conform(proxy.port);
         expect(failed(results), JSON.stringify(results.filter((r) => r.status === 'fail'))).toEqual([check]);
         const f = results.find((r) => r.id === check)!;
         expect(f.message).toMatch(message);
         expect(f.clientReaction).toBeTruthy();
         expect(f.evidence?.sent ?? f.evidence?.received).toBeDefined();
-      } finally {
-        await proxy.close();
-      }
+      });
     },
     60_000,
   );
 });
 
-describe('a failed check skips only what needs its result', () => {
+describe.concurrent('a failed check skips only what needs its result', () => {
   test('a (0, 0) hole in the master index fails master-index; the indexes and groups are still checked', async () => {
-    const { server } = await startServer('530', { maxPerIp: 8 });
     // Archive 3's entry zeroed: the client would ask for that index forever; the others are fine.
-    const proxy = await Js5Proxy.start(server.port, {
+    const hole: Js5Mutation = {
       response: (p) => {
         if (p[0] !== 255 || p.readUInt16BE(1) !== 255) return [p];
         const out = Buffer.from(p);
         out.fill(0, 8 + 3 * 8, 8 + 4 * 8);
         return [out];
       },
-    });
-    try {
+    };
+    await withProxy('530', hole, async (proxy) => {
       const results = await conform(proxy.port);
       expect(failed(results)).toEqual(['master-index']);
       expect(results.find((r) => r.id === 'master-index')!.message).toMatch(/archive 3 has a \(0, 0\) entry/);
@@ -264,22 +299,11 @@ describe('a failed check skips only what needs its result', () => {
         'missing-group': 'pass',
       });
       expect(results.find((r) => r.id === 'index-crcs')!.message).toMatch(/^27 indexes match/);
-    } finally {
-      await proxy.close();
-      await server.close();
-    }
+    });
   }, 60_000);
 });
 
-describe("a 435 server like RuneJS's update server", () => {
-  let server: Js5Server;
-  beforeAll(async () => {
-    ({ server } = await startServer('435', { maxPerIp: 8 }));
-  });
-  afterAll(async () => {
-    await server.close();
-  });
-
+describe.concurrent("a 435 server like RuneJS's update server", () => {
   /**
    * runejs/update-server writes the idx255 file's length (6 × 13 = 78) as the master index's
    * length, then 13 CRCs and zeros: 78 bytes that are not a whole number of 4-byte entries. The
@@ -293,8 +317,7 @@ describe("a 435 server like RuneJS's update server", () => {
   };
 
   test('a master index whose length is 6 × 13 with 13 CRCs passes, with a warning', async () => {
-    const proxy = await Js5Proxy.start(server.port, { response: runejsLength });
-    try {
+    await withProxy('435', { response: runejsLength }, async (proxy) => {
       const results = await conform(proxy.port, '435');
       expect(failed(results), JSON.stringify(results.filter((r) => r.status === 'fail'))).toEqual([]);
       const m = results.find((r) => r.id === 'master-index')!;
@@ -305,17 +328,15 @@ describe("a 435 server like RuneJS's update server", () => {
       // Every data check ran.
       const skipped = results.filter((r) => r.status === 'skip').map((r) => r.id);
       expect(skipped).toEqual(['disconnect']);
-    } finally {
-      await proxy.close();
-    }
+    });
   }, 60_000);
 
   test('the same server ignoring the rekey fails xor-rekey (master-index passes with its warning)', async () => {
-    const proxy = await Js5Proxy.start(server.port, {
+    const noRekey: Js5Mutation = {
       response: runejsLength,
       request: (packet) => (packet[0] === 4 ? null : packet),
-    });
-    try {
+    };
+    await withProxy('435', noRekey, async (proxy) => {
       const results = await conform(proxy.port, '435');
       expect(failed(results)).toEqual(['xor-rekey']);
       expect(results.find((r) => r.id === 'xor-rekey')!.message).toMatch(/sent without XOR/);
@@ -323,18 +344,20 @@ describe("a 435 server like RuneJS's update server", () => {
         status: 'pass',
         message: expect.stringMatching(/^warning: the declared length 78/),
       });
-    } finally {
-      await proxy.close();
-    }
+    });
   }, 60_000);
 });
 
-describe('the command', () => {
+describe.concurrent('the command', () => {
   test('reports, exits 0 on a conforming server, 1 with the failed checks named otherwise', async () => {
     const { server } = await startServer('530');
     const proxy = await Js5Proxy.start(server.port, { request: (p) => (p[0] === 7 ? null : p) });
     try {
-      const ok = await runCliAsync(['conform', 'js5', '--target', `127.0.0.1:${server.port}`, '--json']);
+      // Both runs at once: the default per-address cap (250) admits both.
+      const [ok, bad] = await Promise.all([
+        runCliAsync(['conform', 'js5', '--target', `127.0.0.1:${server.port}`, '--json']),
+        runCliAsync(['conform', 'js5', '--target', `127.0.0.1:${proxy.port}`, '--check', 'disconnect']),
+      ]);
       expect(ok.code, ok.stderr).toBe(0);
       const report = JSON.parse(ok.stdout) as {
         ok: boolean;
@@ -345,14 +368,6 @@ describe('the command', () => {
       expect(report.checks.map((c) => c.id)).toContain('upgraded-prefetch');
       expect(report.checks.every((c) => c.sources.length > 0)).toBe(true);
 
-      const bad = await runCliAsync([
-        'conform',
-        'js5',
-        '--target',
-        `127.0.0.1:${proxy.port}`,
-        '--check',
-        'disconnect',
-      ]);
       expect(bad.code).toBe(1);
       expect(bad.stdout).toMatch(/^FAIL {2}disconnect/m);
       expect(bad.stdout).toMatch(/sent: {6}07000000/);

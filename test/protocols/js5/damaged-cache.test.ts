@@ -18,8 +18,11 @@ import { crc32 } from '../../../src/protocols/js5/cache/master-index.js';
 import { createStore, openStore, SECTOR_SIZE } from '../../../src/protocols/js5/cache/store.js';
 import { Js5Client } from '../../../src/protocols/js5/client.js';
 import { ResponseSource, requestKey } from '../../../src/protocols/js5/responses.js';
-import { BIN, cliEnv, ROOT, runCli } from '../../helpers/cli.js';
-import { tempDir } from './helpers.js';
+import { BIN, cliEnv, ROOT, runCliAsync } from '../../helpers/cli.js';
+import { limited, tempDir } from './helpers.js';
+
+/** The tests run concurrently: at most 2 `verify`/`info` commands at a time across them. */
+const runCli = limited(2, runCliAsync);
 
 type Kind = 'disk' | 'flat';
 
@@ -169,7 +172,8 @@ async function expectAnsweredAsMissing(port: number, archive: number, group: num
   await client.close();
 }
 
-describe.each(['disk', 'flat'] as const)('a damaged 530 demo cache (%s store)', (kind) => {
+// The cases are independent (each damages its own copy and spawns its own server): concurrent.
+describe.concurrent.each(['disk', 'flat'] as const)('a damaged 530 demo cache (%s store)', (kind) => {
   test('a bad byte in the index 255/5: verify lists it; serve starts, serves every other group, answers 255/5 as missing', async () => {
     const dir = copyOf(kind);
     // Inside the gzip stream of the index, near its end (its CRC/length check).
@@ -177,7 +181,7 @@ describe.each(['disk', 'flat'] as const)('a damaged 530 demo cache (%s store)', 
     flipStoredByte(dir, kind, 255, 5, size - 3);
     const stored = storedBytes(dir, 255, 5);
 
-    const verified = runCli(['js5', 'cache', 'verify', dir]);
+    const verified = await runCli(['js5', 'cache', 'verify', dir]);
     expect(verified.code).toBe(1);
     const report = JSON.parse(verified.stdout);
     expect(report.ok).toBe(false);
@@ -188,7 +192,7 @@ describe.each(['disk', 'flat'] as const)('a damaged 530 demo cache (%s store)', 
     expect(report.archives).toBe(27);
     expect(JSON.parse(verified.stderr.trim()).error.code).toBe('ERR_JS5_VERIFY');
 
-    const info = runCli(['js5', 'cache', 'info', dir]);
+    const info = await runCli(['js5', 'cache', 'info', dir]);
     expect(info.code).toBe(0);
     expect(JSON.parse(info.stdout).problems).toHaveLength(1);
 
@@ -208,10 +212,13 @@ describe.each(['disk', 'flat'] as const)('a damaged 530 demo cache (%s store)', 
     expect(await stop(child)).toBe(0);
   });
 
-  test('a bad byte in a group: verify lists it with its CRC; serve answers it as missing, and logs it', async () => {
+  test('a bad byte in a group: verify lists it with its CRC; serve answers it as missing, and logs it', async ({
+    expect,
+  }) => {
+    // (The test's own expect: expect.poll needs it in a concurrent test.)
     const dir = copyOf(kind);
     flipStoredByte(dir, kind, 2, 20, 12);
-    const verified = runCli(['js5', 'cache', 'verify', dir]);
+    const verified = await runCli(['js5', 'cache', 'verify', dir]);
     expect(verified.code).toBe(1);
     const report = JSON.parse(verified.stdout);
     expect(report.problems).toEqual([
@@ -259,7 +266,7 @@ describe.each(['disk', 'flat'] as const)('a damaged 530 demo cache (%s store)', 
       const dat = path.join(dir, 'main_file_cache.dat2');
       fs.truncateSync(dat, fs.statSync(dat).size - 100);
     }
-    const verified = runCli(['js5', 'cache', 'verify', dir]);
+    const verified = await runCli(['js5', 'cache', 'verify', dir]);
     expect(verified.code).toBe(1);
     const report = JSON.parse(verified.stdout) as {
       groups: number;
@@ -382,17 +389,20 @@ describe('random damage (property)', () => {
       }),
       { numRuns: 6, seed: 1 },
     );
-    for (const { kind, index, archive, group, at } of samples) {
-      const dir = copyOf(kind);
-      // Every archive of the 530 demo has groups 0–2.
-      const [a, g] = index ? [255, archive] : [archive, group];
-      flipStoredByte(dir, kind, a, g, at % Math.min(locate(dir, kind, a, g).size, 512));
-      const { child, port } = await serve(dir);
-      const client = await connect(port);
-      const master = await client.masterIndex();
-      expect(master.entries).toHaveLength(28);
-      await client.close();
-      expect(await stop(child)).toBe(0);
-    }
+    // Each sample damages its own copy and spawns its own server: all at once.
+    await Promise.all(
+      samples.map(async ({ kind, index, archive, group, at }) => {
+        const dir = copyOf(kind);
+        // Every archive of the 530 demo has groups 0–2.
+        const [a, g] = index ? [255, archive] : [archive, group];
+        flipStoredByte(dir, kind, a, g, at % Math.min(locate(dir, kind, a, g).size, 512));
+        const { child, port } = await serve(dir);
+        const client = await connect(port);
+        const master = await client.masterIndex();
+        expect(master.entries).toHaveLength(28);
+        await client.close();
+        expect(await stop(child)).toBe(0);
+      }),
+    );
   });
 });

@@ -119,3 +119,26 @@ export class RawPeer {
     this.socket.destroy();
   }
 }
+
+/**
+ * `fn`, but at most `n` calls running at once (the others wait their turn, in order): for tests
+ * that run concurrently and spawn CPU-bound commands, so that a 2-core machine is kept busy
+ * without starving the servers the same tests started.
+ */
+export function limited<A extends unknown[], R>(
+  n: number,
+  fn: (...args: A) => Promise<R>,
+): (...args: A) => Promise<R> {
+  let running = 0;
+  const waiting: (() => void)[] = [];
+  return async (...args: A) => {
+    if (running >= n) await new Promise<void>((resolve) => waiting.push(resolve));
+    running++;
+    try {
+      return await fn(...args);
+    } finally {
+      running--;
+      waiting.shift()?.();
+    }
+  };
+}

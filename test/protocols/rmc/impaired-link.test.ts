@@ -43,7 +43,8 @@ afterAll(async () => {
   await Promise.all([hyperscape?.stop(), classic?.stop()]);
 });
 
-describe('rmc through an impaired path', () => {
+// The two runs use their own server, proxy and client addresses: they go at once.
+describe.concurrent('rmc through an impaired path', () => {
   it('HyperScape players over PRUDP: every call answered once, none lost', async () => {
     const proxy = await ImpairedUdpProxy.start(
       { host: '127.0.0.1' },

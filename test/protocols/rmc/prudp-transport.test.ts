@@ -4,7 +4,7 @@
  * link, malformed datagrams and SYN floods, limits.
  */
 import dgram from 'node:dgram';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import {
   accessKeyByte,
   ClassicPayloadCodec,
@@ -23,43 +23,45 @@ import { elapse, waitFor } from '../../helpers/wait.js';
 import { EchoProtocol, LossyProxy, type PrudpFixture, sizedData, startPrudp } from './prudp-helpers.js';
 
 const KEY = 'yl4NG7qZ';
-let cleanup: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const f of cleanup.reverse()) await f();
-  cleanup = [];
-});
+/**
+ * What a test opens (servers, clients, sockets), each closed when that test ends (its
+ * onTestFinished hooks run in reverse order): the tests run concurrently.
+ */
+function kit(defer: TestContext['onTestFinished']) {
+  async function fixture(options: Parameters<typeof startPrudp>[0] = {}): Promise<PrudpFixture> {
+    const f = await startPrudp(options);
+    defer(() => f.close());
+    return f;
+  }
 
-async function fixture(options: Parameters<typeof startPrudp>[0] = {}): Promise<PrudpFixture> {
-  const f = await startPrudp(options);
-  cleanup.push(() => f.close());
-  return f;
-}
+  async function client(
+    port: number,
+    extra: Partial<Parameters<typeof RmcClient.connect>[0]> = {},
+  ): Promise<RmcClient> {
+    const c = await RmcClient.connect({
+      host: '127.0.0.1',
+      port,
+      transport: 'prudp',
+      accessKey: KEY,
+      timeoutMs: 20_000,
+      ...extra,
+    });
+    defer(() => c.close());
+    return c;
+  }
 
-async function client(
-  port: number,
-  extra: Partial<Parameters<typeof RmcClient.connect>[0]> = {},
-): Promise<RmcClient> {
-  const c = await RmcClient.connect({
-    host: '127.0.0.1',
-    port,
-    transport: 'prudp',
-    accessKey: KEY,
-    timeoutMs: 20_000,
-    ...extra,
-  });
-  cleanup.push(() => c.close());
-  return c;
+  function rawSocket(address = '127.0.0.1'): Promise<dgram.Socket> {
+    const s = dgram.createSocket('udp4');
+    defer(() => new Promise<void>((r) => s.close(() => r())));
+    return new Promise((r) => s.bind(0, address, () => r(s)));
+  }
+
+  return { fixture, client, rawSocket };
 }
 
 /** Waits until `cond` holds (polling; generous for a loaded machine), or fails. */
 async function until(cond: () => boolean, ms = 10_000): Promise<void> {
   await waitFor(cond, { what: String(cond), timeoutMs: ms, intervalMs: 20 });
-}
-
-function rawSocket(address = '127.0.0.1'): Promise<dgram.Socket> {
-  const s = dgram.createSocket('udp4');
-  cleanup.push(() => new Promise<void>((r) => s.close(() => r())));
-  return new Promise((r) => s.bind(0, address, () => r(s)));
 }
 
 function syn(): Buffer {
@@ -103,8 +105,11 @@ function connectPacket(signature: number, sessionId = 0x21): Buffer {
   return w.toBuffer();
 }
 
-describe('RMC over PRUDP', () => {
-  it('calls complete over PRUDP (hyperscape RMC variant, classic payloads)', async () => {
+// Every test has its own server (and its own client addresses where a limit is per address): they
+// run concurrently.
+describe.concurrent('RMC over PRUDP', () => {
+  it('calls complete over PRUDP (hyperscape RMC variant, classic payloads)', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture();
     const c = await client(f.port);
     const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('hello') });
@@ -112,14 +117,16 @@ describe('RMC over PRUDP', () => {
     expect(f.prudp.connections).toBe(1);
   });
 
-  it('the classic packed variant works over PRUDP too', async () => {
+  it('the classic packed variant works over PRUDP too', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture({ variant: 'classic' });
     const c = await client(f.port, { variant: 'classic' });
     const r = await c.call(EchoProtocol, 'Echo', { data: Buffer.from('classic') });
     expect(r.data.toString()).toBe('classic');
   });
 
-  it('fragments and reassembles responses from 962 bytes to 100 KB', async () => {
+  it('fragments and reassembles responses from 962 bytes to 100 KB', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture();
     const c = await client(f.port);
     for (const n of [0, 1, 900, 940, 941, 942, 962, 963, 964, 1926, 5000, 32_768, 100_000]) {
@@ -134,10 +141,13 @@ describe('RMC over PRUDP', () => {
     expect(e.data.equals(big)).toBe(true);
   });
 
-  it('a lossy link (10% dropped, duplicated, reordered): 1000 pipelined calls each complete exactly once', async () => {
+  it('a lossy link (10% dropped, duplicated, reordered): 1000 pipelined calls each complete exactly once', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture({ retransmitMs: 100, retransmitMaxMs: 400, maxRetransmits: 30 });
     const proxy = await LossyProxy.start(f.port, { drop: 0.1, dup: 0.1, reorder: 0.1 });
-    cleanup.push(() => proxy.close());
+    onTestFinished(() => proxy.close());
     const c = await client(proxy.port, {
       timeoutMs: 60_000,
       prudp: { retransmitMs: 100, retransmitMaxMs: 400, maxRetransmits: 30, connectTimeoutMs: 20_000 },
@@ -159,7 +169,10 @@ describe('RMC over PRUDP', () => {
     expect(c.unmatched).toBe(0);
   }, 120_000);
 
-  it('malformed datagrams and bad checksums are dropped and counted; the open connection keeps working', async () => {
+  it('malformed datagrams and bad checksums are dropped and counted; the open connection keeps working', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client, rawSocket } = kit(onTestFinished);
     const f = await fixture();
     const c = await client(f.port);
     const s = await rawSocket();
@@ -182,7 +195,10 @@ describe('RMC over PRUDP', () => {
     expect(f.metrics.dropped.get('prudp_bad_checksum') ?? 0).toBeGreaterThan(0);
   });
 
-  it('a SYN flood fills the half-open table: the oldest half-open entries make room (counted); open connections are untouched', async () => {
+  it('a SYN flood fills the half-open table: the oldest half-open entries make room (counted); open connections are untouched', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client, rawSocket } = kit(onTestFinished);
     const f = await fixture({ maxHalfOpen: 50, maxConnectionsPerIp: 1000 });
     const c = await client(f.port);
     const sockets = await Promise.all(Array.from({ length: 80 }, () => rawSocket()));
@@ -195,7 +211,10 @@ describe('RMC over PRUDP', () => {
     expect(r.data.toString()).toBe('ok');
   });
 
-  it('issue 24: while spoofed SYNs keep the half-open table full, a new player still connects', async () => {
+  it('issue 24: while spoofed SYNs keep the half-open table full, a new player still connects', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client, rawSocket } = kit(onTestFinished);
     const f = await fixture({ maxHalfOpen: 50 });
     // 100 spoofing sources on 100 addresses, 1000 SYNs a second in bursts of 10: the table is
     // always full and an entry lasts about 50 ms (a round trip on loopback is well under that).
@@ -214,7 +233,10 @@ describe('RMC over PRUDP', () => {
     }
   });
 
-  it('issue 24: a CONNECT whose half-open entry a flood evicted is admitted by its SYN cookie; a guessed signature is not', async () => {
+  it('issue 24: a CONNECT whose half-open entry a flood evicted is admitted by its SYN cookie; a guessed signature is not', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, rawSocket } = kit(onTestFinished);
     const f = await fixture({ maxHalfOpen: 1 });
     const checksum = { width: 1 as const, keyByte: accessKeyByte(KEY) };
     const replies: Buffer[] = [];
@@ -241,7 +263,10 @@ describe('RMC over PRUDP', () => {
     expect(f.metrics.counters.get('prudp_cookie_connects')).toBe(1);
   });
 
-  it('a client restarted on the same address and port connects at once; a SYN alone closes nothing', async () => {
+  it('a client restarted on the same address and port connects at once; a SYN alone closes nothing', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture();
     // A port the restarted client gets again (a NAT keeps its mapping; an OS reuses ports).
     const probe = dgram.createSocket('udp4');
@@ -282,7 +307,10 @@ describe('RMC over PRUDP', () => {
     expect(f.prudp.connections).toBe(1);
   });
 
-  it('after a SYN from its source, the open connection’s own resent CONNECT is answered as before, not taken for a restart', async () => {
+  it('after a SYN from its source, the open connection’s own resent CONNECT is answered as before, not taken for a restart', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, rawSocket } = kit(onTestFinished);
     const f = await fixture();
     const checksum = { width: 1 as const, keyByte: accessKeyByte(KEY) };
     const replies: Buffer[] = [];
@@ -317,7 +345,10 @@ describe('RMC over PRUDP', () => {
     expect(f.prudp.connections).toBe(1);
   });
 
-  it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async () => {
+  it('one address holds at most maxHalfOpenPerIp half-open connections; another address is not affected', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client, rawSocket } = kit(onTestFinished);
     const f = await fixture({ maxHalfOpenPerIp: 5, maxHalfOpen: 100 });
     const sockets = await Promise.all(Array.from({ length: 12 }, () => rawSocket('127.0.0.70')));
     for (const s of sockets) s.send(syn(), f.port, '127.0.0.1');
@@ -328,7 +359,10 @@ describe('RMC over PRUDP', () => {
     expect((await c.call(EchoProtocol, 'Echo', { data: Buffer.from('x') })).data.toString()).toBe('x');
   });
 
-  it('issue 24: the default per-address limit is max(64, maxConnections / 4): 130 connections from one address open', async () => {
+  it('issue 24: the default per-address limit is max(64, maxConnections / 4): 130 connections from one address open', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture();
     const all = await Promise.all(
       Array.from({ length: 130 }, () => client(f.port, { localAddress: '127.0.0.72' })),
@@ -352,7 +386,8 @@ describe('RMC over PRUDP', () => {
     expect(small.metrics.dropped.get('prudp_per_ip_limit') ?? 0).toBeGreaterThan(0);
   });
 
-  it('per-IP connection limit', async () => {
+  it('per-IP connection limit', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture({ maxConnectionsPerIp: 2 });
     await client(f.port);
     await client(f.port);
@@ -364,7 +399,8 @@ describe('RMC over PRUDP', () => {
     expect(f.metrics.dropped.get('prudp_per_ip_limit') ?? 0).toBeGreaterThan(0);
   });
 
-  it('half-open connections expire', async () => {
+  it('half-open connections expire', async ({ onTestFinished }) => {
+    const { fixture, rawSocket } = kit(onTestFinished);
     const f = await fixture({ halfOpenTimeoutMs: 200 });
     const s = await rawSocket();
     s.send(syn(), f.port, '127.0.0.1');
@@ -373,7 +409,10 @@ describe('RMC over PRUDP', () => {
     expect(f.metrics.counters.get('prudp_half_open_expired')).toBe(1);
   });
 
-  it('no reply to an unknown source larger than the allowed factor of its datagram', async () => {
+  it('no reply to an unknown source larger than the allowed factor of its datagram', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, rawSocket } = kit(onTestFinished);
     const f = await fixture({ maxUnprovenReplyFactor: 1 });
     const s = await rawSocket();
     const got: Buffer[] = [];
@@ -385,7 +424,8 @@ describe('RMC over PRUDP', () => {
     expect(f.metrics.dropped.get('prudp_amplification')).toBe(1);
   });
 
-  it('idle connections are closed; the client sees the DISCONNECT', async () => {
+  it('idle connections are closed; the client sees the DISCONNECT', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture({ idleTimeoutMs: 300 });
     const c = await client(f.port, { prudp: { pingIntervalMs: 0 } });
     await c.call(EchoProtocol, 'Echo', { data: Buffer.from('x') });
@@ -395,7 +435,8 @@ describe('RMC over PRUDP', () => {
     expect(c.closed).toBe(true);
   });
 
-  it('client PINGs keep an idle connection alive', async () => {
+  it('client PINGs keep an idle connection alive', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture({ idleTimeoutMs: 1500 });
     const c = await client(f.port, { prudp: { pingIntervalMs: 200 } });
     await elapse(3000, 'twice the idle timeout: the PINGs must keep the connection');
@@ -404,7 +445,10 @@ describe('RMC over PRUDP', () => {
     expect(r.data.toString()).toBe('alive');
   });
 
-  it('a message larger than the reassembly budget closes that connection only', async () => {
+  it('a message larger than the reassembly budget closes that connection only', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture({ maxReassemblyBytes: 10_000 });
     const ok = await client(f.port);
     const c = await client(f.port);
@@ -416,7 +460,8 @@ describe('RMC over PRUDP', () => {
     expect(r.data.toString()).toBe('fine');
   });
 
-  it('the client gives up after its retransmissions when the server vanishes', async () => {
+  it('the client gives up after its retransmissions when the server vanishes', async ({ onTestFinished }) => {
+    const { fixture, client } = kit(onTestFinished);
     const f = await fixture();
     const c = await client(f.port, { prudp: { retransmitMs: 50, retransmitMaxMs: 100, maxRetransmits: 3 } });
     await f.close();
@@ -425,7 +470,10 @@ describe('RMC over PRUDP', () => {
     });
   });
 
-  it('wrong signatures and session ids are dropped and counted; the right ones go through', async () => {
+  it('wrong signatures and session ids are dropped and counted; the right ones go through', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, rawSocket } = kit(onTestFinished);
     const f = await fixture();
     const s = await rawSocket();
     const cfg = { width: 1 as const, keyByte: accessKeyByte(KEY) };
@@ -463,7 +511,9 @@ describe('RMC over PRUDP', () => {
     await until(() => f.metrics.dropped.get('prudp_bad_signature') === 1);
     expect(f.prudp.connections).toBe(0);
     connect(serverSig);
-    await until(() => f.prudp.connections === 1);
+    // Connected, and its CONNECT-ACK received (the server counts the connection before the
+    // datagram reaches the socket).
+    await until(() => f.prudp.connections === 1 && inbox.length === 2);
     const ping = (session: number, sig: number) =>
       send({
         source: 0x3f,
@@ -508,7 +558,10 @@ describe('RMC over PRUDP', () => {
     expect(inbox.slice(-2).map((d) => d.readUInt16LE(8))).toEqual([2, 3]);
   });
 
-  it('a peer that never acks while calling on is cut off at the send-queue limit', async () => {
+  it('a peer that never acks while calling on is cut off at the send-queue limit', async ({
+    onTestFinished,
+  }) => {
+    const { fixture, rawSocket } = kit(onTestFinished);
     const f = await fixture({ sendWindow: 4, maxQueued: 10 });
     const s = await rawSocket();
     const cfg = { width: 1 as const, keyByte: accessKeyByte(KEY) };

@@ -4,7 +4,7 @@
  */
 import type dgram from 'node:dgram';
 import fc from 'fast-check';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { silentLogger } from '../../../src/core/logger.js';
 import { ProtocolMetrics } from '../../../src/core/metrics.js';
 import {
@@ -33,15 +33,17 @@ import {
 import { encode } from '../../../src/wire/index.js';
 import { waitFor } from '../../helpers/wait.js';
 
-let cleanup: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const f of cleanup.reverse()) await f();
-  cleanup = [];
-});
+/**
+ * Each test closes its own resources (`defer`: the test's onTestFinished), so that tests can run
+ * concurrently. Only the UserKeyCache tests do: the others measure what happens while a worker
+ * is busy (event-loop turns, a job still running, a queue still full), which another test's
+ * derivation on the main thread would disturb.
+ */
+type Defer = TestContext['onTestFinished'];
 
-function pool(options: ConstructorParameters<typeof Md5ChainPool>[0] = {}): Md5ChainPool {
+function pool(defer: Defer, options: ConstructorParameters<typeof Md5ChainPool>[0] = {}): Md5ChainPool {
   const p = new Md5ChainPool(options);
-  cleanup.push(() => p.close());
+  defer(() => p.close());
   return p;
 }
 
@@ -74,8 +76,10 @@ describe('the MD5 chain and the key table', () => {
 });
 
 describe('Md5ChainPool: worker threads, a bounded queue', () => {
-  it('computes off the event loop: timers keep firing while a derivation runs', async () => {
-    const p = pool({ workers: 1 });
+  it('computes off the event loop: timers keep firing while a derivation runs', async ({
+    onTestFinished,
+  }) => {
+    const p = pool(onTestFinished, { workers: 1 });
     let ticks = 0;
     let done = false;
     const job = p.run(Buffer.from('pw'), 65_000, 4).then((out) => {
@@ -91,8 +95,10 @@ describe('Md5ChainPool: worker threads, a bounded queue', () => {
     expect(ticks).toBeGreaterThan(1);
   });
 
-  it('refuses a job past maxQueued instead of growing; the accepted ones complete', async () => {
-    const p = pool({ workers: 1, maxQueued: 2 });
+  it('refuses a job past maxQueued instead of growing; the accepted ones complete', async ({
+    onTestFinished,
+  }) => {
+    const p = pool(onTestFinished, { workers: 1, maxQueued: 2 });
     const seed = Buffer.from('x');
     const accepted = [p.run(seed, 20_000, 1), p.run(seed, 10, 1), p.run(seed, 11, 1)];
     await expect(p.run(seed, 12, 1)).rejects.toBeInstanceOf(KeyDerivationBusyError);
@@ -105,8 +111,10 @@ describe('Md5ChainPool: worker threads, a bounded queue', () => {
     await expect(p.run(seed, 12, 1)).resolves.toEqual(md5Chain(seed, 12, 1));
   });
 
-  it('a worker that dies fails its own job only; the queue goes on on a fresh thread', async () => {
-    const p = pool({ workers: 1 });
+  it('a worker that dies fails its own job only; the queue goes on on a fresh thread', async ({
+    onTestFinished,
+  }) => {
+    const p = pool(onTestFinished, { workers: 1 });
     const seed = Buffer.from('z');
     const running = p.run(seed, 300_000, 1);
     const queued = p.run(seed, 7, 1);
@@ -132,9 +140,11 @@ describe('Md5ChainPool: worker threads, a bounded queue', () => {
   });
 });
 
-describe('UserKeyCache', () => {
-  it('equals deriveUserKey; a second account with the password costs a short job; a known key none', async () => {
-    const p = pool({ workers: 1 });
+describe.concurrent('UserKeyCache', () => {
+  it('equals deriveUserKey; a second account with the password costs a short job; a known key none', async ({
+    onTestFinished,
+  }) => {
+    const p = pool(onTestFinished, { workers: 1 });
     const keys = new UserKeyCache(p);
     const pids = [
       0x1000 + 5,
@@ -158,8 +168,10 @@ describe('UserKeyCache', () => {
     expect(p.completed).toBe(jobs + 1);
   });
 
-  it('concurrent asks for one key make one job; the cache stays within maxKeys', async () => {
-    const p = pool({ workers: 1 });
+  it('concurrent asks for one key make one job; the cache stays within maxKeys', async ({
+    onTestFinished,
+  }) => {
+    const p = pool(onTestFinished, { workers: 1 });
     const keys = new UserKeyCache(p, { maxKeys: 2 });
     const same = await Promise.all(Array.from({ length: 5 }, () => keys.key(0x1001, 'pw')));
     expect(p.completed).toBe(1);
@@ -168,8 +180,8 @@ describe('UserKeyCache', () => {
     expect(keys.size).toBe(2);
   });
 
-  it('a warmed password answers every key from its table, without a job', async () => {
-    const p = pool({ workers: 1 });
+  it('a warmed password answers every key from its table, without a job', async ({ onTestFinished }) => {
+    const p = pool(onTestFinished, { workers: 1 });
     const keys = new UserKeyCache(p);
     await keys.warm('gamewire');
     expect(p.completed).toBe(1);
@@ -180,7 +192,7 @@ describe('UserKeyCache', () => {
 });
 
 /** A classic auth server (TicketGranting) over TCP and PRUDP with per-user passwords: every login derives. */
-async function authServer(userKeys: UserKeyCache) {
+async function authServer(defer: Defer, userKeys: UserKeyCache) {
   const log = silentLogger();
   const metrics = new ProtocolMetrics('rmc');
   const rmc = new RmcServer({ log, metrics, variant: 'classic' });
@@ -196,7 +208,7 @@ async function authServer(userKeys: UserKeyCache) {
     }),
   );
   const tcp = await rmc.listen({ host: '127.0.0.1', port: 0 });
-  cleanup.push(() => tcp.close());
+  defer(() => tcp.close());
   const prudp = new PrudpServer({
     dispatcher: rmc.dispatcher,
     log,
@@ -205,16 +217,18 @@ async function authServer(userKeys: UserKeyCache) {
     onConnect: classicConnectHandler(authority),
   });
   const { port } = await prudp.listen({ host: '127.0.0.1', port: 0 });
-  cleanup.push(() => prudp.close());
+  defer(() => prudp.close());
   return { tcpPort: tcp.port, prudpPort: port };
 }
 
 describe('TicketGranting with the key cache', () => {
-  it('a login and a ticket open with the user key; a full derivation queue refuses with RendezVous::ConnectionFailure', async () => {
-    const p = pool({ workers: 1, maxQueued: 0 });
-    const s = await authServer(new UserKeyCache(p));
+  it('a login and a ticket open with the user key; a full derivation queue refuses with RendezVous::ConnectionFailure', async ({
+    onTestFinished,
+  }) => {
+    const p = pool(onTestFinished, { workers: 1, maxQueued: 0 });
+    const s = await authServer(onTestFinished, new UserKeyCache(p));
     const c = await RmcClient.connect({ host: '127.0.0.1', port: s.tcpPort, variant: 'classic' });
-    cleanup.push(() => c.close());
+    onTestFinished(() => c.close());
     const login = await c.call(TicketGrantingProtocol, 'Login', { strUserName: 'ann' });
     const key = deriveUserKey(login.pidPrincipal, 'pw-ann');
     expect(openUserTicket(login.pbufResponse, key)).toBeDefined();
@@ -240,8 +254,10 @@ describe('TicketGranting with the key cache', () => {
 });
 
 describe('PRUDP acknowledges at once, whatever the application is doing', () => {
-  it("while 8 logins' keys are being derived, each client's PING sent behind its Login is acked before the Login is answered", async () => {
-    const s = await authServer(new UserKeyCache(pool()));
+  it("while 8 logins' keys are being derived, each client's PING sent behind its Login is acked before the Login is answered", async ({
+    onTestFinished,
+  }) => {
+    const s = await authServer(onTestFinished, new UserKeyCache(pool(onTestFinished)));
     const clients = await Promise.all(
       Array.from({ length: 8 }, async (_, i) => {
         const conn = await PrudpClientConnection.connect({
@@ -250,7 +266,7 @@ describe('PRUDP acknowledges at once, whatever the application is doing', () => 
           accessKey: 'yl4NG7qZ',
           pingIntervalMs: 0,
         });
-        cleanup.push(() => conn.close());
+        onTestFinished(() => conn.close());
         // What arrives, in order: the PING's ack, and the Login's answer (a whole message).
         const events: string[] = [];
         const socket = (conn as unknown as { socket: dgram.Socket }).socket;

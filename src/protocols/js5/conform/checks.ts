@@ -653,7 +653,7 @@ const missingGroup: Check = {
       break;
     }
     const before = peer.probe.receivedBytes;
-    const closed = await peer.probe.closesWithin(2000);
+    const closed = await peer.probe.closesWithin(ctx.missingGroupQuietMs);
     if (peer.probe.available > 0 || peer.probe.receivedBytes !== before)
       t.fail(`group ${key(d.archive, missing)} (not in its index) was answered`, {
         sent,

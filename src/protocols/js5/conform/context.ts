@@ -25,6 +25,12 @@ export interface Js5ConformContext {
   maxBytes: number;
   /** Connections opened at most to see a "server full" reply. */
   probeConnections: number;
+  /**
+   * How long missing-group waits, after the present group's response, for an answer to the
+   * missing one (which must not come). 2000 ms; not a flag: a test against a server on loopback
+   * may take less.
+   */
+  missingGroupQuietMs: number;
   shared: SharedDownloads;
 }
 

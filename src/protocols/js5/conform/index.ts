@@ -72,6 +72,8 @@ export const js5Conform: ConformSuite<Js5ConformContext> = {
       maxGroups: intOption(options.maxGroups, '--max-groups', 1, 1_000_000) ?? 500,
       maxBytes: (intOption(options.maxMb, '--max-mb', 1, 4096) ?? 64) * 1024 * 1024,
       probeConnections: intOption(options.probeConnections, '--probe-connections', 1, 1000) ?? 16,
+      // No flag sets it (the CLI passes only the options listed above): for tests.
+      missingGroupQuietMs: intOption(options.missingGroupQuietMs, 'missingGroupQuietMs', 1, 60_000) ?? 2000,
       shared: new SharedDownloads(() => ctx!),
     };
     return ctx;
