@@ -46,6 +46,7 @@ describe('dissector generator', () => {
     expect(files).toEqual([
       'gamewire-js5.lua',
       'gamewire-nox-relay.lua',
+      'gamewire-prudp.lua',
       'gamewire-rmc.lua',
       'gamewire-unity-relay.lua',
     ]);

@@ -13,6 +13,7 @@ import { tempDir } from './helpers.js';
 const ABBREV: Record<string, string> = {
   js5: 'gw_js5',
   rmc: 'gw_rmc',
+  prudp: 'gw_prudp',
   'unity-relay': 'gw_unity',
   'nox-relay': 'gw_nox',
 };

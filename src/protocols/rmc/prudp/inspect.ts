@@ -1,10 +1,13 @@
 /**
  * PRUDP V0 inside the inspector: every packet of a datagram (checked with the access key's
- * checksum), DATA payloads on the secure streams decrypted (RC4 "CD&ML", reset per packet) and
- * inflated, fragments joined per direction in sequence order, retransmissions shown once, and
- * each whole RMC message decoded with the `rmc` codec. Without `--access-key` the checksum
- * cannot be checked, and the packets are reported as such rather than guessed.
+ * checksum), DATA payloads on the secure streams decrypted (RC4 "CD&ML" or `--prudp-rc4-key`,
+ * reset per packet) and inflated, fragments joined per direction in sequence order,
+ * retransmissions shown once, and each whole RMC message decoded with the `rmc` codec. Without
+ * `--access-key` the checksum cannot be checked, and the packets are reported as such rather
+ * than guessed. The generated Wireshark dissector does the same in Lua (dissector.ts).
  */
+
+import { UsageError } from '../../../core/errors.js';
 import type {
   BaseDecoderOptions,
   DecoderFlag,
@@ -20,9 +23,10 @@ import type { RmcVariant } from '../messages.js';
 import { BUILTIN_PROTOCOLS } from '../protocols/index.js';
 import type { ProtocolDef } from '../signature.js';
 import { accessKeyByte } from './checksum.js';
-import { FLAG_NAMES, PACKET_TYPE_NAMES, PacketType, StreamType } from './constants.js';
+import { CLASSIC_RC4_KEY, FLAG_NAMES, PACKET_TYPE_NAMES, PacketType, StreamType } from './constants.js';
 import { type ChecksumConfig, newPacket, readPacket } from './packet.js';
 import { ClassicPayloadCodec } from './payload.js';
+import { Rc4Key } from './rc4.js';
 
 export interface PrudpInspectOptions {
   /** RMC envelope variant of the messages inside. */
@@ -33,6 +37,8 @@ export interface PrudpInspectOptions {
   prudpChecksum: 1 | 4;
   /** The declared protocols (`--protocols` packs first, then the built-ins): named args and results. */
   rmcProtocols: readonly ProtocolDef<any>[];
+  /** RC4 key of classic DATA payloads (latin1 bytes). */
+  prudpRc4Key: string;
 }
 
 /** Sequence ids remembered per connection and direction to show a retransmission once. */
@@ -57,7 +63,7 @@ function prudpDecoder(out: Emitter, options: BaseDecoderOptions & PrudpInspectOp
   const cfg: ChecksumConfig | undefined =
     key === undefined ? undefined : { width: options.prudpChecksum, keyByte: accessKeyByte(key) };
   const packet = newPacket();
-  const codec = new ClassicPayloadCodec();
+  const codec = new ClassicPayloadCodec(new Rc4Key(Buffer.from(options.prudpRc4Key, 'latin1')));
   let warned = false;
   // Per connection: one UDP flow may carry several PRUDP connections one after the other (a
   // client reconnecting from the same port), each numbering its packets from 1 again.
@@ -174,7 +180,10 @@ function prudpDecoder(out: Emitter, options: BaseDecoderOptions & PrudpInspectOp
   };
 }
 
-/** The PRUDP flags of `gamewire inspect` (after rmc's `--rmc-variant`, which PRUDP flows read too). */
+/**
+ * The PRUDP flags of `gamewire inspect` and `gamewire dissector` (after rmc's `--rmc-variant`,
+ * which PRUDP flows read too): in the dissector, the defaults of the `gw_prudp` preferences.
+ */
 export const PRUDP_INSPECT_FLAGS: readonly DecoderFlag[] = [
   {
     flag: '--access-key <key>',
@@ -188,6 +197,17 @@ export const PRUDP_INSPECT_FLAGS: readonly DecoderFlag[] = [
     choices: ['1', '4'],
     apply: (value) => ({ prudpChecksum: value === '4' ? 4 : 1 }),
   },
+  {
+    flag: '--prudp-rc4-key <key>',
+    description: 'PRUDP: RC4 key of DATA payloads (restarted per packet)',
+    default: CLASSIC_RC4_KEY,
+    apply: (value) => {
+      const key = typeof value === 'string' ? value : CLASSIC_RC4_KEY;
+      const n = Buffer.byteLength(key, 'latin1');
+      if (n === 0 || n > 256) throw new UsageError('--prudp-rc4-key takes 1 to 256 bytes');
+      return { prudpRc4Key: key };
+    },
+  },
 ];
 
 export const prudpFlow: FlowProtocol<PrudpInspectOptions> = {
@@ -200,6 +220,7 @@ export const prudpFlow: FlowProtocol<PrudpInspectOptions> = {
     prudpAccessKey: undefined,
     prudpChecksum: 1,
     rmcProtocols: BUILTIN_PROTOCOLS,
+    prudpRc4Key: CLASSIC_RC4_KEY,
   },
   create: prudpDecoder,
 };

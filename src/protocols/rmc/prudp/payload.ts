@@ -70,14 +70,19 @@ function tooLarge(n: number, max: number): DecodeError {
 
 const classicKey = new Rc4Key(CLASSIC_RC4_KEY);
 
-/** Classic V0: compression byte + RC4("CD&ML"), reset per packet. */
+/** Classic V0: compression byte + RC4("CD&ML", or another key), reset per packet. */
 export class ClassicPayloadCodec implements PayloadCodec {
   lastCompression = 0;
+  private readonly key: Rc4Key;
+
+  constructor(key: Rc4Key = classicKey) {
+    this.key = key;
+  }
 
   encode(plain: Uint8Array): Buffer {
     if (plain.length === 0) return Buffer.alloc(0);
     const out = compressBody(plain);
-    classicKey.apply(out);
+    this.key.apply(out);
     return out;
   }
 
@@ -87,7 +92,7 @@ export class ClassicPayloadCodec implements PayloadCodec {
       return Buffer.alloc(0);
     }
     const plain = Buffer.from(wire);
-    classicKey.apply(plain);
+    this.key.apply(plain);
     this.lastCompression = plain[0]!;
     return decompressBody(plain, maxBytes);
   }
