@@ -70,6 +70,12 @@ export interface NodeRegistryOptions {
   ttlMs?: number;
   /** Heartbeat period. Default a third of `ttlMs`. */
   heartbeatMs?: number;
+  /**
+   * `fleet:recovering` lasts at least the TTL plus this (a reconnection's backoff and its hooks;
+   * see the module comment). Default 8 000 ms; tests whose connections back off for at most a
+   * fraction of a second set less.
+   */
+  reconnectAllowanceMs?: number;
 }
 
 /** Returned by `announce`: keeps the node's record fresh until `stop()`. */
@@ -226,13 +232,14 @@ export function fleetLivenessKeys(prefix: string, kind: string): { beatDue: stri
 }
 
 // KEYS[1] record key, KEYS[2] the kind's set, KEYS[3] fleet:beat-due, KEYS[4] fleet:recovering;
-// ARGV: id, json, ttl ms, heartbeat ms. Scores and stored beat times come from Redis's clock.
+// ARGV: id, json, ttl ms, heartbeat ms, reconnect allowance ms. Scores and stored beat times come
+// from Redis's clock.
 const PUBLISH_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 local due = tonumber(redis.call('GET', KEYS[3]))
-if due and now > due then redis.call('SET', KEYS[4], tostring(due), 'PX', math.max(2 * ttl, ttl + 8000)) end
+if due and now > due then redis.call('SET', KEYS[4], tostring(due), 'PX', math.max(2 * ttl, ttl + tonumber(ARGV[5]))) end
 local hb = tonumber(ARGV[4])
 local nextDue = now + hb + math.floor((ttl - hb) / 4)
 if not due or nextDue > due then redis.call('SET', KEYS[3], tostring(nextDue)) end
@@ -256,10 +263,12 @@ return out`;
 /** A fleet: records in Redis (see the module comment for the layout). */
 export class RedisNodeRegistry extends HeartbeatingRegistry {
   private readonly redis: RedisConnection;
+  private readonly reconnectAllowanceMs: number;
 
   constructor(redis: RedisConnection, options: NodeRegistryOptions = {}) {
     super(options);
     this.redis = redis;
+    this.reconnectAllowanceMs = options.reconnectAllowanceMs ?? 8000;
   }
 
   private setKey(kind: string): string {
@@ -288,6 +297,7 @@ export class RedisNodeRegistry extends HeartbeatingRegistry {
         JSON.stringify(info),
         String(this.ttlMs),
         String(this.heartbeatMs),
+        String(this.reconnectAllowanceMs),
       ),
     );
   }

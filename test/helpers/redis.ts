@@ -5,7 +5,10 @@
  * its data back, as docs/rmc.md recommends for a fleet's Redis). `stop()` and `start()` again on
  * the same port model an outage; `kill()` is kill -9, `pause()`/`resume()` SIGSTOP/SIGCONT.
  * `startSentinelSet()`: a primary, its replicas and three sentinels, each on a free port with a
- * throwaway directory (`SentinelSet`), for failover tests.
+ * throwaway directory (`SentinelSet`), for failover tests. It starts quickly (short Sentinel
+ * periods through `SENTINEL DEBUG`, no full-sync delay), then runs the test with Redis's and
+ * Sentinel's own timings until the test asks otherwise (`quickRejoin`); a sentinel leaves TILT
+ * after 5 s.
  * Absent `redis-server`: `startRedis` returns undefined (tests skip), except under CI=true where
  * it throws, so CI never passes without the real thing.
  */
@@ -140,6 +143,19 @@ export class RedisServer {
     );
   }
 
+  /** CONFIG SET on the running server (until its next start). */
+  async configSet(name: string, value: string): Promise<void> {
+    const { Redis } = await import('ioredis');
+    const c = new Redis({ port: this.port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
+    c.on('error', () => {});
+    try {
+      await c.connect();
+      await c.config('SET', name, value);
+    } finally {
+      c.disconnect();
+    }
+  }
+
   /** Stops it cleanly (SIGTERM) and waits for the exit. */
   async stop(): Promise<void> {
     const child = this.child;
@@ -206,6 +222,8 @@ export async function startRedis(options: { persist?: boolean } = {}): Promise<R
 export class SentinelServer {
   readonly port: number;
   readonly dir: string;
+  /** The `SENTINEL DEBUG` periods it runs with (set at each start: Sentinel keeps them in memory only). */
+  periods: SentinelPeriods = SENTINEL_OWN_PERIODS;
   private child: ChildProcess | undefined;
   private exited: Promise<void> = Promise.resolve();
 
@@ -238,6 +256,13 @@ export class SentinelServer {
       },
       { what: () => `sentinel answering on ${this.port} (${stderr})`, intervalMs: 50 },
     );
+    await sentinelDebug(this.port, { ...this.periods, tiltMs: TILT_PERIOD_MS });
+  }
+
+  /** Changes its periods now (when running) and for its later starts. */
+  async setPeriods(p: SentinelPeriods): Promise<void> {
+    this.periods = { ...this.periods, ...p };
+    if (this.running) await sentinelDebug(this.port, p);
   }
 
   /** kill -9. */
@@ -261,6 +286,48 @@ export interface SentinelSetOptions {
   failoverTimeoutMs?: number;
   /** The primary's name. Default `mymaster`. */
   name?: string;
+}
+
+/** `SENTINEL DEBUG` parameters (ms, Redis 7.0+): Sentinel's internal periods a test may shorten. */
+export interface SentinelPeriods {
+  /** INFO to each instance (Sentinel's own: 10 000; it uses 1 000 for replicas while a failover runs). */
+  infoMs?: number;
+  /** Hello messages, through which sentinels learn of each other and of a new primary (Sentinel's own: 2 000). */
+  publishMs?: number;
+}
+
+/** Sentinel's own periods (what a deployment runs with). */
+export const SENTINEL_OWN_PERIODS: Required<SentinelPeriods> = { infoMs: 10_000, publishMs: 2000 };
+
+/**
+ * Short periods: sentinels learn of each other within a second, and a restarted old primary is
+ * made a replica some 2 s after it is back (Sentinel waits 4 hello periods after it reported
+ * itself a primary, then re-points it at its next INFO), not 10 to 20 s.
+ */
+export const SENTINEL_QUICK_PERIODS: Required<SentinelPeriods> = { infoMs: 500, publishMs: 500 };
+
+/**
+ * How long a sentinel whose timer stalled for more than 2 s (TILT: a starved machine) stays
+ * passive: 5 s here rather than Sentinel's 30 s, so that a failover the tests wait for (15 s at
+ * most) still comes. It changes nothing on a machine where no timer stalls.
+ */
+const TILT_PERIOD_MS = 5000;
+
+async function sentinelDebug(port: number, p: SentinelPeriods & { tiltMs?: number }): Promise<void> {
+  const args: string[] = [];
+  if (p.infoMs !== undefined) args.push('info-period', String(p.infoMs));
+  if (p.publishMs !== undefined) args.push('publish-period', String(p.publishMs));
+  if (p.tiltMs !== undefined) args.push('tilt-period', String(p.tiltMs));
+  if (args.length === 0) return;
+  const { Redis } = await import('ioredis');
+  const c = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null });
+  c.on('error', () => {});
+  try {
+    await c.connect();
+    await c.call('SENTINEL', 'DEBUG', ...args);
+  } finally {
+    c.disconnect();
+  }
 }
 
 /**
@@ -361,6 +428,31 @@ export class SentinelSet {
     );
   }
 
+  /** Sets Sentinel's internal periods on every sentinel (the running ones now, the others when they start). */
+  async setPeriods(p: SentinelPeriods): Promise<void> {
+    await Promise.all(this.sentinels.map((s) => s.setPeriods(p)));
+  }
+
+  /** `repl-diskless-sync-delay` (s) on every running data server: how long a primary waits for more replicas before a full sync (Redis's own: 5). */
+  async setSyncDelay(seconds: number): Promise<void> {
+    await Promise.all(
+      this.servers
+        .filter((s) => s.running)
+        .map((s) => s.configSet('repl-diskless-sync-delay', String(seconds))),
+    );
+  }
+
+  /**
+   * From now on, an old primary that comes back rejoins as a replica in some 2 s rather than 15
+   * to 20: the sentinels run `SENTINEL_QUICK_PERIODS` (they re-point a server that reports itself
+   * a primary 4 hello periods after it said so, at their next INFO), and the primary starts its
+   * full sync at once instead of waiting 5 s for more replicas. For the part of a test after the
+   * failover it measures.
+   */
+  async quickRejoin(): Promise<void> {
+    await Promise.all([this.setPeriods(SENTINEL_QUICK_PERIODS), this.setSyncDelay(0)]);
+  }
+
   /** The replication role a data server reports (`master`, `slave`), or undefined when it does not answer. */
   async roleOf(server: RedisServer): Promise<string | undefined> {
     const { Redis } = await import('ioredis');
@@ -407,14 +499,16 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
     const primary = new RedisServer(await freePort(), primaryDir, { persist: true });
     servers.push(primary);
     await primary.start();
+    // The replicas' first full sync starts at once (not after Redis's 5 s wait for more of them).
+    await primary.configSet('repl-diskless-sync-delay', '0');
     for (let i = 0; i < (options.replicas ?? 2); i++) {
       const r = new RedisServer(await freePort(), fs.mkdtempSync(path.join(root, 'redis-')), {
         persist: true,
         args: ['--replicaof', '127.0.0.1', String(primary.port)],
       });
       servers.push(r);
-      await r.start();
     }
+    await Promise.all(servers.slice(1).map((r) => r.start()));
     const count = options.sentinels ?? 3;
     const quorum = Math.floor(count / 2) + 1;
     for (let i = 0; i < count; i++) {
@@ -432,10 +526,14 @@ export async function startSentinelSet(options: SentinelSetOptions = {}): Promis
         '',
       ].join('\n');
       const s = new SentinelServer(port, dir, conf);
+      // Quick periods while the sentinels find each other and the replicas; Sentinel's own after.
+      s.periods = SENTINEL_QUICK_PERIODS;
       sentinels.push(s);
-      await s.start();
     }
+    await Promise.all(sentinels.map((s) => s.start()));
     await set.ready();
+    // The test runs with Redis's and Sentinel's own timings.
+    await Promise.all([set.setPeriods(SENTINEL_OWN_PERIODS), set.setSyncDelay(5)]);
     return set;
   } catch (err) {
     await set.dispose();

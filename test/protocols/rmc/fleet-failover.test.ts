@@ -16,7 +16,7 @@ import { createRegistry } from '../../../src/core/prometheus.js';
 import type { RmcFleetServer } from '../../../src/protocols/rmc/fleet/start.js';
 import { LoginProtocol, RmcClient, rmc } from '../../../src/protocols/rmc/index.js';
 import { type SentinelSet, startSentinelSet } from '../../helpers/redis.js';
-import { elapse, waitFor } from '../../helpers/wait.js';
+import { waitFor } from '../../helpers/wait.js';
 
 let set: SentinelSet | undefined;
 let cleanup: (() => Promise<void>)[] = [];
@@ -83,7 +83,15 @@ describe('rmc fleet on a Sentinel set', () => {
       }
     };
     const loops = [loop(), loop()];
-    await elapse(1000, 'a steady stream of new accounts before the kill');
+    /** Waits until `n` more logins than now were acknowledged (the load has run on, whatever the machine's speed). */
+    const acknowledged = async (n: number, what: string) => {
+      const from = Date.now();
+      await waitFor(() => outcomes.filter((o) => o.ok && o.at >= from).length >= n, {
+        what: `${n} ${what}`,
+        timeoutMs: 15_000,
+      });
+    };
+    await acknowledged(20, 'new accounts acknowledged before the kill');
     const old = await s.primary();
     const killedAt = Date.now();
     await old.kill();
@@ -92,7 +100,7 @@ describe('rmc fleet on a Sentinel set', () => {
       timeoutMs: 15_000,
       intervalMs: 50,
     });
-    await elapse(500, 'logins on the new primary');
+    await acknowledged(10, 'logins acknowledged on the new primary');
     stopped = true;
     await Promise.all(loops);
     const failures = outcomes.filter((o) => !o.ok);

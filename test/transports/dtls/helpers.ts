@@ -252,6 +252,38 @@ export function plaintextHandshakeTypes(datagram: Buffer): number[] {
   return types;
 }
 
+/**
+ * Sends `datagrams` to the port and collects the replies: those of one burst (the first, and any
+ * that follow it within `quietMs`: a flight sent as several datagrams goes out at once), or none
+ * if nothing comes within `waitMs`. What `sendAndCollect` sees, without waiting out its window
+ * once an answer is in (a reply that came later than `quietMs` after the first would be a
+ * retransmission, which a window of `sendAndCollect`'s length does not wait for either).
+ */
+export async function sendAndCollectBurst(
+  port: number,
+  datagrams: Buffer[],
+  { waitMs, quietMs }: { waitMs: number; quietMs: number },
+  socket: dgram.Socket,
+): Promise<Buffer[]> {
+  const replies: Buffer[] = [];
+  let onMessage: (m: Buffer) => void = () => {};
+  const done = new Promise<void>((resolve) => {
+    let quiet: NodeJS.Timeout | undefined;
+    const none = setTimeout(resolve, waitMs);
+    onMessage = (m: Buffer) => {
+      replies.push(Buffer.from(m));
+      clearTimeout(none);
+      clearTimeout(quiet);
+      quiet = setTimeout(resolve, quietMs);
+    };
+  });
+  socket.on('message', onMessage);
+  for (const d of datagrams) socket.send(d, port, '127.0.0.1');
+  await done;
+  socket.off('message', onMessage);
+  return replies;
+}
+
 /** A one-shot UDP socket that sends `datagram` to the port and collects what comes back for `waitMs`. */
 export async function sendAndCollect(
   port: number,

@@ -19,6 +19,7 @@ import {
   recordPlane,
   recordTypes,
   sendAndCollect,
+  sendAndCollectBurst,
   startEchoServer,
   startProxy,
   testIdentity,
@@ -56,7 +57,8 @@ const connectOptions = (port: number, identity: Buffer, psk: Buffer) => ({
   psk,
 });
 
-describe('DtlsClient against DtlsServer', () => {
+// Every test has its own server (and proxy): they run concurrently.
+describe.concurrent('DtlsClient against DtlsServer', () => {
   for (const suite of [0x00a8, 0x00a9, 0xc0a4, 0xc0a5, 0xc0a8, 0xc0a9, 0xccab]) {
     for (const ems of [true, false]) {
       it(`suite 0x${suite.toString(16)}, EMS ${ems}: handshake, data both ways, close_notify`, async () => {
@@ -148,7 +150,7 @@ describe('DtlsClient against DtlsServer', () => {
   });
 });
 
-describe('DTLS record layer on the wire', () => {
+describe.concurrent('DTLS record layer on the wire', () => {
   it('one application message is one record in one datagram, both ways', async () => {
     const srv = await startEchoServer();
     const proxy = await startProxy(srv.port);
@@ -226,7 +228,7 @@ describe('DTLS record layer on the wire', () => {
   });
 });
 
-describe('the reconnection-probe rule', () => {
+describe.concurrent('the reconnection-probe rule', () => {
   it('a ClientHello on a recently active association gets no reply; after probeQuietMs it gets a HelloVerifyRequest', async () => {
     const srv = await startEchoServer({ probeQuietMs: 1500 });
     const proxy = await startProxy(srv.port);
@@ -308,22 +310,36 @@ describe('the reconnection-probe rule', () => {
   });
 });
 
-describe('limits', () => {
-  /** Hello, HVR, hello with the cookie, from one socket: returns the replies to the second hello. */
+describe.concurrent('limits', () => {
+  /**
+   * Hello, HVR, hello with the cookie, from one socket: returns the replies to the second hello
+   * (the burst that answers it, or none within 500 ms).
+   */
   async function pendingHandshake(port: number): Promise<Buffer[]> {
     const socket = dgram.createSocket('udp4');
     await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', () => resolve()));
     try {
       const random = randomBytes(32);
-      const [hvr] = await sendAndCollect(port, [clientHello(Buffer.alloc(0), random)], 500, socket);
-      return await sendAndCollect(port, [clientHello(cookieOf(hvr!), random, 1, 1)], 500, socket);
+      const [hvr] = await sendAndCollectBurst(
+        port,
+        [clientHello(Buffer.alloc(0), random)],
+        { waitMs: 500, quietMs: 0 },
+        socket,
+      );
+      return await sendAndCollectBurst(
+        port,
+        [clientHello(cookieOf(hvr!), random, 1, 1)],
+        { waitMs: 500, quietMs: 200 },
+        socket,
+      );
     } finally {
       socket.close();
     }
   }
 
   it('maxHandshakes caps handshakes in progress: a newcomer evicts the oldest; the timeout frees them', async () => {
-    const srv = await startEchoServer({ maxHandshakes: 2, maxHandshakesPerIp: 3, handshakeTimeoutMs: 8000 });
+    // The timeout outlasts the three handshakes below (each a few round trips) many times over.
+    const srv = await startEchoServer({ maxHandshakes: 2, maxHandshakesPerIp: 3, handshakeTimeoutMs: 3000 });
     try {
       expect(await pendingHandshake(srv.port)).toHaveLength(1);
       expect(await pendingHandshake(srv.port)).toHaveLength(1);
@@ -387,29 +403,6 @@ describe('limits', () => {
     } finally {
       await srv.close();
     }
-  });
-
-  it('maxHandshakesPerIp counts an IPv6 /64 as one address; another /64 is counted apart', (ctx) => {
-    if (!canUnshare()) {
-      ctx.annotate('unshare -rn is not allowed here: the IPv6 /64 handshake cap was not checked');
-      return;
-    }
-    const sources = ['2001:db8:1:2::a', '2001:db8:1:2::b', '2001:db8:1:2:ffff::c', '2001:db8:1:3::d'];
-    const r = runInNetns<{
-      answered: Record<string, true | string | null>;
-      perIpDrops: number;
-      inProgress: number;
-    }>('test/transports/dtls/v6-handshake-cap.mjs', sources, { sources, maxHandshakesPerIp: 2 });
-    expect(r.answered).toEqual({
-      '2001:db8:1:2::a': true,
-      '2001:db8:1:2::b': true,
-      // A third address of the same /64: refused, as a third port of one IPv4 address would be.
-      '2001:db8:1:2:ffff::c': 'handshake-limit-per-ip',
-      // Another /64 has its own count.
-      '2001:db8:1:3::d': true,
-    });
-    expect(r.perIpDrops).toBe(1);
-    expect(r.inProgress).toBe(3);
   });
 
   it('maxAssociations refuses new handshakes once full', async () => {
@@ -480,7 +473,7 @@ describe('limits', () => {
   });
 });
 
-describe('DtlsServer fed by a socket it does not own (one-port sharing)', () => {
+describe.concurrent('DtlsServer fed by a socket it does not own (one-port sharing)', () => {
   it('handleDatagram serves DTLS next to other traffic on the same socket', async () => {
     const identity = testIdentity();
     const psk = randomBytes(64);
@@ -511,7 +504,7 @@ describe('DtlsServer fed by a socket it does not own (one-port sharing)', () => 
   });
 });
 
-describe('DtlsServer options', () => {
+describe.concurrent('DtlsServer options', () => {
   it('rejects a suite it does not implement and non-numeric limits', () => {
     expect(() => new DtlsServer({ pskFor: () => undefined, cipherSuites: [0x002f] })).toThrow(
       expect.objectContaining({ code: 'ERR_DTLS_BAD_OPTION' }),
@@ -534,5 +527,32 @@ describe('DtlsServer options', () => {
     } finally {
       socket.close();
     }
+  });
+});
+
+// Not concurrent: it runs a program in a network namespace synchronously (spawnSync), which would
+// hold up the other tests' sockets and timers meanwhile; it runs alone after them.
+describe('limits, in a network namespace', () => {
+  it('maxHandshakesPerIp counts an IPv6 /64 as one address; another /64 is counted apart', (ctx) => {
+    if (!canUnshare()) {
+      ctx.annotate('unshare -rn is not allowed here: the IPv6 /64 handshake cap was not checked');
+      return;
+    }
+    const sources = ['2001:db8:1:2::a', '2001:db8:1:2::b', '2001:db8:1:2:ffff::c', '2001:db8:1:3::d'];
+    const r = runInNetns<{
+      answered: Record<string, true | string | null>;
+      perIpDrops: number;
+      inProgress: number;
+    }>('test/transports/dtls/v6-handshake-cap.mjs', sources, { sources, maxHandshakesPerIp: 2 });
+    expect(r.answered).toEqual({
+      '2001:db8:1:2::a': true,
+      '2001:db8:1:2::b': true,
+      // A third address of the same /64: refused, as a third port of one IPv4 address would be.
+      '2001:db8:1:2:ffff::c': 'handshake-limit-per-ip',
+      // Another /64 has its own count.
+      '2001:db8:1:3::d': true,
+    });
+    expect(r.perIpDrops).toBe(1);
+    expect(r.inProgress).toBe(3);
   });
 });
