@@ -8,18 +8,22 @@
 import { stat } from 'node:fs/promises';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
-/** Files that wait out protocol timers or run whole conformance suites: tens of seconds each. */
+/**
+ * Files that wait out protocol timers, spawn many CLI processes or run a real third-party program
+ * through many cases: ten seconds and more each (measured, longest first).
+ */
 const LONG = [
+  /\/cli\/(side-by-side|client-targets|operations|load-newcomer|docs-commands)\.test\.ts$/,
+  /\/inspect\/tshark-prudp\.test\.ts$/,
+  /\/native-dataplane\.test\.ts$/,
+  /\/library\/(installed|docs-examples|package)\.test\.ts$/,
+  /\/js5\/(cli|damaged-cache)\.test\.ts$/,
+  /\/dashboard\/browser\.test\.ts$/,
   /\/conform\.test\.ts$/,
+  /\/inspect\/record-replay\.test\.ts$/,
   /\/fleet(-cli|-load|-failover)?\.test\.ts$/,
+  /\/(chat-lifecycle|crowd-attack|impaired-link|native-dtls|prudp-cli)\.test\.ts$/,
   /\/transports\/dtls\/(server|openssl|gnutls)\.test\.ts$/,
-  /\/client-targets\.test\.ts$/,
-  /\/impaired-link\.test\.ts$/,
-  /\/damaged-cache\.test\.ts$/,
-  /\/prudp-cli\.test\.ts$/,
-  /\/docs-examples\.test\.ts$/,
-  /\/installed\.test\.ts$/,
-  /\/chat-lifecycle\.test\.ts$/,
 ];
 
 export default class LongestFirst extends BaseSequencer {

@@ -4,7 +4,8 @@
  * that swallows datagrams), a port that is not a port. Each ends with one JSON error line (the
  * last stderr line) naming the target, the right exit status, and no wait past its documented
  * timeout (the timeouts are lowered with the commands' own flags; the test's limit is the
- * backstop).
+ * backstop). The commands run at once (at most 8 at a time): each is its own process, and the
+ * silent servers here only listen.
  */
 import { spawn } from 'node:child_process';
 import dgram from 'node:dgram';
@@ -14,7 +15,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, cliEnv, ROOT } from '../helpers/cli.js';
+import { BIN, cliEnv, concurrencyLimit, ROOT } from '../helpers/cli.js';
 
 /** RFC 6761: never resolves. */
 const NOWHERE = 'gamewire-test.invalid';
@@ -86,8 +87,15 @@ interface Run {
   error: { code: string; message: string };
 }
 
+/** The commands run at once, at most 8 at a time (a burst of all of them would starve other files). */
+const limit = concurrencyLimit(8);
+
 /** Runs the command to its end (killed after `limitMs`: a hang fails the test). */
 function run(args: string[], limitMs = 45_000): Promise<Run> {
+  return limit(() => runNow(args, limitMs));
+}
+
+function runNow(args: string[], limitMs: number): Promise<Run> {
   const child = spawn(process.execPath, [BIN, ...args], {
     cwd: ROOT,
     env: cliEnv(),
@@ -132,7 +140,16 @@ function expectFailure(r: Run, status: number, code: string, names: string | Reg
     expect(Object.keys(JSON.parse(line) as object), line).toEqual(['error']);
 }
 
-describe('nox-relay bots against a missing relay', { timeout: 150_000 }, () => {
+/** A command's run and what `expectFailure` checks of it. */
+type Case = [run: Promise<Run>, status: number, code: string, names: string | RegExp];
+
+/** Every case's command runs at once; then each is checked as `expectFailure` does, in order. */
+async function expectFailures(cases: Case[]): Promise<void> {
+  const runs = await Promise.all(cases.map(([r]) => r));
+  for (const [i, [, status, code, names]] of cases.entries()) expectFailure(runs[i]!, status, code, names);
+}
+
+describe.concurrent('nox-relay bots against a missing relay', { timeout: 150_000 }, () => {
   const bots = (extra: string[]) => ['nox-relay', 'bots', '--count', '3', ...extra];
 
   it('udp, a name that does not resolve: every bot fails at once; one line per kind, then the summary error', async () => {
@@ -180,15 +197,15 @@ describe('nox-relay bots against a missing relay', { timeout: 150_000 }, () => {
   });
 
   it('tcp: unresolvable, closed and silent targets', async () => {
-    const a = await run(bots(['--transport', 'tcp', '--host', NOWHERE, '--duration', '30']));
+    const [a, b, c] = await Promise.all([
+      run(bots(['--transport', 'tcp', '--host', NOWHERE, '--duration', '30'])),
+      run(bots(['--transport', 'tcp', '--port', String(closedPort), '--duration', '30'])),
+      // No --duration (until Ctrl-C): it still ends, because every bot timed out.
+      run(bots(['--transport', 'tcp', '--port', String(silentTcpPort), '--timeout-ms', '1000'])),
+    ]);
     expectFailure(a, 1, 'ERR_BOTS', `${NOWHERE}:23032 over tcp`);
     expect(a.stderr).toContain('check --host');
-    const b = await run(bots(['--transport', 'tcp', '--port', String(closedPort), '--duration', '30']));
     expectFailure(b, 1, 'ERR_BOTS', `no server at 127.0.0.1:${closedPort}`);
-    const c = await run(
-      bots(['--transport', 'tcp', '--port', String(silentTcpPort), '--timeout-ms', '1000']),
-    );
-    // No --duration (until Ctrl-C): it still ends, because every bot timed out.
     expectFailure(
       c,
       1,
@@ -198,14 +215,16 @@ describe('nox-relay bots against a missing relay', { timeout: 150_000 }, () => {
   });
 
   it('a port that is not a port is bad usage (exit 2)', async () => {
-    for (const port of ['0', '65536', 'x']) {
-      const r = await run(bots(['--port', port]));
-      expectFailure(r, 2, 'ERR_USAGE', `"${port}" is not a port`);
-    }
+    await Promise.all(
+      ['0', '65536', 'x'].map(async (port) => {
+        const r = await run(bots(['--port', port]));
+        expectFailure(r, 2, 'ERR_USAGE', `"${port}" is not a port`);
+      }),
+    );
   });
 });
 
-describe('js5 download against a missing server', { timeout: 150_000 }, () => {
+describe.concurrent('js5 download against a missing server', { timeout: 150_000 }, () => {
   const dl = (extra: string[]) => [
     'js5',
     'download',
@@ -215,117 +234,112 @@ describe('js5 download against a missing server', { timeout: 150_000 }, () => {
   ];
 
   it('unresolvable, closed, silent, and a bad port', async () => {
-    expectFailure(
-      await run(dl(['--host', NOWHERE])),
-      1,
-      'ERR_JS5_CONNECTION',
-      `cannot resolve the host of ${NOWHERE}:43594: check --host`,
-    );
-    expectFailure(
-      await run(dl(['--port', String(closedPort)])),
-      1,
-      'ERR_JS5_NO_SERVER',
-      `no server at 127.0.0.1:${closedPort}`,
-    );
-    expectFailure(
-      await run(dl(['--port', String(silentTcpPort), '--timeout-ms', '1000'])),
-      1,
-      'ERR_JS5_TIMEOUT',
-      `no js5 handshake reply from 127.0.0.1:${silentTcpPort} within 1000 ms`,
-    );
-    expectFailure(await run(dl(['--port', '0'])), 2, 'ERR_USAGE', '"0" is not a port');
+    await expectFailures([
+      [
+        run(dl(['--host', NOWHERE])),
+        1,
+        'ERR_JS5_CONNECTION',
+        `cannot resolve the host of ${NOWHERE}:43594: check --host`,
+      ],
+      [
+        run(dl(['--port', String(closedPort)])),
+        1,
+        'ERR_JS5_NO_SERVER',
+        `no server at 127.0.0.1:${closedPort}`,
+      ],
+      [
+        run(dl(['--port', String(silentTcpPort), '--timeout-ms', '1000'])),
+        1,
+        'ERR_JS5_TIMEOUT',
+        `no js5 handshake reply from 127.0.0.1:${silentTcpPort} within 1000 ms`,
+      ],
+      [run(dl(['--port', '0'])), 2, 'ERR_USAGE', '"0" is not a port'],
+    ]);
   });
 });
 
-describe('rmc call against a missing server', { timeout: 150_000 }, () => {
+describe.concurrent('rmc call against a missing server', { timeout: 150_000 }, () => {
   const call = (extra: string[]) => ['rmc', 'call', 'TicketGranting::Login_V1', ...extra];
   const prudp = ['--transport', 'prudp', '--access-key', '6f599f81'];
 
   it('tcp: unresolvable, closed, silent, and a bad port', async () => {
-    expectFailure(
-      await run(call(['--host', NOWHERE])),
-      1,
-      'ERR_CONNECT',
-      `cannot resolve the host of ${NOWHERE}:9103: check --host`,
-    );
-    expectFailure(
-      await run(call(['--port', String(closedPort)])),
-      1,
-      'ERR_CONNECT',
-      `no server at 127.0.0.1:${closedPort}`,
-    );
-    expectFailure(
-      await run(call(['--port', String(silentTcpPort), '--timeout', '1000'])),
-      1,
-      'ERR_RMC_TIMEOUT',
-      `timed out after 1000 ms: no answer from 127.0.0.1:${silentTcpPort}`,
-    );
-    expectFailure(await run(call(['--port', '70000'])), 2, 'ERR_USAGE', '"70000" is not a port');
+    await expectFailures([
+      [
+        run(call(['--host', NOWHERE])),
+        1,
+        'ERR_CONNECT',
+        `cannot resolve the host of ${NOWHERE}:9103: check --host`,
+      ],
+      [run(call(['--port', String(closedPort)])), 1, 'ERR_CONNECT', `no server at 127.0.0.1:${closedPort}`],
+      [
+        run(call(['--port', String(silentTcpPort), '--timeout', '1000'])),
+        1,
+        'ERR_RMC_TIMEOUT',
+        `timed out after 1000 ms: no answer from 127.0.0.1:${silentTcpPort}`,
+      ],
+      [run(call(['--port', '70000'])), 2, 'ERR_USAGE', '"70000" is not a port'],
+    ]);
   });
 
   it('prudp: unresolvable (not "Port should be > 0") and a port that never answers', async () => {
-    expectFailure(
-      await run(call([...prudp, '--host', NOWHERE])),
-      1,
-      'ERR_CONNECT',
-      `cannot resolve the host of ${NOWHERE}:9103`,
-    );
-    expectFailure(
-      await run(call([...prudp, '--port', String(silentUdpPort)])),
-      1,
-      'ERR_PRUDP_TIMEOUT',
-      `PRUDP connect to 127.0.0.1:${silentUdpPort} timed out: is \`gamewire serve rmc\` running at 127.0.0.1:${silentUdpPort} (UDP)`,
-    );
+    await expectFailures([
+      [
+        run(call([...prudp, '--host', NOWHERE])),
+        1,
+        'ERR_CONNECT',
+        `cannot resolve the host of ${NOWHERE}:9103`,
+      ],
+      [
+        run(call([...prudp, '--port', String(silentUdpPort)])),
+        1,
+        'ERR_PRUDP_TIMEOUT',
+        `PRUDP connect to 127.0.0.1:${silentUdpPort} timed out: is \`gamewire serve rmc\` running at 127.0.0.1:${silentUdpPort} (UDP)`,
+      ],
+    ]);
   });
 });
 
-describe('unity-relay host and join against a missing API or relay', { timeout: 150_000 }, () => {
+describe.concurrent('unity-relay host and join against a missing API or relay', { timeout: 150_000 }, () => {
+  const commands = [
+    ['unity-relay', 'host'],
+    ['unity-relay', 'join', 'ABCDEF'],
+  ];
+
   it('the API: unresolvable (names --api), closed, silent', async () => {
-    for (const cmd of [
-      ['unity-relay', 'host'],
-      ['unity-relay', 'join', 'ABCDEF'],
-    ]) {
-      expectFailure(
-        await run([...cmd, '--api', `http://${NOWHERE}:37080`]),
-        1,
-        'ERR_CONNECT',
-        `cannot resolve the host of http://${NOWHERE}:37080: check --api`,
-      );
-      expectFailure(
-        await run([...cmd, '--api', `http://127.0.0.1:${closedPort}`]),
-        1,
-        'ERR_CONNECT',
-        `no server at http://127.0.0.1:${closedPort}`,
-      );
-      expectFailure(
-        await run([...cmd, '--api', `http://127.0.0.1:${silentTcpPort}`, '--api-timeout-ms', '1000']),
-        1,
-        'ERR_RELAY_API_TIMEOUT',
-        `the allocation API at http://127.0.0.1:${silentTcpPort} did not answer POST /v1/`,
-      );
-    }
+    await expectFailures(
+      commands.flatMap((cmd): Case[] => [
+        [
+          run([...cmd, '--api', `http://${NOWHERE}:37080`]),
+          1,
+          'ERR_CONNECT',
+          `cannot resolve the host of http://${NOWHERE}:37080: check --api`,
+        ],
+        [
+          run([...cmd, '--api', `http://127.0.0.1:${closedPort}`]),
+          1,
+          'ERR_CONNECT',
+          `no server at http://127.0.0.1:${closedPort}`,
+        ],
+        [
+          run([...cmd, '--api', `http://127.0.0.1:${silentTcpPort}`, '--api-timeout-ms', '1000']),
+          1,
+          'ERR_RELAY_API_TIMEOUT',
+          `the allocation API at http://127.0.0.1:${silentTcpPort} did not answer POST /v1/`,
+        ],
+      ]),
+    );
   });
 
   it('a relay that never answers BIND: gives up after --relay-timeout-ms, naming the relay', async () => {
-    for (const cmd of [
-      ['unity-relay', 'host'],
-      ['unity-relay', 'join', 'ABCDEF'],
-    ]) {
-      const r = await run([
-        ...cmd,
-        '--api',
-        fakeApiUrl,
-        '--ping-interval-ms',
-        '500',
-        '--relay-timeout-ms',
-        '2000',
-      ]);
-      expectFailure(
-        r,
-        1,
-        'ERR_RELAY_BIND_TIMEOUT',
-        `the relay at 127.0.0.1:${silentUdpPort} (udp) did not answer 2 BIND messages`,
-      );
-    }
+    await expectFailures(
+      commands.map(
+        (cmd): Case => [
+          run([...cmd, '--api', fakeApiUrl, '--ping-interval-ms', '500', '--relay-timeout-ms', '2000']),
+          1,
+          'ERR_RELAY_BIND_TIMEOUT',
+          `the relay at 127.0.0.1:${silentUdpPort} (udp) did not answer 2 BIND messages`,
+        ],
+      ),
+    );
   });
 });

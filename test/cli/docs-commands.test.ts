@@ -57,23 +57,49 @@ const SERVERS: Record<number, { protocol: string; args: string[]; endpoint: [str
   23032: { protocol: 'nox-relay', args: ['nox-relay', '--port', '0'], endpoint: ['udp'] },
 };
 
-const served = new Map<number, Served>();
+/** The default ports a command names. */
+function portsOf(c: DocCommand): number[] {
+  return [...new Set([...c.line.matchAll(/127\.0\.0\.1:(\d+)/g)].map((m) => Number(m[1])))];
+}
 
-beforeAll(async () => {
-  const wanted = new Set<number>();
-  for (const c of all) for (const m of c.line.matchAll(/127\.0\.0\.1:(\d+)/g)) wanted.add(Number(m[1]));
-  for (const port of wanted) {
-    const s = SERVERS[port];
-    if (s === undefined) throw new Error(`no server known for a command's port ${port}`);
-    served.set(
-      port,
-      await startServe([...s.args, '--host', '127.0.0.1', '--no-admin'], { timeoutMs: 120_000 }),
-    );
+/**
+ * The commands run at once, so a `load` crowd gets a server of its own (two crowds of 32 would
+ * not fit the one instance of 32 a server has); the `conform` runs share one server per port
+ * (a check leaves the server as it found it). Every server starts at once, and each command
+ * waits for its own.
+ */
+const own = new Map<DocCommand, Map<number, Promise<Served>>>();
+const starting: Promise<Served>[] = [];
+
+function startFor(port: number): Promise<Served> {
+  const s = SERVERS[port];
+  if (s === undefined) throw new Error(`no server known for a command's port ${port}`);
+  const p = startServe([...s.args, '--host', '127.0.0.1', '--no-admin'], { timeoutMs: 120_000 });
+  // A start that fails fails the commands that wait for it; this only keeps it from also being
+  // reported as an unhandled rejection before they do.
+  p.catch(() => {});
+  starting.push(p);
+  return p;
+}
+
+beforeAll(() => {
+  const shared = new Map<number, Promise<Served>>();
+  for (const c of all) {
+    const mine = new Map<number, Promise<Served>>();
+    for (const port of portsOf(c)) {
+      if (c.args[0] === 'load') mine.set(port, startFor(port));
+      else {
+        if (!shared.has(port)) shared.set(port, startFor(port));
+        mine.set(port, shared.get(port)!);
+      }
+    }
+    own.set(c, mine);
   }
-}, 180_000);
+});
 
 afterAll(async () => {
-  for (const s of served.values()) await s.stop();
+  const results = await Promise.allSettled(starting);
+  await Promise.all(results.map((r) => (r.status === 'fulfilled' ? r.value.stop() : undefined)));
 });
 
 describe('the docs name the commands this test runs', () => {
@@ -88,16 +114,19 @@ describe('the docs name the commands this test runs', () => {
 });
 
 describe('docs commands, verbatim against the servers npm start runs', () => {
-  // One after the other: two crowds at once would not fit the one instance of 32.
+  // All at once, each `load` crowd on a server of its own (see `own`).
   for (const c of all) {
-    it(`${c.where}: gamewire ${c.line}`, async () => {
+    it.concurrent(`${c.where}: gamewire ${c.line}`, async () => {
+      const servers = own.get(c)!;
+      const real = new Map<number, number>();
+      for (const [port, s] of servers) {
+        const info = SERVERS[port]!;
+        real.set(port, (await s).port(info.endpoint[0] as 'tcp' | 'udp', info.endpoint[1]));
+      }
       const args = c.args.map((a) =>
         a.replace(/127\.0\.0\.1:(\d+)/, (whole, port: string) => {
-          const s = served.get(Number(port));
-          const info = SERVERS[Number(port)];
-          return s === undefined || info === undefined
-            ? whole
-            : `127.0.0.1:${s.port(info.endpoint[0] as 'tcp' | 'udp', info.endpoint[1])}`;
+          const p = real.get(Number(port));
+          return p === undefined ? whole : `127.0.0.1:${p}`;
         }),
       );
       const r = await runCliAsync(args, 120_000);

@@ -2,11 +2,12 @@
  * `gamewire load` as a newcomer runs it: the README's crowd against the relay `serve` starts
  * with its defaults, a bare `--target` host with each unity-relay `--transport`, a run nobody
  * gets into, an allocation API that keeps refusing, Ctrl-C, and the TLS flags `conform` and the
- * clients share. Every case spawns the real CLI.
+ * clients share. Every case spawns the real CLI; the cases run at once (each that fills a relay
+ * has one of its own, and each that allocates comes from its own address).
  */
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, type CliResult, cliEnv, errorOf, ROOT, runCli } from '../helpers/cli.js';
+import { BIN, type CliResult, cliEnv, errorOf, ROOT, runCliAsync } from '../helpers/cli.js';
 import { type RelayPorts, type Served, startServe, startUnityRelayServe } from '../helpers/serve.js';
 
 /** Runs the CLI without blocking this process; `onStderr` sees stderr as it comes. */
@@ -39,18 +40,31 @@ function lastError(r: CliResult): { code: string; message: string } {
   return (JSON.parse(lines[lines.length - 1]!) as { error: { code: string; message: string } }).error;
 }
 
-describe('load nox-relay against the default relay (one public instance of 32)', () => {
+describe.concurrent('load nox-relay against the default relay (one public instance of 32)', () => {
+  // A relay for each case: the README's crowd fills the one instance, the refusal counts the
+  // players already in, and Ctrl-C's two players would take two of the places.
   let relay: Served;
   let port: number;
+  let refusing: Served;
+  let ctrlC: Served;
   beforeAll(async () => {
-    relay = await startServe(['nox-relay', '--port', '0', '--host', '127.0.0.1', '--no-admin']);
+    const start = () => startServe(['nox-relay', '--port', '0', '--host', '127.0.0.1', '--no-admin']);
+    const started = await Promise.allSettled([start(), start(), start()]);
+    const up = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    if (up.length < started.length) {
+      await Promise.all(up.map((s) => s.stop()));
+      throw (started.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason;
+    }
+    [relay, refusing, ctrlC] = up as [Served, Served, Served];
     port = relay.port('udp');
   });
   afterAll(async () => {
-    await relay?.stop();
+    await Promise.all([relay?.stop(), refusing?.stop(), ctrlC?.stop()]);
   });
 
   it("the README's crowd (--clients 32) all get in", async () => {
+    // 5 s for all 32 to get in while the other cases run too (this file's longest case, the
+    // DTLS one, takes longer still).
     const r = await runLoad([
       'load',
       'nox-relay',
@@ -59,7 +73,7 @@ describe('load nox-relay against the default relay (one public instance of 32)',
       '--clients',
       '32',
       '--duration',
-      '2',
+      '5',
       '--json',
     ]);
     expect(r.code, r.stderr).toBe(0);
@@ -69,7 +83,14 @@ describe('load nox-relay against the default relay (one public instance of 32)',
   });
 
   it('more players than the instances hold is refused before any traffic, with the number that fits', async () => {
-    const r = await runLoad(['load', 'nox-relay', '--target', `127.0.0.1:${port}`, '--clients', '64']);
+    const r = await runLoad([
+      'load',
+      'nox-relay',
+      '--target',
+      `127.0.0.1:${refusing.port('udp')}`,
+      '--clients',
+      '64',
+    ]);
     expect(r.code).toBe(2);
     expect(r.stdout).toBe('');
     const e = errorOf(r);
@@ -84,7 +105,7 @@ describe('load nox-relay against the default relay (one public instance of 32)',
         'load',
         'nox-relay',
         '--target',
-        `127.0.0.1:${port}`,
+        `127.0.0.1:${ctrlC.port('udp')}`,
         '--clients',
         '2',
         '--duration',
@@ -107,7 +128,7 @@ describe('load nox-relay against the default relay (one public instance of 32)',
   });
 });
 
-describe('load unity-relay: ports, reasons, refusals, TLS flags', () => {
+describe.concurrent('load unity-relay: ports, reasons, refusals, TLS flags', () => {
   let relay: Served;
   let ports: RelayPorts;
   beforeAll(async () => {
@@ -118,15 +139,17 @@ describe('load unity-relay: ports, reasons, refusals, TLS flags', () => {
     await relay?.stop();
   });
 
-  it("a bare --target host takes the --transport's own default port", () => {
+  it("a bare --target host takes the --transport's own default port", async () => {
     // The API is somewhere closed: nothing is sent to the relay, the summary names the target.
-    for (const [transport, port] of [
-      ['udp', 37000],
-      ['dtls', 37001],
-      ['ws', 37002],
-      ['wss', 37003],
-    ] as const) {
-      const r = runCli([
+    const runs = (
+      [
+        ['udp', 37000],
+        ['dtls', 37001],
+        ['ws', 37002],
+        ['wss', 37003],
+      ] as const
+    ).map(async ([transport, port]) => {
+      const r = await runCliAsync([
         'load',
         'unity-relay',
         '--target',
@@ -141,10 +164,10 @@ describe('load unity-relay: ports, reasons, refusals, TLS flags', () => {
       ]);
       expect(r.code, r.stderr).toBe(1);
       expect((JSON.parse(r.stdout) as { target: string }).target, transport).toBe(`127.0.0.1:${port}`);
-    }
-    expect(runCli(['load', 'unity-relay', '--help']).stdout).toMatch(
-      /dtls 37001,\s+ws\s+37002,\s+wss\s+37003/,
-    );
+    });
+    const help = runCliAsync(['load', 'unity-relay', '--help']);
+    await Promise.all(runs);
+    expect((await help).stdout).toMatch(/dtls 37001,\s+ws\s+37002,\s+wss\s+37003/);
   });
 
   it('a run nobody got into says where they were stuck (DTLS to the UDP port)', async () => {
@@ -171,32 +194,35 @@ describe('load unity-relay: ports, reasons, refusals, TLS flags', () => {
   });
 
   it('--insecure (and the former --tls-insecure) for wss, as conform and the clients spell it', async () => {
-    const help = runCli(['load', 'unity-relay', '--help']).stdout;
+    const help = (await runCliAsync(['load', 'unity-relay', '--help'])).stdout;
     expect(help).toMatch(/--ca <file>/);
     expect(help).toMatch(/--insecure/);
     expect(help).not.toMatch(/--tls-/);
-    for (const flag of ['--insecure', '--tls-insecure']) {
-      const r = await runLoad([
-        'load',
-        'unity-relay',
-        '--target',
-        `127.0.0.1:${ports.wss}`,
-        '--transport',
-        'wss',
-        '--api',
-        `http://127.0.0.1:${ports.api}`,
-        '--from',
-        flag === '--insecure' ? '127.0.0.21' : '127.0.0.22',
-        '--clients',
-        '1',
-        '--duration',
-        '1.5',
-        flag,
-        '--json',
-      ]);
-      expect(r.code, `${flag}: ${r.stderr}`).toBe(0);
-      expect((JSON.parse(r.stdout) as { sessions: { joined: number } }).sessions.joined).toBe(1);
-    }
+    // Both spellings at once, each from its own address (two allocations a minute per address).
+    await Promise.all(
+      ['--insecure', '--tls-insecure'].map(async (flag) => {
+        const r = await runLoad([
+          'load',
+          'unity-relay',
+          '--target',
+          `127.0.0.1:${ports.wss}`,
+          '--transport',
+          'wss',
+          '--api',
+          `http://127.0.0.1:${ports.api}`,
+          '--from',
+          flag === '--insecure' ? '127.0.0.21' : '127.0.0.22',
+          '--clients',
+          '1',
+          '--duration',
+          '1.5',
+          flag,
+          '--json',
+        ]);
+        expect(r.code, `${flag}: ${r.stderr}`).toBe(0);
+        expect((JSON.parse(r.stdout) as { sessions: { joined: number } }).sessions.joined).toBe(1);
+      }),
+    );
   });
 
   it('an allocation API that keeps answering 429 says what to do: wait, --from, --api-key', async () => {

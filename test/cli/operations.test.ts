@@ -1,10 +1,11 @@
 /**
  * The command line off the happy path: each test reproduces one failure a new user hit, through
  * the real spawned command, and checks that it now ends with one clear line and the right exit
- * status.
+ * status. The cases run at once (each with its own processes, files and ports; at most 8
+ * processes at a time).
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -12,13 +13,26 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { connectionCapOption } from '../../src/cli/serve.js';
 import { loadProtocols } from '../../src/protocols/registry.js';
 import { RmcClient } from '../../src/protocols/rmc/index.js';
-import { BIN, errorOf, ROOT, runCli } from '../helpers/cli.js';
+import { BIN, concurrencyLimit, errorOf, ROOT, runCliAsync } from '../helpers/cli.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-ops-'));
+/** The cases' processes run at once, at most 8 at a time (a burst of all would starve other files). */
+const limit = concurrencyLimit(8);
+
+/** `gamewire …` to its end, without blocking the other cases. */
+function runCli(args: readonly string[]) {
+  return limit(() => runCliAsync(args));
+}
 const children: ChildProcess[] = [];
 afterAll(() => {
   for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
 });
+
+/** A data folder of its own for each process that starts servers (the cases run at once). */
+function dataDir(): string {
+  return mkdtempSync(path.join(dir, 'data-'));
+}
 
 function config(name: string, value: unknown): string {
   const file = path.join(dir, name);
@@ -44,9 +58,28 @@ interface Run {
   stderr: string;
 }
 
-/** Spawns the CLI; `onStdout` may act on the output so far (send a signal). Kills it after 60 s. */
-function spawnCli(args: string[], onStdout?: (out: string, child: ChildProcess) => void): Promise<Run> {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Spawns the CLI (`env`: the environment, this process's by default); `onStdout` may act on the
+ * output so far (send a signal). Kills it after 60 s.
+ */
+function spawnCli(
+  args: string[],
+  onStdout?: (out: string, child: ChildProcess) => void,
+  env?: NodeJS.ProcessEnv,
+): Promise<Run> {
+  return limit(() => spawnCliNow(args, onStdout, env));
+}
+
+function spawnCliNow(
+  args: string[],
+  onStdout: ((out: string, child: ChildProcess) => void) | undefined,
+  env: NodeJS.ProcessEnv | undefined,
+): Promise<Run> {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.push(child);
   let stdout = '';
   let stderr = '';
@@ -66,12 +99,34 @@ function spawnCli(args: string[], onStdout?: (out: string, child: ChildProcess) 
   });
 }
 
+/** Runs a shell command line to its end (without blocking the other cases). */
+function sh(line: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return limit(() => shNow(line));
+}
+
+function shNow(line: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('sh', ['-c', line], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
 function lastErrorLine(stderr: string): { code: string; message: string } {
   const lines = stderr.trim().split('\n');
   return (JSON.parse(lines[lines.length - 1]!) as { error: { code: string; message: string } }).error;
 }
 
-describe('start-up failures stop everything and say what to do', () => {
+describe.concurrent('start-up failures stop everything and say what to do', () => {
   it('a busy --admin-port ends the process (no kill -9 needed), naming the flag, the key and --no-admin', async () => {
     const r = await withBusyPort((busy) =>
       spawnCli([
@@ -84,7 +139,7 @@ describe('start-up failures stop everything and say what to do', () => {
         '--admin-port',
         String(busy),
         '--data-dir',
-        dir,
+        dataDir(),
         '--log-level',
         'silent',
       ]),
@@ -108,7 +163,7 @@ describe('start-up failures stop everything and say what to do', () => {
         '--port',
         String(busy),
         '--data-dir',
-        dir,
+        dataDir(),
         '--log-level',
         'silent',
       ]);
@@ -123,9 +178,9 @@ describe('start-up failures stop everything and say what to do', () => {
   });
 
   it('SIGTERM in the middle of start-up stops what started and exits 0', async () => {
-    const file = config('all-ephemeral.json', ephemeralAll());
+    const file = config('all-ephemeral.json', await ephemeralAll());
     const r = await spawnCli(
-      ['serve', '--config', file, '--data-dir', dir, '--log-level', 'silent'],
+      ['serve', '--config', file, '--data-dir', dataDir(), '--log-level', 'silent'],
       (out, child) => {
         // The first endpoint line: one server listens, the others are still starting.
         if (out.includes('gamewire: ') && !child.killed) child.kill('SIGTERM');
@@ -136,10 +191,10 @@ describe('start-up failures stop everything and say what to do', () => {
   }, 120_000);
 
   it('logs start and stop at info, and the shutdown summary is one line', async () => {
-    const file = config('all-ephemeral-2.json', ephemeralAll());
+    const file = config('all-ephemeral-2.json', await ephemeralAll());
     let interrupted = false;
     const r = await spawnCli(
-      ['serve', '--config', file, '--data-dir', dir, '--log-level', 'info'],
+      ['serve', '--config', file, '--data-dir', dataDir(), '--log-level', 'info'],
       (out, child) => {
         // Once: more output (the admin endpoint's line) must not send a second SIGINT.
         if (/gamewire: dashboard /.test(out) && !interrupted) {
@@ -163,13 +218,15 @@ describe('start-up failures stop everything and say what to do', () => {
   }, 120_000);
 });
 
-/** A config putting every server on 127.0.0.1, port 0. Built from `gamewire config example`. */
-function ephemeralAll(): Record<string, Record<string, unknown>> {
-  const r = runCli(['config', 'example']);
-  const stripped = r.stdout.replace(/^\s*\/\/.*$/gm, '');
-  const example = JSON.parse(stripped) as Record<string, Record<string, unknown>>;
+let example: Promise<string> | undefined;
+
+/** A config putting every server on 127.0.0.1, port 0. Built from `gamewire config example` (run once). */
+async function ephemeralAll(): Promise<Record<string, Record<string, unknown>>> {
+  example ??= runCli(['config', 'example']).then((r) => r.stdout);
+  const stripped = (await example).replace(/^\s*\/\/.*$/gm, '');
+  const parsed = JSON.parse(stripped) as Record<string, Record<string, unknown>>;
   const out: Record<string, Record<string, unknown>> = {};
-  for (const [section, values] of Object.entries(example)) {
+  for (const [section, values] of Object.entries(parsed)) {
     if (section === 'serve') continue;
     const s: Record<string, unknown> = { host: '127.0.0.1' };
     for (const [k, v] of Object.entries(values)) if (/port$/i.test(k) && typeof v === 'number') s[k] = 0;
@@ -178,7 +235,7 @@ function ephemeralAll(): Record<string, Record<string, unknown>> {
   return out;
 }
 
-describe('config files are validated, each error naming the key and the file', () => {
+describe.concurrent('config files are validated, each error naming the key and the file', () => {
   const cases: [string, unknown, RegExp][] = [
     [
       'port-abc.json',
@@ -208,8 +265,8 @@ describe('config files are validated, each error naming the key and the file', (
     ['not-json.json', '{ "rmc": ', /not-json\.json is not valid JSON/],
   ];
   for (const [name, value, message] of cases) {
-    it(`${name}: exit 2 before anything starts`, () => {
-      const r = runCli(['serve', 'rmc', '--config', config(name, value), '--data-dir', dir]);
+    it(`${name}: exit 2 before anything starts`, async () => {
+      const r = await runCli(['serve', 'rmc', '--config', config(name, value), '--data-dir', dir]);
       expect(r.code).toBe(2);
       expect(r.stdout).not.toMatch(/gamewire: rmc/);
       const e = errorOf(r);
@@ -218,107 +275,99 @@ describe('config files are validated, each error naming the key and the file', (
     });
   }
 
-  it('config check validates without starting anything, and accepts // comments', () => {
+  it('config check validates without starting anything, and accepts // comments', async () => {
     const ok = config(
       'ok.json',
       '// a comment\n{ "serve": { "logLevel": "warn" }, /* inline */ "rmc": { "port": 9 } }',
     );
-    const r = runCli(['config', 'check', ok]);
+    const r = await runCli(['config', 'check', ok]);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/is valid/);
-    expect(runCli(['config', 'check', config('bad.json', { rmc: { port: -1 } })]).code).toBe(2);
+    expect((await runCli(['config', 'check', config('bad.json', { rmc: { port: -1 } })])).code).toBe(2);
   });
 
-  it('config example is a complete file that config check accepts', () => {
-    const r = runCli(['config', 'example']);
+  it('config example is a complete file that config check accepts', async () => {
+    const r = await runCli(['config', 'example']);
     expect(r.code).toBe(0);
     for (const section of ['serve', 'rmc', 'js5', 'unity-relay', 'nox-relay'])
       expect(r.stdout).toContain(`"${section}": {`);
     const file = config('example.json', r.stdout);
-    expect(runCli(['config', 'check', file]).code).toBe(0);
+    expect((await runCli(['config', 'check', file])).code).toBe(0);
   });
 
-  it('secrets come from GAMEWIRE_ environment variables and are checked like flags', () => {
-    const r = spawnSync(process.execPath, [BIN, 'serve', 'rmc', '--data-dir', dir], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      env: { ...process.env, GAMEWIRE_LOG_LEVEL: 'loud' },
+  it('secrets come from GAMEWIRE_ environment variables and are checked like flags', async () => {
+    const r = await spawnCli(['serve', 'rmc', '--data-dir', dir], undefined, {
+      ...process.env,
+      GAMEWIRE_LOG_LEVEL: 'loud',
     });
-    expect(r.status).toBe(2);
-    expect(errorOf({ code: r.status, stdout: r.stdout, stderr: r.stderr }).message).toMatch(
+    expect(r.code).toBe(2);
+    expect(errorOf({ code: r.code, stdout: r.stdout, stderr: r.stderr }).message).toMatch(
       /GAMEWIRE_LOG_LEVEL: "loud" is not one of/,
     );
   });
 });
 
-describe('usage errors exit 2 with the valid choices, never help text or a stack', () => {
-  it('a command group without its subcommand lists the subcommands', () => {
-    const r = runCli(['js5']);
+describe.concurrent('usage errors exit 2 with the valid choices, never help text or a stack', () => {
+  it('a command group without its subcommand lists the subcommands', async () => {
+    const r = await runCli(['js5']);
     expect(r.code).toBe(2);
     const e = errorOf(r);
     expect(e.message).not.toContain('outputHelp');
     expect(e.message).toMatch(/gamewire js5 needs a command: one of cache, download/);
-    expect(runCli(['js5', 'nope']).code).toBe(2);
+    expect((await runCli(['js5', 'nope'])).code).toBe(2);
   });
 
-  it('--log-level loud lists the levels', () => {
-    const r = runCli(['serve', '--log-level', 'loud']);
+  it('--log-level loud lists the levels', async () => {
+    const r = await runCli(['serve', '--log-level', 'loud']);
     expect(r.code).toBe(2);
     expect(errorOf(r).message).toMatch(/fatal, error, warn, info, debug, trace, silent/);
   });
 
-  it('an admin endpoint beyond loopback needs an admin token (also under its former flag names)', () => {
+  it('an admin endpoint beyond loopback needs an admin token (also under its former flag names)', async () => {
     for (const args of [
       ['--admin-host', '0.0.0.0'],
       ['--metrics-port', '0', '--metrics-host', '0.0.0.0'],
     ]) {
-      const r = runCli(['serve', 'rmc', ...args, '--data-dir', dir]);
+      const r = await runCli(['serve', 'rmc', ...args, '--data-dir', dir]);
       expect(r.code).toBe(2);
       expect(errorOf(r).message).toMatch(/--admin-token \(or GAMEWIRE_ADMIN_TOKEN\)/);
     }
   });
 
-  it('--port 70000 is a usage error (exit 2)', () => {
-    const r = runCli(['serve', 'rmc', '--port', '70000']);
+  it('--port 70000 is a usage error (exit 2)', async () => {
+    const r = await runCli(['serve', 'rmc', '--port', '70000']);
     expect(r.code).toBe(2);
     expect(errorOf(r).message).toMatch(/--port: 70000 is out of range 0\.\.65535/);
   });
 
-  it('an unknown protocol lists the known ones', () => {
-    const r = runCli(['decode', 'nope', '--hex', '00']);
+  it('an unknown protocol lists the known ones', async () => {
+    const r = await runCli(['decode', 'nope', '--hex', '00']);
     expect(r.code).toBe(2);
     expect(errorOf(r).message).toMatch(/known: rmc, .*js5/);
   });
 });
 
-describe('pipes between gamewire commands', () => {
-  it('decode | encode - works on a real pipe', () => {
+describe.concurrent('pipes between gamewire commands', () => {
+  it('decode | encode - works on a real pipe', async () => {
     const hex = '00000040460000000f00057072696e7473000548656c6c6f';
     const node = JSON.stringify(process.execPath);
     const bin = JSON.stringify(BIN);
-    const r = spawnSync(
-      'sh',
-      ['-c', `${node} ${bin} decode vcmp-rpc --hex ${hex} | ${node} ${bin} encode vcmp-rpc -`],
-      { cwd: ROOT, encoding: 'utf8' },
-    );
+    const r = await sh(`${node} ${bin} decode vcmp-rpc --hex ${hex} | ${node} ${bin} encode vcmp-rpc -`);
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
     expect(r.stdout).toBe(`${hex}\n`);
   });
 
-  it('a reader that goes away early ends the writer quietly (no EPIPE stack)', () => {
+  it('a reader that goes away early ends the writer quietly (no EPIPE stack)', async () => {
     const node = JSON.stringify(process.execPath);
     const bin = JSON.stringify(BIN);
     // `config reference` writes far more than one line; `head -c 1` closes the pipe after one byte.
-    const r = spawnSync('sh', ['-c', `${node} ${bin} config reference | head -c 1 >/dev/null; sleep 1`], {
-      cwd: ROOT,
-      encoding: 'utf8',
-    });
+    const r = await sh(`${node} ${bin} config reference | head -c 1 >/dev/null; sleep 1`);
     expect(r.stderr).not.toMatch(/EPIPE|\n\s+at /);
   });
 });
 
-describe('connection lifecycle logs', () => {
+describe.concurrent('connection lifecycle logs', () => {
   it('logs each connection open and close at debug, and a full server at info', async () => {
     let remote = '';
     const r = await spawnCli(
@@ -332,7 +381,7 @@ describe('connection lifecycle logs', () => {
         '--rmc-max-connections',
         '1',
         '--data-dir',
-        dir,
+        dataDir(),
         '--log-level',
         'debug',
       ],
@@ -380,7 +429,7 @@ describe('connection lifecycle logs', () => {
         '--prudp-max-connections',
         '1',
         '--data-dir',
-        dir,
+        dataDir(),
       ],
       (out, child) => {
         const m = /gamewire: rmc udp 127\.0\.0\.1:(\d+)/.exec(out);
@@ -444,7 +493,7 @@ describe('connection lifecycle logs', () => {
   });
 });
 
-describe("clients' commands say what to do when no server answers", () => {
+describe.concurrent("clients' commands say what to do when no server answers", () => {
   /** A port nothing listens on. */
   async function closedPort(): Promise<number> {
     const s = net.createServer();
@@ -456,7 +505,7 @@ describe("clients' commands say what to do when no server answers", () => {
 
   it('unity-relay host (an HTTP API: "fetch failed" before)', async () => {
     const port = await closedPort();
-    const r = runCli(['unity-relay', 'host', '--api', `http://127.0.0.1:${port}`]);
+    const r = await runCli(['unity-relay', 'host', '--api', `http://127.0.0.1:${port}`]);
     expect(r.code).toBe(1);
     expect(errorOf(r)).toEqual({
       code: 'ERR_CONNECT',
@@ -466,7 +515,7 @@ describe("clients' commands say what to do when no server answers", () => {
 
   it('rmc call (TCP)', async () => {
     const port = await closedPort();
-    const r = runCli([
+    const r = await runCli([
       'rmc',
       'call',
       '--host',

@@ -8,6 +8,10 @@
  * The default admin port is made busy by this test holding 127.0.0.1:9100 itself; when another
  * process on the machine already holds it, that is just as busy (the assertions that need "9100
  * is ours" say so).
+ *
+ * The cases run at once, each with its own processes, ports and Redis; those that need 9100 taken
+ * (held for them all) run before the one that needs it free, and every other case sets its admin
+ * port (or 0), so never takes 9100.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import dgram from 'node:dgram';
@@ -15,11 +19,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type TestContext, vi } from 'vitest';
 import { probeServerBuild } from '../../src/protocols/js5/client.js';
 import { NoxRelayClient } from '../../src/protocols/nox-relay/client.js';
 import { RelayApiClient, relayServerData, UnityRelayClient } from '../../src/protocols/unity-relay/index.js';
-import { BIN, ROOT } from '../helpers/cli.js';
+import { BIN, concurrencyLimit, ROOT } from '../helpers/cli.js';
 import { freePort, type RedisServer, startRedis } from '../helpers/redis.js';
 import { chat, fast, SECRET } from '../protocols/unity-relay/fleet-helpers.js';
 
@@ -27,21 +31,8 @@ const ADMIN_DEFAULT = 9100;
 const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-side-by-side-'));
 const secretFile = path.join(dir, 'relay-secret');
 writeFileSync(secretFile, `${SECRET}\n`, { mode: 0o600 });
-const children: ChildProcess[] = [];
-const clients: UnityRelayClient[] = [];
-let redis: RedisServer | undefined;
 
-beforeAll(async () => {
-  redis = await startRedis();
-});
-
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await Promise.all(children.splice(0).map((c) => stop(c)));
-});
-
-afterAll(async () => {
-  await redis?.dispose();
+afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -62,79 +53,114 @@ interface Served {
   lines: string[];
 }
 
-/** Starts `gamewire serve …` and resolves once it printed its dashboard line (the last one). */
-function serve(args: string[], env: NodeJS.ProcessEnv = defaultEnv()): Promise<Served> {
-  const child = spawn(
-    process.execPath,
-    [BIN, 'serve', ...args, '--data-dir', dataDir(), '--log-level', 'warn'],
-    {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => {
-    stderr += d.toString();
+/**
+ * At most 6 `serve` processes starting at once (until each printed its dashboard line, or exited):
+ * a burst of all the cases' would starve the test files running beside this one.
+ */
+const starting = concurrencyLimit(6);
+
+/**
+ * What one case starts, stopped when the case ends (the cases run at once: each cleans up only
+ * its own): `serve` resolves once the process printed its dashboard line (the last one);
+ * `serveFails` runs a `serve` expected to fail and resolves with its exit code and output.
+ */
+function scope(onTestFinished: TestContext['onTestFinished']) {
+  const children: ChildProcess[] = [];
+  const clients: UnityRelayClient[] = [];
+  onTestFinished(async () => {
+    await Promise.all(clients.map((c) => c.close()));
+    await Promise.all(children.map((c) => stop(c)));
   });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${stdout}${stderr}`)), 60_000);
+  const spawnServe = (args: string[], env: NodeJS.ProcessEnv) => {
+    const child = spawn(
+      process.execPath,
+      [BIN, 'serve', ...args, '--data-dir', dataDir(), '--log-level', 'warn'],
+      {
+        cwd: ROOT,
+        env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    children.push(child);
+    return child;
+  };
+
+  function serve(args: string[], env: NodeJS.ProcessEnv = defaultEnv()): Promise<Served> {
+    return starting(() => serveNow(args, env));
+  }
+
+  function serveNow(args: string[], env: NodeJS.ProcessEnv): Promise<Served> {
+    const child = spawnServe(args, env);
+    let stdout = '';
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`serve did not start: ${stdout}${stderr}`)), 60_000);
+      child.stdout!.on('data', (d: Buffer) => {
+        stdout += d.toString();
+        const m = /^gamewire: dashboard http:\/\/127\.0\.0\.1:(\d+)\/.*\n/m.exec(stdout);
+        if (m !== null) {
+          clearTimeout(timer);
+          resolve({
+            child,
+            stdout,
+            // Read live: warnings go to stderr, which may arrive after stdout's dashboard line.
+            get stderr() {
+              return stderr;
+            },
+            admin: Number(m[1]),
+            lines: stdout.trim().split('\n'),
+          });
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`serve exited with ${code}: ${stdout}${stderr}`));
+      });
+    });
+  }
+
+  function serveFails(
+    args: string[],
+    env: NodeJS.ProcessEnv = defaultEnv(),
+  ): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    return starting(() => serveFailsNow(args, env));
+  }
+
+  function serveFailsNow(
+    args: string[],
+    env: NodeJS.ProcessEnv,
+  ): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    const child = spawnServe(args, env);
+    let stdout = '';
+    let stderr = '';
     child.stdout!.on('data', (d: Buffer) => {
       stdout += d.toString();
-      const m = /^gamewire: dashboard http:\/\/127\.0\.0\.1:(\d+)\/.*\n/m.exec(stdout);
-      if (m !== null) {
+    });
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      child.once('exit', (code) => {
         clearTimeout(timer);
-        resolve({
-          child,
-          stdout,
-          // Read live: warnings go to stderr, which may arrive after stdout's dashboard line.
-          get stderr() {
-            return stderr;
-          },
-          admin: Number(m[1]),
-          lines: stdout.trim().split('\n'),
-        });
-      }
+        resolve({ code, stdout, stderr });
+      });
     });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited with ${code}: ${stdout}${stderr}`));
-    });
-  });
+  }
+
+  return { serve, serveFails, clients };
 }
 
-/** Runs `gamewire serve …` expecting it to fail; resolves with its exit code and output. */
-function serveFails(
-  args: string[],
-  env: NodeJS.ProcessEnv = defaultEnv(),
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(
-    process.execPath,
-    [BIN, 'serve', ...args, '--data-dir', dataDir(), '--log-level', 'warn'],
-    {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => {
-    stdout += d.toString();
+/** A redis-server of the case's own (its keys are its own), stopped when the case ends. */
+async function ownRedis(onTestFinished: TestContext['onTestFinished']): Promise<RedisServer | undefined> {
+  const redis = await startRedis();
+  onTestFinished(async () => {
+    await redis?.dispose();
   });
-  child.stderr!.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return redis;
 }
 
 let dataDirs = 0;
@@ -197,11 +223,19 @@ async function hold(
   };
 }
 
-/** A base port P where P..P+3 (TCP and UDP) and P+80 (TCP) are free now: a relay's derived ports. */
-async function freeRelayBase(avoid: number[] = []): Promise<number> {
+/** Every relay base a case has taken: the cases run at once, each on ports of its own. */
+const reserved: number[] = [];
+
+/**
+ * A base port P where P..P+3 (TCP and UDP) and P+80 (TCP) are free now: a relay's derived ports.
+ * Below the ephemeral range (32768 and up), so no outgoing connection takes one meanwhile, and
+ * away from every range another case took.
+ */
+async function freeRelayBase(): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 30_000);
-    if (avoid.some((a) => Math.abs(a - base) < 100)) continue;
+    const base = 20_000 + Math.floor(Math.random() * 12_000);
+    if (reserved.some((a) => Math.abs(a - base) < 100)) continue;
+    reserved.push(base);
     const holds = [];
     let ok = true;
     for (const p of [base, base + 1, base + 2, base + 3]) {
@@ -229,9 +263,9 @@ async function servedBy(port: number): Promise<string[]> {
   return r.servers.map((s) => s.protocol);
 }
 
-async function redisKeys(): Promise<string[]> {
+async function redisKeys(redis: RedisServer): Promise<string[]> {
   const { Redis } = await import('ioredis');
-  const c = new Redis(redis!.url);
+  const c = new Redis(redis.url);
   try {
     return await c.keys('*');
   } finally {
@@ -239,187 +273,266 @@ async function redisKeys(): Promise<string[]> {
   }
 }
 
-async function flushRedis(): Promise<void> {
-  const { Redis } = await import('ioredis');
-  const c = new Redis(redis!.url);
-  await c.flushall();
-  c.disconnect();
+/** The environment of a process on `redis` (both fleet protocols' stores). */
+function redisEnv(redis: RedisServer, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  return defaultEnv({ GAMEWIRE_UNITY_RELAY_REDIS: redis.url, GAMEWIRE_RMC_REDIS: redis.url, ...extra });
 }
 
-describe('two gamewire serve processes on one machine, default flags but --port', () => {
-  it('js5 and nox-relay both start and serve; the dashboard that finds 9100 taken moves and says where', async () => {
-    const busy = await hold(ADMIN_DEFAULT);
-    try {
-      const [js5Port, noxPort] = [await freePort(), await freePort()];
-      const [js5, nox] = await Promise.all([
-        serve(['js5', '--host', '127.0.0.1', '--port', String(js5Port)]),
-        serve(['nox-relay', '--host', '127.0.0.1', '--port', String(noxPort)]),
-      ]);
-      for (const s of [js5, nox]) {
-        if (busy.held) {
-          expect(s.admin).not.toBe(ADMIN_DEFAULT);
-          expect(s.lines.at(-1)).toMatch(/port 9100 was in use\)$/);
-          await vi.waitFor(() => expect(s.stderr).toMatch(/port 9100 is in use/), { timeout: 15_000 });
+describe.concurrent('two gamewire serve processes on one machine, default flags but --port', () => {
+  // The cases that need 9100 taken (held for them all), then the one that needs it free; the
+  // other cases never take 9100 (their admin port is set, or 0) and run alongside.
+  describe.concurrent('the default admin port, 9100', () => {
+    describe.concurrent('9100 taken (held by this test for these cases)', () => {
+      let busy: Awaited<ReturnType<typeof hold>>;
+      beforeAll(async () => {
+        busy = await hold(ADMIN_DEFAULT);
+      });
+      afterAll(() => busy?.close());
+
+      it('js5 and nox-relay both start and serve; the dashboard that finds 9100 taken moves and says where', async ({
+        onTestFinished,
+      }) => {
+        const { serve } = scope(onTestFinished);
+        const [js5Port, noxPort] = [await freePort(), await freePort()];
+        const [js5, nox] = await Promise.all([
+          serve(['js5', '--host', '127.0.0.1', '--port', String(js5Port)]),
+          serve(['nox-relay', '--host', '127.0.0.1', '--port', String(noxPort)]),
+        ]);
+        for (const s of [js5, nox]) {
+          if (busy.held) {
+            expect(s.admin).not.toBe(ADMIN_DEFAULT);
+            expect(s.lines.at(-1)).toMatch(/port 9100 was in use\)$/);
+            await vi.waitFor(() => expect(s.stderr).toMatch(/port 9100 is in use/), { timeout: 15_000 });
+          }
+          expect(await health(s.admin)).toBe(200);
         }
-        expect(await health(s.admin)).toBe(200);
-      }
-      expect(js5.admin).not.toBe(nox.admin);
-      expect(await servedBy(js5.admin)).toEqual(['js5']);
-      expect(await servedBy(nox.admin)).toEqual(['nox-relay']);
-      // Each serves its own protocol.
-      expect(await probeServerBuild({ host: '127.0.0.1', port: js5Port, timeoutMs: 10_000 })).toBeDefined();
-      const client = new NoxRelayClient({ host: '127.0.0.1', port: noxPort });
-      await client.connect();
-      try {
-        expect((await client.handshake()).type).toBe('Handshake');
-      } finally {
-        await client.close();
-      }
-    } finally {
-      busy.close();
-    }
-  }, 120_000);
+        expect(js5.admin).not.toBe(nox.admin);
+        expect(await servedBy(js5.admin)).toEqual(['js5']);
+        expect(await servedBy(nox.admin)).toEqual(['nox-relay']);
+        // Each serves its own protocol.
+        expect(await probeServerBuild({ host: '127.0.0.1', port: js5Port, timeoutMs: 10_000 })).toBeDefined();
+        const client = new NoxRelayClient({ host: '127.0.0.1', port: noxPort });
+        await client.connect();
+        try {
+          expect((await client.handshake()).type).toBe('Handshake');
+        } finally {
+          await client.close();
+        }
+      }, 120_000);
 
-  it('with 9100 free, the first takes it and the second moves (the default, both sides)', async () => {
-    const probe = await hold(ADMIN_DEFAULT);
-    probe.close();
-    // Another process on this machine holds 9100: the test above covers "taken".
-    if (!probe.held) return;
-    const first = await serve(['js5', '--host', '127.0.0.1', '--port', String(await freePort())]);
-    expect(first.admin).toBe(ADMIN_DEFAULT);
-    expect(first.lines.at(-1)).toBe(
-      'gamewire: dashboard http://127.0.0.1:9100/ (admin endpoint: /api /metrics /health /ready)',
-    );
-    const second = await serve(['nox-relay', '--host', '127.0.0.1', '--port', String(await freePort())]);
-    expect(second.admin).not.toBe(ADMIN_DEFAULT);
-    expect(await servedBy(first.admin)).toEqual(['js5']);
-    expect(await servedBy(second.admin)).toEqual(['nox-relay']);
-  }, 120_000);
+      it('two unity-relays with different --port derive their DTLS/WS/WSS (+1..+3) and API (+80) ports and relay', async ({
+        onTestFinished,
+      }) => {
+        const { serve, clients } = scope(onTestFinished);
+        const a = await freeRelayBase();
+        const b = await freeRelayBase();
+        // One on each data plane (auto: native where it is built; its DTLS port is the native socket's).
+        const relays = await Promise.all(
+          [
+            [a, 'auto'],
+            [b, 'js'],
+          ].map(([p, plane]) =>
+            serve(['unity-relay', '--host', '127.0.0.1', '--port', String(p), '--dataplane', String(plane)]),
+          ),
+        );
+        for (const [i, base] of [a, b].entries()) {
+          const out = relays[i]!.stdout;
+          expect(out).toContain(`gamewire: unity-relay udp 127.0.0.1:${base} `);
+          expect(out).toContain(`gamewire: unity-relay udp 127.0.0.1:${base + 1} Unity Relay over DTLS`);
+          expect(out).toContain(
+            `gamewire: unity-relay tcp 127.0.0.1:${base + 2} Unity Relay over WebSocket (ws)`,
+          );
+          expect(out).toContain(
+            `gamewire: unity-relay tcp 127.0.0.1:${base + 3} Unity Relay over secure WebSocket`,
+          );
+          expect(out).toContain(`gamewire: unity-relay http 127.0.0.1:${base + 80} allocation API`);
+          // A host and a joiner through this relay's API relay through this relay.
+          const api = new RelayApiClient(`http://127.0.0.1:${base + 80}`);
+          const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 2, fast);
+          clients.push(host);
+          expect(allocation.relayServer.port).toBe(base);
+          expect(allocation.serverEndpoints.map((e) => e.port)).toEqual([base, base + 1, base + 2, base + 3]);
+          const joiner = new UnityRelayClient(relayServerData(await api.join(joinCode)), fast);
+          clients.push(joiner);
+          await joiner.bind();
+          await joiner.connect();
+          await chat(host, joiner);
+        }
+        if (busy.held) expect(relays.every((r) => r.admin !== ADMIN_DEFAULT)).toBe(true);
+      }, 180_000);
 
-  it('two unity-relays with different --port derive their DTLS/WS/WSS (+1..+3) and API (+80) ports and relay', async () => {
-    const busy = await hold(ADMIN_DEFAULT);
-    try {
-      const a = await freeRelayBase();
-      const b = await freeRelayBase([a]);
-      // One on each data plane (auto: native where it is built; its DTLS port is the native socket's).
-      const relays = await Promise.all(
-        [
-          [a, 'auto'],
-          [b, 'js'],
-        ].map(([p, plane]) =>
-          serve(['unity-relay', '--host', '127.0.0.1', '--port', String(p), '--dataplane', String(plane)]),
-        ),
-      );
-      for (const [i, base] of [a, b].entries()) {
-        const out = relays[i]!.stdout;
-        expect(out).toContain(`gamewire: unity-relay udp 127.0.0.1:${base} `);
-        expect(out).toContain(`gamewire: unity-relay udp 127.0.0.1:${base + 1} Unity Relay over DTLS`);
-        expect(out).toContain(
-          `gamewire: unity-relay tcp 127.0.0.1:${base + 2} Unity Relay over WebSocket (ws)`,
-        );
-        expect(out).toContain(
-          `gamewire: unity-relay tcp 127.0.0.1:${base + 3} Unity Relay over secure WebSocket`,
-        );
-        expect(out).toContain(`gamewire: unity-relay http 127.0.0.1:${base + 80} allocation API`);
-        // A host and a joiner through this relay's API relay through this relay.
-        const api = new RelayApiClient(`http://127.0.0.1:${base + 80}`);
+      // On Redis (with the cases above: it needs 9100 taken, like them).
+      it('an allocator next to a relay node, default flags but their ports: both start, allocate and relay', async ({
+        onTestFinished,
+        skip,
+      }) => {
+        const redis = await ownRedis(onTestFinished);
+        if (redis === undefined) return skip();
+        const { serve, clients } = scope(onTestFinished);
+        const base = await freeRelayBase();
+        const apiPort = await freePort();
+        const env = redisEnv(redis);
+        const [node, allocator] = await Promise.all([
+          serve(
+            [
+              'unity-relay',
+              '--role',
+              'relay',
+              '--host',
+              '127.0.0.1',
+              '--port',
+              String(base),
+              '--relay-secret-file',
+              secretFile,
+              '--dataplane',
+              'js',
+            ],
+            env,
+          ),
+          serve(
+            [
+              'unity-relay',
+              '--role',
+              'allocator',
+              '--api-port',
+              String(apiPort),
+              '--relay-secret-file',
+              secretFile,
+            ],
+            env,
+          ),
+        ]);
+        expect(node.admin).not.toBe(allocator.admin);
+        if (busy.held) expect([node.admin, allocator.admin]).not.toContain(ADMIN_DEFAULT);
+        const api = new RelayApiClient(`http://127.0.0.1:${apiPort}`);
         const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 2, fast);
         clients.push(host);
-        expect(allocation.relayServer.port).toBe(base);
         expect(allocation.serverEndpoints.map((e) => e.port)).toEqual([base, base + 1, base + 2, base + 3]);
         const joiner = new UnityRelayClient(relayServerData(await api.join(joinCode)), fast);
         clients.push(joiner);
         await joiner.bind();
         await joiner.connect();
         await chat(host, joiner);
-      }
-      if (busy.held) expect(relays.every((r) => r.admin !== ADMIN_DEFAULT)).toBe(true);
-    } finally {
-      busy.close();
-    }
-  }, 180_000);
+      }, 120_000);
+    });
+
+    // After the cases above let 9100 go.
+    it('with 9100 free, the first takes it and the second moves (the default, both sides)', {
+      concurrent: false,
+      timeout: 120_000,
+    }, async ({ onTestFinished }) => {
+      const { serve } = scope(onTestFinished);
+      const probe = await hold(ADMIN_DEFAULT);
+      probe.close();
+      // Another process on this machine holds 9100: the case with 9100 taken covers "taken".
+      if (!probe.held) return;
+      const first = await serve(['js5', '--host', '127.0.0.1', '--port', String(await freePort())]);
+      expect(first.admin).toBe(ADMIN_DEFAULT);
+      expect(first.lines.at(-1)).toBe(
+        'gamewire: dashboard http://127.0.0.1:9100/ (admin endpoint: /api /metrics /health /ready)',
+      );
+      const second = await serve(['nox-relay', '--host', '127.0.0.1', '--port', String(await freePort())]);
+      expect(second.admin).not.toBe(ADMIN_DEFAULT);
+      expect(await servedBy(first.admin)).toEqual(['js5']);
+      expect(await servedBy(second.admin)).toEqual(['nox-relay']);
+    });
+  });
 
   for (const plane of ['js', 'auto'])
-    it(`a taken derived transport port moves to a free one (warned); a taken derived API port stops serve naming --api-port (--dataplane ${plane})`, async () => {
-      const base = await freeRelayBase();
+    it(`a taken derived transport port moves to a free one (warned); a taken derived API port stops serve naming --api-port (--dataplane ${plane})`, async ({
+      onTestFinished,
+    }) => {
+      const { serve, serveFails } = scope(onTestFinished);
       const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
-      const dtls = await hold(base + 1, ['udp']);
+      const moves = async () => {
+        const base = await freeRelayBase();
+        const dtls = await hold(base + 1, ['udp']);
+        const ws = await hold(base + 2, ['tcp']);
+        try {
+          const r = await serve(
+            ['unity-relay', '--host', '127.0.0.1', '--port', String(base), '--dataplane', plane],
+            env,
+          );
+          const dtlsLine = r.lines.find((l) => l.includes('over DTLS'))!;
+          const wsLine = r.lines.find((l) => l.includes('WebSocket (ws)'))!;
+          expect(dtlsLine).not.toContain(`:${base + 1} `);
+          expect(wsLine).not.toContain(`:${base + 2} `);
+          expect(r.stdout).toContain(`127.0.0.1:${base + 3} Unity Relay over secure WebSocket`);
+          await vi.waitFor(
+            () => {
+              expect(r.stderr).toMatch(
+                /dtls: port \d+ \(derived from --port\) is in use; listening on a free port instead \(set --dtls-port/,
+              );
+              expect(r.stderr).toMatch(/ws: port \d+ \(derived from --port\) is in use.*--ws-port/);
+            },
+            { timeout: 15_000 },
+          );
+          // The allocation names the ports it really uses.
+          const allocation = await new RelayApiClient(`http://127.0.0.1:${base + 80}`).allocate(2);
+          const movedDtls = Number(/:(\d+) /.exec(dtlsLine)![1]);
+          expect(allocation.serverEndpoints.find((e) => e.connectionType === 'dtls')?.port).toBe(movedDtls);
+        } finally {
+          dtls.close();
+          ws.close();
+        }
+      };
+      const stops = async () => {
+        const other = await freeRelayBase();
+        const api = await hold(other + 80, ['tcp']);
+        try {
+          const r = await serveFails(
+            ['unity-relay', '--host', '127.0.0.1', '--port', String(other), '--dataplane', plane],
+            env,
+          );
+          expect(r.code).toBe(1);
+          const e = errorLine(r.stderr);
+          expect(e.code).toBe('ERR_LISTEN');
+          expect(e.message).toContain(`port ${other + 80} is already in use`);
+          expect(e.message).toContain('--api-port (config unity-relay.apiPort)');
+        } finally {
+          api.close();
+        }
+      };
+      await Promise.all([moves(), stops()]);
+    }, 120_000);
+
+  it('an explicitly given busy transport port stops serve with one line naming its flag, on both data planes', async ({
+    onTestFinished,
+  }) => {
+    const { serveFails } = scope(onTestFinished);
+    const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
+    const wsTaken = async () => {
+      const base = await freeRelayBase();
       const ws = await hold(base + 2, ['tcp']);
       try {
-        const r = await serve(
-          ['unity-relay', '--host', '127.0.0.1', '--port', String(base), '--dataplane', plane],
-          env,
-        );
-        const dtlsLine = r.lines.find((l) => l.includes('over DTLS'))!;
-        const wsLine = r.lines.find((l) => l.includes('WebSocket (ws)'))!;
-        expect(dtlsLine).not.toContain(`:${base + 1} `);
-        expect(wsLine).not.toContain(`:${base + 2} `);
-        expect(r.stdout).toContain(`127.0.0.1:${base + 3} Unity Relay over secure WebSocket`);
-        await vi.waitFor(
-          () => {
-            expect(r.stderr).toMatch(
-              /dtls: port \d+ \(derived from --port\) is in use; listening on a free port instead \(set --dtls-port/,
-            );
-            expect(r.stderr).toMatch(/ws: port \d+ \(derived from --port\) is in use.*--ws-port/);
-          },
-          { timeout: 15_000 },
-        );
-        // The allocation names the ports it really uses.
-        const allocation = await new RelayApiClient(`http://127.0.0.1:${base + 80}`).allocate(2);
-        const movedDtls = Number(/:(\d+) /.exec(dtlsLine)![1]);
-        expect(allocation.serverEndpoints.find((e) => e.connectionType === 'dtls')?.port).toBe(movedDtls);
-      } finally {
-        dtls.close();
-        ws.close();
-      }
-      const other = await freeRelayBase();
-      const api = await hold(other + 80, ['tcp']);
-      try {
         const r = await serveFails(
-          ['unity-relay', '--host', '127.0.0.1', '--port', String(other), '--dataplane', plane],
+          [
+            'unity-relay',
+            '--host',
+            '127.0.0.1',
+            '--port',
+            String(base),
+            '--ws-port',
+            String(base + 2),
+            '--dataplane',
+            'js',
+          ],
           env,
         );
         expect(r.code).toBe(1);
         const e = errorLine(r.stderr);
         expect(e.code).toBe('ERR_LISTEN');
-        expect(e.message).toContain(`port ${other + 80} is already in use`);
-        expect(e.message).toContain('--api-port (config unity-relay.apiPort)');
+        expect(e.message).toContain(`port ${base + 2} is already in use`);
+        expect(e.message).toContain('--ws-port (config unity-relay.wsPort)');
       } finally {
-        api.close();
+        ws.close();
       }
-    }, 120_000);
-
-  it('an explicitly given busy transport port stops serve with one line naming its flag, on both data planes', async () => {
-    const base = await freeRelayBase();
-    const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
-    const ws = await hold(base + 2, ['tcp']);
-    try {
-      const r = await serveFails(
-        [
-          'unity-relay',
-          '--host',
-          '127.0.0.1',
-          '--port',
-          String(base),
-          '--ws-port',
-          String(base + 2),
-          '--dataplane',
-          'js',
-        ],
-        env,
-      );
-      expect(r.code).toBe(1);
-      const e = errorLine(r.stderr);
-      expect(e.code).toBe('ERR_LISTEN');
-      expect(e.message).toContain(`port ${base + 2} is already in use`);
-      expect(e.message).toContain('--ws-port (config unity-relay.wsPort)');
-    } finally {
-      ws.close();
-    }
+    };
     // DTLS on both data planes (on the native one, the native socket binds it).
-    const dtls = await hold(base + 1, ['udp']);
-    try {
-      for (const plane of ['js', 'auto']) {
+    const dtlsTaken = async (plane: string) => {
+      const base = await freeRelayBase();
+      const dtls = await hold(base + 1, ['udp']);
+      try {
         const r = await serveFails(
           [
             'unity-relay',
@@ -438,21 +551,31 @@ describe('two gamewire serve processes on one machine, default flags but --port'
         const e = errorLine(r.stderr);
         expect(e.message, plane).toContain(`port ${base + 1} is already in use`);
         expect(e.message, plane).toContain('--dtls-port (config unity-relay.dtlsPort)');
+      } finally {
+        dtls.close();
       }
-    } finally {
-      dtls.close();
-    }
+    };
+    await Promise.all([wsTaken(), dtlsTaken('js'), dtlsTaken('auto')]);
   }, 90_000);
 });
 
-describe('the admin port: set (flag, environment, config) and taken is an error; nobody set it, it moves', () => {
-  it('--admin-port, GAMEWIRE_ADMIN_PORT and serve.adminPort that are taken stop serve, each named', async () => {
+describe.concurrent('the admin port: set (flag, environment, config) and taken is an error; nobody set it, it moves', () => {
+  it('--admin-port, GAMEWIRE_ADMIN_PORT and serve.adminPort that are taken stop serve, each named', async ({
+    onTestFinished,
+  }) => {
+    const { serveFails } = scope(onTestFinished);
     const busy = await freePort();
     const holder = await hold(busy);
     expect(holder.held).toBe(true);
     try {
       const js5 = ['js5', '--host', '127.0.0.1', '--port', '0'];
-      const flag = await serveFails([...js5, '--admin-port', String(busy)]);
+      const file = path.join(dir, 'admin.json');
+      writeFileSync(file, JSON.stringify({ serve: { adminPort: busy } }));
+      const [flag, env, config] = await Promise.all([
+        serveFails([...js5, '--admin-port', String(busy)]),
+        serveFails(js5, defaultEnv({ GAMEWIRE_ADMIN_PORT: String(busy) })),
+        serveFails([...js5, '--config', file]),
+      ]);
       expect(flag.code).toBe(1);
       expect(errorLine(flag.stderr).message).toMatch(
         new RegExp(
@@ -460,12 +583,8 @@ describe('the admin port: set (flag, environment, config) and taken is an error;
         ),
       );
       expect(flag.stdout).toBe('');
-      const env = await serveFails(js5, defaultEnv({ GAMEWIRE_ADMIN_PORT: String(busy) }));
       expect(env.code).toBe(1);
       expect(errorLine(env.stderr).message).toContain('(set by GAMEWIRE_ADMIN_PORT)');
-      const file = path.join(dir, 'admin.json');
-      writeFileSync(file, JSON.stringify({ serve: { adminPort: busy } }));
-      const config = await serveFails([...js5, '--config', file]);
       expect(config.code).toBe(1);
       expect(errorLine(config.stderr).message).toContain(`(set by serve.adminPort in ${file})`);
     } finally {
@@ -474,66 +593,14 @@ describe('the admin port: set (flag, environment, config) and taken is an error;
   }, 60_000);
 });
 
-describe('on Redis: every listen happens before anything is announced', () => {
-  const redisEnv = (extra: NodeJS.ProcessEnv = {}) =>
-    defaultEnv({ GAMEWIRE_UNITY_RELAY_REDIS: redis!.url, GAMEWIRE_RMC_REDIS: redis!.url, ...extra });
-
-  it('an allocator next to a relay node, default flags but their ports: both start, allocate and relay', async (ctx) => {
-    if (redis === undefined) return ctx.skip();
-    await flushRedis();
-    const busy = await hold(ADMIN_DEFAULT);
-    try {
-      const base = await freeRelayBase();
-      const apiPort = await freePort();
-      const [node, allocator] = await Promise.all([
-        serve(
-          [
-            'unity-relay',
-            '--role',
-            'relay',
-            '--host',
-            '127.0.0.1',
-            '--port',
-            String(base),
-            '--relay-secret-file',
-            secretFile,
-            '--dataplane',
-            'js',
-          ],
-          redisEnv(),
-        ),
-        serve(
-          [
-            'unity-relay',
-            '--role',
-            'allocator',
-            '--api-port',
-            String(apiPort),
-            '--relay-secret-file',
-            secretFile,
-          ],
-          redisEnv(),
-        ),
-      ]);
-      expect(node.admin).not.toBe(allocator.admin);
-      if (busy.held) expect([node.admin, allocator.admin]).not.toContain(ADMIN_DEFAULT);
-      const api = new RelayApiClient(`http://127.0.0.1:${apiPort}`);
-      const { client: host, joinCode, allocation } = await UnityRelayClient.host(api, 2, fast);
-      clients.push(host);
-      expect(allocation.serverEndpoints.map((e) => e.port)).toEqual([base, base + 1, base + 2, base + 3]);
-      const joiner = new UnityRelayClient(relayServerData(await api.join(joinCode)), fast);
-      clients.push(joiner);
-      await joiner.bind();
-      await joiner.connect();
-      await chat(host, joiner);
-    } finally {
-      busy.close();
-    }
-  }, 120_000);
-
-  it('a relay node whose --admin-port or --dtls-port is taken fails naming the flag, and Redis holds no key', async (ctx) => {
-    if (redis === undefined) return ctx.skip();
-    await flushRedis();
+describe.concurrent('on Redis: every listen happens before anything is announced', () => {
+  it('a relay node whose --admin-port or --dtls-port is taken fails naming the flag, and Redis holds no key', async ({
+    onTestFinished,
+    skip,
+  }) => {
+    const redis = await ownRedis(onTestFinished);
+    if (redis === undefined) return skip();
+    const { serveFails } = scope(onTestFinished);
     const node = (base: number) => [
       'unity-relay',
       '--role',
@@ -549,36 +616,50 @@ describe('on Redis: every listen happens before anything is announced', () => {
       '--dataplane',
       'js',
     ];
-    const adminBusy = await freePort();
-    const admin = await hold(adminBusy);
-    try {
-      const r = await serveFails(
-        [...node(await freeRelayBase()), '--admin-port', String(adminBusy)],
-        redisEnv(),
-      );
-      expect(r.code).toBe(1);
-      expect(errorLine(r.stderr).message).toMatch(/admin endpoint .*--admin-port/);
-      expect(await redisKeys()).toEqual([]);
-    } finally {
-      admin.close();
-    }
-    const base = await freeRelayBase();
-    const dtls = await hold(base + 1, ['udp']);
-    try {
-      const r = await serveFails([...node(base), '--dtls-port', String(base + 1)], redisEnv());
-      expect(r.code).toBe(1);
-      const e = errorLine(r.stderr);
-      expect(e.code).toBe('ERR_LISTEN');
-      expect(e.message).toContain('--dtls-port (config unity-relay.dtlsPort)');
-      expect(await redisKeys()).toEqual([]);
-    } finally {
-      dtls.close();
-    }
+    const adminTaken = async () => {
+      const adminBusy = await freePort();
+      const admin = await hold(adminBusy);
+      try {
+        const r = await serveFails(
+          [...node(await freeRelayBase()), '--admin-port', String(adminBusy)],
+          redisEnv(redis),
+        );
+        expect(r.code).toBe(1);
+        expect(errorLine(r.stderr).message).toMatch(/admin endpoint .*--admin-port/);
+      } finally {
+        admin.close();
+      }
+    };
+    const dtlsTaken = async () => {
+      const base = await freeRelayBase();
+      const dtls = await hold(base + 1, ['udp']);
+      try {
+        // The admin endpoint on a free port: 9100 is the other cases' (taken by one, or free for the
+        // one after), and its default is not what this half is about.
+        const r = await serveFails(
+          [...node(base), '--dtls-port', String(base + 1)],
+          redisEnv(redis, { GAMEWIRE_ADMIN_PORT: '0' }),
+        );
+        expect(r.code).toBe(1);
+        const e = errorLine(r.stderr);
+        expect(e.code).toBe('ERR_LISTEN');
+        expect(e.message).toContain('--dtls-port (config unity-relay.dtlsPort)');
+      } finally {
+        dtls.close();
+      }
+    };
+    await Promise.all([adminTaken(), dtlsTaken()]);
+    // Both failed before announcing anything (this Redis is this case's own).
+    expect(await redisKeys(redis)).toEqual([]);
   }, 120_000);
 
-  it('two protocols in one serve: a fleet node is announced only once the other protocol listens too', async (ctx) => {
-    if (redis === undefined) return ctx.skip();
-    await flushRedis();
+  it('two protocols in one serve: a fleet node is announced only once the other protocol listens too', async ({
+    onTestFinished,
+    skip,
+  }) => {
+    const redis = await ownRedis(onTestFinished);
+    if (redis === undefined) return skip();
+    const { serveFails } = scope(onTestFinished);
     const busy = await freePort();
     const holder = await hold(busy);
     try {
@@ -592,11 +673,11 @@ describe('on Redis: every listen happens before anything is announced', () => {
       );
       const r = await serveFails(
         ['rmc', 'js5', '--role', 'secure', '--config', file],
-        redisEnv({ GAMEWIRE_ADMIN_PORT: '0' }),
+        redisEnv(redis, { GAMEWIRE_ADMIN_PORT: '0' }),
       );
       expect(r.code).toBe(1);
       expect(errorLine(r.stderr).message).toContain(`js5: port ${busy} is already in use`);
-      const keys = await redisKeys();
+      const keys = await redisKeys(redis);
       expect(keys.filter((k) => /node|fleet|must-not-appear/.test(k))).toEqual([]);
     } finally {
       holder.close();

@@ -3,7 +3,9 @@
  * run as written: each `<!-- deploy-layout: … -->` block's commands, with loopback in place of
  * the documentation addresses, a throwaway redis-server and secret file, free ports in place of
  * the ones shown (`--port`, `--api-port`), `--host 127.0.0.1` where a command binds every
- * address, and the real default admin port (GAMEWIRE_ADMIN_PORT unset).
+ * address, and the real default admin port (GAMEWIRE_ADMIN_PORT unset). The layouts run at once,
+ * each on ports of its own (the first process up takes 9100, the others move, as on a machine
+ * that runs several).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import dgram from 'node:dgram';
@@ -11,7 +13,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { probeServerBuild } from '../../src/protocols/js5/client.js';
 import { NoxRelayClient } from '../../src/protocols/nox-relay/client.js';
 import { RelayApiClient, relayServerData, UnityRelayClient } from '../../src/protocols/unity-relay/index.js';
@@ -21,31 +23,39 @@ import { chat, fast } from '../protocols/unity-relay/fleet-helpers.js';
 
 const doc = readFileSync(path.join(ROOT, 'docs/deploy.md'), 'utf8');
 const cwd = mkdtempSync(path.join(tmpdir(), 'gamewire-layouts-'));
-const children: ChildProcess[] = [];
-const clients: UnityRelayClient[] = [];
 let redis: RedisServer | undefined;
 
 beforeAll(async () => {
   redis = await startRedis();
 });
 
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await Promise.all(
-    children.splice(0).map(
-      (c) =>
-        new Promise<void>((resolve) => {
-          if (c.exitCode !== null || c.signalCode !== null) return resolve();
-          const timer = setTimeout(() => c.kill('SIGKILL'), 15_000);
-          c.once('exit', () => {
-            clearTimeout(timer);
-            resolve();
-          });
-          c.kill('SIGTERM');
-        }),
-    ),
-  );
-});
+/** The processes and clients of one case, stopped when it ends (the cases run at once). */
+interface Owned {
+  children: ChildProcess[];
+  clients: UnityRelayClient[];
+}
+
+function owned(onTestFinished: TestContext['onTestFinished']): Owned {
+  const o: Owned = { children: [], clients: [] };
+  onTestFinished(async () => {
+    await Promise.all(o.clients.map((c) => c.close()));
+    await Promise.all(
+      o.children.map(
+        (c) =>
+          new Promise<void>((resolve) => {
+            if (c.exitCode !== null || c.signalCode !== null) return resolve();
+            const timer = setTimeout(() => c.kill('SIGKILL'), 15_000);
+            c.once('exit', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+            c.kill('SIGTERM');
+          }),
+      ),
+    );
+  });
+  return o;
+}
 
 afterAll(async () => {
   await redis?.dispose();
@@ -73,18 +83,23 @@ function portFree(port: number, kind: 'tcp' | 'udp'): Promise<boolean> {
   });
 }
 
-/** A port P with P..P+3 free (TCP and UDP) and P+80 free (TCP): a relay's derived ports. */
-async function relayBase(taken: Set<number>): Promise<number> {
+/** Every relay base a layout took: the layouts run at once, each on ports of its own. */
+const taken = new Set<number>();
+
+/**
+ * A port P with P..P+3 free (TCP and UDP) and P+80 free (TCP): a relay's derived ports. Below the
+ * ephemeral range (32768 and up), so neither an outgoing connection nor another layout's free
+ * port takes one meanwhile.
+ */
+async function relayBase(): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 30_000);
+    const base = 20_000 + Math.floor(Math.random() * 12_000);
     if ([...taken].some((t) => Math.abs(t - base) < 100)) continue;
+    taken.add(base);
     let ok = await portFree(base + 80, 'tcp');
     for (const p of [base, base + 1, base + 2, base + 3])
       ok = ok && (await portFree(p, 'tcp')) && (await portFree(p, 'udp'));
-    if (ok) {
-      taken.add(base);
-      return base;
-    }
+    if (ok) return base;
   }
   throw new Error('no free range of relay ports');
 }
@@ -101,8 +116,10 @@ interface Ran {
  * `gamewire serve … &` starts a process (all at once, as a shell would). Resolves once every
  * process printed its dashboard line.
  */
-async function run(lines: string[]): Promise<Ran> {
-  const secretFile = path.join(cwd, `relay-secret-${Date.now()}`);
+let secrets = 0;
+
+async function run(lines: string[], own: Owned): Promise<Ran> {
+  const secretFile = path.join(cwd, `relay-secret-${++secrets}`);
   const sub = (text: string) =>
     text
       .replaceAll('203.0.113.10', '127.0.0.1')
@@ -112,7 +129,6 @@ async function run(lines: string[]): Promise<Ran> {
   // The real default admin port: as a user's shell has it.
   delete env.GAMEWIRE_ADMIN_PORT;
   const ports = new Map<number, number>();
-  const taken = new Set<number>();
   const starts: string[][] = [];
   for (const raw of lines) {
     const line = sub(raw).trim();
@@ -128,7 +144,7 @@ async function run(lines: string[]): Promise<Ran> {
       for (let i = 0; i < args.length - 1; i++) {
         if (args[i] !== '--port' && args[i] !== '--api-port') continue;
         const shown = Number(args[i + 1]);
-        const real = relay && args[i] === '--port' ? await relayBase(taken) : await freePort();
+        const real = relay && args[i] === '--port' ? await relayBase() : await freePort();
         ports.set(shown, real);
         args[i + 1] = String(real);
       }
@@ -145,7 +161,7 @@ async function run(lines: string[]): Promise<Ran> {
             env,
             stdio: ['ignore', 'pipe', 'pipe'],
           });
-          children.push(child);
+          own.children.push(child);
           let stdout = '';
           let stderr = '';
           const timer = setTimeout(
@@ -176,12 +192,12 @@ async function run(lines: string[]): Promise<Ran> {
   return { ports, served };
 }
 
-async function hostAndJoin(api: string): Promise<{ allocationPorts: number[] }> {
+async function hostAndJoin(api: string, own: Owned): Promise<{ allocationPorts: number[] }> {
   const apiClient = new RelayApiClient(api);
   const { client: host, joinCode, allocation } = await UnityRelayClient.host(apiClient, 2, fast);
-  clients.push(host);
+  own.clients.push(host);
   const joiner = new UnityRelayClient(relayServerData(await apiClient.join(joinCode)), fast);
-  clients.push(joiner);
+  own.clients.push(joiner);
   await joiner.bind();
   await joiner.connect();
   await chat(host, joiner);
@@ -189,9 +205,11 @@ async function hostAndJoin(api: string): Promise<{ allocationPorts: number[] }> 
   return { allocationPorts: allocation.serverEndpoints.map((e) => e.port) };
 }
 
-describe('docs/deploy.md: several gamewire serve processes on one machine', () => {
-  it('two services: js5 and nox-relay, each serving, each with its own dashboard', async () => {
-    const { ports } = await run(layout('two-services'));
+describe.concurrent('docs/deploy.md: several gamewire serve processes on one machine', () => {
+  it('two services: js5 and nox-relay, each serving, each with its own dashboard', async ({
+    onTestFinished,
+  }) => {
+    const { ports } = await run(layout('two-services'), owned(onTestFinished));
     expect(
       await probeServerBuild({ host: '127.0.0.1', port: ports.get(43594)!, timeoutMs: 10_000 }),
     ).toBeDefined();
@@ -204,20 +222,24 @@ describe('docs/deploy.md: several gamewire serve processes on one machine', () =
     }
   }, 120_000);
 
-  it('two Unity relays: ports derived from each --port, both relay', async () => {
-    const { ports } = await run(layout('two-relays'));
-    for (const shown of [37000, 38000]) {
-      const base = ports.get(shown)!;
-      const { allocationPorts } = await hostAndJoin(`http://127.0.0.1:${base + 80}`);
-      expect(allocationPorts).toEqual([base, base + 1, base + 2, base + 3]);
-    }
+  it('two Unity relays: ports derived from each --port, both relay', async ({ onTestFinished }) => {
+    const own = owned(onTestFinished);
+    const { ports } = await run(layout('two-relays'), own);
+    await Promise.all(
+      [37000, 38000].map(async (shown) => {
+        const base = ports.get(shown)!;
+        const { allocationPorts } = await hostAndJoin(`http://127.0.0.1:${base + 80}`, own);
+        expect(allocationPorts).toEqual([base, base + 1, base + 2, base + 3]);
+      }),
+    );
   }, 180_000);
 
   it('an allocator next to a relay node on Redis: allocations land on the node and relay', async (ctx) => {
     if (redis === undefined) return ctx.skip();
-    const { ports } = await run(layout('allocator-and-relay'));
+    const own = owned(ctx.onTestFinished);
+    const { ports } = await run(layout('allocator-and-relay'), own);
     const base = ports.get(37000)!;
-    const { allocationPorts } = await hostAndJoin(`http://127.0.0.1:${ports.get(37080)!}`);
+    const { allocationPorts } = await hostAndJoin(`http://127.0.0.1:${ports.get(37080)!}`, own);
     expect(allocationPorts).toEqual([base, base + 1, base + 2, base + 3]);
   }, 180_000);
 });

@@ -65,3 +65,25 @@ export function errorOf(r: CliResult): { code: string; message: string; offset?:
   if (lines.length !== 1) throw new Error(`expected one stderr line, got: ${r.stderr}`);
   return (JSON.parse(lines[0]!) as { error: { code: string; message: string; offset?: number } }).error;
 }
+
+/**
+ * A limit of `n` at once: the returned function runs `fn` when fewer than `n` of the functions
+ * passed to it are running, else once one ends (in the order they came). For a test file that runs
+ * many commands at once, so that a burst of processes does not starve the files running beside it.
+ */
+export function concurrencyLimit(n: number): <T>(fn: () => Promise<T>) => Promise<T> {
+  let running = 0;
+  const waiting: (() => void)[] = [];
+  return async (fn) => {
+    if (running < n) running++;
+    // A slot is handed over by the run that ends (`running` stays as it is).
+    else await new Promise<void>((resolve) => waiting.push(resolve));
+    try {
+      return await fn();
+    } finally {
+      const next = waiting.shift();
+      if (next === undefined) running--;
+      else next();
+    }
+  };
+}

@@ -4,7 +4,8 @@
  * data plane from the prebuilt addon and serves the dashboard (checked in Chromium), the prebuilt
  * addons load wherever Node 22 runs (readelf), the linux-arm64 one works in the arm64 Node under
  * qemu-user, every error class imports from where docs/errors.md says, and an older Node gets one
- * error line instead of a crash.
+ * error line instead of a crash. The package is packed and installed once (packed.ts); then every
+ * case runs at once (each its own processes and files in the installed project).
  */
 import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
 import { createSocket } from 'node:dgram';
@@ -46,12 +47,25 @@ const rootPkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')
 
 let packed: Packed;
 const children: ChildProcess[] = [];
+/** The arm64 Node for the qemu case, fetched (when it is not cached yet) while the package is packed. */
+let arm64NodeReady: Promise<string> | undefined;
 beforeAll(async () => {
+  if (haveQuietly('qemu-aarch64') && haveQuietly('aarch64-linux-gnu-gcc')) {
+    arm64NodeReady = arm64Node();
+    // Awaited by the qemu case, which reports a failure; this only keeps it from being reported
+    // as unhandled first.
+    arm64NodeReady.catch(() => {});
+  }
   packed = await packedInstall();
 }, 900_000);
 afterAll(async () => {
   await Promise.all(children.map((c) => stopChild(c, true)));
 }, 60_000);
+
+/** Whether a program is installed (the cases that need one check it with `needProgram`). */
+function haveQuietly(name: string): boolean {
+  return spawnSync('sh', ['-c', `command -v ${name}`], { stdio: 'ignore' }).status === 0;
+}
 
 /** Spawns a long-running command in its own process group; collects its output. */
 function start(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = userEnv()) {
@@ -87,17 +101,21 @@ function start(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv 
   return { child, out, waitFor };
 }
 
-describe('the installed package: command line', () => {
+describe.concurrent('the installed package: command line', () => {
   it('npx gamewire --version and --help work from an empty project', async () => {
-    const version = await run('npx', ['gamewire', '--version'], { cwd: packed.app, env: userEnv() });
+    const [version, help] = await Promise.all([
+      run('npx', ['gamewire', '--version'], { cwd: packed.app, env: userEnv() }),
+      run('npx', ['gamewire', '--help'], { cwd: packed.app, env: userEnv() }),
+    ]);
     expect(version.stdout.trim()).toBe(rootPkg.version);
-    const help = await run('npx', ['gamewire', '--help'], { cwd: packed.app, env: userEnv() });
     expect(help.stdout).toMatch(/^Usage: gamewire /);
     expect(help.stdout).toContain('serve');
     expect(help.stderr).toBe('');
   });
 
-  it('npx gamewire serve unity-relay runs the native data plane and serves the dashboard', async () => {
+  it('npx gamewire serve unity-relay runs the native data plane and serves the dashboard', async ({
+    expect,
+  }) => {
     const dtlsPort = await freeUdpPort();
     const serve = start(
       'npx',
@@ -197,7 +215,7 @@ describe('the installed package: command line', () => {
   });
 });
 
-describe('the installed package: library', () => {
+describe.concurrent('the installed package: library', () => {
   it('every error class imports from where docs/errors.md says, and each is a GamewireError', async () => {
     const doc = readFileSync(path.join(ROOT, 'docs', 'errors.md'), 'utf8');
     const from = doc.indexOf('## Importing the error classes');
@@ -243,7 +261,7 @@ describe('the installed package: library', () => {
 /** Libraries a prebuilt addon may need: the C library only (Node-API and OpenSSL come from node). */
 const ALLOWED_NEEDED = /^(?:libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|ld-linux-[\w-]+\.so\.\d)$/;
 
-describe('the prebuilt native addons', () => {
+describe.concurrent('the prebuilt native addons', () => {
   for (const [tag, machine] of [
     ['linux-x64', 'Advanced Micro Devices X86-64'],
     ['linux-arm64', 'AArch64'],
@@ -302,14 +320,14 @@ async function arm64Node(): Promise<string> {
 
 const SYSROOT = '/usr/aarch64-linux-gnu';
 
-describe('the linux-arm64 addon under qemu-user', () => {
+describe.concurrent('the linux-arm64 addon under qemu-user', () => {
   it('loads in the arm64 Node and relays between two clients (serve unity-relay --dataplane native)', async (ctx) => {
     if (!needProgram('qemu-aarch64') || !needProgram('aarch64-linux-gnu-gcc')) {
       ctx.annotate('qemu-aarch64 or the arm64 cross toolchain is missing: not checked');
       return;
     }
     expect(existsSync(path.join(SYSROOT, 'lib', 'ld-linux-aarch64.so.1')), 'libc6-arm64-cross').toBe(true);
-    const node = await arm64Node();
+    const node = await (arm64NodeReady ?? arm64Node());
     const data = mkdtempSync(path.join(tmpdir(), 'gamewire-arm64-'));
     const dtlsPort = await freeUdpPort();
     const serve = start(
@@ -352,9 +370,7 @@ describe('the linux-arm64 addon under qemu-user', () => {
       );
       expect(dtls[1]).toContain('native record layer');
       const api = await serve.waitFor(/^gamewire: unity-relay http (127\.0\.0\.1:\d+) /m, 60_000);
-      const arch = spawnSync('qemu-aarch64', ['-L', SYSROOT, node, '-p', 'process.arch'], {
-        encoding: 'utf8',
-      });
+      const arch = await run('qemu-aarch64', ['-L', SYSROOT, node, '-p', 'process.arch']);
       expect(arch.stdout.trim()).toBe('arm64');
       // Two clients (x64, the installed package's own client) through the arm64 relay.
       const script = [
