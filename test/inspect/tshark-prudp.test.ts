@@ -105,8 +105,18 @@ async function captureHyperscape(): Promise<Capture> {
 describe('dissector: PRUDP with tshark', () => {
   it('shows the same packets, fields, fragments and RMC messages as gamewire inspect', async (ctx) => {
     if (!HAVE_TCPDUMP || !HAVE_TSHARK) return ctx.skip();
-    const cap = await captureHyperscape();
-    const records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
+    // tcpdump can lose datagrams on a loaded machine (seen once: the server's last three fragments
+    // missing while the client's ACKs of them were captured). A capture that lacks one of the six
+    // messages gamewire's inspector must see is taken again; what is compared is what tshark and
+    // the inspector make of the same bytes.
+    let cap = await captureHyperscape();
+    let records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
+    const complete = (rs: JsonRecord[]) => rs.filter((r) => !PACKET_TYPES.has(r.message?.type)).length >= 6;
+    for (let attempt = 1; attempt < 3 && !complete(records); attempt++) {
+      console.warn(`tshark-prudp: capture ${attempt} lost datagrams; capturing again`);
+      cap = await captureHyperscape();
+      records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
+    }
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
     const packets = records.filter((r) => PACKET_TYPES.has(r.message.type));
     expect(packets.some((r) => r.message.compression > 0)).toBe(true);

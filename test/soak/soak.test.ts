@@ -5,14 +5,18 @@
  * server's own memory and handle figures sampled from its admin endpoint's /metrics.
  *
  * It shows flat memory and no leaked handles:
- * - resident memory, fitted by least squares over the load after its first quarter, grows less
- *   than 40 MiB over the window and, on runs of 10 minutes or more, less than 1 MiB a minute
- *   (a leak of 1 MiB a minute fails `npm run soak`);
+ * - resident memory, fitted by least squares over the second half of the load, grows less than
+ *   40 MiB over the window and, when that half is 10 minutes or more, less than 1 MiB a minute
+ *   (a leak of 1 MiB a minute fails `npm run soak`). The first half is the warm-up: a fresh
+ *   process's resident memory grows for about ten minutes of churn while the allocator's arenas,
+ *   V8's code and the caches fill (2.9 MiB a minute over minutes 2.5–10, then 0.5 MiB a minute
+ *   over minutes 5–20 of a 20-minute run, the JavaScript heap flat), so a fit over it would
+ *   measure the warm-up, not a leak;
  * - once the clients have left, open file descriptors and active resources (sockets, timers,
  *   requests: process.getActiveResourcesInfo()) come back to within 16 of what they were before
  *   the load, after a warm-up (every socket, timer and session released).
  *
- * Not part of `npm test`: `npm run soak` runs it for 10 minutes (GAMEWIRE_SOAK_SECONDS), and
+ * Not part of `npm test`: `npm run soak` runs it for 20 minutes (GAMEWIRE_SOAK_SECONDS), and
  * .ci/run runs a 60 s one as a step of its own (vitest.soak.config.ts).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -232,7 +236,7 @@ describe(`soak: every server under churn for ${SECONDS} s`, () => {
       });
 
       // Memory: flat over the load once warmed up.
-      const steady = samples.filter((x) => x.t >= loadStart + SECONDS / 4);
+      const steady = samples.filter((x) => x.t >= loadStart + SECONDS / 2);
       expect(steady.length).toBeGreaterThanOrEqual(5);
       const rssPerSecond = slope(steady.map((x) => ({ t: x.t, y: x.rss })));
       const window = steady.at(-1)!.t - steady[0]!.t;
@@ -241,7 +245,7 @@ describe(`soak: every server under churn for ${SECONDS} s`, () => {
       const report = `rss ${(before.rss / MiB).toFixed(0)} -> ${(steady.at(-1)!.rss / MiB).toFixed(0)} MiB, slope ${((rssPerSecond * 60) / MiB).toFixed(2)} MiB/min (heap used ${((heapPerSecond * 60) / MiB).toFixed(2)} MiB/min) over ${window.toFixed(0)} s; fds ${before.fds} -> max ${Math.max(...samples.map((x) => x.fds))}, resources ${before.handles} -> max ${Math.max(...samples.map((x) => x.handles))}`;
       console.log(`soak: ${report}`);
       expect(rssPerSecond * window, report).toBeLessThan(40 * MiB);
-      if (SECONDS >= 600) expect(rssPerSecond * 60, report).toBeLessThan(1 * MiB);
+      if (window >= 570) expect(rssPerSecond * 60, report).toBeLessThan(1 * MiB);
 
       // Handles: every session's sockets and timers are released once its client has left.
       let after = await sample(admin!, t0);
