@@ -7,7 +7,6 @@
  * backstop). The commands run at once (at most 8 at a time): each is its own process, and the
  * silent servers here only listen.
  */
-import { spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -15,7 +14,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, cliEnv, concurrencyLimit, ROOT } from '../helpers/cli.js';
+import { BIN, cliEnv, concurrencyLimit, ROOT, runChild } from '../helpers/cli.js';
 
 /** RFC 6761: never resolves. */
 const NOWHERE = 'gamewire-test.invalid';
@@ -95,37 +94,22 @@ function run(args: string[], limitMs = 45_000): Promise<Run> {
   return limit(() => runNow(args, limitMs));
 }
 
-function runNow(args: string[], limitMs: number): Promise<Run> {
-  const child = spawn(process.execPath, [BIN, ...args], {
+async function runNow(args: string[], limitMs: number): Promise<Run> {
+  const { code, stdout, stderr, timedOut } = await runChild(process.execPath, [BIN, ...args], {
     cwd: ROOT,
     env: cliEnv(),
-    stdio: ['ignore', 'pipe', 'pipe'],
+    timeoutMs: limitMs,
+    endOn: 'exit',
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`still running after ${limitMs} ms: ${args.join(' ')}; stderr: ${stderr}`));
-    }, limitMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      const last = stderr.trim().split('\n').at(-1) ?? '';
-      let error = { code: '', message: '' };
-      try {
-        error = (JSON.parse(last) as { error: typeof error }).error;
-      } catch {
-        // asserted below: the last line must be the error line
-      }
-      resolve({ code, stdout, stderr, error });
-    });
-  });
+  if (timedOut) throw new Error(`still running after ${limitMs} ms: ${args.join(' ')}; stderr: ${stderr}`);
+  const last = stderr.trim().split('\n').at(-1) ?? '';
+  let error = { code: '', message: '' };
+  try {
+    error = (JSON.parse(last) as { error: typeof error }).error;
+  } catch {
+    // asserted below: the last line must be the error line
+  }
+  return { code, stdout, stderr, error };
 }
 
 /** The contract for a failure: status, code, the target named, no stack trace, no other junk. */

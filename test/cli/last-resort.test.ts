@@ -4,13 +4,12 @@
  * documented error line and exit 1, never Node's stack trace. The fault is injected into the
  * real `gamewire` process with `node --import` (a module that throws once the command runs).
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, cliEnv, ROOT } from '../helpers/cli.js';
+import { BIN, cliEnv, ROOT, runChild } from '../helpers/cli.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-last-resort-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -26,7 +25,7 @@ process.stdout.write = (chunk, ...rest) => {
   if (!armed && String(chunk).startsWith('gamewire: ')) { armed = true; setTimeout(() => { ${fault} }, 300); }
   return w(chunk, ...rest);
 };`;
-  const child = spawn(
+  return runChild(
     process.execPath,
     [
       '--import',
@@ -44,23 +43,8 @@ process.stdout.write = (chunk, ...rest) => {
       '--data-dir',
       dir,
     ],
-    { cwd: ROOT, env: cliEnv(env), stdio: ['ignore', 'pipe', 'pipe'] },
+    { cwd: ROOT, env: cliEnv(env), timeoutMs: 60_000, endOn: 'exit' },
   );
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
 }
 
 const stackLine = /^\s+at .+[:(]\d+/m;

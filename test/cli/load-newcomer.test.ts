@@ -5,32 +5,22 @@
  * clients share. Every case spawns the real CLI; the cases run at once (each that fills a relay
  * has one of its own, and each that allocates comes from its own address).
  */
-import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, type CliResult, cliEnv, errorOf, ROOT, runCliAsync } from '../helpers/cli.js';
+import { BIN, type CliResult, cliEnv, errorOf, ROOT, runChild, runCliAsync } from '../helpers/cli.js';
 import { type RelayPorts, type Served, startServe, startUnityRelayServe } from '../helpers/serve.js';
 
 /** Runs the CLI without blocking this process; `onStderr` sees stderr as it comes. */
 function runLoad(
   args: string[],
-  onStart?: (child: ReturnType<typeof spawn>) => void,
+  onStart?: (child: ChildProcess) => void,
 ): Promise<CliResult & { signal: NodeJS.Signals | null }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: cliEnv() });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-    onStart?.(child);
+  return runChild(process.execPath, [BIN, ...args], {
+    cwd: ROOT,
+    env: cliEnv(),
+    stdin: 'pipe',
+    timeoutMs: 60_000,
+    onSpawn: onStart,
   });
 }
 

@@ -2,26 +2,14 @@
  * `gamewire load` as users run it: the compiled command, its refusals (exit 2, one JSON error
  * line, no traffic), its JSON summary and progress line against a spawned server.
  */
-import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, cliEnv, errorOf, ROOT, runCli } from '../helpers/cli.js';
+import { BIN, cliEnv, errorOf, ROOT, runChild, runCli } from '../helpers/cli.js';
 import { type Served, startServe } from '../helpers/serve.js';
 
 /** Runs the CLI without blocking this process (the load needs its event loop free of nothing, but tests stay responsive). */
 function runAsync(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: cliEnv() });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runChild(process.execPath, [BIN, ...args], { cwd: ROOT, env: cliEnv(), stdin: 'pipe' });
 }
 
 describe('gamewire load: refusals', () => {

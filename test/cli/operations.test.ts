@@ -4,7 +4,7 @@
  * status. The cases run at once (each with its own processes, files and ports; at most 8
  * processes at a time).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { connectionCapOption } from '../../src/cli/serve.js';
 import { loadProtocols } from '../../src/protocols/registry.js';
 import { RmcClient } from '../../src/protocols/rmc/index.js';
-import { BIN, concurrencyLimit, errorOf, ROOT, runCliAsync } from '../helpers/cli.js';
+import { BIN, concurrencyLimit, errorOf, ROOT, runChild, runCliAsync } from '../helpers/cli.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'gamewire-ops-'));
 /** The cases' processes run at once, at most 8 at a time (a burst of all would starve other files). */
@@ -75,27 +75,13 @@ function spawnCliNow(
   onStdout: ((out: string, child: ChildProcess) => void) | undefined,
   env: NodeJS.ProcessEnv | undefined,
 ): Promise<Run> {
-  const child = spawn(process.execPath, [BIN, ...args], {
+  return runChild(process.execPath, [BIN, ...args], {
     cwd: ROOT,
     env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => {
-    stdout += d.toString();
-    onStdout?.(stdout, child);
-  });
-  child.stderr!.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
+    timeoutMs: 60_000,
+    endOn: 'exit',
+    onSpawn: (child) => children.push(child),
+    onStdout,
   });
 }
 
@@ -104,21 +90,9 @@ function sh(line: string): Promise<{ status: number | null; stdout: string; stde
   return limit(() => shNow(line));
 }
 
-function shNow(line: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('sh', ['-c', line], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (status) => resolve({ status, stdout, stderr }));
-  });
+async function shNow(line: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  const r = await runChild('sh', ['-c', line], { cwd: ROOT, onSpawn: (child) => children.push(child) });
+  return { status: r.code, stdout: r.stdout, stderr: r.stderr };
 }
 
 function lastErrorLine(stderr: string): { code: string; message: string } {

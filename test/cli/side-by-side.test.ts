@@ -181,6 +181,30 @@ function stop(child: ChildProcess): Promise<void> {
   });
 }
 
+/**
+ * Holds TCP `port` while `serve` runs with `args`, expecting it to stop: exit 1 and one
+ * ERR_LISTEN line naming the port and `flag`.
+ */
+async function expectBusyTcpPortStops(
+  serveFails: ReturnType<typeof scope>['serveFails'],
+  port: number,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  flag: string,
+): Promise<void> {
+  const held = await hold(port, ['tcp']);
+  try {
+    const r = await serveFails(args, env);
+    expect(r.code).toBe(1);
+    const e = errorLine(r.stderr);
+    expect(e.code).toBe('ERR_LISTEN');
+    expect(e.message).toContain(`port ${port} is already in use`);
+    expect(e.message).toContain(flag);
+  } finally {
+    held.close();
+  }
+}
+
 /** The one JSON error line of a failed command. */
 function errorLine(stderr: string): { code: string; message: string } {
   const lines = stderr.trim().split('\n');
@@ -478,20 +502,13 @@ describe.concurrent('two gamewire serve processes on one machine, default flags 
       };
       const stops = async () => {
         const other = await freeRelayBase();
-        const api = await hold(other + 80, ['tcp']);
-        try {
-          const r = await serveFails(
-            ['unity-relay', '--host', '127.0.0.1', '--port', String(other), '--dataplane', plane],
-            env,
-          );
-          expect(r.code).toBe(1);
-          const e = errorLine(r.stderr);
-          expect(e.code).toBe('ERR_LISTEN');
-          expect(e.message).toContain(`port ${other + 80} is already in use`);
-          expect(e.message).toContain('--api-port (config unity-relay.apiPort)');
-        } finally {
-          api.close();
-        }
+        await expectBusyTcpPortStops(
+          serveFails,
+          other + 80,
+          ['unity-relay', '--host', '127.0.0.1', '--port', String(other), '--dataplane', plane],
+          env,
+          '--api-port (config unity-relay.apiPort)',
+        );
       };
       await Promise.all([moves(), stops()]);
     }, 120_000);
@@ -503,30 +520,23 @@ describe.concurrent('two gamewire serve processes on one machine, default flags 
     const env = defaultEnv({ GAMEWIRE_ADMIN_PORT: '0' });
     const wsTaken = async () => {
       const base = await freeRelayBase();
-      const ws = await hold(base + 2, ['tcp']);
-      try {
-        const r = await serveFails(
-          [
-            'unity-relay',
-            '--host',
-            '127.0.0.1',
-            '--port',
-            String(base),
-            '--ws-port',
-            String(base + 2),
-            '--dataplane',
-            'js',
-          ],
-          env,
-        );
-        expect(r.code).toBe(1);
-        const e = errorLine(r.stderr);
-        expect(e.code).toBe('ERR_LISTEN');
-        expect(e.message).toContain(`port ${base + 2} is already in use`);
-        expect(e.message).toContain('--ws-port (config unity-relay.wsPort)');
-      } finally {
-        ws.close();
-      }
+      await expectBusyTcpPortStops(
+        serveFails,
+        base + 2,
+        [
+          'unity-relay',
+          '--host',
+          '127.0.0.1',
+          '--port',
+          String(base),
+          '--ws-port',
+          String(base + 2),
+          '--dataplane',
+          'js',
+        ],
+        env,
+        '--ws-port (config unity-relay.wsPort)',
+      );
     };
     // DTLS on both data planes (on the native one, the native socket binds it).
     const dtlsTaken = async (plane: string) => {

@@ -1,5 +1,5 @@
 /** Spawns the real `gamewire` command (the compiled bin) the way a script would. */
-import { spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -39,24 +39,90 @@ export function runCli(args: readonly string[], input?: string | Buffer, timeout
   return { code: r.status, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
 }
 
+/** What {@link runChild} returns: the exit, and all the output as text. */
+export interface ChildOutput extends CliResult {
+  /** The signal that ended the process (null if it exited). */
+  signal: NodeJS.Signals | null;
+  /** True if `timeoutMs` passed and the process was killed. */
+  timedOut: boolean;
+}
+
+export interface RunChildOptions {
+  cwd?: string;
+  /** The environment (this process's by default). */
+  env?: NodeJS.ProcessEnv;
+  /** stdin: closed (`'ignore'`, the default) or an open pipe nobody writes to. */
+  stdin?: 'ignore' | 'pipe';
+  /** Killed with SIGKILL after this long (`timedOut` then says so); no limit by default. */
+  timeoutMs?: number;
+  /** The event that ends the run: `'close'` (the default: all output read) or `'exit'`. */
+  endOn?: 'close' | 'exit';
+  /** Called with the child once spawned and watched (to track it for clean-up, to signal it). */
+  onSpawn?: (child: ChildProcess) => void;
+  /** Called with all of stdout so far each time some comes. */
+  onStdout?: (stdout: string, child: ChildProcess) => void;
+}
+
+/**
+ * Runs a command to its end without blocking the event loop, collecting stdout and stderr as
+ * text. Rejects only if the process could not be spawned.
+ */
+export function runChild(
+  cmd: string,
+  args: readonly string[],
+  options: RunChildOptions = {},
+): Promise<ChildOutput> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, {
+      cwd: options.cwd,
+      env: options.env,
+      stdio: [options.stdin ?? 'ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    // Decoded as a stream: a character split between two chunks stays whole.
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+      options.onStdout?.(stdout, child);
+    });
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+      stderr += d;
+    });
+    let timedOut = false;
+    const timer =
+      options.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            timedOut = true;
+            child.kill('SIGKILL');
+          }, options.timeoutMs);
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    const end = (code: number | null, signal: NodeJS.Signals | null): void => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr, timedOut });
+    };
+    if (options.endOn === 'exit') child.once('exit', end);
+    else child.once('close', end);
+    // Last: its own listeners come after the ones that collect the output.
+    options.onSpawn?.(child);
+  });
+}
+
 /**
  * Runs `gamewire …` without blocking the event loop, for commands that talk to a server running
  * in the test's own process (`gamewire conform`).
  */
-export function runCliAsync(args: readonly string[], timeoutMs = 60_000): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: cliEnv() });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (d: Buffer) => out.push(d));
-    child.stderr.on('data', (d: Buffer) => err.push(d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
-    });
+export async function runCliAsync(args: readonly string[], timeoutMs = 60_000): Promise<CliResult> {
+  const { code, stdout, stderr } = await runChild(process.execPath, [BIN, ...args], {
+    cwd: ROOT,
+    env: cliEnv(),
+    stdin: 'pipe',
+    timeoutMs,
   });
+  return { code, stdout, stderr };
 }
 
 /** Parses the contract's one-line error JSON from stderr. */

@@ -15,7 +15,7 @@ import { beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { setTrafficRecorder } from '../../src/core/recording.js';
 import { PcapngRecorder } from '../../src/inspect/recorder.js';
 import type { NoxRelayServer } from '../../src/protocols/nox-relay/server.js';
-import { BIN } from '../helpers/cli.js';
+import { BIN, runChild } from '../helpers/cli.js';
 import { elapse } from '../helpers/wait.js';
 import { startServer as startNox } from '../protocols/nox-relay/helpers.js';
 import { haveProgram, inspectJson, tempDir } from './helpers.js';
@@ -189,18 +189,7 @@ describe('recording a server', () => {
 
 /** Runs the CLI without blocking this process (the replay's target server runs here). */
 function runCliAsync(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runChild(process.execPath, [BIN, ...args], { stdin: 'pipe' });
 }
 
 /** Records the client side of two nox sessions (TCP, UDP) against a fresh server. */

@@ -102,6 +102,8 @@ async function captureHyperscape(): Promise<Capture> {
   return { file: dump.file, port: f.port };
 }
 
+// Each test captures real traffic with tcpdump (again when tcpdump lost datagrams) and runs tshark
+// several times: tens of seconds on a busy machine.
 describe('dissector: PRUDP with tshark', () => {
   it('shows the same packets, fields, fragments and RMC messages as gamewire inspect', async (ctx) => {
     if (!HAVE_TCPDUMP || !HAVE_TSHARK) return ctx.skip();
@@ -179,7 +181,7 @@ describe('dissector: PRUDP with tshark', () => {
     // Registered on the UDP port the rmc protocol declares for PRUDP.
     const lua = fs.readFileSync(path.join(dissectorDir(flags), 'gamewire-prudp.lua'), 'utf8');
     expect(lua).toContain('DissectorTable.get("udp.port"):add(9103, P)');
-  });
+  }, 120_000);
 
   it('shows a bad checksum, a wrong access key and a wrong RC4 key as errors, not Lua errors', async (ctx) => {
     if (!HAVE_TCPDUMP || !HAVE_TSHARK) return ctx.skip();
@@ -302,7 +304,7 @@ describe('dissector: PRUDP with tshark', () => {
     expect(good.length).toBeGreaterThan(10);
     expect(good.filter((v) => v !== '1')).toEqual([]);
     expect(values(oddKey.packets, 'gw_rmc.message').filter((v) => v === 'request')).toHaveLength(3);
-  });
+  }, 120_000);
 });
 
 /** A pack of our own, served under the classic envelope (protocol and method by number). */
@@ -398,7 +400,7 @@ describe('dissector --protocols: a pack over PRUDP (classic)', () => {
     const { packets: bare } = tsharkJson(dissectorDir(flags.slice(0, 4)), dump.file, ['-d', decodeAs[0]!]);
     expect(values(bare, 'gw_rmc.hdr.method')).toEqual([]);
     expect(values(bare, 'gw_rmc.classic.request.args')).toHaveLength(1);
-  });
+  }, 120_000);
 });
 
 // ---- opt-in: real Splinter Cell: Blacklist traffic ----------------------------------------------

@@ -8,7 +8,7 @@
  * The first test file to ask does the work under a lock (a directory only one process can
  * create); the others wait for its result file. global-setup.ts provides the run's folder.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import {
   cpSync,
   existsSync,
@@ -22,46 +22,25 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { inject } from 'vitest';
-import { ROOT } from '../helpers/cli.js';
+import { ROOT, runChild } from '../helpers/cli.js';
 import { waitFor } from '../helpers/wait.js';
 
 /**
  * Runs a command to its end (stdin closed, output collected); rejects on a non-zero exit with
  * what it printed. Used instead of execFile so no pipe to the child outlives it.
  */
-export function runCommand(
+export async function runCommand(
   cmd: string,
   args: string[],
   options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
 ): Promise<{ stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, {
-      cwd: options.cwd,
-      env: options.env ?? process.env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 600_000);
-    child.once('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code === 0) resolve({ stdout, stderr });
-      else
-        reject(
-          Object.assign(new Error(`${cmd} ${args.join(' ')} exited ${code ?? signal}`), { stdout, stderr }),
-        );
-    });
+  const { code, signal, stdout, stderr } = await runChild(cmd, args, {
+    cwd: options.cwd,
+    env: options.env ?? process.env,
+    timeoutMs: options.timeoutMs ?? 600_000,
   });
+  if (code === 0) return { stdout, stderr };
+  throw Object.assign(new Error(`${cmd} ${args.join(' ')} exited ${code ?? signal}`), { stdout, stderr });
 }
 
 declare module 'vitest' {

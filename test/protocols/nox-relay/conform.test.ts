@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type CheckResult, runChecks } from '../../../src/core/conform.js';
 import { noxRelayConform } from '../../../src/protocols/nox-relay/conform/index.js';
 import { type NoxRelayOptions, NoxRelayServer } from '../../../src/protocols/nox-relay/server.js';
+import { failed, Runs } from '../../helpers/conform-runs.js';
 import { type NoxMutation, NoxTcpProxy } from './conform-proxy.js';
 
 /** Short timeouts so the keep-alive and timeout checks take seconds, not the default 15 s. */
@@ -25,31 +26,6 @@ async function relay(options: NoxRelayOptions = {}): Promise<NoxRelayServer> {
 async function conform(port: number, transport: 'tcp' | 'udp'): Promise<CheckResult[]> {
   const ctx = await noxRelayConform.prepare({ host: '127.0.0.1', port }, { transport });
   return runChecks(noxRelayConform, ctx);
-}
-
-/**
- * Conform runs started together: `start` runs one now, `get` is what its test awaits (a failure
- * surfaces in that test, not as an unhandled rejection before it), `settled` lets afterAll wait
- * until every run has closed what it opened.
- */
-class Runs {
-  private readonly runs = new Map<string, Promise<CheckResult[]>>();
-
-  start(key: string, run: () => Promise<CheckResult[]>): void {
-    const p = run();
-    p.catch(() => {});
-    this.runs.set(key, p);
-  }
-
-  get(key: string): Promise<CheckResult[]> {
-    const p = this.runs.get(key);
-    if (p === undefined) throw new Error(`no run started for ${key}`);
-    return p;
-  }
-
-  async settled(): Promise<void> {
-    await Promise.allSettled(this.runs.values());
-  }
 }
 
 /** A conform run against a relay of its own, through a proxy of its own when there is a mutation. */
@@ -68,7 +44,6 @@ async function conformRun(transport: 'tcp' | 'udp', mutation?: NoxMutation): Pro
   }
 }
 
-const failed = (rs: CheckResult[]) => rs.filter((r) => r.status === 'fail').map((r) => r.id);
 const detail = (rs: CheckResult[]) =>
   JSON.stringify(rs.filter((r) => r.status !== 'pass').map((r) => [r.id, r.message]));
 

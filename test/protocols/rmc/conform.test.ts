@@ -267,6 +267,26 @@ describe.concurrent('against a classic server that breaks one rule', () => {
       }),
     },
     {
+      rule: 'an acknowledged answer resent on and on',
+      check: 'prudp.retransmit',
+      message: /sent again after it was acknowledged \(twice\)/,
+      // The proxy plays a server that does not stop resending once acknowledged: an answer the
+      // server resends (only the retransmission check withholds its ACK) comes again 0.6 s and
+      // 1.2 s later, after the check has acknowledged it.
+      mutation: () => ({
+        down: (p, peer) => {
+          if (!isServerData(p)) return [p];
+          peer.state.answers ??= new Set<number>();
+          const seen = peer.state.answers as Set<number>;
+          if (seen.has(p.fields.sequenceId)) {
+            for (const ms of [600, 1200]) setTimeout(() => peer.toClient([p]), ms).unref();
+          }
+          seen.add(p.fields.sequenceId);
+          return [p];
+        },
+      }),
+    },
+    {
       rule: 'a repeated request run again',
       check: 'prudp.duplicate',
       message: /answered again, as a new message/,

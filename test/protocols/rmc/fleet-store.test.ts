@@ -156,6 +156,28 @@ function cleanupOf(ctx: TestContext): (() => Promise<void>)[] {
   return cleanup;
 }
 
+/**
+ * Two nodes of one fleet under `prefix`, made in the order of `ids`. On cleanup, closes the
+ * registries `registries` names (a node whose registry the test closes itself, or leaves open as
+ * a dead node's, is not named), then both connections.
+ */
+async function nodePair(
+  cleanup: (() => Promise<void>)[],
+  prefix: string,
+  ids: [string, string],
+  registries: 'first' | 'second' | 'both',
+) {
+  const first = await redisNode(prefix, ids[0]);
+  const second = await redisNode(prefix, ids[1]);
+  cleanup.push(async () => {
+    if (registries !== 'second') await first.registry.close();
+    if (registries !== 'first') await second.registry.close();
+    await first.conn.close();
+    await second.conn.close();
+  });
+  return [first, second] as const;
+}
+
 async function serve(cleanup: (() => Promise<void>)[], built: Built, l: Limits) {
   const server = new RmcServer({ log: silentLogger(), metrics: new ProtocolMetrics('rmc') });
   server.register(
@@ -473,13 +495,7 @@ describe.concurrent('rmc fleet stores: what only Redis has', () => {
     if (redis === undefined) return ctx.skip();
     const cleanup = cleanupOf(ctx);
     const prefix = `t${randomBytes(4).toString('hex')}:`;
-    const n1 = await redisNode(prefix, 'n1');
-    const n2 = await redisNode(prefix, 'n2');
-    cleanup.push(async () => {
-      await n2.registry.close();
-      await n1.conn.close();
-      await n2.conn.close();
-    });
+    const [n1, n2] = await nodePair(cleanup, prefix, ['n1', 'n2'], 'second');
     const s1 = new RedisSessionStore(n1.ctx, { maxMembers: 2 });
     const s2 = new RedisSessionStore(n2.ctx, { maxMembers: 2 });
     const spec = { id: 'ab'.repeat(16), type: 'PartySession', key: 'k', reserved: Buffer.alloc(9) };
@@ -599,14 +615,7 @@ describe.concurrent('rmc fleet stores: what only Redis has', () => {
     if (redis === undefined) return ctx.skip();
     const cleanup = cleanupOf(ctx);
     const prefix = `t${randomBytes(4).toString('hex')}:`;
-    const n1 = await redisNode(prefix, 'n1');
-    const n2 = await redisNode(prefix, 'n2');
-    cleanup.push(async () => {
-      await n1.registry.close();
-      await n2.registry.close();
-      await n1.conn.close();
-      await n2.conn.close();
-    });
+    const [n1, n2] = await nodePair(cleanup, prefix, ['n1', 'n2'], 'both');
     const a = new FleetConnectionIds(n1.ctx, 8);
     const b = new FleetConnectionIds(n2.ctx, 8);
     const ids = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? a : b).take()));
@@ -848,13 +857,7 @@ describe('rmc fleet sweep', () => {
     if (redis === undefined) return ctx.skip();
     const cleanup = cleanupOf(ctx);
     const prefix = `s${randomBytes(4).toString('hex')}:`;
-    const live = await redisNode(prefix, 'live');
-    const dead = await redisNode(prefix, 'dead');
-    cleanup.push(async () => {
-      await live.registry.close();
-      await live.conn.close();
-      await dead.conn.close();
-    });
+    const [live, dead] = await nodePair(cleanup, prefix, ['live', 'dead'], 'first');
     const LOGINS = 5000;
     const SESSIONS = 1000;
     const stores = [new RedisAccountStore(live.ctx), new RedisAccountStore(dead.ctx)];

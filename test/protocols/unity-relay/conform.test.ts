@@ -20,6 +20,7 @@ import { startUnityRelay, type UnityRelayInstance } from '../../../src/protocols
 import { unityRelayConform } from '../../../src/protocols/unity-relay/conform/index.js';
 import { bindHmac } from '../../../src/protocols/unity-relay/messages.js';
 import { DtlsServer } from '../../../src/transports/dtls/index.js';
+import { failed, Runs } from '../../helpers/conform-runs.js';
 import { TcpHeadProxy, type UdpMutation, UdpRelayProxy } from './conform-proxy.js';
 
 const API_KEY = 'conform-test-key-0123456789abcdef';
@@ -102,32 +103,6 @@ async function conform(
   }
 }
 
-/**
- * Conform runs started together: `start` runs one now, `get` is what its test awaits (a failure
- * surfaces in that test, not as an unhandled rejection before it), `settled` lets afterAll wait
- * until every run has closed what it opened.
- */
-class Runs<K> {
-  private readonly runs = new Map<K, Promise<CheckResult[]>>();
-
-  start(key: K, run: () => Promise<CheckResult[]>): void {
-    const p = run();
-    p.catch(() => {});
-    this.runs.set(key, p);
-  }
-
-  get(key: K): Promise<CheckResult[]> {
-    const p = this.runs.get(key);
-    if (p === undefined) throw new Error(`no run started for ${String(key)}`);
-    return p;
-  }
-
-  async settled(): Promise<void> {
-    await Promise.allSettled(this.runs.values());
-  }
-}
-
-const failed = (rs: CheckResult[]) => rs.filter((r) => r.status === 'fail').map((r) => r.id);
 const detail = (rs: CheckResult[]) =>
   JSON.stringify(rs.filter((r) => r.status === 'fail').map((r) => [r.id, r.message]));
 

@@ -427,9 +427,16 @@ const retransmit: Check = {
     if (!again.payload.equals(first.payload) && s.aesKey === undefined)
       t.fail('the resent packet carries another payload', { expected: first.raw, received: again.raw });
     s.peer.ack(again);
-    const more = await s.peer.poll((p) => isData(p) && p.sequenceId === first.sequenceId, 2500);
+    const sameAnswer = (p: Received) => isData(p) && p.sequenceId === first.sequenceId;
+    let more = await s.peer.poll(sameAnswer, 2500);
+    if (more !== undefined) {
+      // One copy may cross the ACK (its timer fired before the server read the ACK, as happens on
+      // a busy server): a client acknowledges it again, and then no further copy may come.
+      s.peer.ack(more);
+      more = await s.peer.poll(sameAnswer, 2500);
+    }
     if (more !== undefined)
-      t.fail('the answer was sent again after it was acknowledged', {
+      t.fail('the answer was sent again after it was acknowledged (twice)', {
         sent: s.peer.sent,
         received: more.raw,
       });
