@@ -157,7 +157,29 @@ class Load {
 
 /** Every acknowledged host's join code is still its code (the same, not a new one), every joiner's record is there. */
 async function expectAllAcknowledged(api: RelayApiClient, load: Load, s: SentinelSet): Promise<void> {
-  for (const [host, code] of load.codes) expect(await api.joinCode(host), `join code of ${host}`).toBe(code);
+  // The API answers 503 ("retry shortly") while its Redis connection follows the promotion; a
+  // client retries, and so does this check. What it asserts is the code, not the first answer.
+  const joinCodeOf = async (host: string): Promise<string> => {
+    let code: string | undefined;
+    await waitFor(
+      async () => {
+        try {
+          code = await api.joinCode(host);
+          return true;
+        } catch (e) {
+          if ((e as { status?: number }).status === 503) return false;
+          throw e;
+        }
+      },
+      {
+        what: `the join code of ${host} (503 while the store reconnects)`,
+        timeoutMs: 15_000,
+        intervalMs: 200,
+      },
+    );
+    return code!;
+  };
+  for (const [host, code] of load.codes) expect(await joinCodeOf(host), `join code of ${host}`).toBe(code);
   expect(new Set(load.codes.values()).size).toBe(load.codes.size);
   const { Redis } = await import('ioredis');
   const primary = await s.primary();
