@@ -76,8 +76,28 @@ interface Capture {
   port: number;
 }
 
-/** A real client and server over PRUDP (hyperscape profile), captured by tcpdump. */
+/**
+ * A real client and server over PRUDP (hyperscape profile), captured by tcpdump, whole: tcpdump
+ * can lose datagrams when the machine is busy (seen: a server's fragments missing while the
+ * client's ACKs of them were captured), and a capture that lacks one of the six RMC messages
+ * gamewire's inspector must see is taken again (at most three times). What the tests compare is
+ * what tshark and the inspector make of the same bytes.
+ */
 async function captureHyperscape(): Promise<Capture> {
+  let cap = await captureOnce();
+  for (let attempt = 1; attempt < 3 && !complete(cap); attempt++) {
+    console.warn(`tshark-prudp: capture ${attempt} lost datagrams; capturing again`);
+    cap = await captureOnce();
+  }
+  return cap;
+}
+
+function complete(cap: Capture): boolean {
+  const records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
+  return records.filter((r) => !PACKET_TYPES.has(r.message?.type)).length >= 6;
+}
+
+async function captureOnce(): Promise<Capture> {
   const f = await startPrudp();
   cleanups.push(() => f.close());
   const dump = await Tcpdump.start(`udp port ${f.port}`, path.join(tempDir(), 'prudp.pcap'));
@@ -107,18 +127,8 @@ async function captureHyperscape(): Promise<Capture> {
 describe('dissector: PRUDP with tshark', () => {
   it('shows the same packets, fields, fragments and RMC messages as gamewire inspect', async (ctx) => {
     if (!HAVE_TCPDUMP || !HAVE_TSHARK) return ctx.skip();
-    // tcpdump can lose datagrams on a loaded machine (seen once: the server's last three fragments
-    // missing while the client's ACKs of them were captured). A capture that lacks one of the six
-    // messages gamewire's inspector must see is taken again; what is compared is what tshark and
-    // the inspector make of the same bytes.
-    let cap = await captureHyperscape();
-    let records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
-    const complete = (rs: JsonRecord[]) => rs.filter((r) => !PACKET_TYPES.has(r.message?.type)).length >= 6;
-    for (let attempt = 1; attempt < 3 && !complete(records); attempt++) {
-      console.warn(`tshark-prudp: capture ${attempt} lost datagrams; capturing again`);
-      cap = await captureHyperscape();
-      records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
-    }
+    const cap = await captureHyperscape();
+    const records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
     expect(records.filter((r) => r.error !== undefined)).toEqual([]);
     const packets = records.filter((r) => PACKET_TYPES.has(r.message.type));
     expect(packets.some((r) => r.message.compression > 0)).toBe(true);
