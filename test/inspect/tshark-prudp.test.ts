@@ -209,10 +209,21 @@ describe('dissector: PRUDP with tshark', () => {
     const target = records.findIndex(
       (r) => r.message?.type === 'DATA' && r.direction === 'client' && r.message.payloadLength > 0,
     );
-    // Records and frames line up one to one up to there (one packet per datagram, no RMC yet).
-    let at = 24;
-    for (let i = 0; i < target; i++) at += 16 + pcap.readUInt32LE(at + 8);
-    const end = at + 16 + pcap.readUInt32LE(at + 8);
+    // Its frame: the client's DATA datagram captured at that record's time (found by time, source
+    // port and type, not by counting records: a capture can hold datagrams that give no record or
+    // several).
+    const time = records[target]!.time;
+    let end = -1;
+    for (let at = 24; at < pcap.length && end === -1; ) {
+      const next = at + 16 + pcap.readUInt32LE(at + 8);
+      // tcpdump on lo: 16-byte record header, Ethernet (14), IPv4 (20), UDP (8), then PRUDP.
+      const frameTime = pcap.readUInt32LE(at) + pcap.readUInt32LE(at + 4) / 1e6;
+      const fromClient = pcap.readUInt16BE(at + 16 + 34) !== cap.port;
+      const isData = (pcap[at + 16 + 42 + 2]! & 0x07) === 2;
+      if (Math.abs(frameTime - time) < 5e-7 && fromClient && isData) end = next;
+      at = next;
+    }
+    expect(end, 'the Echo request frame').toBeGreaterThan(0);
     const bad = Buffer.from(pcap);
     bad[end - 1] ^= 0x5a;
     const badFile = path.join(tempDir(), 'bad-checksum.pcap');
