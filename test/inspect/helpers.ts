@@ -21,6 +21,14 @@ export function tempDir(prefix = 'gamewire-inspect-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
+/**
+ * tcpdump's flags for a capture read as it is written: each packet handed over and written at once.
+ * `--immediate-mode` alone left the kernel's capture buffer (2 MiB) room for a few whole-size
+ * packets: tcpdump reported "packets dropped by kernel" in bursts of a few hundred datagrams on
+ * loopback, idle or not, and a test's capture lacked its last messages. 32 MiB loses none.
+ */
+export const TCPDUMP_LIVE = ['--immediate-mode', '-B', '32768', '-U', '-n', '-s', '0'];
+
 /** A `tcpdump -i lo -U -w FILE FILTER` run, stopped (and flushed) by `stop`. */
 export class Tcpdump {
   readonly file: string;
@@ -34,13 +42,9 @@ export class Tcpdump {
   }
 
   static async start(filter: string, file: string, extra: string[] = ['-i', 'lo']): Promise<Tcpdump> {
-    const child = spawn(
-      'tcpdump',
-      [...extra, '--immediate-mode', '-U', '-n', '-s', '0', '-w', file, filter],
-      {
-        stdio: ['ignore', 'ignore', 'pipe'],
-      },
-    );
+    const child = spawn('tcpdump', [...extra, ...TCPDUMP_LIVE, '-w', file, filter], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     await new Promise<void>((resolve, reject) => {

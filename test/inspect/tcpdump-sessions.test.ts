@@ -12,7 +12,7 @@ import { startServer as startNox } from '../protocols/nox-relay/helpers.js';
 import { startServer as startRmc, type TestServer } from '../protocols/rmc/helpers.js';
 import type { AllocationJson } from '../protocols/unity-relay/utp.js';
 import { UtpDriver } from '../protocols/unity-relay/utp.js';
-import { haveProgram, inspectJson, type JsonRecord, Tcpdump, tempDir } from './helpers.js';
+import { haveProgram, inspectJson, type JsonRecord, TCPDUMP_LIVE, Tcpdump, tempDir } from './helpers.js';
 import {
   noxAuth,
   noxHandshake,
@@ -277,11 +277,9 @@ describe('inspect --follow -', () => {
     cleanups.push(() => server.close());
     const { spawn } = await import('node:child_process');
     const { BIN } = await import('../helpers/cli.js');
-    const tcpdump = spawn(
-      'tcpdump',
-      ['-i', 'lo', '--immediate-mode', '-U', '-n', '-s', '0', '-w', '-', `tcp port ${server.port}`],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const tcpdump = spawn('tcpdump', ['-i', 'lo', ...TCPDUMP_LIVE, '-w', '-', `tcp port ${server.port}`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     cleanups.push(() => {
       if (tcpdump.exitCode === null) tcpdump.kill('SIGKILL');
     });

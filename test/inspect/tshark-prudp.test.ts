@@ -94,7 +94,11 @@ async function captureHyperscape(): Promise<Capture> {
 
 function complete(cap: Capture): boolean {
   const records = inspectJson(cap.file, ['--port', `${cap.port}/udp=prudp`, '--access-key', KEY]);
-  return records.filter((r) => !PACKET_TYPES.has(r.message?.type)).length >= 6;
+  // Six RMC messages decoded, and no error (an error record is no message).
+  return (
+    records.every((r) => r.error === undefined) &&
+    records.filter((r) => r.message !== undefined && !PACKET_TYPES.has(r.message.type)).length >= 6
+  );
 }
 
 async function captureOnce(): Promise<Capture> {
