@@ -7,7 +7,7 @@
  * needs it) and removes it at the end.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,7 +18,7 @@ export default function setup(project: TestProject): () => void {
   // A nested run (a test that runs part of the suite again, on the other data plane) inherits this
   // variable and must not rebuild dist/: tsc rewriting it under the outer run's tests that spawn
   // the CLI made one of them import a half-written module.
-  if (process.env.GAMEWIRE_TESTS_BUILT !== '1') {
+  if (process.env.GAMEWIRE_TESTS_BUILT !== '1' && !builtFromSources(root)) {
     const tsc = path.join(root, 'node_modules', '.bin', 'tsc');
     const r = spawnSync(tsc, ['-p', 'tsconfig.build.json'], {
       cwd: root,
@@ -30,8 +30,8 @@ export default function setup(project: TestProject): () => void {
     if (r.status !== 0 && !existsSync(path.join(root, 'dist', 'src', 'cli', 'main.js'))) {
       throw new Error(`build failed before the tests:\n${r.stdout}${r.stderr}`);
     }
-    process.env.GAMEWIRE_TESTS_BUILT = '1';
   }
+  process.env.GAMEWIRE_TESTS_BUILT = '1';
   if (!existsSync(path.join(root, 'native', 'build', 'Release', 'relay_dataplane.node'))) {
     spawnSync(process.execPath, [path.join(root, 'scripts', 'build-native.mjs')], {
       cwd: root,
@@ -42,4 +42,21 @@ export default function setup(project: TestProject): () => void {
   const packDir = mkdtempSync(path.join(tmpdir(), 'gamewire-pack-'));
   project.provide('packDir', packDir);
   return () => rmSync(packDir, { recursive: true, force: true });
+}
+
+/**
+ * Whether dist/ already holds the build of every source file (each `.ts` of src/ and bench/ has its
+ * `.js` in dist/, written after it): in CI, `npm ci`'s prepare step has just built it, and building
+ * again cost about 5 CPU-seconds before any test could start.
+ */
+function builtFromSources(root: string): boolean {
+  const fresh = (dir: string): boolean =>
+    readdirSync(path.join(root, dir), { withFileTypes: true }).every((e) => {
+      const rel = path.join(dir, e.name);
+      if (e.isDirectory()) return fresh(rel);
+      if (!e.name.endsWith('.ts') || e.name.endsWith('.d.ts')) return true;
+      const js = path.join(root, 'dist', rel.replace(/\.ts$/, '.js'));
+      return existsSync(js) && statSync(js).mtimeMs >= statSync(path.join(root, rel)).mtimeMs;
+    });
+  return fresh('src') && fresh('bench');
 }

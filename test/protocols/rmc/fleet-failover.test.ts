@@ -69,8 +69,9 @@ describe('rmc fleet on a Sentinel set', () => {
       while (!stopped) {
         const token = `player-${n++}`;
         const at = Date.now();
-        const c = await RmcClient.connect({ host: '127.0.0.1', port });
+        let c: RmcClient | undefined;
         try {
+          c = await RmcClient.connect({ host: '127.0.0.1', port });
           const r = await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(token));
           acked.set(token, String(r.userPid));
           outcomes.push({ at, ok: true });
@@ -78,11 +79,15 @@ describe('rmc fleet on a Sentinel set', () => {
           outcomes.push({ at, ok: false, error: (err as Error).message });
           await new Promise((r) => setTimeout(r, 50));
         } finally {
-          await c.close();
+          await c?.close();
         }
       }
     };
     const loops = [loop(), loop()];
+    // A test that fails before its end stops its load too.
+    cleanup.push(async () => {
+      stopped = true;
+    });
     /** Waits until `n` more logins than now were acknowledged (the load has run on, whatever the machine's speed). */
     const acknowledged = async (n: number, what: string) => {
       const from = Date.now();
@@ -117,8 +122,12 @@ describe('rmc fleet on a Sentinel set', () => {
     // Every acknowledged account logs in again, with the PID it was given.
     const c = await RmcClient.connect({ host: '127.0.0.1', port });
     cleanup.push(() => c.close());
+    // A "try again later" answer (RendezVous::ConnectionFailure: the store, still settling after the
+    // failover, did not answer in time) is retried, as a client does; any other answer is final.
     for (const [token, pid] of acked) {
-      const r = await c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(token));
+      const r = await retryConnectionFailure(() =>
+        c.call(LoginProtocol, 'LoginWithToken_V1', loginArgs(token)),
+      );
       expect(String(r.userPid), token).toBe(pid);
     }
     // No PID twice over the accounts the store holds (acknowledged or not).
@@ -140,3 +149,16 @@ describe('rmc fleet on a Sentinel set', () => {
     expect(text).toMatch(/gamewire_store_durable_writes_total\{protocol="rmc"\} [1-9]/);
   }, 45_000);
 });
+
+/** `call()` again while it answers RendezVous::ConnectionFailure, for at most 20 s. */
+async function retryConnectionFailure<T>(call: () => Promise<T>): Promise<T> {
+  const until = Date.now() + 20_000;
+  for (;;) {
+    try {
+      return await call();
+    } catch (err) {
+      if (!/ConnectionFailure/.test(String((err as Error).message)) || Date.now() > until) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
