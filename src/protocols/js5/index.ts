@@ -2,6 +2,7 @@
  * JS5: the RuneScape cache download protocol and on-disk cache. See docs/js5.md.
  */
 
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { defineServer } from '../../core/options.js';
@@ -52,16 +53,34 @@ export function demoDirName(profile: DemoProfile): string {
   return `js5-demo-cache-${profile}-v2`;
 }
 
-/** Creates the demo cache in `dir` unless a complete one is there. */
+/**
+ * Creates the demo cache in `dir` unless a complete one is there. It is built in a folder of its
+ * own and renamed into place whole, so `dir` never appears half built. Processes started together
+ * on one data folder each build one: the first rename wins, a later one fails as the name is taken,
+ * and every process then serves the one in place.
+ */
 function ensureDemo(dir: string, profile: DemoProfile): void {
   const marker = path.join(dir, 'main_file_cache.idx255');
   if (fs.existsSync(marker)) return;
-  // A half-built demo (interrupted run) is rebuilt from scratch.
-  fs.rmSync(dir, { recursive: true, force: true });
-  const tmp = `${dir}.tmp-${process.pid}`;
-  fs.rmSync(tmp, { recursive: true, force: true });
-  createDemoCache(tmp, { kind: 'disk', profile });
-  fs.renameSync(tmp, dir);
+  const tmp = `${dir}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+  try {
+    createDemoCache(tmp, { kind: 'disk', profile });
+    for (let attempt = 1; ; attempt++) {
+      try {
+        fs.renameSync(tmp, dir);
+        return;
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code ?? '';
+        if (!['ENOTEMPTY', 'EEXIST', 'EPERM'].includes(code)) throw err;
+        if (fs.existsSync(marker)) return;
+        if (attempt === 2) throw err;
+      }
+      // A folder without the marker (a build in place that was interrupted) is replaced.
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
 }
 
 export const js5Server = defineServer({

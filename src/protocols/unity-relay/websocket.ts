@@ -12,8 +12,9 @@
  * per-connection send buffer beyond which messages to that peer are dropped (it is not reading).
  */
 import { execFile } from 'node:child_process';
+import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rename, rm, stat } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
@@ -23,6 +24,7 @@ import { WebSocketServer } from 'ws';
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../core/connection.js';
 import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import { publishFile } from '../../core/publish-file.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
 
@@ -440,55 +442,127 @@ export async function startWsEndpoint(
 const CERT_FILE = 'unity-relay-wss-cert.pem';
 const KEY_FILE = 'unity-relay-wss-key.pem';
 
+/** How long a process that lost the race for the wss pair waits for the winner's certificate. */
+const CERT_WAIT_MS = 30_000;
+const CERT_POLL_MS = 50;
+
 /**
  * A self-signed certificate for local `wss` use, generated once into `dir` with `openssl req`
  * (ECDSA P-256, valid 825 days; subjectAltName: localhost, 127.0.0.1 and `publicHost`) and reused
  * on later runs. Browsers and Unity clients must be told to trust it (see docs/unity-relay.md).
+ *
+ * Processes starting together on one folder must not write into the same two files (each ended
+ * with the other's certificate or a half-written key). Each generates its pair in a private temp
+ * folder; the key is then published with src/core/publish-file.ts, which only one process wins;
+ * the winner moves its certificate into place (`generated` is true for it alone), the others drop
+ * theirs and wait for it. The pair is checked before use: a key whose certificate does not come
+ * within `waitMs` of the key's creation, or does not match (a run killed between the two), is an
+ * error naming both files.
  */
 export async function ensureSelfSignedCert(
   dir: string,
   publicHost: string,
+  options: { waitMs?: number } = {},
 ): Promise<{ cert: Buffer; key: Buffer; certPath: string; keyPath: string; generated: boolean }> {
   const certPath = path.join(dir, CERT_FILE);
   const keyPath = path.join(dir, KEY_FILE);
   let generated = false;
-  if (!existsSync(certPath) || !existsSync(keyPath)) {
+  // The key decides who generates: a certificate without its key is replaced.
+  if (!existsSync(keyPath)) {
     await mkdir(dir, { recursive: true });
-    const names = new Set(['DNS:localhost', 'IP:127.0.0.1']);
-    if (publicHost !== '' && publicHost !== '0.0.0.0')
-      names.add(net.isIP(publicHost) ? `IP:${publicHost}` : `DNS:${publicHost}`);
-    const cn = publicHost === '' || publicHost === '0.0.0.0' ? 'localhost' : publicHost;
-    await new Promise<void>((resolve, reject) => {
-      execFile(
-        'openssl',
-        [
-          'req',
-          '-x509',
-          '-newkey',
-          'ec',
-          '-pkeyopt',
-          'ec_paramgen_curve:prime256v1',
-          '-nodes',
-          '-keyout',
-          keyPath,
-          '-out',
-          certPath,
-          '-days',
-          '825',
-          '-subj',
-          `/CN=${cn}`,
-          '-addext',
-          `subjectAltName=${[...names].join(',')}`,
-        ],
-        { timeout: 30_000 },
-        (err, _stdout, stderr) => {
-          if (err !== null) reject(new Error(`openssl req failed: ${stderr.trim() || err.message}`));
-          else resolve();
-        },
-      );
-    });
-    await chmod(keyPath, 0o600);
-    generated = true;
+    const tmp = await mkdtemp(path.join(dir, '.unity-relay-wss-'));
+    try {
+      const tmpCert = path.join(tmp, CERT_FILE);
+      const tmpKey = path.join(tmp, KEY_FILE);
+      await opensslSelfSigned(tmpKey, tmpCert, publicHost);
+      const published = await publishFile(keyPath, await readFile(tmpKey), { mode: 0o600 });
+      if (published.created) {
+        await rename(tmpCert, certPath);
+        generated = true;
+      }
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
   }
-  return { cert: await readFile(certPath), key: await readFile(keyPath), certPath, keyPath, generated };
+  // A process that lost may get here before the winner's certificate is in place: it comes right
+  // after the key, so a key older than the wait has a certificate that will never come.
+  const waitMs = options.waitMs ?? CERT_WAIT_MS;
+  const keyTime = await stat(keyPath).then(
+    (st) => st.mtimeMs,
+    () => Date.now(),
+  );
+  const deadline = Math.min(Date.now(), keyTime) + waitMs;
+  for (;;) {
+    const pair = await readPair(certPath, keyPath);
+    if (pair.matching) return { cert: pair.cert, key: pair.key, certPath, keyPath, generated };
+    if (Date.now() >= deadline) {
+      throw new Error(
+        pair.cert === undefined
+          ? `wss key ${keyPath} has no certificate ${certPath} (a run stopped while creating them?): delete both files to generate a new pair`
+          : `wss certificate ${certPath} and key ${keyPath} do not match: delete both files to generate a new pair`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, CERT_POLL_MS));
+  }
+}
+
+type Pair = { matching: true; cert: Buffer; key: Buffer } | { matching: false; cert?: Buffer };
+
+/** Reads both files; `matching` when both are there, parse, and the certificate is the key's. */
+async function readPair(certPath: string, keyPath: string): Promise<Pair> {
+  const [cert, key] = await Promise.all([readIfThere(certPath), readIfThere(keyPath)]);
+  if (cert === undefined || key === undefined) return { matching: false, cert };
+  try {
+    if (new X509Certificate(cert).checkPrivateKey(createPrivateKey(key)))
+      return { matching: true, cert, key };
+  } catch {
+    // Not PEM (yet): treated as a mismatch.
+  }
+  return { matching: false, cert };
+}
+
+async function readIfThere(file: string): Promise<Buffer | undefined> {
+  try {
+    return await readFile(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
+/** Runs `openssl req` for a self-signed P-256 pair into `keyPath` and `certPath`. */
+async function opensslSelfSigned(keyPath: string, certPath: string, publicHost: string): Promise<void> {
+  const names = new Set(['DNS:localhost', 'IP:127.0.0.1']);
+  if (publicHost !== '' && publicHost !== '0.0.0.0')
+    names.add(net.isIP(publicHost) ? `IP:${publicHost}` : `DNS:${publicHost}`);
+  const cn = publicHost === '' || publicHost === '0.0.0.0' ? 'localhost' : publicHost;
+  await new Promise<void>((resolve, reject) => {
+    execFile(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-keyout',
+        keyPath,
+        '-out',
+        certPath,
+        '-days',
+        '825',
+        '-subj',
+        `/CN=${cn}`,
+        '-addext',
+        `subjectAltName=${[...names].join(',')}`,
+      ],
+      { timeout: 30_000 },
+      (err, _stdout, stderr) => {
+        if (err !== null) reject(new Error(`openssl req failed: ${stderr.trim() || err.message}`));
+        else resolve();
+      },
+    );
+  });
 }

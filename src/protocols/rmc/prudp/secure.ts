@@ -22,8 +22,9 @@ import {
   sign,
   verify,
 } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { publishFileSync } from '../../../core/publish-file.js';
 import type { ClientCredentials } from './client.js';
 import { PrudpError, PrudpErrorCode } from './packet.js';
 import { SecurePayloadCodec } from './payload.js';
@@ -55,14 +56,23 @@ export function sessionKeyFromSecret(sharedX: Buffer): Buffer {
   return createHash('sha1').update(sharedX).digest().subarray(0, 16);
 }
 
-/** Loads the server's ECDSA P-256 signing ("certification") key from `dir`, generating it on first run. */
+/**
+ * Loads the server's ECDSA P-256 signing ("certification") key from `dir`, generating it on first
+ * run. Processes starting together on one folder each generate one, but only the first to publish
+ * its file wins (src/core/publish-file.ts) and all of them use the file's key, so clients trusting
+ * its public half trust every one of them.
+ */
 export function loadOrCreateSigningKey(dir: string, file = 'prudp-signing-key.pem'): KeyObject {
   const p = path.join(dir, file);
-  if (existsSync(p)) return createPrivateKey(readFileSync(p, 'utf8'));
+  try {
+    return createPrivateKey(readFileSync(p, 'utf8'));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
   mkdirSync(dir, { recursive: true });
   const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
-  writeFileSync(p, privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, { mode: 0o600 });
-  return privateKey;
+  const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+  return createPrivateKey(publishFileSync(p, pem, { mode: 0o600 }).data.toString('utf8'));
 }
 
 /** The signing key's public half as an ECK1-style blob (what a client would be configured to trust). */

@@ -10,10 +10,11 @@
  *   same endpoint (an empty CONNECT is an auth-server connection).
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { listenOnOnePort } from '../../../core/one-port.js';
 import type { ServerOptions } from '../../../core/options.js';
+import { publishFileSync } from '../../../core/publish-file.js';
 import type { Endpoint, ServerContext } from '../../../core/server.js';
 import type { CallContext, RmcConnection } from '../dispatcher.js';
 import type { PRUDP_OPTIONS } from '../options.js';
@@ -32,17 +33,47 @@ export { PRUDP_OPTIONS, PRUDP_SERVE_OPTIONS, RMC_TRANSPORTS } from '../options.j
 /** What `startRmcTransports` reads: the options above, every default filled, and where to bind. */
 export type PrudpServeOptions = ServerOptions<typeof PRUDP_OPTIONS>;
 
-/** Loads (or creates) the Kerberos server key in the data folder, so auth and secure roles share it. */
+/**
+ * Loads (or creates) the Kerberos server key in the data folder, so auth and secure roles share it.
+ * Processes starting together on one folder each generate a key, but only the first to publish
+ * its file wins (src/core/publish-file.ts) and all of them use the file's key; a key that is only
+ * in one process's memory would make every ticket it issues fail at the other.
+ */
 export function loadOrCreateKerberosKey(dir: string, file = 'prudp-kerberos.key'): Buffer {
   const p = path.join(dir, file);
-  if (existsSync(p)) {
-    const k = Buffer.from(readFileSync(p, 'utf8').trim(), 'hex');
-    if (k.length === 32) return k;
-  }
+  const existing = readKerberosKey(p);
+  if (existing.key !== undefined) return existing.key;
   mkdirSync(dir, { recursive: true });
-  const k = randomBytes(32);
-  writeFileSync(p, `${k.toString('hex')}\n`, { mode: 0o600 });
-  return k;
+  const fresh = `${randomBytes(32).toString('hex')}\n`;
+  if (!existing.found) {
+    const key = parseKerberosKey(publishFileSync(p, fresh, { mode: 0o600 }).data);
+    if (key !== undefined) return key;
+  }
+  // An unreadable key (not 64 hex digits) is replaced whole, by rename, so no reader sees half
+  // of the new one; the file is read back so that processes replacing it together mostly agree.
+  const tmp = `${p}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    writeFileSync(tmp, fresh, { mode: 0o600, flag: 'wx' });
+    renameSync(tmp, p);
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+  return readKerberosKey(p).key ?? Buffer.from(fresh.trim(), 'hex');
+}
+
+function parseKerberosKey(text: Buffer): Buffer | undefined {
+  const k = Buffer.from(text.toString('utf8').trim(), 'hex');
+  return k.length === 32 ? k : undefined;
+}
+
+/** The key in `file`, if it holds one; `found` tells a missing file from an invalid one. */
+function readKerberosKey(file: string): { found: boolean; key?: Buffer } {
+  try {
+    return { found: true, key: parseKerberosKey(readFileSync(file)) };
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { found: false };
+    throw err;
+  }
 }
 
 export interface RmcTransports {
