@@ -24,6 +24,7 @@ import { WebSocketServer } from 'ws';
 import { addressKey, CloseReason, type Connection, ConnectionTable } from '../../core/connection.js';
 import type { Logger } from '../../core/logger.js';
 import type { ProtocolMetrics } from '../../core/metrics.js';
+import { CommandError } from '../../core/errors.js';
 import { publishFile } from '../../core/publish-file.js';
 import type { RelayLink } from './links.js';
 import type { RelayServer } from './relay.js';
@@ -496,7 +497,8 @@ export async function ensureSelfSignedCert(
     const pair = await readPair(certPath, keyPath);
     if (pair.matching) return { cert: pair.cert, key: pair.key, certPath, keyPath, generated };
     if (Date.now() >= deadline) {
-      throw new Error(
+      throw new CommandError(
+        'ERR_WSS_CERT',
         pair.cert === undefined
           ? `wss key ${keyPath} has no certificate ${certPath} (a run stopped while creating them?): delete both files to generate a new pair`
           : `wss certificate ${certPath} and key ${keyPath} do not match: delete both files to generate a new pair`,
