@@ -621,6 +621,7 @@ typedef struct {
   int busy_poll_us;          /* SO_BUSY_POLL on the sockets, 0: none */
   int drain;                 /* receive again before polling: 0 no, 1 after a full batch, 2 after any */
   int linger_us;             /* after handling what poll found, sleep this long (0: not) */
+  int spin_us;               /* after handling what poll found, keep receiving this long (0: not) */
   tally_t tally; /* worker only */
   notice_t notices[MAX_NOTICES]; /* worker only */
   uint32_t nnotices;
@@ -631,6 +632,12 @@ static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void count(plane_t *p, int c, uint64_t n) {
@@ -1435,6 +1442,21 @@ static void *worker(void *arg) {
       struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)p->linger_us * 1000};
       nanosleep(&ts, NULL);
     }
+    /*
+     * Spinning (spin=µs): receive without sleeping until nothing came for that long, so that a
+     * datagram arriving right behind the last one is taken without a wake-up. At most 1 ms per
+     * wake-up, so the stop signal and the notices are still seen under steady traffic.
+     */
+    if (p->spin_us > 0) {
+      int64_t start = now_us(), last = start, t = start;
+      while (t - last < p->spin_us && t - start < 1000) {
+        int got = 0;
+        if (udp_i >= 0) got += receive_batch(p, &p->udp, 0);
+        if (dtls_i >= 0) got += receive_batch(p, &p->dtls, 1);
+        t = now_us();
+        if (got > 0) last = t;
+      }
+    }
   }
   return NULL;
 }
@@ -1764,11 +1786,13 @@ static int open_socket(uint32_t addr, uint32_t port, uint16_t *bound_port) {
  *   drain=0|1|2 receive again before polling: never, after a full batch (default), after any;
  *   busy=µs     SO_BUSY_POLL (default 0: off; raising it may need CAP_NET_ADMIN);
  *   linger=µs   sleep after each wake-up so that batches grow (default 0: off; adds latency);
+ *   spin=µs     after each wake-up, receive without sleeping until nothing came for that long
+ *               (default 0: off; at most 1 ms per wake-up);
  *   batch=n     datagrams per recvmmsg, 1..MAX_BATCH (default: what JavaScript asks).
  * Anything else is ignored. An offload the kernel refuses is off (see js_offloads).
  */
 typedef struct {
-  int gso, gro, drain, busy, linger;
+  int gso, gro, drain, busy, linger, spin;
   uint32_t batch;
 } tuning_t;
 
@@ -1787,6 +1811,7 @@ static void tuning_read(tuning_t *t) {
     else if (strcmp(tok, "gro") == 0) t->gro = v != 0;
     else if (strcmp(tok, "drain") == 0 && v >= 0 && v <= 2) t->drain = (int)v;
     else if (strcmp(tok, "linger") == 0 && v >= 0 && v <= 1000) t->linger = (int)v;
+    else if (strcmp(tok, "spin") == 0 && v >= 0 && v <= 1000) t->spin = (int)v;
     else if (strcmp(tok, "busy") == 0 && v >= 0 && v <= 1000000) t->busy = (int)v;
     else if (strcmp(tok, "batch") == 0 && v >= 1 && v <= MAX_BATCH) t->batch = (uint32_t)v;
   }
@@ -1838,7 +1863,7 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE_ADDRESS", "the native data plane binds IPv4 addresses only");
     return NULL;
   }
-  tuning_t tuning = {.gso = 1, .gro = 0, .drain = 1, .busy = 0, .linger = 0, .batch = batch};
+  tuning_t tuning = {.gso = 1, .gro = 0, .drain = 1, .busy = 0, .linger = 0, .spin = 0, .batch = batch};
   tuning_read(&tuning);
   batch = tuning.batch;
   plane_t *p = calloc(1, sizeof(plane_t));
@@ -1848,6 +1873,7 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   }
   p->drain = tuning.drain;
   p->linger_us = tuning.linger;
+  p->spin_us = tuning.spin;
   p->udp.fd = p->dtls.fd = p->wake_fd = -1;
   p->max_datagram = max_datagram;
   p->max_to_dtls = max_to_dtls < max_datagram ? max_to_dtls : max_datagram;
