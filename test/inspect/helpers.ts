@@ -41,8 +41,23 @@ export class Tcpdump {
     this.exited = exited;
   }
 
-  static async start(filter: string, file: string, extra: string[] = ['-i', 'lo']): Promise<Tcpdump> {
-    const child = spawn('tcpdump', [...extra, ...TCPDUMP_LIVE, '-w', file, filter], {
+  static async start(filter: string, file: string, extra?: string[]): Promise<Tcpdump> {
+    // On loopback, only 127.0.0.1 to 127.0.0.1, where every test's own client and server are:
+    // other files' crowds and attackers (127.0.0.2 and up) that still reach for a port their
+    // server had, which this test's server may now hold, stay out of the capture (seen under
+    // load: a flow from 127.0.0.41 in an RMC capture).
+    const args =
+      extra === undefined
+        ? [
+            '-i',
+            'lo',
+            ...TCPDUMP_LIVE,
+            '-w',
+            file,
+            `(${filter}) and src host 127.0.0.1 and dst host 127.0.0.1`,
+          ]
+        : [...extra, ...TCPDUMP_LIVE, '-w', file, filter];
+    const child = spawn('tcpdump', args, {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';
