@@ -456,8 +456,15 @@ describe('native data plane under AddressSanitizer and UBSan', () => {
     expect(r.stderr).not.toMatch(/AddressSanitizer|runtime error|UndefinedBehaviorSanitizer/);
     expect(r.signal, 'the process did not end on its own').toBeNull();
     expect(r.status, r.stderr).toBe(0);
-    const result = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as { sent: number; batches: number };
+    const result = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as {
+      sent: number;
+      batches: number;
+      planes: number;
+      roundsWithBatch: number;
+    };
     expect(result.sent).toBeGreaterThan(0);
+    // Every plane handed JavaScript a batch before its last reference went: no round was a no-op.
+    expect(result.roundsWithBatch).toBe(result.planes);
     expect(result.batches).toBeGreaterThan(0);
   }, 90_000);
 
