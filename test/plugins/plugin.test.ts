@@ -20,8 +20,16 @@ import { errorOf, ROOT, runCli } from '../helpers/cli.js';
 import { haveProgram, inspectJson, tempDir } from '../inspect/helpers.js';
 
 const FIXTURE = './test/fixtures/echo-protocol/index.ts';
-// Every spawned gamewire of this file (runCli, startServe) loads the plug-in.
-process.env.GAMEWIRE_PLUGINS = FIXTURE;
+// Every spawned gamewire of this file (runCli, startServe) loads the plug-in. Set for this file
+// only: its worker runs other files after it (test/setup.ts fails a file that leaves it set).
+const pluginsBefore = process.env.GAMEWIRE_PLUGINS;
+beforeAll(() => {
+  process.env.GAMEWIRE_PLUGINS = FIXTURE;
+});
+afterAll(() => {
+  if (pluginsBefore === undefined) delete process.env.GAMEWIRE_PLUGINS;
+  else process.env.GAMEWIRE_PLUGINS = pluginsBefore;
+});
 
 const HAVE_TSHARK = haveProgram('tshark');
 

@@ -144,6 +144,7 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
     // retransmission, so a datagram lost on a flooded machine fails its join: like a player, it
     // tries once more (a new session), and the time to get in counts both attempts.
     const newcomers: Promise<number>[] = [];
+    const newcomerErrors: string[] = [];
     for (let i = 0; i < 16; i++) {
       await elapse(250, 'newcomers arrive one every 250 ms during the attack');
       newcomers.push(
@@ -154,6 +155,7 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
               await (await reference(NEWCOMERS, `${500 + i}`)).join(0);
               return performance.now() - t0;
             } catch (err) {
+              newcomerErrors.push(`newcomer ${i} attempt ${attempt}: ${(err as Error).message}`);
               if (attempt === 2) throw err;
             }
           }
@@ -189,6 +191,7 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
       minShare: Math.min(...shares),
       tcpShare,
       joinTimesMs: joinTimes.map((t) => Math.round(t)),
+      newcomerErrors,
       provenAttackers,
       aliasWrong: await metric('dropped', 'alias_wrong'),
       aliasUnchecked: await metric('dropped', 'alias_unchecked'),
