@@ -1,8 +1,9 @@
 /**
  * Builds the CLI once before any test file runs, so the tests that spawn `bin/gamewire.js` see
  * the current sources, and no test file rebuilds dist/ while another is running it. Also builds
- * the native data plane when it is missing (a checkout that skipped `npm ci`'s prepare step), as
- * `npm ci` would: its tests need it on Linux. Provides the run's scratch folder for the packed
+ * the native data plane when it is missing (a checkout that skipped `npm ci`'s prepare step) or
+ * older than its sources, as `npm ci` would: its tests need it on Linux, and the reproducibility
+ * test compares it with a clean build. Provides the run's scratch folder for the packed
  * package (test/library/packed.ts: packed and installed once per run, by the first test file that
  * needs it) and removes it at the end.
  */
@@ -32,7 +33,7 @@ export default function setup(project: TestProject): () => void {
     }
   }
   process.env.GAMEWIRE_TESTS_BUILT = '1';
-  if (!existsSync(path.join(root, 'native', 'build', 'Release', 'relay_dataplane.node'))) {
+  if (!nativeBuiltFromSources(root)) {
     spawnSync(process.execPath, [path.join(root, 'scripts', 'build-native.mjs')], {
       cwd: root,
       stdio: 'inherit',
@@ -59,4 +60,18 @@ function builtFromSources(root: string): boolean {
       return existsSync(js) && statSync(js).mtimeMs >= statSync(path.join(root, rel)).mtimeMs;
     });
   return fresh('src') && fresh('bench');
+}
+
+/** Whether the checkout's native addon exists and is newer than native/'s sources and its build script. */
+function nativeBuiltFromSources(root: string): boolean {
+  const addon = path.join(root, 'native', 'build', 'Release', 'relay_dataplane.node');
+  if (!existsSync(addon)) return false;
+  const built = statSync(addon).mtimeMs;
+  const inputs = [
+    path.join(root, 'scripts', 'build-native.mjs'),
+    ...readdirSync(path.join(root, 'native'))
+      .filter((n) => /\.[ch]$/.test(n))
+      .map((n) => path.join(root, 'native', n)),
+  ];
+  return inputs.every((f) => statSync(f).mtimeMs <= built);
 }
