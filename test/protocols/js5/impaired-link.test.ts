@@ -41,6 +41,16 @@ describe('js5 through an impaired path', () => {
       },
       { urgentRate: 10, maxErrors: 50 },
     );
+    // What the clients went through, for the record (a slow run says here why: back-offs, stalls).
+    console.log(
+      JSON.stringify({
+        downloadMs: s.latencyMs.download,
+        reconnects: s.counters.reconnects,
+        errors: s.errors,
+        errorMessages: s.errorMessages,
+        proxy: proxy.stats,
+      }),
+    );
     // Errors the clients survived (the resets) are counted; a failed session would name its reason.
     expect(s.sessions.failed, JSON.stringify(s.errorMessages)).toBe(0);
     expect(s.sessions).toMatchObject({ started: 3, succeeded: 3, failed: 0, unfinished: 0 });
