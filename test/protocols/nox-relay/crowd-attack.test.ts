@@ -35,8 +35,11 @@ beforeAll(async () => {
   writeFileSync(
     file,
     JSON.stringify([
-      { id: 0, capacity: 96 },
-      { id: 1, capacity: 96 },
+      // Room for the crowd, the newcomers (with their failed attempts, whose sessions linger until
+      // they time out) and the attackers' lucky alias guesses (5 to 20 a run), which enter too: a
+      // full room would refuse a newcomer for a reason that is not the attack's.
+      { id: 0, capacity: 160 },
+      { id: 1, capacity: 160 },
     ]),
   );
   served = await spawnServe(['nox-relay', '--port', '0', '--instances', file]);
@@ -47,12 +50,16 @@ afterAll(async () => {
   expect(await served.stop()).toBe(0);
 }, 30_000);
 
-async function reference(address: string, token: string): Promise<ReferenceV1Client> {
+async function reference(
+  address: string,
+  token: string,
+  requestTimeoutMs = 10_000,
+): Promise<ReferenceV1Client> {
   const c = new ReferenceV1Client({
     port: served.port('nox-relay', 'udp'),
     localAddress: address,
     token,
-    requestTimeoutMs: 10_000,
+    requestTimeoutMs,
   });
   closers.push(() => c.close());
   await c.connect();
@@ -141,8 +148,9 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
       tcpHold: '03e800',
     });
     // Newcomers from another address during the attack: one every 250 ms. A v1 client has no
-    // retransmission, so a datagram lost on a flooded machine fails its join: like a player, it
-    // tries once more (a new session), and the time to get in counts both attempts.
+    // retransmission, so a datagram lost on a flooded machine fails its join (its request waits
+    // out 5 s): like a player, it tries again with a new session, up to three times, and the time
+    // to get in counts every attempt. (Under stress-ng, several lost a datagram in two attempts.)
     const newcomers: Promise<number>[] = [];
     const newcomerErrors: string[] = [];
     for (let i = 0; i < 16; i++) {
@@ -152,11 +160,11 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
           const t0 = performance.now();
           for (let attempt = 1; ; attempt++) {
             try {
-              await (await reference(NEWCOMERS, `${500 + i}`)).join(0);
+              await (await reference(NEWCOMERS, `${500 + i}`, 5000)).join(0);
               return performance.now() - t0;
             } catch (err) {
               newcomerErrors.push(`newcomer ${i} attempt ${attempt}: ${(err as Error).message}`);
-              if (attempt === 2) throw err;
+              if (attempt === 3) throw err;
             }
           }
         })().catch(() => Number.POSITIVE_INFINITY),
@@ -208,9 +216,12 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
     // the kernel drops datagrams before gamewire sees them, from everyone alike.)
     expect(report.minShare).toBeGreaterThanOrEqual(0.7);
     expect(tcpShare).toBeGreaterThanOrEqual(0.9);
-    // Every new player got in during the attack, within two attempts and 25 s (under a second on
-    // a quiet machine).
-    expect(joinTimes.every((t) => t < 25_000)).toBe(true);
+    // Every new player got in during the attack, within three attempts and 30 s (under a second
+    // on a quiet machine).
+    expect(
+      joinTimes.every((t) => t < 30_000),
+      JSON.stringify(newcomerErrors),
+    ).toBe(true);
     // The attack was what it says.
     expect(attack.rounds).toBeGreaterThanOrEqual(3);
     expect(attack.tcpConnected).toBeGreaterThanOrEqual(900);
@@ -220,5 +231,5 @@ describe('issue 24 item 5: nox-relay, a crowd behind one address versus attacker
     expect(report.aliasWrong).toBeLessThanOrEqual(2 * ATTACKERS.length);
     expect(provenAttackers).toBeLessThanOrEqual(40);
     expect(attack.addressesOver3x).toBeLessThanOrEqual(provenAttackers);
-  }, 90_000);
+  }, 150_000);
 });
