@@ -297,6 +297,39 @@ export interface Datagram {
   port: number;
 }
 
+/**
+ * Local ports of this process's recent conformance sessions, oldest first. A server keeps a
+ * session (and resends what was not acknowledged) for a while after a check leaves it, some checks
+ * on purpose; a later check whose socket got the same port from the kernel would take those
+ * resends for answers to its own datagrams (seen once: rmc's prudp.checksum failed on a resend
+ * that reached a reused port). So every UDP session of a check comes from a port none of the last
+ * RECENT_PORTS used.
+ */
+const recentPorts: number[] = [];
+const RECENT_PORTS = 1024;
+
+/** A UDP socket bound to a port (of `localAddress`, else any) that no recent session of this process used. */
+export async function bindFreshUdp(type: 'udp4' | 'udp6', localAddress?: string): Promise<dgram.Socket> {
+  for (let attempt = 0; ; attempt++) {
+    const socket = dgram.createSocket(type);
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(0, localAddress, () => {
+        socket.off('error', reject);
+        resolve();
+      });
+    });
+    const port = socket.address().port;
+    // A kernel that keeps handing out recent ports (a tiny range) still gets a session after 16 tries.
+    if (!recentPorts.includes(port) || attempt === 16) {
+      recentPorts.push(port);
+      if (recentPorts.length > RECENT_PORTS) recentPorts.shift();
+      return socket;
+    }
+    await new Promise<void>((resolve) => socket.close(() => resolve()));
+  }
+}
+
 /** A UDP socket with an inbox: sends datagrams to the target, waits for matching replies. */
 export class UdpProbe {
   readonly socket: dgram.Socket;
@@ -326,14 +359,7 @@ export class UdpProbe {
   }
 
   static async open(target: ConformTarget, run: CheckRun, localAddress?: string): Promise<UdpProbe> {
-    const socket = dgram.createSocket(net.isIPv6(target.host) ? 'udp6' : 'udp4');
-    await new Promise<void>((resolve, reject) => {
-      socket.once('error', reject);
-      socket.bind(0, localAddress, () => {
-        socket.off('error', reject);
-        resolve();
-      });
-    });
+    const socket = await bindFreshUdp(net.isIPv6(target.host) ? 'udp6' : 'udp4', localAddress);
     return new UdpProbe(socket, target, run);
   }
 

@@ -29,7 +29,16 @@ async function conform(port: number, options: Record<string, string>): Promise<C
 const failed = (rs: CheckResult[]) => rs.filter((r) => r.status === 'fail').map((r) => r.id);
 const ran = (rs: CheckResult[]) => rs.filter((r) => r.status !== 'skip').map((r) => r.id);
 const detail = (rs: CheckResult[]) =>
-  JSON.stringify(rs.filter((r) => r.status === 'fail').map((r) => [r.id, r.message]));
+  JSON.stringify(
+    rs
+      .filter((r) => r.status === 'fail')
+      .map((r) => [
+        r.id,
+        r.message,
+        r.evidence?.received ? Buffer.from(r.evidence.received).toString('hex') : undefined,
+        r.evidence?.sent ? Buffer.from(r.evidence.sent).toString('hex') : undefined,
+      ]),
+  );
 
 const PRUDP_CHECKS = [
   'prudp.syn',

@@ -4,10 +4,9 @@
  * client's connectors read them. Packets are built and read with gamewire's declarations;
  * requests carry their own uid and wait for the reply that echoes it.
  */
-import dgram from 'node:dgram';
 import net from 'node:net';
 import { CheckFailure, type CheckRun, type ConformTarget } from '../../../core/conform.js';
-import { MessageInbox, targetText } from '../../../core/conform-probes.js';
+import { bindFreshUdp, MessageInbox, targetText } from '../../../core/conform-probes.js';
 import { StreamDeframer } from '../../../wire/framing.js';
 import { WireReader } from '../../../wire/reader.js';
 import { WireWriter } from '../../../wire/writer.js';
@@ -104,8 +103,7 @@ export class NoxPeer {
         socket.localPort ?? 0,
       );
     } else {
-      const socket = dgram.createSocket(net.isIPv6(target.host) ? 'udp6' : 'udp4');
-      await new Promise<void>((resolve) => socket.bind(0, resolve));
+      const socket = await bindFreshUdp(net.isIPv6(target.host) ? 'udp6' : 'udp4');
       const ranges: number[] = [];
       const measure = packetMeasure(MAX_PACKET);
       socket.on('message', (d, rinfo) => {

@@ -4,10 +4,10 @@
  * DISCONNECT, fragments, retransmissions) under the check's control, so a check can leave a
  * packet unacknowledged, repeat one, or break its checksum on purpose.
  */
-import dgram from 'node:dgram';
+import type dgram from 'node:dgram';
 import net from 'node:net';
 import { CheckFailure, type CheckRun, type ConformTarget } from '../../../core/conform.js';
-import { MessageInbox } from '../../../core/conform-probes.js';
+import { bindFreshUdp, MessageInbox } from '../../../core/conform-probes.js';
 import { WireWriter } from '../../../wire/writer.js';
 import type { ChecksumWidth } from '../prudp/checksum.js';
 import { clientSignatureFor } from '../prudp/client.js';
@@ -90,8 +90,7 @@ export class PrudpPeer {
   }
 
   static async open(target: ConformTarget, run: CheckRun, cfg: ChecksumConfig): Promise<PrudpPeer> {
-    const socket = dgram.createSocket(net.isIPv6(target.host) ? 'udp6' : 'udp4');
-    await new Promise<void>((resolve) => socket.bind(0, resolve));
+    const socket = await bindFreshUdp(net.isIPv6(target.host) ? 'udp6' : 'udp4');
     return new PrudpPeer(socket, target, run, cfg);
   }
 
