@@ -313,9 +313,14 @@ export async function bindFreshUdp(type: 'udp4' | 'udp6', localAddress?: string)
   for (let attempt = 0; ; attempt++) {
     const socket = dgram.createSocket(type);
     await new Promise<void>((resolve, reject) => {
-      socket.once('error', reject);
+      // A bind that fails (an address this host does not have) leaves no socket behind.
+      const failed = (err: Error) => {
+        socket.close();
+        reject(err);
+      };
+      socket.once('error', failed);
       socket.bind(0, localAddress, () => {
-        socket.off('error', reject);
+        socket.off('error', failed);
         resolve();
       });
     });
