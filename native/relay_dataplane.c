@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -462,6 +463,7 @@ enum {
   C_GSO_FALLBACKS,         /* UDP_SEGMENT sends the kernel refused, sent again one datagram at a time */
   C_GRO_RECEIVED,          /* coalesced receives (UDP_GRO), each split back into its datagrams */
   C_GRO_DATAGRAMS,         /* datagrams in them */
+  C_COALESCED,             /* wake-ups after which the worker slept to let the next batch gather */
   C_COUNT
 };
 
@@ -622,6 +624,9 @@ typedef struct {
   int drain;                 /* receive again before polling: 0 no, 1 after a full batch, 2 after any */
   int linger_us;             /* after handling what poll found, sleep this long (0: not) */
   int spin_us;               /* after handling what poll found, keep receiving this long (0: not) */
+  int coalesce_us;           /* adaptive coalescing: the longest sleep after a wake-up (0: off) */
+  unsigned long timer_slack_ns;
+  uint32_t coalesce_min_pps; /* ... taken only while datagrams arrive at least this fast */
   tally_t tally; /* worker only */
   notice_t notices[MAX_NOTICES]; /* worker only */
   uint32_t nnotices;
@@ -1398,11 +1403,44 @@ static int receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
  * receives again before polling; drain=2: again after any batch, as datagrams may have arrived
  * while it was handled. At most 8 more, so the other socket and the wake-up are not starved.
  */
-static void drain(plane_t *p, rx_t *rx, int is_dtls) {
+static int drain(plane_t *p, rx_t *rx, int is_dtls) {
+  int total = 0;
   for (int k = 0; k < 9; k++) {
     int n = receive_batch(p, rx, is_dtls);
-    if (n <= 0 || p->drain == 0 || (p->drain == 1 && n < (int)p->batch)) return;
+    if (n > 0) total += n;
+    if (n <= 0 || p->drain == 0 || (p->drain == 1 && n < (int)p->batch)) break;
   }
+  return total;
+}
+
+/* The arrival rate coalescing looks at: datagrams per second over windows of this length. */
+#define COALESCE_WINDOW_US 2000
+/* The rate from which it coalesces (COALESCE_MIN_PPS in native-dataplane.ts). */
+#define COALESCE_MIN_PPS 40000
+
+/*
+ * Adaptive coalescing, as a NIC moderates its interrupts: while datagrams arrive at least
+ * coalesce_min_pps fast (over the last window), the worker sleeps after handling a wake-up, long
+ * enough for about a batch to gather but never longer than coalesce_us, so that one wake-up (and
+ * one poll, recvmmsg and sendmmsg) serves many datagrams instead of three or four. Below that
+ * rate it never sleeps: light traffic keeps its latency. Returns the rate it now believes.
+ */
+static uint64_t coalesce(plane_t *p, int got, int64_t *win_start, uint64_t *win_n, uint64_t rate) {
+  int64_t t = now_us();
+  *win_n += (uint64_t)got;
+  if (t - *win_start >= COALESCE_WINDOW_US) {
+    rate = *win_n * 1000000u / (uint64_t)(t - *win_start);
+    *win_start = t;
+    *win_n = 0;
+  }
+  if (rate < p->coalesce_min_pps || rate == 0) return rate;
+  uint64_t us = (uint64_t)p->batch * 1000000u / rate;
+  if (us > (uint64_t)p->coalesce_us) us = (uint64_t)p->coalesce_us;
+  if (us == 0) return rate;
+  struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
+  nanosleep(&ts, NULL);
+  count(p, C_COALESCED, 1);
+  return rate;
 }
 
 static void *worker(void *arg) {
@@ -1419,6 +1457,10 @@ static void *worker(void *arg) {
   }
   int wake_i = nfds;
   pfds[nfds++] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
+  /* Sleeps of a few tens of µs: the default 50 µs timer slack would double them. */
+  if (p->coalesce_us > 0) prctl(PR_SET_TIMERSLACK, p->timer_slack_ns, 0, 0, 0);
+  int64_t win_start = now_us();
+  uint64_t win_n = 0, rate = 0;
   for (;;) {
     /* Pending drop notices: wake up to hand them over when they are NOTICE_MS old. */
     int timeout = -1;
@@ -1436,8 +1478,10 @@ static void *worker(void *arg) {
       hand_to_js(p, NULL, 0, 0);
       continue;
     }
-    if (udp_i >= 0 && (pfds[udp_i].revents & POLLIN) != 0) drain(p, &p->udp, 0);
-    if (dtls_i >= 0 && (pfds[dtls_i].revents & POLLIN) != 0) drain(p, &p->dtls, 1);
+    int got = 0;
+    if (udp_i >= 0 && (pfds[udp_i].revents & POLLIN) != 0) got += drain(p, &p->udp, 0);
+    if (dtls_i >= 0 && (pfds[dtls_i].revents & POLLIN) != 0) got += drain(p, &p->dtls, 1);
+    if (p->coalesce_us > 0) rate = coalesce(p, got, &win_start, &win_n, rate);
     if (p->linger_us > 0) {
       struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)p->linger_us * 1000};
       nanosleep(&ts, NULL);
@@ -1788,12 +1832,15 @@ static int open_socket(uint32_t addr, uint32_t port, uint16_t *bound_port) {
  *   linger=µs   sleep after each wake-up so that batches grow (default 0: off; adds latency);
  *   spin=µs     after each wake-up, receive without sleeping until nothing came for that long
  *               (default 0: off; at most 1 ms per wake-up);
- *   batch=n     datagrams per recvmmsg, 1..MAX_BATCH (default: what JavaScript asks).
+ *   batch=n     datagrams per recvmmsg, 1..MAX_BATCH (default: what JavaScript asks);
+ *   coalesce=µs the longest coalescing sleep (default: what JavaScript asks, see coalesce());
+ *   coalesceMin=pps the arrival rate from which it coalesces (default COALESCE_MIN_PPS);
+ *   slack=ns    the worker's timer slack while it coalesces (default 1000; Linux's is 50000).
  * Anything else is ignored. An offload the kernel refuses is off (see js_offloads).
  */
 typedef struct {
-  int gso, gro, drain, busy, linger, spin;
-  uint32_t batch;
+  int gso, gro, drain, busy, linger, spin, coalesce;
+  uint32_t batch, coalesce_min, slack;
 } tuning_t;
 
 static void tuning_read(tuning_t *t) {
@@ -1814,6 +1861,9 @@ static void tuning_read(tuning_t *t) {
     else if (strcmp(tok, "spin") == 0 && v >= 0 && v <= 1000) t->spin = (int)v;
     else if (strcmp(tok, "busy") == 0 && v >= 0 && v <= 1000000) t->busy = (int)v;
     else if (strcmp(tok, "batch") == 0 && v >= 1 && v <= MAX_BATCH) t->batch = (uint32_t)v;
+    else if (strcmp(tok, "coalesce") == 0 && v >= 0 && v <= 1000) t->coalesce = (int)v;
+    else if (strcmp(tok, "coalesceMin") == 0 && v >= 1 && v <= 100000000) t->coalesce_min = (uint32_t)v;
+    else if (strcmp(tok, "slack") == 0 && v >= 1 && v <= 1000000) t->slack = (uint32_t)v;
   }
 }
 
@@ -1833,11 +1883,29 @@ static int busy_poll_set(int fd, int us) {
 }
 
 /*
- * open(host, udpPort, dtlsPort, maxDatagram, batch, onBatch, maxToDtls) → [handle, udpPort, dtlsPort].
- * A port of -1 opens no such socket (and reports -1).
+ * open(host, udpPort, dtlsPort, maxDatagram, batch, onBatch, maxToDtls[, coalesceUs]) →
+ * [handle, udpPort, dtlsPort]. A port of -1 opens no such socket (and reports -1). coalesceUs: the
+ * longest coalescing sleep (see coalesce()), 0 or absent: none.
  */
 static napi_value js_open(napi_env env, napi_callback_info info) {
-  ARGS(7);
+  size_t argc = 8;
+  napi_value argv[8];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc < 7) {
+    napi_throw_type_error(env, "ERR_NATIVE_DATAPLANE", "missing arguments");
+    return NULL;
+  }
+  int32_t coalesce_us = 0;
+  if (argc >= 8) {
+    napi_valuetype t;
+    CHECK(napi_typeof(env, argv[7], &t));
+    if (t != napi_undefined) {
+      if (napi_get_value_int32(env, argv[7], &coalesce_us) != napi_ok || coalesce_us < 0 || coalesce_us > 1000) {
+        napi_throw_range_error(env, "ERR_NATIVE_DATAPLANE", "coalesceUs: 0 to 1000");
+        return NULL;
+      }
+    }
+  }
   char host[64];
   size_t host_len;
   CHECK(napi_get_value_string_utf8(env, argv[0], host, sizeof(host), &host_len));
@@ -1863,7 +1931,8 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "ERR_NATIVE_DATAPLANE_ADDRESS", "the native data plane binds IPv4 addresses only");
     return NULL;
   }
-  tuning_t tuning = {.gso = 1, .gro = 0, .drain = 1, .busy = 0, .linger = 0, .spin = 0, .batch = batch};
+  tuning_t tuning = {.gso = 1, .gro = 0, .drain = 1, .busy = 0, .linger = 0, .spin = 0, .batch = batch,
+                     .coalesce = coalesce_us, .coalesce_min = COALESCE_MIN_PPS, .slack = 1000};
   tuning_read(&tuning);
   batch = tuning.batch;
   plane_t *p = calloc(1, sizeof(plane_t));
@@ -1874,6 +1943,9 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   p->drain = tuning.drain;
   p->linger_us = tuning.linger;
   p->spin_us = tuning.spin;
+  p->coalesce_us = tuning.coalesce;
+  p->coalesce_min_pps = tuning.coalesce_min;
+  p->timer_slack_ns = tuning.slack;
   p->udp.fd = p->dtls.fd = p->wake_fd = -1;
   p->max_datagram = max_datagram;
   p->max_to_dtls = max_to_dtls < max_datagram ? max_to_dtls : max_datagram;
@@ -2208,15 +2280,19 @@ static napi_value js_stats(napi_env env, napi_callback_info info) {
   return arr;
 }
 
-/* offloads(handle) → [gso, gro, busyPollUs, batch, drain] as chosen at open (gso as it is now). */
+/*
+ * offloads(handle) → [gso, gro, busyPollUs, batch, drain, coalesceUs, coalesceMinPps] as chosen at
+ * open (gso as it is now).
+ */
 static napi_value js_offloads(napi_env env, napi_callback_info info) {
   ARGS(1);
   plane_t *p = plane_arg(env, argv[0]);
   if (p == NULL) return NULL;
-  double v[5] = {__atomic_load_n(&p->gso, __ATOMIC_RELAXED), p->gro, p->busy_poll_us, p->batch, p->drain};
+  double v[7] = {__atomic_load_n(&p->gso, __ATOMIC_RELAXED), p->gro, p->busy_poll_us, p->batch, p->drain,
+                 p->coalesce_us, p->coalesce_min_pps};
   napi_value arr;
-  CHECK(napi_create_array_with_length(env, 5, &arr));
-  for (uint32_t i = 0; i < 5; i++) {
+  CHECK(napi_create_array_with_length(env, 7, &arr));
+  for (uint32_t i = 0; i < 7; i++) {
     napi_value x;
     CHECK(napi_create_double(env, v[i], &x));
     CHECK(napi_set_element(env, arr, i, x));

@@ -81,6 +81,11 @@ export interface UnityRelayOptions {
   /** WebSocket connections in all / per client IP (each of ws and wss). Defaults 10 000 / 256. */
   wsMaxConnections?: number;
   wsMaxConnectionsPerIp?: number;
+  /**
+   * Native data plane only: while datagrams arrive at 40k/s or more, the worker waits up to this
+   * many µs after a wake-up so the next ones are handled together (0: never). Default 200.
+   */
+  nativeCoalesceUs?: number;
   /** Largest relay message forwarded to a DTLS / WebSocket recipient. Defaults 1363 / 1386. */
   maxMessageToDtls?: number;
   maxMessageToWs?: number;
@@ -253,6 +258,7 @@ export async function startUnityRelay(options: UnityRelayOptions = {}): Promise<
         ...(dtlsNative ? { dtlsPort } : {}),
         ...(options.maxDatagramBytes !== undefined ? { maxDatagramBytes: options.maxDatagramBytes } : {}),
         ...(options.maxMessageToDtls !== undefined ? { maxMessageToDtls: options.maxMessageToDtls } : {}),
+        ...(options.nativeCoalesceUs !== undefined ? { coalesceUs: options.nativeCoalesceUs } : {}),
       });
     let native: NativeRelaySocket;
     try {

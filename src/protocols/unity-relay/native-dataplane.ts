@@ -42,6 +42,7 @@ export interface Addon {
     batch: number,
     onBatch: (data: Buffer, meta: Int32Array) => void,
     maxToDtls: number,
+    coalesceUs?: number,
   ): [unknown, number, number];
   close(handle: unknown): void;
   send(handle: unknown, msg: Uint8Array, port: number, address: string): number;
@@ -96,7 +97,7 @@ export interface Addon {
   lastSeen(handle: unknown, id: Uint8Array): number;
   now(): number;
   stats(handle: unknown): number[];
-  /** [gso, gro, busyPollUs, batch, drain]: the kernel offloads in use (see NativeOffloads). */
+  /** [gso, gro, busyPollUs, batch, drain, coalesceUs, coalesceMinPps]: the offloads in use (see NativeOffloads). */
   offloads(handle: unknown): number[];
   counters(handle: unknown, id: Uint8Array): number[] | null;
 }
@@ -115,6 +116,9 @@ export interface NativeOffloads {
   busyPollUs: number;
   /** Datagrams per recvmmsg. */
   batch: number;
+  /** The longest coalescing sleep after a wake-up, in µs (0: off), and the rate from which it is taken. */
+  coalesceUs: number;
+  coalesceMinPps: number;
 }
 
 /** Counters kept by the native side. */
@@ -180,6 +184,8 @@ export interface NativeDataplaneStats {
   /** Coalesced receives (UDP_GRO), each split back into its datagrams, and the datagrams in them. */
   groReceived: number;
   groDatagrams: number;
+  /** Wake-ups after which the worker slept so the next batch could gather (adaptive coalescing). */
+  coalesced: number;
   /** Allocations in the native table. */
   tableSize: number;
   /** DTLS associations whose record layer the native side holds. */
@@ -220,6 +226,7 @@ const STAT_KEYS = [
   'gsoFallbacks',
   'groReceived',
   'groDatagrams',
+  'coalesced',
   'tableSize',
   'associations',
 ] as const satisfies readonly (keyof NativeDataplaneStats)[];
@@ -254,7 +261,18 @@ export interface NativeRelaySocketOptions {
   maxMessageToDtls?: number;
   /** Datagrams per recvmmsg/sendmmsg call. Default 64. */
   batch?: number;
+  /**
+   * Adaptive coalescing: while datagrams arrive at COALESCE_MIN_PPS or faster, the worker sleeps
+   * after a wake-up until about a batch could have gathered, at most this many µs (0: never).
+   * Default DEFAULT_NATIVE_COALESCE_US.
+   */
+  coalesceUs?: number;
 }
+
+/** The longest coalescing wait after a wake-up, in µs (docs/native-dataplane.md, "Coalescing"). */
+export const DEFAULT_NATIVE_COALESCE_US = 200;
+/** The arrival rate (datagrams per second, both sockets) from which the worker coalesces. */
+export const COALESCE_MIN_PPS = 40_000;
 
 /** Remote info of a datagram handed to JavaScript, shaped like dgram's. */
 export interface NativeRemoteInfo {
@@ -331,6 +349,7 @@ export class NativeRelaySocket extends EventEmitter {
         options.batch ?? 64,
         this.onBatch,
         options.maxMessageToDtls ?? 1363,
+        options.coalesceUs ?? DEFAULT_NATIVE_COALESCE_US,
       );
       this.handle = handle;
       this.port = port;
@@ -457,9 +476,18 @@ export class NativeRelaySocket extends EventEmitter {
   /** The kernel offloads in use (GSO may turn itself off later when sends with it keep failing). */
   offloads(): NativeOffloads {
     // An addon from before offloads() (GAMEWIRE_NATIVE_ADDON naming an older build) has none.
-    if (typeof this.addon.offloads !== 'function') return { gso: false, gro: false, busyPollUs: 0, batch: 0 };
-    const [gso, gro, busyPollUs, batch] = this.addon.offloads(this.handle);
-    return { gso: gso === 1, gro: gro === 1, busyPollUs: busyPollUs ?? 0, batch: batch ?? 0 };
+    if (typeof this.addon.offloads !== 'function')
+      return { gso: false, gro: false, busyPollUs: 0, batch: 0, coalesceUs: 0, coalesceMinPps: 0 };
+    const [gso, gro, busyPollUs, batch, , coalesceUs, coalesceMinPps] = this.addon.offloads(this.handle);
+    return {
+      gso: gso === 1,
+      gro: gro === 1,
+      busyPollUs: busyPollUs ?? 0,
+      batch: batch ?? 0,
+      // An addon from before coalescing reports none.
+      coalesceUs: coalesceUs ?? 0,
+      coalesceMinPps: coalesceMinPps ?? 0,
+    };
   }
 
   stats(): NativeDataplaneStats {

@@ -8,6 +8,7 @@ import { option, type ServerOptions } from '../../core/options.js';
 import { STORE_DEFAULTS } from './allocations.js';
 import { API_LIMIT_DEFAULTS } from './api.js';
 import { DEFAULT_MAX_TO_DTLS, DEFAULT_MAX_TO_WS } from './links.js';
+import { COALESCE_MIN_PPS, DEFAULT_NATIVE_COALESCE_US } from './native-dataplane.js';
 import { DEFAULT_MAX_DATAGRAM_BYTES } from './relay.js';
 import { DEFAULT_WS_MAX_CONNECTIONS_PER_IP } from './websocket.js';
 
@@ -109,6 +110,14 @@ export const UNITY_RELAY_OPTIONS = {
       'unity-relay: who forwards UDP↔UDP RELAYs: native (C, recvmmsg/sendmmsg), js, or auto (native where built)',
     choices: DATAPLANES,
     default: 'auto',
+  }),
+  nativeCoalesceUs: option.int({
+    flag: '--native-coalesce-us <µs>',
+    description: `unity-relay: native data plane: while datagrams arrive at ${COALESCE_MIN_PPS / 1000}k/s or more, wait up to this long after a wake-up so the next ones are handled together (less CPU per datagram, that much more latency); 0: never`,
+    default: DEFAULT_NATIVE_COALESCE_US,
+    min: 0,
+    max: 1000,
+    unit: 'µs',
   }),
   maxDatagramBytes: option.int({
     flag: '--unity-max-datagram-bytes <bytes>',

@@ -174,6 +174,7 @@ export const unityRelayServer = defineServer({
       hostAloneTimeoutMs: options.hostAloneTimeoutMs,
       maxDatagramBytes: options.maxDatagramBytes,
       dataplane: options.dataplane,
+      nativeCoalesceUs: options.nativeCoalesceUs,
       wssPublicHost: options.wssPublicHost,
       maxMessageToDtls: options.maxDtlsMessageBytes,
       maxMessageToWs: options.maxWsMessageBytes,

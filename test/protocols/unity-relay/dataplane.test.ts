@@ -157,4 +157,53 @@ describe('unity-relay data planes', () => {
       expect(await exited).toBe(0);
     }
   }, 60_000);
+
+  it.runIf(nativeBuilt)(
+    '--native-coalesce-us reaches the native plane, whose start-up line says so',
+    async () => {
+      const child = spawn(
+        process.execPath,
+        [
+          BIN,
+          'serve',
+          'unity-relay',
+          '--host',
+          '127.0.0.1',
+          '--port',
+          '0',
+          '--api-port',
+          '0',
+          '--dtls-port',
+          '0',
+          '--ws-port',
+          '0',
+          '--wss-port',
+          '0',
+          '--dataplane',
+          'native',
+          '--native-coalesce-us',
+          '75',
+        ],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+      });
+      child.stderr.on('data', (d: Buffer) => {
+        out += d.toString();
+      });
+      try {
+        await expect.poll(() => out, { timeout: 20_000 }).toMatch(/unity-relay data plane: native/);
+        const line = out.split('\n').find((l) => l.includes('unity-relay data plane: native')) ?? '';
+        expect(line).toMatch(/coalesceUs\W+75\b/);
+        expect(line).toMatch(/coalesceMinPps\W+40000\b/);
+      } finally {
+        const exited = new Promise((r) => child.once('exit', r));
+        child.kill('SIGTERM');
+        await exited;
+      }
+    },
+    60_000,
+  );
 });

@@ -10,6 +10,8 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
+  COALESCE_MIN_PPS,
+  DEFAULT_NATIVE_COALESCE_US,
   loadNativeDataplane,
   NativeRelaySocket,
   type NativeRemoteInfo,
@@ -213,8 +215,72 @@ describe('native data plane: kernel offloads (UDP GSO, GRO) on loopback', () => 
     // GSO where the kernel has it (Linux ≥ 4.18), GRO only when asked for.
     expect(plane.offloads()).toMatchObject({ gro: false, busyPollUs: 0, batch: 64 });
     expect(typeof plane.offloads().gso).toBe('boolean');
-    expect(off.offloads()).toEqual({ gso: false, gro: false, busyPollUs: 0, batch: 16 });
+    expect(off.offloads()).toEqual({
+      gso: false,
+      gro: false,
+      busyPollUs: 0,
+      batch: 16,
+      coalesceUs: DEFAULT_NATIVE_COALESCE_US,
+      coalesceMinPps: COALESCE_MIN_PPS,
+    });
     expect(typeof gro.offloads().gro).toBe('boolean');
+    const never = NativeRelaySocket.open({ host: '127.0.0.1', port: 0, coalesceUs: 0 });
+    open.push(never);
+    expect(never.offloads().coalesceUs).toBe(0);
+    expect(() => NativeRelaySocket.open({ host: '127.0.0.1', port: 0, coalesceUs: 1001 })).toThrow(
+      /coalesceUs/,
+    );
+  });
+
+  /** Sends `n` RELAYs from a to b through the plane, and waits until b has them all, in order. */
+  async function relayBurst(
+    plane: NativeRelaySocket,
+    a: dgram.Socket,
+    b: dgram.Socket,
+    ids: Buffer[],
+    n: number,
+  ) {
+    const got = collect(b);
+    const want: Buffer[] = [];
+    for (let i = 0; i < n; i++) {
+      const m = relay(ids[0]!, ids[1]!, Buffer.from(`burst ${i}`));
+      want.push(m);
+      a.send(m, plane.port, '127.0.0.1');
+    }
+    await expect.poll(() => got.length, { timeout: 10_000 }).toBe(n);
+    expect(got).toEqual(want);
+  }
+
+  it('coalesces wake-ups only while datagrams arrive fast: never for a trickle, and it loses nothing', async () => {
+    // coalesceMin=1000 pps so that a test's burst is surely "fast" and 40 pps surely is not.
+    const plane = openTuned('coalesceMin=1000');
+    const never = NativeRelaySocket.open({ host: '127.0.0.1', port: 0, coalesceUs: 0 });
+    const [a, b] = [await udp(), await udp()];
+    open.push(plane, never, a, b);
+    const ids = [randomBytes(16), randomBytes(16)];
+    for (const p of [plane, never]) {
+      p.bind(ids[0]!, '127.0.0.1', a.address().port);
+      p.bind(ids[1]!, '127.0.0.1', b.address().port);
+      p.link(ids[0]!, ids[1]!);
+    }
+    expect(plane.offloads()).toMatchObject({ coalesceUs: DEFAULT_NATIVE_COALESCE_US, coalesceMinPps: 1000 });
+    // A trickle: one RELAY, then at least 25 ms before the next (at most 40 per second).
+    const got = collect(b);
+    for (let i = 0; i < 12; i++) {
+      a.send(relay(ids[0]!, ids[1]!, Buffer.from(`slow ${i}`)), plane.port, '127.0.0.1');
+      await expect.poll(() => got.length).toBe(i + 1);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(plane.stats().coalesced).toBe(0);
+    // Bursts (100 RELAYs, small enough for a socket's default receive buffer): the plane sleeps
+    // after some wake-ups so the next datagrams gather, and delivers every one, in order.
+    for (let burst = 0; burst < 100 && plane.stats().coalesced === 0; burst++)
+      await relayBurst(plane, a, b, ids, 100);
+    expect(plane.stats().coalesced).toBeGreaterThan(0);
+    // With coalescing off, the same bursts never sleep.
+    for (let burst = 0; burst < 5; burst++) await relayBurst(never, a, b, ids, 100);
+    expect(never.stats().forwarded).toBe(500);
+    expect(never.stats().coalesced).toBe(0);
   });
 
   for (const tuning of [undefined, 'gso=0']) {
@@ -432,8 +498,11 @@ describe('native data plane under AddressSanitizer and UBSan', () => {
     const result = JSON.parse(r.stdout.trim().split('\n').pop() ?? '{}') as {
       received: number;
       sent: number;
+      coalesced: number;
     };
     expect(result.received).toBe(result.sent);
+    // The downstream plane coalesces at any rate: its sleeps ran under the sanitizers too.
+    expect(result.coalesced).toBeGreaterThan(0);
   }, 120_000);
 
   it('handles dropped without close() and collected while datagrams arrive: the worker stops, the thread-safe function is released, no sanitizer report (UDP-only planes included: no DTLS socket)', () => {
