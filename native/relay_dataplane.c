@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,6 +35,7 @@
 #include <string.h>
 #include <netinet/udp.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -625,8 +625,8 @@ typedef struct {
   int linger_us;             /* after handling what poll found, sleep this long (0: not) */
   int spin_us;               /* after handling what poll found, keep receiving this long (0: not) */
   int coalesce_us;           /* adaptive coalescing: the longest sleep after a wake-up (0: off) */
-  unsigned long timer_slack_ns;
   uint32_t coalesce_min_pps; /* ... taken only while datagrams arrive at least this fast */
+  unsigned long timer_slack_ns; /* the worker's timer slack while it coalesces */
   tally_t tally; /* worker only */
   notice_t notices[MAX_NOTICES]; /* worker only */
   uint32_t nnotices;
