@@ -15,6 +15,7 @@ import {
   NativeRelaySocket,
 } from '../../../src/protocols/unity-relay/native-dataplane.js';
 import { BIN } from '../../helpers/cli.js';
+import { startUnityRelayServe } from '../../helpers/serve.js';
 import { elapse } from '../../helpers/wait.js';
 import { type AllocationJson, UtpDriver } from './utp.js';
 
@@ -161,47 +162,20 @@ describe('unity-relay data planes', () => {
   it.runIf(nativeBuilt)(
     '--native-coalesce-us reaches the native plane, whose start-up line says so',
     async () => {
-      const child = spawn(
-        process.execPath,
-        [
-          BIN,
-          'serve',
-          'unity-relay',
-          '--host',
-          '127.0.0.1',
-          '--port',
-          '0',
-          '--api-port',
-          '0',
-          '--dtls-port',
-          '0',
-          '--ws-port',
-          '0',
-          '--wss-port',
-          '0',
-          '--dataplane',
-          'native',
-          '--native-coalesce-us',
-          '75',
-        ],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
-      );
-      let out = '';
-      child.stdout.on('data', (d: Buffer) => {
-        out += d.toString();
-      });
-      child.stderr.on('data', (d: Buffer) => {
-        out += d.toString();
-      });
+      const { relay } = await startUnityRelayServe(['--dataplane', 'native', '--native-coalesce-us', '75']);
       try {
-        await expect.poll(() => out, { timeout: 20_000 }).toMatch(/unity-relay data plane: native/);
-        const line = out.split('\n').find((l) => l.includes('unity-relay data plane: native')) ?? '';
+        // The log is written asynchronously: it may follow the ready message.
+        await expect
+          .poll(() => relay.stderr(), { timeout: 10_000 })
+          .toMatch(/unity-relay data plane: native/);
+        const line = relay
+          .stderr()
+          .split('\n')
+          .find((l) => l.includes('unity-relay data plane: native'));
         expect(line).toMatch(/coalesceUs\W+75\b/);
         expect(line).toMatch(/coalesceMinPps\W+40000\b/);
       } finally {
-        const exited = new Promise((r) => child.once('exit', r));
-        child.kill('SIGTERM');
-        await exited;
+        await relay.stop();
       }
     },
     60_000,
