@@ -243,7 +243,7 @@ export class Js5Client {
     return new Js5Error(
       'ERR_JS5_CLOSED',
       this.inFlight > 0
-        ? `the js5 server closed the connection with ${this.inFlight} request(s) unanswered (a group it does not have?)`
+        ? `the js5 server closed the connection with ${this.inFlight} request(s) unanswered (a group it does not have, or something on the way closed it?)`
         : 'the js5 server closed the connection',
     );
   }
