@@ -960,7 +960,7 @@ async function nstats(child: ChildProcess): Promise<Record<string, number>> {
   return (await nextMessage<{ nstats: Record<string, number> }>(child)).nstats;
 }
 
-/** Runs `job`, logging the native plane's datagrams per receive batch, per GSO send and its coalescing sleeps meanwhile. */
+/** Runs `job`, logging the native plane's datagrams per receive batch, per GSO send, its coalescing sleeps and direct receives meanwhile. */
 async function withNativeStats<T>(
   child: ChildProcess,
   key: string,
@@ -973,7 +973,7 @@ async function withNativeStats<T>(
   const d = (k: string) => (b[k] ?? 0) - (a[k] ?? 0);
   const per = (x: number, y: number) => (y > 0 ? (x / y).toFixed(1) : '-');
   log.push(
-    `${key}: ${per(d('received') + d('dtlsReceived'), d('batches'))} datagrams per receive batch, ${per(d('gsoDatagrams'), d('gsoSends'))} per GSO send (${per(d('gsoDatagrams') * 100, d('forwarded'))} % of forwards in GSO sends), ${per(d('groDatagrams'), d('groReceived'))} per GRO receive, ${d('coalesced')} coalescing sleeps`,
+    `${key}: ${per(d('received') + d('dtlsReceived'), d('batches'))} datagrams per receive batch, ${per(d('gsoDatagrams'), d('gsoSends'))} per GSO send (${per(d('gsoDatagrams') * 100, d('forwarded'))} % of forwards in GSO sends), ${per(d('groDatagrams'), d('groReceived'))} per GRO receive, ${d('coalesced')} coalescing sleeps (${d('directReceives')} followed by a receive without poll)`,
   );
   return r;
 }

@@ -186,6 +186,11 @@ export interface NativeDataplaneStats {
   groDatagrams: number;
   /** Wake-ups after which the worker slept so the next batch could gather (adaptive coalescing). */
   coalesced: number;
+  /**
+   * Of those sleeps, the ones after which the worker received straight away (no poll) and found
+   * datagrams; after one that finds none it polls again.
+   */
+  directReceives: number;
   /** Allocations in the native table. */
   tableSize: number;
   /** DTLS associations whose record layer the native side holds. */
@@ -227,6 +232,7 @@ const STAT_KEYS = [
   'groReceived',
   'groDatagrams',
   'coalesced',
+  'directReceives',
   'tableSize',
   'associations',
 ] as const satisfies readonly (keyof NativeDataplaneStats)[];
@@ -270,7 +276,7 @@ export interface NativeRelaySocketOptions {
 }
 
 /** The longest coalescing wait after a wake-up, in µs (docs/native-dataplane.md, "Coalescing"). */
-export const DEFAULT_NATIVE_COALESCE_US = 200;
+export const DEFAULT_NATIVE_COALESCE_US = 400;
 /** The arrival rate (datagrams per second, both sockets) from which the worker coalesces. */
 export const COALESCE_MIN_PPS = 40_000;
 

@@ -2,11 +2,13 @@
  * The native data plane on its own: real UDP sockets on 127.0.0.1, the addon built by `npm ci`,
  * and a build with AddressSanitizer and UBSan fed random datagrams and table changes.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import fc from 'fast-check';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -272,15 +274,71 @@ describe('native data plane: kernel offloads (UDP GSO, GRO) on loopback', () => 
       await new Promise((r) => setTimeout(r, 25));
     }
     expect(plane.stats().coalesced).toBe(0);
+    expect(plane.stats().directReceives).toBe(0);
     // Bursts (100 RELAYs, small enough for a socket's default receive buffer): the plane sleeps
-    // after some wake-ups so the next datagrams gather, and delivers every one, in order.
-    for (let burst = 0; burst < 100 && plane.stats().coalesced === 0; burst++)
-      await relayBurst(plane, a, b, ids, 100);
+    // after some wake-ups so the next datagrams gather, then receives them without polling first,
+    // and delivers every one, in order.
+    const hot = () => plane.stats().coalesced > 0 && plane.stats().directReceives > 0;
+    for (let burst = 0; burst < 100 && !hot(); burst++) await relayBurst(plane, a, b, ids, 100);
     expect(plane.stats().coalesced).toBeGreaterThan(0);
+    expect(plane.stats().directReceives).toBeGreaterThan(0);
+    // direct=0: the same sleeps, each followed by a poll.
+    const polled = openTuned('coalesceMin=1000,direct=0');
+    open.push(polled);
+    polled.bind(ids[0]!, '127.0.0.1', a.address().port);
+    polled.bind(ids[1]!, '127.0.0.1', b.address().port);
+    polled.link(ids[0]!, ids[1]!);
+    for (let burst = 0; burst < 100 && polled.stats().coalesced === 0; burst++)
+      await relayBurst(polled, a, b, ids, 100);
+    expect(polled.stats().coalesced).toBeGreaterThan(0);
+    expect(polled.stats().directReceives).toBe(0);
     // With coalescing off, the same bursts never sleep.
     for (let burst = 0; burst < 5; burst++) await relayBurst(never, a, b, ids, 100);
     expect(never.stats().forwarded).toBe(500);
     expect(never.stats().coalesced).toBe(0);
+  });
+
+  it('closes while traffic keeps it receiving without polling (the stop is seen between receives)', async () => {
+    // Another process sends RELAYs to the plane as fast as it can, so that after each coalescing
+    // sleep (1 ms here, batches of 256) the worker finds datagrams and receives again without
+    // polling. close() must still stop it. A worker that looked for the stop signal only in poll
+    // would go on until the sender paused for a whole sleep, often (half the runs here) until
+    // the sender stopped by itself, 2 s after the "go" just before close(), which it says with a
+    // file.
+    const plane = openTuned('coalesceMin=1000,coalesce=1000,batch=256');
+    const sink = await udp();
+    open.push(sink);
+    const dir = mkdtempSync(join(tmpdir(), 'gamewire-sender-'));
+    const [goFile, endedFile, stopFile] = [join(dir, 'go'), join(dir, 'ended'), join(dir, 'stop')];
+    const sender = spawn(process.execPath, [join(root, 'test', 'fixtures', 'native-sender.mjs')], {
+      env: {
+        ...process.env,
+        GAMEWIRE_NATIVE_ADDON: join(root, 'native', 'build', 'Release', 'relay_dataplane.node'),
+        GO_FILE: goFile,
+        ENDED_FILE: endedFile,
+        STOP_FILE: stopFile,
+      },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    try {
+      const lines = createInterface({ input: sender.stdout! })[Symbol.asyncIterator]();
+      const senderPort = Number((await lines.next()).value);
+      const ids = [randomBytes(16), randomBytes(16)];
+      plane.bind(ids[0]!, '127.0.0.1', senderPort);
+      plane.bind(ids[1]!, '127.0.0.1', sink.address().port);
+      plane.link(ids[0]!, ids[1]!);
+      sender.stdin!.write(`${plane.port} ${ids[0]!.toString('hex')} ${ids[1]!.toString('hex')}\n`);
+      expect((await lines.next()).value).toBe('sending');
+      await expect.poll(() => plane.stats().directReceives, { timeout: 15_000 }).toBeGreaterThan(20);
+      expect(plane.stats().forwarded).toBeGreaterThan(1000);
+      writeFileSync(goFile, '');
+      plane.close();
+      expect(existsSync(endedFile)).toBe(false);
+    } finally {
+      writeFileSync(stopFile, '');
+      if (sender.exitCode === null) await new Promise((resolve) => sender.once('exit', resolve));
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   for (const tuning of [undefined, 'gso=0']) {
