@@ -527,6 +527,7 @@ typedef struct {
   uint32_t slot;    /* bytes a slot receives: max_len, or 65536 with UDP_GRO */
   uint32_t max_len; /* a datagram longer than this is cut to it and marked truncated */
   int gro;          /* UDP_GRO is on for this socket */
+  uint32_t dirty;   /* headers the last recvmmsg filled: the only ones it changed (rx_prepare) */
   uint8_t *buf;
   struct mmsghdr *msgs;
   struct iovec *iov;
@@ -1378,11 +1379,15 @@ static uint32_t fill_entries(plane_t *p, rx_t *rx, int n, int *slot, uint32_t *o
  * Receives one batch on `rx` (the UDP or the DTLS socket) and handles its datagrams, `batch` at a
  * time (more than `batch` when the kernel coalesced some). Returns the receives (slots) filled.
  */
-static int receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
-  for (uint32_t i = 0; i < p->batch; i++) {
+/*
+ * Points each receive header at its slot, address and control space, once, when the worker starts
+ * (the slots are final by then: UDP_GRO is chosen at open).
+ */
+static void rx_prepare(rx_t *rx, uint32_t batch) {
+  for (uint32_t i = 0; i < batch; i++) {
     rx->iov[i].iov_base = rx->buf + (size_t)i * rx->slot;
     rx->iov[i].iov_len = rx->slot;
-    memset(&rx->msgs[i].msg_hdr, 0, sizeof(struct msghdr));
+    memset(&rx->msgs[i], 0, sizeof(struct mmsghdr));
     rx->msgs[i].msg_hdr.msg_iov = &rx->iov[i];
     rx->msgs[i].msg_hdr.msg_iovlen = 1;
     rx->msgs[i].msg_hdr.msg_name = &rx->addr[i];
@@ -1391,10 +1396,20 @@ static int receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
       rx->msgs[i].msg_hdr.msg_control = rx->ctrl + (size_t)i * GRO_CMSG_SPACE;
       rx->msgs[i].msg_hdr.msg_controllen = GRO_CMSG_SPACE;
     }
-    rx->msgs[i].msg_len = 0;
   }
+  rx->dirty = 0;
+}
+
+static int receive_batch(plane_t *p, rx_t *rx, int is_dtls) {
+  /* recvmmsg wrote the lengths of the headers it filled last time; nothing else of them. */
+  for (uint32_t i = 0; i < rx->dirty; i++) {
+    rx->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+    if (rx->gro) rx->msgs[i].msg_hdr.msg_controllen = GRO_CMSG_SPACE;
+  }
+  rx->dirty = 0;
   int n = recvmmsg(rx->fd, rx->msgs, p->batch, MSG_DONTWAIT, NULL);
   if (n <= 0) return 0;
+  rx->dirty = (uint32_t)n;
   count(p, C_BATCHES, 1);
   int slot = 0;
   uint32_t off = 0;
@@ -1467,6 +1482,8 @@ static void *worker(void *arg) {
   }
   int wake_i = nfds;
   pfds[nfds++] = (struct pollfd){.fd = p->wake_fd, .events = POLLIN};
+  if (p->udp.fd >= 0) rx_prepare(&p->udp, p->batch);
+  if (p->dtls.fd >= 0) rx_prepare(&p->dtls, p->batch);
   /* Sleeps of a few tens of µs: the default 50 µs timer slack would double them. */
   if (p->coalesce_us > 0) prctl(PR_SET_TIMERSLACK, p->timer_slack_ns, 0, 0, 0);
   int64_t win_start = now_us();
@@ -1524,11 +1541,11 @@ static void *worker(void *arg) {
     if (p->spin_us > 0) {
       int64_t start = now_us(), last = start, t = start;
       while (t - last < p->spin_us && t - start < 1000) {
-        int got = 0;
-        if (udp_i >= 0) got += receive_batch(p, &p->udp, 0);
-        if (dtls_i >= 0) got += receive_batch(p, &p->dtls, 1);
+        int n = 0;
+        if (udp_i >= 0) n += receive_batch(p, &p->udp, 0);
+        if (dtls_i >= 0) n += receive_batch(p, &p->dtls, 1);
         t = now_us();
-        if (got > 0) last = t;
+        if (n > 0) last = t;
       }
     }
   }

@@ -83,7 +83,7 @@ export interface UnityRelayOptions {
   wsMaxConnectionsPerIp?: number;
   /**
    * Native data plane only: while datagrams arrive at 40k/s or more, the worker waits up to this
-   * many µs after a wake-up so the next ones are handled together (0: never). Default 200.
+   * many µs after a wake-up so the next ones are handled together (0: never). Default 400.
    */
   nativeCoalesceUs?: number;
   /** Largest relay message forwarded to a DTLS / WebSocket recipient. Defaults 1363 / 1386. */
